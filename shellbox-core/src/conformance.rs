@@ -1,0 +1,1 @@
+//! The contract tests every backend runs (filled in next).

@@ -1,0 +1,39 @@
+//! The shellbox machine contract.
+//!
+//! A [`MachineFactory`] creates [`Machine`]s from a [`MachineSpec`]; a machine runs
+//! [`Command`]s (to a [`CommandResult`], or as a stream of [`Event`]s), moves files in and
+//! out, and is closed. Backends (`shellbox-local`, `shellbox-docker`, `shellbox-sim`)
+//! implement the traits; what they share — bounded output capture, input validation,
+//! exit-status mapping, bounded downloads, tar transfer safety — lives here once.
+//!
+//! The shapes follow the Python reference library (`marin-shellbox`); where this crate
+//! differs (partial output kept on timeout, streaming), the item's docs say so.
+
+#![warn(missing_docs)]
+
+pub mod capture;
+mod command;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+mod download;
+mod error;
+mod machine;
+pub mod serde_secs;
+mod spec;
+pub mod status;
+pub mod validate;
+
+pub use capture::{collect, EventStream, OutputLimiter};
+pub use command::{
+    Command, CommandResult, Event, ExitReason, ExitStatus, DEFAULT_OUTPUT_LIMIT_BYTES,
+};
+pub use download::{download_files, DownloadLimits};
+pub use error::{Error, UnsupportedMachineSpec};
+pub use machine::{Machine, MachineFactory};
+pub use spec::{
+    DockerImage, DockerfileSource, HostImage, ImageArchive, ImageSource, MachineSpec, Mount,
+    NetworkPolicy, RegistryCredentials, RegistryImage, SimBuiltins, DEFAULT_WORKDIR,
+};
+
+/// Re-exported so backends and users name the same `async_trait`.
+pub use async_trait::async_trait;

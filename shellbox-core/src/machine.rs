@@ -1,0 +1,94 @@
+//! The async traits every backend implements.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+
+use crate::capture::{collect, EventStream};
+use crate::{Command, CommandResult, Error, MachineSpec};
+
+/// Creates machines of one backend.
+///
+/// Object-safe: hold any backend as `Box<dyn MachineFactory>` or `Arc<dyn MachineFactory>`.
+#[async_trait]
+pub trait MachineFactory: Send + Sync {
+    /// The backend's name: `"local"`, `"docker"`, `"sim"`.
+    fn backend(&self) -> &'static str;
+
+    /// Creates a fresh machine with an empty private writable filesystem and its workdir.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a spec that fails [`MachineSpec::validate`],
+    /// [`Error::Unsupported`] for what this backend cannot provide (it names the field),
+    /// and the backend's own failures ([`Error::Backend`], [`Error::Io`],
+    /// [`Error::SandboxUnavailable`]). A failed create leaves nothing behind.
+    async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error>;
+}
+
+/// One machine: a place to run commands and move files in and out.
+///
+/// Every method takes `&self`, so one machine can run several commands at once. Files
+/// persist between commands until [`Machine::close`]; shell state (cwd, exported
+/// variables) never leaks from one `run` to the next. Dropping an unclosed machine still
+/// releases what it holds (best effort, logged).
+#[async_trait]
+pub trait Machine: Send + Sync {
+    /// Runs a command to completion and returns its bounded output and status.
+    ///
+    /// The default collects [`Machine::run_stream`] under the command's output limit, so the
+    /// two give the same bytes and status.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] (see [`Command::validate`]), [`Error::Closed`],
+    /// [`Error::Unsupported`] (e.g. a user the backend cannot switch to), and the backend's
+    /// own failures. A command that fails, is killed or times out is a `CommandResult`,
+    /// never an error.
+    async fn run(&self, command: Command) -> Result<CommandResult, Error> {
+        let limit = command.output_limit_bytes;
+        let stream = self.run_stream(command).await?;
+        collect(stream, limit).await
+    }
+
+    /// Starts a command and returns its output as it is written: stdout and stderr chunks
+    /// (each stream within the output limit) in arrival order, then exactly one terminal
+    /// item, [`Event::Exit`](crate::Event::Exit) or an error. Dropping the stream kills the
+    /// command and every process it started.
+    ///
+    /// # Errors
+    /// As [`Machine::run`], for problems found before the command starts.
+    async fn run_stream(&self, command: Command) -> Result<EventStream, Error>;
+
+    /// Copies a host file or directory into the machine at `target` (absolute, normalised).
+    ///
+    /// A file becomes the file `target` (parents created). A directory is merged into
+    /// `target`: its contents land inside it (no extra level named after the source),
+    /// parents are created, `target` takes the source directory's permission bits, and
+    /// nested modes are kept. Symlinks inside the source are copied as symlinks.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad `target`, [`Error::NotFound`] when `source` does not
+    /// exist, [`Error::Closed`], [`Error::Unsupported`] for a read-only target,
+    /// [`Error::Transfer`] when the target leads out of the machine through a symlink or
+    /// the copy fails.
+    async fn upload(&self, source: &Path, target: &str) -> Result<(), Error>;
+
+    /// Copies a machine file or directory at `source` (absolute, normalised) to the host.
+    ///
+    /// A file is written to `target` (host parents created). A directory's contents are
+    /// copied into `target` (no extra level), modes kept; symlinks inside it are copied as
+    /// symlinks, never followed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad `source`, [`Error::NotFound`] when it does not exist,
+    /// [`Error::Closed`], [`Error::Transfer`] when `source` leads out of the machine through
+    /// a symlink or the copy fails.
+    async fn download(&self, source: &str, target: &Path) -> Result<(), Error>;
+
+    /// Releases everything the machine holds (root directory, container, processes).
+    /// Idempotent: a second call does nothing. Afterwards every other method returns
+    /// [`Error::Closed`].
+    ///
+    /// # Errors
+    /// The backend's failure to release something; the machine is still marked closed.
+    async fn close(&self) -> Result<(), Error>;
+}

@@ -1,0 +1,356 @@
+//! What to create: [`MachineSpec`] and its [`ImageSource`].
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::validate::{validate_env, validate_guest_path};
+use crate::Error;
+
+/// The default working directory of a machine, as in the reference library.
+pub const DEFAULT_WORKDIR: &str = "/workspace";
+
+/// Whether commands may reach the network.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkPolicy {
+    /// Loopback only (a fresh network namespace on local, network mode `none` on Docker).
+    #[default]
+    Deny,
+    /// The host's network (local) or the default bridge (Docker).
+    Allow,
+}
+
+/// A read-only host path shown at another path inside the machine.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Mount {
+    /// The host file or directory.
+    pub host: PathBuf,
+    /// The absolute, normalised guest path where it appears.
+    pub guest: String,
+}
+
+/// Host programs for the local backend: directories mounted read-only at their own paths,
+/// directories put first on `PATH`, and mounts at other paths.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HostImage {
+    /// Host directories mounted read-only at their own path.
+    pub read_only: Vec<PathBuf>,
+    /// Directories prepended to `PATH`, in order (not mounted by themselves).
+    pub bin_dirs: Vec<PathBuf>,
+    /// Host paths mounted read-only at other guest paths.
+    pub mounts: Vec<Mount>,
+}
+
+/// An image the Docker Engine already has; it is never pulled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DockerImage {
+    /// An image reference or ID, e.g. `busybox:latest`.
+    pub reference: String,
+}
+
+/// Credentials for a registry, sent to the engine with a pull (Docker's `X-Registry-Auth`).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryCredentials {
+    /// Account name.
+    pub username: String,
+    /// Password or token.
+    pub password: String,
+}
+
+impl std::fmt::Debug for RegistryCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryCredentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// An image pulled from a registry by the engine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryImage {
+    /// A reference such as `ghcr.io/org/img:tag` or `host:5000/img@sha256:<hex>` (no scheme).
+    pub reference: String,
+    /// Optional credentials for the registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<RegistryCredentials>,
+}
+
+/// An image built by the engine from a Dockerfile and its context directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DockerfileSource {
+    /// The build context directory.
+    pub context: PathBuf,
+    /// The Dockerfile (inside or outside the context).
+    pub dockerfile: PathBuf,
+}
+
+/// An image tarball in `docker save` format, loaded by the engine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageArchive {
+    /// The tarball on the host.
+    pub path: PathBuf,
+}
+
+/// The simulator's own commands and virtual filesystem (no host or image content).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimBuiltins {}
+
+/// Where a machine's programs come from. Each backend accepts the variants it can run and
+/// answers the rest with [`Error::Unsupported`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ImageSource {
+    /// Host programs (local backend).
+    Host(HostImage),
+    /// An image the Docker Engine already has.
+    Docker(DockerImage),
+    /// An image pulled from a registry.
+    Registry(RegistryImage),
+    /// An image built from a Dockerfile.
+    Dockerfile(DockerfileSource),
+    /// An image loaded from a `docker save` archive.
+    Archive(ImageArchive),
+    /// The simulator's built-in commands.
+    Sim(SimBuiltins),
+}
+
+impl ImageSource {
+    /// The variant's snake_case name (`"host"`, `"docker"`, ...), for error messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ImageSource::Host(_) => "host",
+            ImageSource::Docker(_) => "docker",
+            ImageSource::Registry(_) => "registry",
+            ImageSource::Dockerfile(_) => "dockerfile",
+            ImageSource::Archive(_) => "archive",
+            ImageSource::Sim(_) => "sim",
+        }
+    }
+}
+
+/// What machine to create.
+///
+/// Build one with [`MachineSpec::new`] and the builder methods, or fill the public fields
+/// and call [`MachineSpec::validate`]. Backends validate again before acquiring anything.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MachineSpec {
+    /// Where programs come from.
+    pub source: ImageSource,
+    /// Working directory of commands without their own `cwd`; created at start. Default
+    /// `/workspace`. Empty keeps the backend's default (the image's on Docker, `/` on local).
+    #[serde(default = "default_workdir")]
+    pub workdir: String,
+    /// Environment applied to every command (a command's own `env` wins).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Network access; default [`NetworkPolicy::Deny`].
+    #[serde(default)]
+    pub network: NetworkPolicy,
+    /// Memory limit in MiB.
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+    /// CPU limit in whole CPUs; must be > 0 when set.
+    #[serde(default)]
+    pub cpus: Option<u32>,
+    /// Writable storage limit in MiB; must be > 0 when set.
+    #[serde(default)]
+    pub storage_mb: Option<u64>,
+    /// GPUs to attach; 0 means none.
+    #[serde(default)]
+    pub gpus: u32,
+    /// How long a backend may take to start the machine (honoured where a backend has a
+    /// slow start; ignored by the others, as in the reference).
+    #[serde(default, with = "crate::serde_secs::option")]
+    pub startup_timeout: Option<Duration>,
+}
+
+fn default_workdir() -> String {
+    DEFAULT_WORKDIR.to_string()
+}
+
+impl MachineSpec {
+    /// A spec with this source and every other field at its default.
+    pub fn new(source: ImageSource) -> Self {
+        Self {
+            source,
+            workdir: default_workdir(),
+            env: BTreeMap::new(),
+            network: NetworkPolicy::Deny,
+            memory_mb: None,
+            cpus: None,
+            storage_mb: None,
+            gpus: 0,
+            startup_timeout: None,
+        }
+    }
+
+    /// A spec for the simulator ([`ImageSource::Sim`]).
+    pub fn sim() -> Self {
+        Self::new(ImageSource::Sim(SimBuiltins::default()))
+    }
+
+    /// A spec for the local backend with the host's system programs only.
+    pub fn host() -> Self {
+        Self::new(ImageSource::Host(HostImage::default()))
+    }
+
+    /// A spec for an image the Docker Engine already has.
+    pub fn docker(reference: impl Into<String>) -> Self {
+        Self::new(ImageSource::Docker(DockerImage {
+            reference: reference.into(),
+        }))
+    }
+
+    /// Sets the working directory (absolute and normalised, or empty).
+    pub fn workdir(mut self, workdir: impl Into<String>) -> Self {
+        self.workdir = workdir.into();
+        self
+    }
+
+    /// Adds one environment variable for every command.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets the network policy.
+    pub fn network(mut self, network: NetworkPolicy) -> Self {
+        self.network = network;
+        self
+    }
+
+    /// Sets the memory limit in MiB.
+    pub fn memory_mb(mut self, memory_mb: u64) -> Self {
+        self.memory_mb = Some(memory_mb);
+        self
+    }
+
+    /// Sets the CPU limit in whole CPUs.
+    pub fn cpus(mut self, cpus: u32) -> Self {
+        self.cpus = Some(cpus);
+        self
+    }
+
+    /// Sets the storage limit in MiB.
+    pub fn storage_mb(mut self, storage_mb: u64) -> Self {
+        self.storage_mb = Some(storage_mb);
+        self
+    }
+
+    /// Sets the number of GPUs.
+    pub fn gpus(mut self, gpus: u32) -> Self {
+        self.gpus = gpus;
+        self
+    }
+
+    /// Checks the values every backend relies on.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] when `workdir` is neither empty nor an absolute normalised
+    /// path, an env name is not `[A-Za-z_][A-Za-z0-9_]*` or a key or value holds NUL,
+    /// `cpus`, `memory_mb` or `storage_mb` is 0, or a mount's guest path is not absolute
+    /// and normalised.
+    pub fn validate(&self) -> Result<(), Error> {
+        if !self.workdir.is_empty() {
+            validate_guest_path(&self.workdir).map_err(|e| match e {
+                Error::InvalidInput(m) => Error::InvalidInput(format!("workdir: {m}")),
+                other => other,
+            })?;
+        }
+        validate_env(&self.env)?;
+        if self.cpus == Some(0) {
+            return Err(Error::invalid("cpus must be > 0 when set"));
+        }
+        if self.storage_mb == Some(0) {
+            return Err(Error::invalid("storage_mb must be > 0 when set"));
+        }
+        if self.memory_mb == Some(0) {
+            return Err(Error::invalid("memory_mb must be > 0 when set"));
+        }
+        if let ImageSource::Host(image) = &self.source {
+            for mount in &image.mounts {
+                validate_guest_path(&mount.guest)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_validation() {
+        let spec = MachineSpec::sim();
+        assert_eq!(spec.workdir, "/workspace");
+        assert_eq!(spec.network, NetworkPolicy::Deny);
+        spec.validate().unwrap();
+        assert!(MachineSpec::sim().cpus(0).validate().is_err());
+        assert!(MachineSpec::sim().storage_mb(0).validate().is_err());
+        assert!(MachineSpec::sim().workdir("rel").validate().is_err());
+        assert!(MachineSpec::sim().workdir("/a/../b").validate().is_err());
+        MachineSpec::sim().workdir("").validate().unwrap();
+        MachineSpec::sim().workdir("/").validate().unwrap();
+        assert!(MachineSpec::sim().env("1X", "v").validate().is_err());
+        assert!(MachineSpec::sim().env("X", "a\0b").validate().is_err());
+    }
+
+    #[test]
+    fn json_round_trip_every_source() {
+        let sources = vec![
+            ImageSource::Host(HostImage {
+                read_only: vec!["/opt/x".into()],
+                bin_dirs: vec!["/opt/x/bin".into()],
+                mounts: vec![Mount {
+                    host: "/srv/data".into(),
+                    guest: "/data".into(),
+                }],
+            }),
+            ImageSource::Docker(DockerImage {
+                reference: "busybox:latest".into(),
+            }),
+            ImageSource::Registry(RegistryImage {
+                reference: "127.0.0.1:5000/img@sha256:00".into(),
+                credentials: Some(RegistryCredentials {
+                    username: "u".into(),
+                    password: "p".into(),
+                }),
+            }),
+            ImageSource::Dockerfile(DockerfileSource {
+                context: "/ctx".into(),
+                dockerfile: "/ctx/Dockerfile".into(),
+            }),
+            ImageSource::Archive(ImageArchive {
+                path: "/img.tar".into(),
+            }),
+            ImageSource::Sim(SimBuiltins::default()),
+        ];
+        for source in sources {
+            let mut spec = MachineSpec::new(source).env("A", "1").cpus(2).gpus(1);
+            spec.startup_timeout = Some(Duration::from_millis(1500));
+            let json = serde_json::to_string(&spec).unwrap();
+            let back: MachineSpec = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, spec, "{json}");
+        }
+        let minimal: MachineSpec = serde_json::from_str(r#"{"source":{"kind":"sim"}}"#).unwrap();
+        assert_eq!(minimal, MachineSpec::sim());
+        let json = serde_json::to_string(&MachineSpec::sim()).unwrap();
+        assert!(json.contains(r#""network":"deny""#), "{json}");
+    }
+
+    #[test]
+    fn credentials_are_not_debug_printed() {
+        let c = RegistryCredentials {
+            username: "u".into(),
+            password: "hunter2".into(),
+        };
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+}

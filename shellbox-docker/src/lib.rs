@@ -1,0 +1,1 @@
+//! shellbox docker backend (in progress).

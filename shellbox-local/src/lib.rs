@@ -1,0 +1,1 @@
+//! shellbox local backend (in progress).

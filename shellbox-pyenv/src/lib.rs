@@ -1,0 +1,1 @@
+//! shellbox pyenv backend (in progress).

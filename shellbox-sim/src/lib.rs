@@ -1,0 +1,1 @@
+//! shellbox sim backend (in progress).

@@ -1,0 +1,2 @@
+//! shellbox: fresh, isolated machines behind one async trait.
+pub use shellbox_core::*;
