@@ -215,7 +215,12 @@ mod tests {
     async fn pump_drains_past_limit_and_collect_agrees() {
         let data = vec![b'x'; 1_000_000];
         let (tx, mut rx) = mpsc::channel(4);
-        let pump = tokio::spawn(pump_reader(&data[..], OutputKind::Stderr, 10, tx));
+        let pump = tokio::spawn(pump_reader(
+            std::io::Cursor::new(data),
+            OutputKind::Stderr,
+            10,
+            tx,
+        ));
         let mut got = Vec::new();
         while let Some(ev) = rx.recv().await {
             match ev.unwrap() {

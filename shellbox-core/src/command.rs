@@ -285,8 +285,9 @@ mod tests {
         assert_eq!(serde_json::from_str::<Command>(&json).unwrap(), cmd);
         let minimal: Command = serde_json::from_str(r#"{"argv":["true"]}"#).unwrap();
         assert_eq!(minimal, Command::new("true"));
-        assert!(serde_json::from_str::<Command>(r#"{"argv":["x"],"output_limit_bytes":-1}"#)
-            .is_err());
+        assert!(
+            serde_json::from_str::<Command>(r#"{"argv":["x"],"output_limit_bytes":-1}"#).is_err()
+        );
 
         let result = CommandResult {
             exit_code: None,
@@ -298,7 +299,10 @@ mod tests {
         };
         let json = serde_json::to_string(&result).unwrap();
         assert!(json.contains(r#""reason":"timed_out""#), "{json}");
-        assert_eq!(serde_json::from_str::<CommandResult>(&json).unwrap(), result);
+        assert_eq!(
+            serde_json::from_str::<CommandResult>(&json).unwrap(),
+            result
+        );
         let status = ExitStatus {
             exit_code: Some(3),
             reason: ExitReason::Exited,
