@@ -1,0 +1,447 @@
+//! `shellbox bench`: in-process measurements of a backend, many runs per case, with the
+//! floors (what the same work costs without shellbox) measured in the same run.
+
+use std::future::Future;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shellbox::{Backend, Command, Error, MachineFactory, MachineSpec};
+
+use super::MachineArgs;
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    machine: MachineArgs,
+    /// Only these cases (repeatable); default: every case of the backend.
+    #[arg(long = "case")]
+    cases: Vec<String>,
+    /// Print one JSON object per case instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Measure the cases in this process even when they report peak RSS (used by the
+    /// parent bench, which runs such cases in a child process of their own).
+    #[arg(long, hide = true)]
+    in_process: bool,
+}
+
+/// One measured case.
+struct Measured {
+    case: String,
+    runs: usize,
+    median_us: f64,
+    p90_us: f64,
+    extra: Vec<(&'static str, serde_json::Value)>,
+}
+
+fn stats(case: &str, mut samples: Vec<Duration>) -> Measured {
+    samples.sort();
+    let pick = |q: f64| {
+        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
+        samples[i].as_secs_f64() * 1e6
+    };
+    Measured {
+        case: case.to_string(),
+        runs: samples.len(),
+        median_us: pick(0.5),
+        p90_us: pick(0.9),
+        extra: Vec::new(),
+    }
+}
+
+async fn time_runs<F, Fut>(case: &str, runs: usize, mut f: F) -> Result<Measured, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), Error>>,
+{
+    // One warm-up run, not counted.
+    f().await?;
+    let mut samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let start = Instant::now();
+        f().await?;
+        samples.push(start.elapsed());
+    }
+    Ok(stats(case, samples))
+}
+
+fn check(result: &shellbox::CommandResult, what: &str) -> Result<(), Error> {
+    if result.success() {
+        Ok(())
+    } else {
+        Err(Error::backend(
+            format!("bench {what}"),
+            format!(
+                "exit {:?} ({:?}): {}",
+                result.exit_code,
+                result.reason,
+                result.stderr_lossy()
+            ),
+        ))
+    }
+}
+
+/// Kibibytes from a `/proc/self/status` line such as `VmHWM:  1234 kB`.
+fn proc_status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The cases of `backend`, in order. Cases marked `true` report peak RSS and run in a child
+/// process of their own.
+fn case_names(backend: Backend) -> Vec<(&'static str, bool)> {
+    let mut names = vec![
+        ("create_close", false),
+        ("run_true", false),
+        ("run_echo", false),
+        ("concurrent_8x50", false),
+        ("upload_1000_files", false),
+        ("download_1000_files", false),
+    ];
+    match backend {
+        Backend::Local => names.extend([
+            ("flood_200mb_1mib", true),
+            ("floor_spawn_true", false),
+            ("floor_bwrap_true", false),
+        ]),
+        Backend::Docker => names.extend([("flood_1gb_1mib", true), ("floor_exec_true", false)]),
+        Backend::Sim => names.extend([
+            ("loop_1000", false),
+            ("idle_10000", true),
+            ("floor_bash_true", false),
+            ("floor_bash_loop_1000", false),
+        ]),
+    }
+    names
+}
+
+pub async fn bench(args: BenchArgs) -> Result<ExitCode, Error> {
+    let backend = args.machine.backend()?;
+    let spec = args.machine.spec()?;
+    let all = case_names(backend);
+    for wanted in &args.cases {
+        if !all.iter().any(|(n, _)| n == wanted) {
+            return Err(Error::invalid(format!(
+                "{backend} has no bench case {wanted:?}; cases: {}",
+                all.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
+    let selected: Vec<(&str, bool)> = all
+        .into_iter()
+        .filter(|(n, _)| args.cases.is_empty() || args.cases.iter().any(|c| c == n))
+        .collect();
+    let factory = shellbox::factory(backend).await?;
+    if !args.json {
+        println!(
+            "{:<8} {:<22} {:>6} {:>12} {:>12}  extra",
+            "backend", "case", "runs", "median_us", "p90_us"
+        );
+    }
+    for (case, own_process) in selected {
+        let measured = if own_process && !args.in_process {
+            in_child(case)?
+        } else {
+            run_case(backend, &factory, &spec, case).await?
+        };
+        print(backend, &measured, args.json);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print(backend: Backend, m: &Measured, json: bool) {
+    if json {
+        let mut value = serde_json::json!({
+            "backend": backend.name(),
+            "case": m.case,
+            "runs": m.runs,
+            "median_us": (m.median_us * 10.0).round() / 10.0,
+            "p90_us": (m.p90_us * 10.0).round() / 10.0,
+        });
+        for (k, v) in &m.extra {
+            value[*k] = v.clone();
+        }
+        println!("{value}");
+    } else {
+        let extra: Vec<String> = m.extra.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!(
+            "{:<8} {:<22} {:>6} {:>12.1} {:>12.1}  {}",
+            backend.name(),
+            m.case,
+            m.runs,
+            m.median_us,
+            m.p90_us,
+            extra.join(" ")
+        );
+    }
+}
+
+/// Runs one case in a child `shellbox bench` so its peak RSS is its own.
+fn in_child(case: &str) -> Result<Measured, Error> {
+    let exe = std::env::current_exe().map_err(|e| Error::io("find the shellbox executable", e))?;
+    let mut argv: Vec<String> = std::env::args().skip(1).collect();
+    // Keep the machine options, replace the case selection.
+    let mut cleaned = Vec::new();
+    let mut skip_next = false;
+    for a in argv.drain(..) {
+        if skip_next {
+            skip_next = false;
+            continue;
+        }
+        if a == "--case" {
+            skip_next = true;
+            continue;
+        }
+        if a.starts_with("--case=") || a == "--json" {
+            continue;
+        }
+        cleaned.push(a);
+    }
+    cleaned.extend(["--case".into(), case.into(), "--json".into(), "--in-process".into()]);
+    let output = std::process::Command::new(exe)
+        .args(&cleaned)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| Error::io("run the bench child", e))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let line = text.lines().last().unwrap_or("");
+    let value: serde_json::Value = serde_json::from_str(line).map_err(|e| {
+        Error::backend(
+            format!("bench child for {case}"),
+            format!("{e}: exit {:?}, output {text:?}", output.status.code()),
+        )
+    })?;
+    if let Some(err) = value.get("error") {
+        return Err(Error::backend(format!("bench {case}"), err.to_string()));
+    }
+    let mut m = Measured {
+        case: case.to_string(),
+        runs: value["runs"].as_u64().unwrap_or(0) as usize,
+        median_us: value["median_us"].as_f64().unwrap_or(0.0),
+        p90_us: value["p90_us"].as_f64().unwrap_or(0.0),
+        extra: Vec::new(),
+    };
+    for key in ["peak_rss_kib", "rss_kib", "commands_per_s"] {
+        if let Some(v) = value.get(key) {
+            m.extra.push((key, v.clone()));
+        }
+    }
+    Ok(m)
+}
+
+async fn run_case(
+    backend: Backend,
+    factory: &Arc<dyn MachineFactory>,
+    spec: &MachineSpec,
+    case: &str,
+) -> Result<Measured, Error> {
+    let sim = backend == Backend::Sim;
+    let many = if sim { 10_000 } else { 200 };
+    match case {
+        "create_close" => {
+            time_runs(case, many, || async {
+                let m = factory.create(spec.clone()).await?;
+                m.close().await
+            })
+            .await
+        }
+        "run_true" | "run_echo" | "loop_1000" => {
+            let m = factory.create(spec.clone()).await?;
+            let command = match case {
+                "run_true" => Command::new("true"),
+                "run_echo" => Command::from_argv(["echo", "hello"]),
+                _ => Command::shell("i=0; while [ $i -lt 1000 ]; do i=$((i+1)); done"),
+            };
+            let runs = if case == "loop_1000" { many / 10 } else { many };
+            let r = time_runs(case, runs, || async {
+                check(&m.run(command.clone()).await?, case)
+            })
+            .await;
+            m.close().await?;
+            r
+        }
+        "concurrent_8x50" => {
+            let machines =
+                futures::future::try_join_all((0..8).map(|_| factory.create(spec.clone()))).await?;
+            let mut samples = Vec::new();
+            for _ in 0..3 {
+                let start = Instant::now();
+                futures::future::try_join_all(machines.iter().map(|m| async move {
+                    for _ in 0..50 {
+                        check(&m.run(Command::new("true")).await?, case)?;
+                    }
+                    Ok::<(), Error>(())
+                }))
+                .await?;
+                samples.push(start.elapsed());
+            }
+            for m in &machines {
+                m.close().await?;
+            }
+            let mut measured = stats(case, samples);
+            let per_s = 400.0 / (measured.median_us / 1e6);
+            measured
+                .extra
+                .push(("commands_per_s", serde_json::json!(per_s.round())));
+            Ok(measured)
+        }
+        "flood_200mb_1mib" | "flood_1gb_1mib" => {
+            let bytes: u64 = if case == "flood_200mb_1mib" { 200 << 20 } else { 1 << 30 };
+            let m = factory.create(spec.clone()).await?;
+            let command = Command::from_argv(["head", "-c", &bytes.to_string(), "/dev/zero"])
+                .output_limit_bytes(1 << 20);
+            let r = time_runs(case, 3, || async {
+                let r = m.run(command.clone()).await?;
+                check(&r, case)?;
+                if r.stdout.len() != 1 << 20 || !r.stdout_truncated {
+                    return Err(Error::backend(
+                        "bench flood",
+                        format!("kept {} bytes, truncated {}", r.stdout.len(), r.stdout_truncated),
+                    ));
+                }
+                Ok(())
+            })
+            .await;
+            m.close().await?;
+            let mut measured = r?;
+            if let Some(kib) = proc_status_kib("VmHWM:") {
+                measured.extra.push(("peak_rss_kib", serde_json::json!(kib)));
+            }
+            Ok(measured)
+        }
+        "upload_1000_files" | "download_1000_files" => {
+            transfers(factory, spec, case, case == "upload_1000_files").await
+        }
+        "idle_10000" => {
+            let before = proc_status_kib("VmRSS:").unwrap_or(0);
+            let start = Instant::now();
+            let mut machines = Vec::with_capacity(10_000);
+            for _ in 0..10_000 {
+                machines.push(factory.create(spec.clone()).await?);
+            }
+            let elapsed = start.elapsed();
+            let after = proc_status_kib("VmRSS:").unwrap_or(0);
+            for m in &machines {
+                m.close().await?;
+            }
+            let mut measured = stats(case, vec![elapsed / 10_000]);
+            measured.runs = 10_000;
+            measured
+                .extra
+                .push(("rss_kib", serde_json::json!(after.saturating_sub(before))));
+            Ok(measured)
+        }
+        "floor_spawn_true" => {
+            time_runs(case, many, || async {
+                let status = tokio::process::Command::new("/bin/true")
+                    .status()
+                    .await
+                    .map_err(|e| Error::io("spawn /bin/true", e))?;
+                if status.success() {
+                    Ok(())
+                } else {
+                    Err(Error::backend("floor_spawn_true", "/bin/true failed"))
+                }
+            })
+            .await
+        }
+        "floor_bash_true" | "floor_bash_loop_1000" => {
+            let script = if case == "floor_bash_true" {
+                "true"
+            } else {
+                "i=0; while [ $i -lt 1000 ]; do i=$((i+1)); done"
+            };
+            let runs = if case == "floor_bash_true" { 200 } else { 100 };
+            time_runs(case, runs, || async {
+                let status = tokio::process::Command::new("bash")
+                    .args(["-c", script])
+                    .status()
+                    .await
+                    .map_err(|e| Error::io("spawn bash", e))?;
+                if status.success() {
+                    Ok(())
+                } else {
+                    Err(Error::backend(case.to_string(), "bash failed"))
+                }
+            })
+            .await
+        }
+        "floor_bwrap_true" => floor_bwrap_true(factory, spec, case, many).await,
+        "floor_exec_true" => floor_exec_true(spec, case, many).await,
+        other => Err(Error::invalid(format!("unknown bench case {other}"))),
+    }
+}
+
+async fn transfers(
+    factory: &Arc<dyn MachineFactory>,
+    spec: &MachineSpec,
+    case: &str,
+    upload: bool,
+) -> Result<Measured, Error> {
+    let host = tempfile::tempdir().map_err(|e| Error::io("create a temp dir", e))?;
+    let src = host.path().join("src");
+    std::fs::create_dir_all(&src).map_err(|e| Error::io("create bench files", e))?;
+    for i in 0..1000 {
+        std::fs::write(src.join(format!("f{i:04}.txt")), format!("file {i}\n"))
+            .map_err(|e| Error::io("create bench files", e))?;
+    }
+    let m = factory.create(spec.clone()).await?;
+    if !upload {
+        m.upload(&src, "/tmp/bench-src").await?;
+    }
+    let mut n = 0u32;
+    let target_root = host.path().to_path_buf();
+    let r = time_runs(case, 10, || {
+        n += 1;
+        let (m, src, target_root) = (&m, &src, &target_root);
+        async move {
+            if upload {
+                m.upload(src, &format!("/tmp/bench-{n}")).await
+            } else {
+                let target = target_root.join(format!("out-{n}"));
+                m.download("/tmp/bench-src", &target).await?;
+                count_files(&target, 1000)
+            }
+        }
+    })
+    .await;
+    m.close().await?;
+    r
+}
+
+fn count_files(dir: &Path, expected: usize) -> Result<(), Error> {
+    let n = std::fs::read_dir(dir)
+        .map_err(|e| Error::io(format!("read {}", dir.display()), e))?
+        .count();
+    if n == expected {
+        Ok(())
+    } else {
+        Err(Error::backend(
+            "bench download",
+            format!("{n} files downloaded, expected {expected}"),
+        ))
+    }
+}
+
+#[allow(unused_variables)]
+async fn floor_bwrap_true(
+    factory: &Arc<dyn MachineFactory>,
+    spec: &MachineSpec,
+    case: &str,
+    runs: usize,
+) -> Result<Measured, Error> {
+    Err(Error::unsupported("floor_bwrap_true is not wired yet"))
+}
+
+#[allow(unused_variables)]
+async fn floor_exec_true(spec: &MachineSpec, case: &str, runs: usize) -> Result<Measured, Error> {
+    Err(Error::unsupported("floor_exec_true is not wired yet"))
+}
