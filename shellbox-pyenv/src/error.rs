@@ -1,0 +1,199 @@
+//! The crate's error type.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Which input of a build differs from the one a finished root was built from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DifferingInput {
+    /// The `python` argument (a CPython version or an interpreter path).
+    Python,
+    /// The lock file's contents (compared by SHA-256).
+    Lock,
+}
+
+impl fmt::Display for DifferingInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DifferingInput::Python => "python",
+            DifferingInput::Lock => "lock file",
+        })
+    }
+}
+
+/// Every error of building or opening a Python environment.
+///
+/// Each variant names what failed and on what (the path, the uv command line), so it can be
+/// logged as it is; branch on the variant (or [`PyenvError::is_download_unavailable`]) rather
+/// than on the text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PyenvError {
+    /// No `uv` executable: not on the searched `PATH`, or the explicit
+    /// [`BuildOptions::uv`](crate::BuildOptions::uv) path does not exist or cannot be run.
+    #[error("uv is missing: {reason}; install it with `python3 -m pip install uv`")]
+    UvMissing {
+        /// What was looked for and where.
+        reason: String,
+    },
+
+    /// A uv step exited unsuccessfully. `command` is the shell-quoted command line
+    /// (with the variables the builder set for it), `stderr` what uv wrote to stderr
+    /// (its last 64 KiB at most).
+    #[error("{command} {}:\n{stderr}", describe_exit(*.exit_code))]
+    UvFailed {
+        /// The shell-quoted command line, e.g. `uv pip sync --no-config ... /path/lock.txt`.
+        command: String,
+        /// The exit status, or `None` when uv was killed by a signal.
+        exit_code: Option<i32>,
+        /// uv's stderr, lossily decoded.
+        stderr: String,
+    },
+
+    /// `uv python install` could not download the requested CPython: no network, an
+    /// unreachable download host or mirror (`UV_PYTHON_INSTALL_MIRROR`), or `UV_OFFLINE`.
+    /// Distinct from [`PyenvError::UvFailed`] so callers can fall back to an existing
+    /// interpreter path.
+    #[error(
+        "interpreter downloads are unavailable here: uv could not download CPython {version} \
+         (pass the path of an installed interpreter instead, or set UV_PYTHON_INSTALL_MIRROR \
+         to a reachable mirror); {command} {}:\n{stderr}",
+        describe_exit(*.exit_code)
+    )]
+    DownloadUnavailable {
+        /// The CPython version that was requested.
+        version: String,
+        /// The shell-quoted `uv python install` command line.
+        command: String,
+        /// The exit status, or `None` when uv was killed by a signal.
+        exit_code: Option<i32>,
+        /// uv's stderr, lossily decoded.
+        stderr: String,
+    },
+
+    /// The lock file could not be read.
+    #[error("cannot read lock file {}: {source}", path.display())]
+    LockUnreadable {
+        /// The lock file as given.
+        path: PathBuf,
+        /// The read error.
+        source: std::io::Error,
+    },
+
+    /// The `python` argument is neither a full CPython version (`X.Y.Z`) nor a path.
+    #[error("invalid python {value:?}: {reason}")]
+    InvalidPython {
+        /// The argument as given.
+        value: String,
+        /// Why it was refused.
+        reason: String,
+    },
+
+    /// The interpreter path does not exist, cannot run, or did not report its
+    /// `sys.base_prefix`.
+    #[error("interpreter {} is unusable: {reason}", path.display())]
+    InterpreterUnusable {
+        /// The interpreter path.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+
+    /// The root is unusable as an environment root (no final component, e.g. `/` or `..`,
+    /// or a newline in its path).
+    #[error("invalid environment root {}: {reason}", root.display())]
+    InvalidRoot {
+        /// The root as given.
+        root: PathBuf,
+        /// Why it was refused.
+        reason: String,
+    },
+
+    /// The root holds a finished environment built from other inputs. It is never removed
+    /// automatically: machines may be using it.
+    #[error(
+        "{} already holds a Python environment built from a different {input}: \
+         it was built with {existing}, this build asks for {requested}; \
+         remove that directory or choose another root",
+        root.display()
+    )]
+    InputsDiffer {
+        /// The environment root.
+        root: PathBuf,
+        /// The first input that differs.
+        input: DifferingInput,
+        /// The recorded value (a python argument, or `sha256 <hex>` of the lock).
+        existing: String,
+        /// The requested value, in the same form.
+        requested: String,
+    },
+
+    /// [`PythonEnvironment::open`](crate::PythonEnvironment::open) found no completion
+    /// marker: the root was never built, or its build did not finish.
+    #[error("{} holds no finished Python environment (no {} marker)", root.display(), crate::MARKER_NAME)]
+    NotBuilt {
+        /// The environment root.
+        root: PathBuf,
+    },
+
+    /// The completion marker exists but is not in the format this crate writes.
+    #[error("unreadable completion marker {}: {reason}", path.display())]
+    Marker {
+        /// The marker file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// After a build, a symlink in the root points outside the root (and outside the
+    /// external interpreter's prefix), so mounting the listed directories would not be enough.
+    #[error(
+        "{} is a symlink to {}, outside the environment's read-only directories",
+        path.display(),
+        target.display()
+    )]
+    NotSelfContained {
+        /// The symlink.
+        path: PathBuf,
+        /// Its target as stored.
+        target: PathBuf,
+    },
+
+    /// A filesystem or process operation of the builder itself failed.
+    #[error("{operation} {}: {source}", path.display())]
+    Io {
+        /// What the builder was doing, e.g. `"create directory"`.
+        operation: &'static str,
+        /// The path concerned.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+impl PyenvError {
+    /// Whether this is [`PyenvError::DownloadUnavailable`]: the host cannot download
+    /// interpreters, so only the interpreter-path form of `python` can work here.
+    pub fn is_download_unavailable(&self) -> bool {
+        matches!(self, PyenvError::DownloadUnavailable { .. })
+    }
+
+    pub(crate) fn io(
+        operation: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
+        PyenvError::Io {
+            operation,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+fn describe_exit(code: Option<i32>) -> String {
+    match code {
+        Some(code) => format!("exited with status {code}"),
+        None => "was killed by a signal".to_string(),
+    }
+}
