@@ -1,0 +1,98 @@
+//! `download_files` against a real machine (local bubblewrap), as REFERENCE.md 3.1 describes.
+#![cfg(feature = "local")]
+
+use std::time::Duration;
+
+use shellbox::{download_files, Command, DownloadLimits, Error, Machine, MachineFactory, MachineSpec};
+
+async fn machine(test: &str) -> Option<Box<dyn Machine>> {
+    match shellbox::factory(shellbox::Backend::Local).await {
+        Ok(factory) => Some(factory.create(MachineSpec::host()).await.unwrap()),
+        Err(e @ Error::SandboxUnavailable { .. }) => {
+            eprintln!("SKIP {test}: {e}");
+            None
+        }
+        Err(e) => panic!("local factory: {e}"),
+    }
+}
+
+fn limits(max_files: usize, max_bytes: u64) -> DownloadLimits {
+    DownloadLimits {
+        max_files,
+        max_bytes,
+        max_file_bytes: 1 << 20,
+        timeout: Duration::from_secs(30),
+    }
+}
+
+const SETUP: &str = r#"mkdir -p /app/submission/sub && cd /app/submission &&
+name=$(printf 'odd:name\nλ\\x') &&
+printf 'answer\000' > "$name" && ln "$name" alias && ln -s /etc/passwd private &&
+printf 'nested' > sub/n.txt"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_regular_files_and_hard_links_skips_missing() {
+    let Some(m) = machine("reads_regular_files_and_hard_links_skips_missing").await else {
+        return;
+    };
+    let r = m.run(Command::shell(SETUP)).await.unwrap();
+    assert!(r.success(), "{r:?}");
+    let odd = "/app/submission/odd:name\nλ\\x";
+    let got = download_files(&*m, &["/missing", "/app/submission", odd], limits(3, 1000))
+        .await
+        .unwrap();
+    let keys: Vec<&str> = got.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        ["/app/submission/alias", odd, "/app/submission/sub/n.txt"],
+        "the symlink is skipped, the hard link read, the file listed twice counted once"
+    );
+    assert_eq!(got[odd], b"answer\0");
+    assert_eq!(got["/app/submission/alias"], b"answer\0");
+    assert_eq!(got["/app/submission/sub/n.txt"], b"nested");
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn refuses_links_and_budgets() {
+    let Some(m) = machine("refuses_links_and_budgets").await else {
+        return;
+    };
+    let r = m
+        .run(Command::shell(format!("{SETUP} && ln -s /app/submission /app/linkdir")))
+        .await
+        .unwrap();
+    assert!(r.success(), "{r:?}");
+    for linked in ["/app/submission/private", "/app/linkdir/sub/n.txt", "/app/linkdir"] {
+        let err = download_files(&*m, &[linked], limits(10, 1000)).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::Transfer { reason, .. } if reason.contains("links are not allowed")),
+            "{linked}: {err:?}"
+        );
+    }
+    let err = download_files(&*m, &["/app/submission"], limits(2, 1000))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::DownloadLimitExceeded(_)), "{err:?}");
+    let err = download_files(&*m, &["/app/submission"], limits(10, 10))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::DownloadLimitExceeded(_)), "{err:?}");
+    let mut small = limits(10, 1000);
+    small.max_file_bytes = 3;
+    let err = download_files(&*m, &["/app/submission"], small).await.unwrap_err();
+    assert!(matches!(err, Error::Transfer { .. }), "{err:?}");
+    let err = download_files(&*m, &["app/relative"], limits(10, 1000))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    // A FIFO is neither file nor directory: skipped like a missing path.
+    m.run(Command::shell("mkfifo /tmp/fifo")).await.unwrap();
+    let got = download_files(&*m, &["/tmp/fifo"], limits(10, 1000)).await.unwrap();
+    assert!(got.is_empty());
+    m.close().await.unwrap();
+    assert!(matches!(
+        download_files(&*m, &["/tmp"], limits(10, 1000)).await,
+        Err(Error::Closed)
+    ));
+}
