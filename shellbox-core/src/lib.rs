@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+pub mod archive;
 pub mod capture;
 mod command;
 #[cfg(feature = "conformance")]
