@@ -1,0 +1,544 @@
+//! The builder against real uv, a real interpreter and real PyPI.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Barrier};
+
+use common::*;
+use shellbox_pyenv::{
+    build_python_environment, build_python_environment_with, in_system_directories, BuildOptions,
+    DifferingInput, PyenvError, PythonEnvironment, LOCK_COPY_NAME, MARKER_NAME,
+};
+
+/// Runs the environment's interpreter on the host and returns its stdout.
+fn run_python(env: &PythonEnvironment, code: &str) -> String {
+    let output = std::process::Command::new(env.python())
+        .args(["-c", code])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn interpreter_build_is_complete_and_reused() {
+    let test = "interpreter_build_is_complete_and_reused";
+    let (Some(uv), Some(python)) = (real_uv(test), test_python(test)) else {
+        return;
+    };
+    let dir = scratch();
+    let lock = write_lock(dir.path(), "six.lock", SIX_LOCK);
+    let log = dir.path().join("uv.log");
+    let options = BuildOptions::default().uv(counting_uv(dir.path(), &uv, &log));
+    let root = dir.path().join("envs/one");
+    let python_arg = python.to_str().unwrap();
+
+    let env = build_python_environment_with(&root, &lock, python_arg, &options).unwrap();
+    let root = dir.path().canonicalize().unwrap().join("envs/one");
+    assert_eq!(env.root(), root);
+    assert_eq!(env.bin_dir(), root.join("venv/bin"));
+    assert_eq!(env.python(), root.join("venv/bin/python3"));
+
+    // The venv has the locked package and its own prefix; its base is the interpreter's.
+    let prefix = base_prefix(&python);
+    let out = run_python(
+        &env,
+        "import six, sys; print(six.__version__); print(sys.prefix); print(sys.base_prefix)",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "1.17.0");
+    assert_eq!(Path::new(lines[1]), root.join("venv"));
+    assert_eq!(Path::new(lines[2]).canonicalize().unwrap(), prefix);
+
+    // Exactly the root and (outside the system directories) the interpreter's prefix.
+    assert_eq!(env.interpreter_prefix(), Some(prefix.as_path()));
+    let mut expected = vec![root.clone()];
+    if !in_system_directories(&prefix) {
+        expected.push(prefix.clone());
+    }
+    assert_eq!(env.read_only_dirs(), expected);
+
+    // Marker and lock copy.
+    let marker = std::fs::read_to_string(root.join(MARKER_NAME)).unwrap();
+    assert!(
+        marker.starts_with(&format!("python {python_arg}\nlock sha256 ")),
+        "{marker}"
+    );
+    assert!(
+        marker.ends_with(&format!("base_prefix {}\n", prefix.display())),
+        "{marker}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join(LOCK_COPY_NAME)).unwrap(),
+        SIX_LOCK
+    );
+    assert!(dir.path().join("envs/one.lock").is_file());
+    assert_eq!(count_calls(&log, "venv"), 1);
+    assert_eq!(count_calls(&log, "pip sync"), 1);
+
+    // A second build with the same inputs runs no uv at all; open() agrees.
+    let again = build_python_environment_with(&root, &lock, python_arg, &options).unwrap();
+    assert_eq!(again, env);
+    assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 2);
+    assert_eq!(PythonEnvironment::open(&root).unwrap(), env);
+    assert_eq!(
+        PythonEnvironment::open(dir.path().join("envs/./one")).unwrap(),
+        env
+    );
+}
+
+#[test]
+fn concurrent_threads_build_once() {
+    let test = "concurrent_threads_build_once";
+    let (Some(uv), Some(python)) = (real_uv(test), test_python(test)) else {
+        return;
+    };
+    let dir = scratch();
+    let lock = write_lock(dir.path(), "six.lock", SIX_LOCK);
+    let log = dir.path().join("uv.log");
+    let options = BuildOptions::default().uv(counting_uv(dir.path(), &uv, &log));
+    let root = dir.path().join("shared");
+    let barrier = Arc::new(Barrier::new(4));
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let (barrier, options, root, lock, python) = (
+                barrier.clone(),
+                options.clone(),
+                root.clone(),
+                lock.clone(),
+                python.clone(),
+            );
+            std::thread::spawn(move || {
+                barrier.wait();
+                build_python_environment_with(&root, &lock, python.to_str().unwrap(), &options)
+            })
+        })
+        .collect();
+    let envs: Vec<PythonEnvironment> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap().unwrap())
+        .collect();
+    assert!(envs.windows(2).all(|w| w[0] == w[1]));
+    assert_eq!(
+        count_calls(&log, "venv"),
+        1,
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    assert_eq!(count_calls(&log, "pip sync"), 1);
+    assert_eq!(
+        run_python(&envs[0], "import six; print(six.__version__)"),
+        "1.17.0\n"
+    );
+}
+
+/// Run only as a child process of `concurrent_processes_build_once`.
+#[test]
+#[ignore = "a child process of concurrent_processes_build_once"]
+fn child_builder() {
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                panic!("{name} is not set: run concurrent_processes_build_once instead")
+            })
+    };
+    let options = BuildOptions::default().uv(var("PYENV_CHILD_UV"));
+    let env = build_python_environment_with(
+        var("PYENV_CHILD_ROOT"),
+        var("PYENV_CHILD_LOCK"),
+        var("PYENV_CHILD_PYTHON").to_str().unwrap(),
+        &options,
+    )
+    .unwrap();
+    println!("CHILD-ENV {}", env.python().display());
+}
+
+#[test]
+fn concurrent_processes_build_once() {
+    let test = "concurrent_processes_build_once";
+    let (Some(uv), Some(python)) = (real_uv(test), test_python(test)) else {
+        return;
+    };
+    let dir = scratch();
+    let lock = write_lock(dir.path(), "six.lock", SIX_LOCK);
+    let log = dir.path().join("uv.log");
+    let wrapper = counting_uv(dir.path(), &uv, &log);
+    let root = dir.path().join("shared");
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args([
+                    "--ignored",
+                    "--exact",
+                    "child_builder",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("PYENV_CHILD_UV", &wrapper)
+                .env("PYENV_CHILD_ROOT", &root)
+                .env("PYENV_CHILD_LOCK", &lock)
+                .env("PYENV_CHILD_PYTHON", &python)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let expected = format!(
+        "CHILD-ENV {}",
+        dir.path()
+            .canonicalize()
+            .unwrap()
+            .join("shared/venv/bin/python3")
+            .display()
+    );
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(stdout.contains(&expected), "{stdout}");
+        assert!(stdout.contains("1 passed"), "{stdout}");
+    }
+    assert_eq!(
+        count_calls(&log, "venv"),
+        1,
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    assert_eq!(count_calls(&log, "pip sync"), 1);
+}
+
+#[test]
+fn interrupted_build_is_rebuilt() {
+    let test = "interrupted_build_is_rebuilt";
+    let (Some(_uv), Some(python)) = (real_uv(test), test_python(test)) else {
+        return;
+    };
+    let dir = scratch();
+    let lock = write_lock(dir.path(), "six.lock", SIX_LOCK);
+    // What a killed build leaves: a venv half made, no marker.
+    let root = dir.path().join("env");
+    std::fs::create_dir_all(root.join("venv/bin")).unwrap();
+    std::fs::write(root.join("venv/bin/python3"), "not an interpreter").unwrap();
+    std::fs::write(root.join("leftover"), "from the killed build").unwrap();
+    assert!(matches!(
+        PythonEnvironment::open(&root),
+        Err(PyenvError::NotBuilt { .. })
+    ));
+
+    let env = build_python_environment(&root, &lock, python.to_str().unwrap()).unwrap();
+    assert!(!root.join("leftover").exists());
+    assert!(root.join(MARKER_NAME).is_file());
+    assert_eq!(
+        run_python(&env, "import six; print(six.__version__)"),
+        "1.17.0\n"
+    );
+}
+
+#[test]
+fn different_inputs_are_refused() {
+    let test = "different_inputs_are_refused";
+    let (Some(_uv), Some(python)) = (real_uv(test), test_python(test)) else {
+        return;
+    };
+    let dir = scratch();
+    let lock = write_lock(dir.path(), "six.lock", SIX_LOCK);
+    let other_lock = write_lock(
+        dir.path(),
+        "other.lock",
+        &format!("# another lock\n{SIX_LOCK}"),
+    );
+    let root = dir.path().join("env");
+    let python_arg = python.to_str().unwrap();
+    let env = build_python_environment(&root, &lock, python_arg).unwrap();
+
+    let err = build_python_environment(&root, &other_lock, python_arg).unwrap_err();
+    match &err {
+        PyenvError::InputsDiffer {
+            input,
+            existing,
+            requested,
+            ..
+        } => {
+            assert_eq!(*input, DifferingInput::Lock);
+            assert!(existing.starts_with("a lock with sha256 "), "{existing}");
+            assert!(requested.contains("other.lock"), "{requested}");
+        }
+        other => panic!("expected InputsDiffer, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains("different lock file"), "{text}");
+    assert!(text.contains(&env.root().display().to_string()), "{text}");
+
+    let err = build_python_environment(&root, &lock, "/opt/elsewhere/bin/python3").unwrap_err();
+    match &err {
+        PyenvError::InputsDiffer {
+            input,
+            existing,
+            requested,
+            ..
+        } => {
+            assert_eq!(*input, DifferingInput::Python);
+            assert_eq!(existing, &format!("python {python_arg}"));
+            assert_eq!(requested, "python /opt/elsewhere/bin/python3");
+        }
+        other => panic!("expected InputsDiffer, got {other:?}"),
+    }
+    assert!(err.to_string().contains("different python"), "{err}");
+    let err = build_python_environment(&root, &lock, "3.12.12").unwrap_err();
+    assert!(matches!(
+        err,
+        PyenvError::InputsDiffer {
+            input: DifferingInput::Python,
+            ..
+        }
+    ));
+
+    // The finished environment is untouched by the refusals.
+    assert_eq!(PythonEnvironment::open(&root).unwrap(), env);
+    assert_eq!(
+        run_python(&env, "import six; print(six.__version__)"),
+        "1.17.0\n"
+    );
+}
+
+#[test]
+fn uv_missing_is_typed() {
+    let test = "uv_missing_is_typed";
+    let Some(python) = test_python(test) else {
+        return;
+    };
+    let dir = scratch();
+    let lock = write_lock(dir.path(), "six.lock", SIX_LOCK);
+    let root = dir.path().join("env");
+    let python_arg = python.to_str().unwrap();
+
+    let no_path = BuildOptions::default().search_path("/nonexistent/bin:/proc");
+    let err = build_python_environment_with(&root, &lock, python_arg, &no_path).unwrap_err();
+    assert!(matches!(err, PyenvError::UvMissing { .. }), "{err:?}");
+    assert!(err.to_string().contains("pip install uv"), "{err}");
+    assert!(!root.exists());
+
+    let explicit = BuildOptions::default().uv("/nonexistent/uv");
+    let err = build_python_environment_with(&root, &lock, python_arg, &explicit).unwrap_err();
+    assert!(matches!(err, PyenvError::UvMissing { .. }), "{err:?}");
+    assert!(err.to_string().contains("/nonexistent/uv"), "{err}");
+    assert!(!root.exists());
+}
+
+#[test]
+fn uv_failures_are_typed_and_leave_nothing() {
+    let test = "uv_failures_are_typed_and_leave_nothing";
+    let (Some(_uv), Some(python)) = (real_uv(test), test_python(test)) else {
+        return;
+    };
+    let dir = scratch();
+    let root = dir.path().join("env");
+    let python_arg = python.to_str().unwrap();
+
+    let bad_hash = write_lock(dir.path(), "bad-hash.lock", BAD_HASH_LOCK);
+    let err = build_python_environment(&root, &bad_hash, python_arg).unwrap_err();
+    match &err {
+        PyenvError::UvFailed {
+            command,
+            exit_code,
+            stderr,
+        } => {
+            assert!(
+                command.contains(" pip sync --no-config --python "),
+                "{command}"
+            );
+            let copy = dir
+                .path()
+                .canonicalize()
+                .unwrap()
+                .join("env")
+                .join(LOCK_COPY_NAME);
+            assert!(
+                command.ends_with(&format!(
+                    "--require-hashes --link-mode copy {}",
+                    copy.display()
+                )),
+                "{command}"
+            );
+            assert_ne!(*exit_code, Some(0));
+            assert!(stderr.to_lowercase().contains("hash"), "{stderr}");
+        }
+        other => panic!("expected UvFailed, got {other:?}"),
+    }
+    assert!(err.to_string().contains("exited with status"), "{err}");
+    assert!(!root.exists(), "a failed build leaves its root behind");
+
+    let garbage = write_lock(dir.path(), "garbage.lock", "this is ((not a requirement\n");
+    let err = build_python_environment(&root, &garbage, python_arg).unwrap_err();
+    assert!(matches!(err, PyenvError::UvFailed { .. }), "{err:?}");
+    assert!(!root.exists());
+
+    // The same root then builds fine from a good lock.
+    let good = write_lock(dir.path(), "six.lock", SIX_LOCK);
+    build_python_environment(&root, &good, python_arg).unwrap();
+}
+
+#[test]
+fn bad_inputs_are_typed() {
+    let dir = scratch();
+    let root = dir.path().join("env");
+    let lock = write_lock(dir.path(), "six.lock", SIX_LOCK);
+
+    let err =
+        build_python_environment(&root, dir.path().join("missing.lock"), "3.12.12").unwrap_err();
+    match &err {
+        PyenvError::LockUnreadable { path, .. } => assert!(path.ends_with("missing.lock")),
+        other => panic!("expected LockUnreadable, got {other:?}"),
+    }
+    let err = build_python_environment(&root, dir.path(), "3.12.12").unwrap_err();
+    assert!(matches!(err, PyenvError::LockUnreadable { .. }), "{err:?}");
+
+    let err = build_python_environment(&root, &lock, "python3").unwrap_err();
+    assert!(matches!(err, PyenvError::InvalidPython { .. }), "{err:?}");
+    let err = build_python_environment(&root, &lock, "3.12").unwrap_err();
+    assert!(matches!(err, PyenvError::InvalidPython { .. }), "{err:?}");
+
+    let err = build_python_environment(&root, &lock, "/nonexistent/bin/python3").unwrap_err();
+    assert!(
+        matches!(err, PyenvError::InterpreterUnusable { .. }),
+        "{err:?}"
+    );
+    assert!(!root.exists());
+
+    let err = build_python_environment("/", &lock, "3.12.12").unwrap_err();
+    assert!(matches!(err, PyenvError::InvalidRoot { .. }), "{err:?}");
+    let file_root = write_lock(dir.path(), "a-file", "x");
+    let err = build_python_environment(&file_root, &lock, "3.12.12").unwrap_err();
+    assert!(matches!(err, PyenvError::InvalidRoot { .. }), "{err:?}");
+    assert!(file_root.is_file(), "a non-directory root is never removed");
+
+    // An unparseable marker is reported, not deleted.
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join(MARKER_NAME), "garbage\n").unwrap();
+    let err = build_python_environment(&root, &lock, "3.12.12").unwrap_err();
+    assert!(matches!(err, PyenvError::Marker { .. }), "{err:?}");
+    assert!(matches!(
+        PythonEnvironment::open(&root),
+        Err(PyenvError::Marker { .. })
+    ));
+    assert!(root.join(MARKER_NAME).is_file());
+}
+
+#[test]
+fn unreachable_interpreter_mirror_is_download_unavailable() {
+    let test = "unreachable_interpreter_mirror_is_download_unavailable";
+    let Some(_uv) = real_uv(test) else {
+        return;
+    };
+    let dir = scratch();
+    let lock = write_lock(dir.path(), "six.lock", SIX_LOCK);
+    let root = dir.path().join("env");
+    let options =
+        BuildOptions::default().python_install_mirror("file:///nonexistent/shellbox-mirror");
+    let err = build_python_environment_with(&root, &lock, "3.12.12", &options).unwrap_err();
+    match &err {
+        PyenvError::DownloadUnavailable {
+            version,
+            command,
+            stderr,
+            ..
+        } => {
+            assert_eq!(version, "3.12.12");
+            assert!(
+                command.contains("UV_PYTHON_INSTALL_MIRROR=file:///nonexistent/shellbox-mirror"),
+                "{command}"
+            );
+            assert!(
+                command.contains(" python install --no-config --no-bin 3.12.12"),
+                "{command}"
+            );
+            // The mirror setting reached uv.
+            assert!(stderr.contains("/nonexistent/shellbox-mirror"), "{stderr}");
+        }
+        other => panic!("expected DownloadUnavailable, got {other:?}"),
+    }
+    assert!(err.is_download_unavailable());
+    assert!(
+        err.to_string()
+            .starts_with("interpreter downloads are unavailable here"),
+        "{err}"
+    );
+    assert!(!root.exists());
+
+    // A version uv has no download for is an ordinary uv failure, not a download problem.
+    let err = build_python_environment_with(&root, &lock, "3.12.99", &options).unwrap_err();
+    assert!(matches!(err, PyenvError::UvFailed { .. }), "{err:?}");
+}
+
+#[test]
+fn managed_download_builds_self_contained_env() {
+    let test = "managed_download_builds_self_contained_env";
+    let Some(_uv) = real_uv(test) else {
+        return;
+    };
+    let dir = scratch();
+    let lock = write_lock(dir.path(), "six.lock", SIX_LOCK);
+    let root = dir.path().join("env");
+    let env = match build_python_environment(&root, &lock, "3.12.12") {
+        Ok(env) => env,
+        Err(e) if e.is_download_unavailable() => {
+            eprintln!("SKIP {test}: interpreter downloads are unavailable here");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let root = env.root().to_path_buf();
+    assert_eq!(env.read_only_dirs(), vec![root.clone()]);
+    assert_eq!(env.interpreter_prefix(), None);
+    assert!(root.join("python").is_dir());
+    let out = run_python(
+        &env,
+        "import six, sys; print(sys.version.split()[0]); print(sys.prefix); print(sys.base_prefix)",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "3.12.12");
+    assert_eq!(Path::new(lines[1]), root.join("venv"));
+    assert!(
+        Path::new(lines[2])
+            .canonicalize()
+            .unwrap()
+            .starts_with(&root),
+        "{out}"
+    );
+    // Every symlink resolves inside the root.
+    let mut pending = vec![root.clone()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                pending.push(path);
+            } else if meta.file_type().is_symlink() {
+                let resolved = path.canonicalize().unwrap();
+                assert!(
+                    resolved.starts_with(&root),
+                    "{} -> {}",
+                    path.display(),
+                    resolved.display()
+                );
+            }
+        }
+    }
+    let marker = std::fs::read_to_string(root.join(MARKER_NAME)).unwrap();
+    assert!(
+        marker.starts_with("python 3.12.12\nlock sha256 "),
+        "{marker}"
+    );
+}
