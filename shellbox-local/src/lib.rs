@@ -1,1 +1,52 @@
-//! shellbox local backend (in progress).
+//! shellbox's local backend: commands on this host in bubblewrap (`bwrap`) sandboxes.
+//!
+//! A [`LocalMachineFactory`] probes bwrap once and creates [`LocalMachine`]s. Each machine
+//! is a private root directory in the host temp dir (its own `/etc` copy with only
+//! `passwd`, `group`, `hosts`, resolver and certificate files; `/tmp`, `/home/shellbox`,
+//! the workdir), into which the host's system directories (`/usr`, `/lib64`, ... and the
+//! merged-`/usr` symlinks) and the spec's read-only host paths are mounted read-only. Every
+//! command runs in a fresh sandbox on that root:
+//!
+//! - new PID, IPC, UTS (and cgroup, where possible) namespaces; a network namespace with only
+//!   loopback under [`NetworkPolicy::Deny`](shellbox_core::NetworkPolicy);
+//! - no inherited host environment: `PATH` (bin dirs first), `HOME=/home/shellbox`,
+//!   `LANG=C.UTF-8`, optional `PYTHONHASHSEED`, the spec's env, the command's env — passed
+//!   to bwrap through an inherited memfd (`--args FD`), never in any argv;
+//! - no capabilities, `no_new_privs`, niceness +10, `RLIMIT_CORE` 0, `RLIMIT_FSIZE` 1 GiB,
+//!   `RLIMIT_NPROC` host tasks + 256, `RLIMIT_CPU` from the timeout, default SIGPIPE and
+//!   SIGXFSZ — set in the forked launcher before it execs bwrap;
+//! - `/bin/sh` changes to the working directory and execs argv (127 for a missing
+//!   program, 126 for a non-executable one);
+//! - a timeout SIGKILLs bwrap's process group; bwrap's `--die-with-parent` and the PID
+//!   namespace take every descendant with it; output written before the kill is kept.
+//!
+//! The sandbox line is built by the pure [`plan::bwrap_args`]; the behaviour follows the
+//! reference library's local backend (REFERENCE.md section 4) in its read-only mode.
+//! It isolates trusted commands; it is not a security boundary against hostile code.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), shellbox_core::Error> {
+//! use shellbox_core::{Command, Machine, MachineFactory, MachineSpec};
+//! use shellbox_local::{LocalMachineFactory, LocalOptions};
+//! let factory = LocalMachineFactory::new(LocalOptions::default())?;
+//! let machine = factory.create(MachineSpec::host()).await?;
+//! let result = machine.run(Command::shell("echo hi > f && cat f")).await?;
+//! assert_eq!(result.stdout, "hi\n");
+//! machine.close().await?;
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+mod fsops;
+mod launch;
+mod machine;
+pub mod plan;
+mod root;
+
+pub use launch::{parse_exit_code, CONTROL_ENV};
+pub use machine::{
+    machine_bwrap_args, LocalMachine, LocalMachineFactory, LocalOptions, PROBE_TIMEOUT,
+    SANDBOX_REQUIREMENTS,
+};
+pub use root::{ETC_COPIES, ROOT_PREFIX};

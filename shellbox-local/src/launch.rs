@@ -1,0 +1,431 @@
+//! The thin side-effecting part: spawn bwrap with the planned argv, environment fd, limits
+//! and process group, pump its output, enforce the timeout and report how it ended.
+
+use std::collections::HashMap;
+use std::ffi::{CString, OsString};
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::Stream;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use shellbox_core::capture::{pump_reader, timed_out_status, OutputKind};
+use shellbox_core::{Error, Event, EventStream, ExitReason, ExitStatus};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+use tokio::sync::{mpsc, watch};
+
+use crate::plan::Limit;
+
+/// The fixed environment bwrap itself runs with (REFERENCE 4.4); the sandbox clears it.
+pub const CONTROL_ENV: [(&str, &str); 3] = [
+    ("PATH", "/usr/bin:/bin"),
+    ("HOME", "/home/shellbox"),
+    ("LANG", "C.UTF-8"),
+];
+
+/// How long output pipes may stay open after bwrap is gone before we stop reading.
+const DRAIN_GRACE: Duration = Duration::from_secs(10);
+
+/// Bytes of bwrap's stderr kept to explain a failed sandbox set-up.
+const STDERR_TAP_BYTES: usize = 4096;
+
+/// A bwrap command ready to spawn, and the read end of its JSON status pipe.
+pub(crate) struct Prepared {
+    pub command: std::process::Command,
+    pub status: Option<OwnedFd>,
+}
+
+fn errno_io(e: nix::errno::Errno) -> std::io::Error {
+    std::io::Error::from(e)
+}
+
+/// Builds the bwrap process: `args(env_fd, status_fd)` gives its argv; `env_options` (the
+/// NUL-separated `--clearenv/--setenv` list) is written to a memfd that the child re-opens
+/// (so each spawn reads it from offset 0) at the fd number given to `args`. In the child,
+/// before exec: a new session and process group, `limits`, niceness +10, default SIGPIPE
+/// and SIGXFSZ dispositions. No helper process is involved.
+pub(crate) fn prepare(
+    bwrap: &Path,
+    env_options: &[u8],
+    limits: Vec<Limit>,
+    with_status: bool,
+    args: impl FnOnce(i32, Option<i32>) -> Vec<OsString>,
+) -> Result<Prepared, Error> {
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    let memfd = memfd_create("shellbox-env", MFdFlags::MFD_CLOEXEC)
+        .map_err(|e| Error::io("create environment memfd", errno_io(e)))?;
+    {
+        let mut file = std::fs::File::from(
+            memfd
+                .try_clone()
+                .map_err(|e| Error::io("dup environment memfd", e))?,
+        );
+        file.write_all(env_options)
+            .map_err(|e| Error::io("write environment memfd", e))?;
+    }
+    let env_fd = memfd.as_raw_fd();
+    let reopen = CString::new(format!("/proc/self/fd/{env_fd}")).expect("no NUL in a path");
+    let (status_read, status_write) = if with_status {
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| Error::io("create status pipe", errno_io(e)))?;
+        (Some(r), Some(w))
+    } else {
+        (None, None)
+    };
+    let status_fd = status_write.as_ref().map(|w| w.as_raw_fd());
+    let mut command = std::process::Command::new(bwrap);
+    command
+        .args(args(env_fd, status_fd))
+        .env_clear()
+        .envs(CONTROL_ENV)
+        .current_dir("/");
+    let pre_exec = move || -> std::io::Result<()> {
+        // Keep the fds alive in the Command; only their numbers are used here.
+        let _keep = (&memfd, &status_write);
+        nix::unistd::setsid().map_err(errno_io)?;
+        for limit in &limits {
+            nix::sys::resource::setrlimit(limit.resource, limit.value, limit.value)
+                .map_err(errno_io)?;
+        }
+        // SAFETY: async-signal-safe libc calls in the forked child, on values prepared
+        // before the fork; no allocation happens here.
+        unsafe {
+            libc::nice(10);
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
+            let fd = libc::open(reopen.as_ptr(), libc::O_RDONLY);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::dup2(fd, env_fd) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+            if let Some(w) = status_fd {
+                if libc::fcntl(w, libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the closure only makes async-signal-safe system calls (see above).
+    unsafe {
+        command.pre_exec(pre_exec);
+    }
+    Ok(Prepared {
+        command,
+        status: status_read,
+    })
+}
+
+/// Process groups of a machine's running commands, so `close` and `Drop` can kill them.
+#[derive(Default)]
+pub(crate) struct Registry {
+    next: AtomicU64,
+    running: Mutex<HashMap<u64, i32>>,
+}
+
+impl Registry {
+    fn add(&self, pgid: i32) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(id, pgid);
+        id
+    }
+
+    fn remove(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, i32>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Number of commands still running.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// SIGKILLs every running command's process group.
+    pub fn kill_all(&self) {
+        for pgid in self.lock().values() {
+            let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
+        }
+    }
+}
+
+/// Kills the process group when dropped while armed (the driver task was cancelled, e.g.
+/// because its runtime shut down, before it reaped bwrap).
+struct KillGuard {
+    pgid: i32,
+    armed: bool,
+}
+
+impl Drop for KillGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
+        }
+    }
+}
+
+/// Copies the first bytes read through it, to explain a failed sandbox set-up.
+struct Tap<R> {
+    inner: R,
+    seen: Arc<Mutex<Vec<u8>>>,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Tap<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = &poll {
+            let new = &buf.filled()[before..];
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            let room = STDERR_TAP_BYTES.saturating_sub(seen.len());
+            seen.extend_from_slice(&new[..room.min(new.len())]);
+        }
+        poll
+    }
+}
+
+/// The receiving end of a command: dropping it makes the driver kill the command.
+struct CommandStream {
+    rx: mpsc::Receiver<Result<Event, Error>>,
+}
+
+impl Stream for CommandStream {
+    type Item = Result<Event, Error>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+/// What a command's run needs besides its prepared process.
+pub(crate) struct RunParams {
+    pub stdin: Bytes,
+    pub limit_bytes: u64,
+    pub timeout: Option<Duration>,
+    pub shutdown: watch::Receiver<bool>,
+    pub registry: Arc<Registry>,
+    pub label: String,
+}
+
+enum Ended {
+    Exited(std::io::Result<std::process::ExitStatus>),
+    TimedOut,
+    Dropped,
+    Closed,
+}
+
+/// Spawns the prepared bwrap and returns its event stream; a driver task pumps output,
+/// enforces the timeout (SIGKILL of the whole process group; bwrap's `--die-with-parent`
+/// and PID namespace take every descendant with it), reaps, and sends the terminal item.
+pub(crate) fn spawn(prepared: Prepared, params: RunParams) -> Result<EventStream, Error> {
+    let Prepared { command, status } = prepared;
+    let mut command = tokio::process::Command::from(command);
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(false);
+    let mut child = command
+        .spawn()
+        .map_err(|e| Error::backend(format!("spawn bwrap for {}", params.label), e))?;
+    // The child has its copies of the env memfd and status pipe; drop ours now so the
+    // status pipe reaches EOF when bwrap exits.
+    drop(command);
+    let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
+        return Err(Error::backend(
+            "spawn bwrap",
+            "the child exited before its pid was known",
+        ));
+    };
+    let guard = KillGuard {
+        pgid: pid,
+        armed: true,
+    };
+    let id = params.registry.add(pid);
+    let (tx, rx) = mpsc::channel(16);
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    tokio::spawn(async move {
+        let mut guard = guard;
+        let RunParams {
+            stdin: input,
+            limit_bytes,
+            timeout,
+            mut shutdown,
+            registry,
+            label,
+        } = params;
+        if let Some(mut pipe) = stdin {
+            tokio::spawn(async move {
+                // A command that exits without reading its stdin is not an error.
+                let _ = pipe.write_all(&input).await;
+                let _ = pipe.shutdown().await;
+            });
+        }
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let out_task = stdout.map(|r| {
+            tokio::spawn(pump_reader(r, OutputKind::Stdout, limit_bytes, tx.clone()))
+        });
+        let err_task = stderr.map(|r| {
+            let tap = Tap {
+                inner: r,
+                seen: seen.clone(),
+            };
+            tokio::spawn(pump_reader(tap, OutputKind::Stderr, limit_bytes, tx.clone()))
+        });
+        let status_task = status.map(|fd| {
+            tokio::spawn(async move {
+                let mut file = tokio::fs::File::from_std(std::fs::File::from(fd));
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text).await;
+                text
+            })
+        });
+        let deadline = async {
+            match timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let ended = tokio::select! {
+            st = child.wait() => Ended::Exited(st),
+            () = deadline => Ended::TimedOut,
+            () = tx.closed() => Ended::Dropped,
+            _ = shutdown.wait_for(|closed| *closed) => Ended::Closed,
+        };
+        let wait_status = match &ended {
+            Ended::Exited(st) => st.as_ref().ok().copied(),
+            _ => {
+                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+                child.wait().await.ok()
+            }
+        };
+        guard.armed = false;
+        let mut truncated = [false, false];
+        for (i, task) in [out_task, err_task].into_iter().enumerate() {
+            if let Some(mut task) = task {
+                match tokio::time::timeout(DRAIN_GRACE, &mut task).await {
+                    Ok(Ok(Ok(t))) => truncated[i] = t,
+                    Ok(_) => {}
+                    Err(_) => {
+                        tracing::warn!("{label}: output pipe still open {DRAIN_GRACE:?} after bwrap ended; stopped reading");
+                        task.abort();
+                    }
+                }
+            }
+        }
+        let status_json = match status_task {
+            Some(mut task) => match tokio::time::timeout(DRAIN_GRACE, &mut task).await {
+                Ok(Ok(text)) => text,
+                _ => {
+                    task.abort();
+                    String::new()
+                }
+            },
+            None => String::new(),
+        };
+        registry.remove(id);
+        let item = match ended {
+            Ended::Dropped => return,
+            Ended::Closed => Err(Error::Closed),
+            Ended::TimedOut => Ok(Event::Exit(timed_out_status(truncated[0], truncated[1]))),
+            Ended::Exited(_) => {
+                let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                outcome(&status_json, wait_status, &seen, truncated)
+            }
+        };
+        let _ = tx.send(item).await;
+    });
+    Ok(Box::pin(CommandStream { rx }))
+}
+
+/// The `"exit-code"` bwrap's `--json-status-fd` reports once the sandboxed command ended;
+/// absent when the sandbox failed to set up.
+pub fn parse_exit_code(status_json: &str) -> Option<i32> {
+    status_json
+        .split('\n')
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line.trim()).ok())
+        .find_map(|v| v.get("exit-code")?.as_i64())
+        .and_then(|c| i32::try_from(c).ok())
+}
+
+/// How a command ended, from bwrap's JSON status, its wait status and stderr: an exit code
+/// bwrap reported is the command's (bwrap maps a signal N to 128+N); a bwrap killed by a
+/// signal reports 128+N; anything else is bwrap's own failure to set up the sandbox.
+fn outcome(
+    status_json: &str,
+    wait: Option<std::process::ExitStatus>,
+    stderr: &[u8],
+    truncated: [bool; 2],
+) -> Result<Event, Error> {
+    use std::os::unix::process::ExitStatusExt;
+    let exited = |code| {
+        Ok(Event::Exit(ExitStatus {
+            exit_code: Some(code),
+            reason: ExitReason::Exited,
+            stdout_truncated: truncated[0],
+            stderr_truncated: truncated[1],
+        }))
+    };
+    if let Some(code) = parse_exit_code(status_json) {
+        return exited(code);
+    }
+    match wait {
+        Some(st) if st.signal().is_some() => exited(shellbox_core::status::exit_code_of(st)),
+        other => {
+            let text = String::from_utf8_lossy(stderr).trim().to_string();
+            let why = match (text.is_empty(), other) {
+                (false, _) => text,
+                (true, Some(st)) => format!("bwrap exited with {st} before starting the command"),
+                (true, None) => "bwrap could not be waited for".to_string(),
+            };
+            Err(Error::backend(
+                "set up the bwrap sandbox",
+                std::io::Error::other(why),
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_parsing() {
+        let json = "{ \"child-pid\": 9527, \"pid-namespace\": 4026532181 }\n{ \"exit-code\": 2 }\n";
+        assert_eq!(parse_exit_code(json), Some(2));
+        assert_eq!(parse_exit_code("{ \"child-pid\": 1 }\n"), None);
+        assert_eq!(parse_exit_code(""), None);
+        let e = outcome("", None, b"bwrap: Can't find source path /x\n", [false, false]).unwrap_err();
+        assert!(e.to_string().contains("Can't find source path"), "{e}");
+        let ok = outcome(json, None, b"", [true, false]).unwrap();
+        assert_eq!(
+            ok,
+            Event::Exit(ExitStatus {
+                exit_code: Some(2),
+                reason: ExitReason::Exited,
+                stdout_truncated: true,
+                stderr_truncated: false
+            })
+        );
+    }
+}

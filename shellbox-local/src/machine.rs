@@ -1,0 +1,686 @@
+//! [`LocalMachineFactory`] and [`LocalMachine`].
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shellbox_core::validate::validate_guest_path;
+use shellbox_core::{
+    async_trait, Command, Error, EventStream, ImageSource, Machine, MachineFactory, MachineSpec,
+};
+use tokio::sync::{watch, RwLock};
+
+use crate::launch::{self, Registry, RunParams};
+use crate::plan::{self, HostDir, HostFacts, Launch, Layout, ReadOnlyMount};
+use crate::root;
+
+/// How long the factory's probe of one bwrap candidate may take.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What bwrap needs to sandbox here, added to the reason of a candidate that ran and failed.
+pub const SANDBOX_REQUIREMENTS: &str = "bwrap needs, when run as root, CAP_SYS_ADMIN and CAP_NET_ADMIN, no AppArmor confinement and a seccomp policy allowing pivot_root; when run as another user, unprivileged user namespaces";
+
+/// Options of a [`LocalMachineFactory`] (REFERENCE 4.1, read-only mode).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalOptions {
+    /// Host directories mounted read-only at their own path in every machine. Made
+    /// absolute against the current directory; each must be an existing directory.
+    pub read_only: Vec<PathBuf>,
+    /// Directories put on every command's `PATH` after the image's own bin dirs and
+    /// before the system ones (made absolute; not mounted by themselves).
+    pub bin_dirs: Vec<PathBuf>,
+    /// The bwrap program to use; `None` tries each `bwrap` on `PATH`, then `/usr/bin/bwrap`.
+    pub bwrap: Option<PathBuf>,
+    /// `PYTHONHASHSEED` given to every command when set.
+    pub hash_seed: Option<String>,
+}
+
+struct FactoryInner {
+    bwrap: PathBuf,
+    read_only: Vec<PathBuf>,
+    bin_dirs: Vec<String>,
+    hash_seed: Option<String>,
+    facts: HostFacts,
+}
+
+/// Creates [`LocalMachine`]s: commands on this host in bubblewrap sandboxes, each machine
+/// with its own private root directory (REFERENCE section 4). Trusted commands only: this
+/// isolates machines from each other and from host files, it is not a security boundary
+/// against hostile code.
+#[derive(Clone)]
+pub struct LocalMachineFactory {
+    inner: Arc<FactoryInner>,
+}
+
+impl std::fmt::Debug for LocalMachineFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalMachineFactory")
+            .field("bwrap", &self.inner.bwrap)
+            .field("read_only", &self.inner.read_only)
+            .field("bin_dirs", &self.inner.bin_dirs)
+            .finish_non_exhaustive()
+    }
+}
+
+fn absolute(path: &Path) -> Result<PathBuf, Error> {
+    std::path::absolute(path)
+        .map_err(|e| Error::io(format!("make {} absolute", path.display()), e))
+}
+
+fn path_string(path: &Path, what: &str) -> Result<String, Error> {
+    path.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| Error::invalid(format!("{what} {} is not valid UTF-8", path.display())))
+}
+
+fn bwrap_candidates(given: Option<&Path>) -> Vec<PathBuf> {
+    if let Some(p) = given {
+        return vec![p.to_path_buf()];
+    }
+    let mut found: Vec<PathBuf> = Vec::new();
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path).chain([PathBuf::from("/usr/bin")]) {
+        let candidate = dir.join("bwrap");
+        if !candidate.is_file() {
+            continue;
+        }
+        let canonical = candidate.canonicalize().unwrap_or(candidate.clone());
+        if !found
+            .iter()
+            .any(|f| f.canonicalize().unwrap_or(f.clone()) == canonical)
+        {
+            found.push(candidate);
+        }
+    }
+    found
+}
+
+impl LocalMachineFactory {
+    /// Checks the options and probes bwrap: each candidate in turn runs the full sandbox
+    /// line of a throwaway machine (network denied) on `/bin/sh -c 'exit 0'` within
+    /// [`PROBE_TIMEOUT`]; the first that succeeds is used. Blocks while probing (about
+    /// ten milliseconds when bwrap works).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] listing `read_only` entries that are not existing
+    /// directories, or a non-UTF-8 `bin_dirs` entry; [`Error::SandboxUnavailable`] with
+    /// `"<candidate>: <bwrap's stderr | exit status | spawn error>"` for every candidate
+    /// when none can sandbox (or `"bwrap: not found ..."` when there is none).
+    pub fn new(options: LocalOptions) -> Result<Self, Error> {
+        let read_only = options
+            .read_only
+            .iter()
+            .map(|p| absolute(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let missing: Vec<String> = read_only
+            .iter()
+            .filter(|p| !p.is_dir())
+            .map(|p| p.display().to_string())
+            .collect();
+        if !missing.is_empty() {
+            return Err(Error::invalid(format!(
+                "read-only dirs do not exist or are not directories: {}",
+                missing.join(", ")
+            )));
+        }
+        let bin_dirs = options
+            .bin_dirs
+            .iter()
+            .map(|p| absolute(p).and_then(|p| path_string(&p, "bin dir")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let facts = HostFacts::probe();
+        let candidates = bwrap_candidates(options.bwrap.as_deref());
+        if candidates.is_empty() {
+            return Err(Error::SandboxUnavailable {
+                reasons: vec![
+                    "bwrap: not found on PATH or at /usr/bin/bwrap (install bubblewrap)".into(),
+                ],
+            });
+        }
+        let mut reasons = Vec::new();
+        for candidate in candidates {
+            let inner = FactoryInner {
+                bwrap: candidate.clone(),
+                read_only: read_only.clone(),
+                bin_dirs: bin_dirs.clone(),
+                hash_seed: options.hash_seed.clone(),
+                facts: facts.clone(),
+            };
+            match probe(&inner) {
+                Ok(()) => {
+                    return Ok(Self {
+                        inner: Arc::new(inner),
+                    })
+                }
+                Err(reason) => reasons.push(format!("{}: {reason}", candidate.display())),
+            }
+        }
+        Err(Error::SandboxUnavailable { reasons })
+    }
+
+    /// The bwrap program this factory uses.
+    pub fn bwrap(&self) -> &Path {
+        &self.inner.bwrap
+    }
+
+    /// [`MachineFactory::create`] with the concrete type, for callers that want the
+    /// local-only methods of [`LocalMachine`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a spec failing [`MachineSpec::validate`] or a missing
+    /// read-only host path; [`Error::Unsupported`] for a source other than
+    /// [`ImageSource::Host`], any of `cpus`, `memory_mb`, `storage_mb`, non-zero `gpus`
+    /// (bwrap enforces none of them), a mount inside a system directory or another mount,
+    /// a workdir inside a system directory or mount; [`Error::Io`] when the root cannot be
+    /// made. Nothing is left behind on error.
+    pub async fn create_local(&self, spec: MachineSpec) -> Result<LocalMachine, Error> {
+        spec.validate()?;
+        let ImageSource::Host(image) = &spec.source else {
+            return Err(Error::unsupported(format!(
+                "the local backend runs host programs only (ImageSource::Host), not a {} source",
+                spec.source.kind()
+            )));
+        };
+        for (field, set) in [
+            ("cpus", spec.cpus.is_some()),
+            ("memory_mb", spec.memory_mb.is_some()),
+            ("storage_mb", spec.storage_mb.is_some()),
+            ("gpus", spec.gpus != 0),
+        ] {
+            if set {
+                return Err(Error::unsupported(format!(
+                    "the local backend cannot enforce {field}"
+                )));
+            }
+        }
+        let image_read_only = image
+            .read_only
+            .iter()
+            .map(|p| absolute(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let image_mounts: Vec<(PathBuf, String)> = image
+            .mounts
+            .iter()
+            .map(|m| absolute(&m.host).map(|h| (h, m.guest.clone())))
+            .collect::<Result<_, _>>()?;
+        let mounts = plan::plan_mounts(
+            &self.inner.read_only,
+            &image_read_only,
+            &image_mounts,
+            &|p| p.exists(),
+            &|p| p.is_dir(),
+        )?;
+        let workdir = plan::plan_workdir(&spec.workdir, &mounts)?;
+        let mut bin_dirs = image
+            .bin_dirs
+            .iter()
+            .map(|p| absolute(p).and_then(|p| path_string(&p, "bin dir")))
+            .collect::<Result<Vec<_>, _>>()?;
+        bin_dirs.extend(self.inner.bin_dirs.iter().cloned());
+        let facts = self.inner.facts.clone();
+        let (m, w) = (mounts.clone(), workdir.clone());
+        let root = tokio::task::spawn_blocking(move || root::create_root(&facts, &m, &w))
+            .await
+            .map_err(|e| Error::backend("create machine root", e))??;
+        let (shutdown, _) = watch::channel(false);
+        Ok(LocalMachine {
+            factory: self.inner.clone(),
+            layout: Layout {
+                root,
+                network: spec.network,
+                mounts,
+            },
+            workdir,
+            spec_env: spec.env.clone(),
+            bin_dirs,
+            gate: RwLock::new(()),
+            closed: AtomicBool::new(false),
+            registry: Arc::new(Registry::default()),
+            shutdown,
+        })
+    }
+}
+
+/// Runs the full sandbox line of a throwaway machine on `/bin/sh -c 'exit 0'`.
+fn probe(inner: &FactoryInner) -> Result<(), String> {
+    let mounts: Vec<ReadOnlyMount> = inner
+        .read_only
+        .iter()
+        .map(|p| ReadOnlyMount {
+            host: p.clone(),
+            guest: p.to_string_lossy().into_owned(),
+        })
+        .collect();
+    let root = root::create_root(&inner.facts, &mounts, "/").map_err(|e| e.to_string())?;
+    let layout = Layout {
+        root: root.clone(),
+        network: shellbox_core::NetworkPolicy::Deny,
+        mounts,
+    };
+    let result = probe_in(inner, &layout);
+    if let Err(e) = root::remove_root(&root) {
+        tracing::warn!("removing probe root: {e}");
+    }
+    result
+}
+
+fn probe_in(inner: &FactoryInner, layout: &Layout) -> Result<(), String> {
+    let env = plan::command_env(&[], None, &BTreeMap::new(), &BTreeMap::new());
+    let env_options = plan::env_args(&env).map_err(|e| e.to_string())?;
+    let prepared = launch::prepare(&inner.bwrap, &env_options, Vec::new(), false, |env_fd, _| {
+        plan::bwrap_args(
+            layout,
+            &inner.facts,
+            &Launch {
+                argv: vec!["/bin/sh".into(), "-c".into(), "exit 0".into()],
+                cwd: "/".into(),
+                user: None,
+                env_fd,
+                status_fd: None,
+            },
+        )
+    })
+    .map_err(|e| e.to_string())?;
+    let mut command = prepared.command;
+    command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = command.spawn().map_err(|e| format!("cannot run it: {e}"))?;
+    drop(command);
+    let mut stderr = child.stderr.take();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(s) = stderr.as_mut() {
+            let _ = s.take(64 * 1024).read_to_string(&mut text);
+        }
+        text
+    });
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() < PROBE_TIMEOUT => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+            _ => {
+                if let Ok(pid) = i32::try_from(child.id()) {
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let text = reader.join().unwrap_or_default();
+    match status {
+        Some(s) if s.success() => Ok(()),
+        Some(s) => {
+            let text = text.trim();
+            let why = if text.is_empty() {
+                format!("{s}")
+            } else {
+                text.to_string()
+            };
+            Err(format!("{why} ({SANDBOX_REQUIREMENTS})"))
+        }
+        None => Err(format!(
+            "the probe did not finish within {PROBE_TIMEOUT:?}"
+        )),
+    }
+}
+
+#[async_trait]
+impl MachineFactory for LocalMachineFactory {
+    fn backend(&self) -> &'static str {
+        "local"
+    }
+
+    async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {
+        Ok(Box::new(self.create_local(spec).await?))
+    }
+}
+
+/// One local machine: a private root directory on the host in which every command runs
+/// in a fresh bubblewrap sandbox (REFERENCE 4.2-4.7).
+///
+/// Each command gets new PID, IPC, UTS (and, where possible, cgroup) namespaces, a network
+/// namespace with only loopback under [`NetworkPolicy::Deny`](shellbox_core::NetworkPolicy),
+/// no capabilities, `no_new_privs`, the host's system directories and the machine's read-only
+/// mounts read-only, and its own `/dev`, `/dev/shm` and `/proc`. Files written anywhere else
+/// persist in the root until [`Machine::close`] (or drop) removes it.
+pub struct LocalMachine {
+    factory: Arc<FactoryInner>,
+    layout: Layout,
+    workdir: String,
+    spec_env: BTreeMap<String, String>,
+    bin_dirs: Vec<String>,
+    /// Transfers hold it shared; `close` takes it exclusively.
+    gate: RwLock<()>,
+    closed: AtomicBool,
+    registry: Arc<Registry>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for LocalMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalMachine")
+            .field("root", &self.layout.root)
+            .field("workdir", &self.workdir)
+            .field("closed", &self.closed.load(Ordering::SeqCst))
+            .finish_non_exhaustive()
+    }
+}
+
+fn lookup_user(user: &str) -> Option<(u32, u32)> {
+    use nix::unistd::{Uid, User};
+    let found = User::from_name(user).ok().flatten().or_else(|| {
+        user.parse::<u32>()
+            .ok()
+            .and_then(|uid| User::from_uid(Uid::from_raw(uid)).ok().flatten())
+    })?;
+    Some((found.uid.as_raw(), found.gid.as_raw()))
+}
+
+fn host_tasks() -> u64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| plan::parse_loadavg_tasks(&s))
+        .unwrap_or(1024)
+}
+
+fn affinity_cpus() -> usize {
+    nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .map(|set| {
+            (0..nix::sched::CpuSet::count())
+                .filter(|&i| set.is_set(i).unwrap_or(false))
+                .count()
+        })
+        .unwrap_or(1)
+        .max(1)
+}
+
+fn current_soft(resource: nix::sys::resource::Resource) -> Option<u64> {
+    match nix::sys::resource::getrlimit(resource) {
+        Ok((soft, _)) if soft != libc::RLIM_INFINITY => Some(soft),
+        _ => None,
+    }
+}
+
+impl LocalMachine {
+    /// The machine's private root directory on the host (`shellbox-local-*` in the host
+    /// temp dir); gone after close or drop.
+    pub fn root(&self) -> &Path {
+        &self.layout.root
+    }
+
+    /// The read-only mounts every command gets, as `(host path, guest path)` in mount
+    /// order: the factory's read-only dirs, the image's, then the image's mounts.
+    pub fn read_only_mounts(&self) -> Vec<(PathBuf, String)> {
+        self.layout
+            .mounts
+            .iter()
+            .map(|m| (m.host.clone(), m.guest.clone()))
+            .collect()
+    }
+
+    /// The working directory commands start in when they set none (`/` for an empty spec
+    /// workdir).
+    pub fn workdir(&self) -> &str {
+        &self.workdir
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        if self.closed.load(Ordering::SeqCst) {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn plan_launch(
+        &self,
+        command: &Command,
+    ) -> Result<(Vec<u8>, Option<(plan::UserSwitch, PathBuf)>), Error> {
+        let user = plan::plan_user(
+            command.user.as_deref(),
+            nix::unistd::geteuid().as_raw(),
+            &lookup_user,
+        )?;
+        let user = match user {
+            None => None,
+            Some(switch) => match &self.factory.facts.setpriv {
+                Some(setpriv) => Some((switch, setpriv.clone())),
+                None => {
+                    return Err(Error::unsupported(
+                        "switching users needs setpriv (util-linux), which this host lacks",
+                    ))
+                }
+            },
+        };
+        let env = plan::command_env(
+            &self.bin_dirs,
+            self.factory.hash_seed.as_deref(),
+            &self.spec_env,
+            &command.env,
+        );
+        Ok((plan::env_args(&env)?, user))
+    }
+
+    /// A `std::process::Command` running bwrap with exactly the flags a command of this
+    /// machine gets (same namespaces, mounts, environment fd, limits without a CPU limit,
+    /// process group), on `/bin/true` in the workdir, without the JSON status fd: the
+    /// floor `shellbox bench` compares machine runs against. Stdio is left to the caller.
+    ///
+    /// # Errors
+    /// [`Error::Closed`], or [`Error::Io`] when the environment memfd cannot be made.
+    #[doc(hidden)]
+    pub fn floor_bwrap_true_command(&self) -> Result<std::process::Command, Error> {
+        self.check_open()?;
+        let command = Command::new("/bin/true");
+        let (env_options, user) = self.plan_launch(&command)?;
+        let limits = plan::limits(host_tasks(), None, affinity_cpus(), &current_soft);
+        let prepared = launch::prepare(
+            &self.factory.bwrap,
+            &env_options,
+            limits,
+            false,
+            |env_fd, status_fd| {
+                plan::bwrap_args(
+                    &self.layout,
+                    &self.factory.facts,
+                    &Launch {
+                        argv: command.argv.clone(),
+                        cwd: self.workdir.clone(),
+                        user,
+                        env_fd,
+                        status_fd,
+                    },
+                )
+            },
+        )?;
+        Ok(prepared.command)
+    }
+
+    /// The guest-path rule of uploads: system and special directories and read-only mounts
+    /// cannot be written.
+    fn read_only_reason(mounts: &[ReadOnlyMount], path: &str) -> Result<(), Error> {
+        if let Some(dir) = plan::system_dir_of(path) {
+            return Err(Error::unsupported(format!(
+                "cannot upload to {path}: read-only host path (system directory {dir})"
+            )));
+        }
+        if let Some(m) = mounts.iter().find(|m| plan::is_within(path, &m.guest)) {
+            return Err(Error::unsupported(format!(
+                "cannot upload to {path}: read-only host path (mounted from {})",
+                m.host.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Where a guest path's content lives: a host path for mounts and host system dirs
+    /// (read-only, commands cannot change them), otherwise inside the root.
+    fn host_source(&self, guest: &str) -> Option<PathBuf> {
+        if let Some(m) = self
+            .layout
+            .mounts
+            .iter()
+            .find(|m| plan::is_within(guest, &m.guest))
+        {
+            let rel = guest[m.guest.len()..].trim_start_matches('/');
+            return Some(if rel.is_empty() {
+                m.host.clone()
+            } else {
+                m.host.join(rel)
+            });
+        }
+        let host_dir = self.factory.facts.system_dirs.iter().any(|(d, kind)| {
+            *kind != HostDir::Missing && plan::is_within(guest, d)
+        });
+        host_dir.then(|| PathBuf::from(guest))
+    }
+
+    fn shutdown_now(&self) {
+        self.shutdown.send_replace(true);
+        self.registry.kill_all();
+    }
+}
+
+#[async_trait]
+impl Machine for LocalMachine {
+    async fn run_stream(&self, command: Command) -> Result<EventStream, Error> {
+        command.validate()?;
+        self.check_open()?;
+        let (env_options, user) = self.plan_launch(&command)?;
+        let cwd = command.cwd.clone().unwrap_or_else(|| self.workdir.clone());
+        let limits = plan::limits(host_tasks(), command.timeout, affinity_cpus(), &current_soft);
+        let prepared = launch::prepare(
+            &self.factory.bwrap,
+            &env_options,
+            limits,
+            true,
+            |env_fd, status_fd| {
+                plan::bwrap_args(
+                    &self.layout,
+                    &self.factory.facts,
+                    &Launch {
+                        argv: command.argv.clone(),
+                        cwd,
+                        user,
+                        env_fd,
+                        status_fd,
+                    },
+                )
+            },
+        )?;
+        let _gate = self.gate.read().await;
+        self.check_open()?;
+        let label = command.argv.first().cloned().unwrap_or_default();
+        launch::spawn(
+            prepared,
+            RunParams {
+                stdin: command.stdin.clone(),
+                limit_bytes: command.output_limit_bytes,
+                timeout: command.timeout,
+                shutdown: self.shutdown.subscribe(),
+                registry: self.registry.clone(),
+                label,
+            },
+        )
+    }
+
+    async fn upload(&self, source: &Path, target: &str) -> Result<(), Error> {
+        validate_guest_path(target)?;
+        let _gate = self.gate.read().await;
+        self.check_open()?;
+        let root = self.layout.root.clone();
+        let mounts = self.layout.mounts.clone();
+        let source = source.to_path_buf();
+        let target = target.to_string();
+        tokio::task::spawn_blocking(move || {
+            let check = |p: &str| Self::read_only_reason(&mounts, p);
+            crate::fsops::upload(&root, &source, &target, &check)
+        })
+        .await
+        .map_err(|e| Error::backend("upload", e))?
+    }
+
+    async fn download(&self, source: &str, target: &Path) -> Result<(), Error> {
+        validate_guest_path(source)?;
+        let _gate = self.gate.read().await;
+        self.check_open()?;
+        let root = self.layout.root.clone();
+        let host = self.host_source(source);
+        let source = source.to_string();
+        let target = target.to_path_buf();
+        tokio::task::spawn_blocking(move || match host {
+            Some(host) => crate::fsops::download_host(&host, &target, &source),
+            None => crate::fsops::download_from_root(&root, &source, &target),
+        })
+        .await
+        .map_err(|e| Error::backend("download", e))?
+    }
+
+    async fn close(&self) -> Result<(), Error> {
+        let _gate = self.gate.write().await;
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.shutdown_now();
+        let started = Instant::now();
+        while self.registry.len() > 0 && started.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let root = self.layout.root.clone();
+        tokio::task::spawn_blocking(move || root::remove_root(&root))
+            .await
+            .map_err(|e| Error::backend("remove machine root", e))?
+    }
+}
+
+impl Drop for LocalMachine {
+    fn drop(&mut self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.shutdown_now();
+        if let Err(e) = root::remove_root(&self.layout.root) {
+            tracing::warn!("dropping an unclosed local machine: {e}");
+        }
+    }
+}
+
+/// The bwrap argv (without the program) a command would get on this machine with the
+/// given fd numbers; exposed for tests and tools that check the sandbox line.
+#[doc(hidden)]
+pub fn machine_bwrap_args(
+    machine: &LocalMachine,
+    command: &Command,
+    env_fd: i32,
+    status_fd: Option<i32>,
+) -> Result<Vec<OsString>, Error> {
+    command.validate()?;
+    let (_, user) = machine.plan_launch(command)?;
+    Ok(plan::bwrap_args(
+        &machine.layout,
+        &machine.factory.facts,
+        &Launch {
+            argv: command.argv.clone(),
+            cwd: command
+                .cwd
+                .clone()
+                .unwrap_or_else(|| machine.workdir.clone()),
+            user,
+            env_fd,
+            status_fd,
+        },
+    ))
+}

@@ -1,0 +1,760 @@
+//! Pure decisions: which mounts a machine gets, its environment, the resource limits and
+//! the exact bwrap argument vector. Nothing here touches the host; the host facts come in
+//! as values ([`HostFacts`]) so every decision is tested against exact expected vectors.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use shellbox_core::{Error, NetworkPolicy};
+
+/// The host's system directories as the sandbox sees them, in mount order (REFERENCE 4.3).
+/// `/etc` and `/sys` are the machine's private copies; the others come from the host.
+pub const SYSTEM_DIRS: [&str; 9] = [
+    "/bin", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/sbin", "/sys", "/usr",
+];
+
+/// Guest directories the sandbox mounts afresh for every command (`/dev`, `/proc`); nothing
+/// can be uploaded or mounted there.
+pub const SPECIAL_DIRS: [&str; 2] = ["/dev", "/proc"];
+
+/// `PATH` entries after the bin dirs (REFERENCE 4.4).
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// `HOME` of every command; the directory exists in every machine with mode 1777.
+pub const HOME: &str = "/home/shellbox";
+
+/// The script `/bin/sh` runs inside the sandbox: change to the working directory (`$1`), then
+/// exec the argv. A failed `cd` ends with the shell's failure status, a missing program with
+/// 127, a non-executable one with 126 (POSIX `sh` command search and execution).
+pub const LAUNCH_SCRIPT: &str = r#"cd -- "$1" && shift && exec "$@""#;
+
+/// The one-gibibyte file size limit every command gets (`RLIMIT_FSIZE`).
+pub const FSIZE_LIMIT_BYTES: u64 = 1 << 30;
+
+/// Extra tasks allowed above the host's current task count (`RLIMIT_NPROC`).
+pub const NPROC_HEADROOM: u64 = 256;
+
+/// Seconds of CPU time allowed above `timeout x CPUs` (`RLIMIT_CPU`).
+pub const CPU_HEADROOM_SECS: u64 = 5;
+
+/// What a host system directory is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostDir {
+    /// It does not exist on the host; the sandbox has none either.
+    Missing,
+    /// A real directory, bound read-only at the same path.
+    Dir,
+    /// A symlink (merged `/usr`, e.g. `/bin -> usr/bin`), recreated with the same target in
+    /// the machine root when the machine is created.
+    Symlink(PathBuf),
+}
+
+/// Facts about the host the argv depends on, gathered once by [`HostFacts::probe`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostFacts {
+    /// Each of [`SYSTEM_DIRS`] except `/etc` and `/sys`, with what it is on the host.
+    pub system_dirs: Vec<(String, HostDir)>,
+    /// The `setpriv` program used to switch users (`None` when the host has none).
+    pub setpriv: Option<PathBuf>,
+}
+
+impl HostFacts {
+    /// Reads the host: the type of each system directory and where `setpriv` is.
+    pub fn probe() -> Self {
+        let system_dirs = SYSTEM_DIRS
+            .iter()
+            .filter(|d| !is_private_system_dir(d))
+            .map(|d| {
+                let kind = match std::fs::symlink_metadata(d) {
+                    Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(d) {
+                        Ok(target) => HostDir::Symlink(target),
+                        Err(_) => HostDir::Missing,
+                    },
+                    Ok(m) if m.is_dir() => HostDir::Dir,
+                    _ => HostDir::Missing,
+                };
+                (d.to_string(), kind)
+            })
+            .collect();
+        let setpriv = ["/usr/bin/setpriv", "/bin/setpriv", "/usr/sbin/setpriv"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file());
+        Self {
+            system_dirs,
+            setpriv,
+        }
+    }
+}
+
+/// `/etc` and `/sys` are the machine's own (a private copy and an empty directory).
+pub fn is_private_system_dir(dir: &str) -> bool {
+    dir == "/etc" || dir == "/sys"
+}
+
+/// True when the guest path `path` is `dir` or lies inside it (both absolute, normalised).
+pub fn is_within(path: &str, dir: &str) -> bool {
+    dir == "/"
+        || path == dir
+        || (path.len() > dir.len() && path.starts_with(dir) && path.as_bytes()[dir.len()] == b'/')
+}
+
+/// The system or special directory `path` lies in, if any.
+pub fn system_dir_of(path: &str) -> Option<&'static str> {
+    SYSTEM_DIRS
+        .iter()
+        .chain(SPECIAL_DIRS.iter())
+        .copied()
+        .find(|d| is_within(path, d))
+}
+
+/// A host path shown read-only at a guest path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadOnlyMount {
+    /// The host file or directory.
+    pub host: PathBuf,
+    /// Where it appears in the machine.
+    pub guest: String,
+}
+
+/// Builds a machine's mounts (REFERENCE 4.6): the factory's read-only dirs, then the image's
+/// (each at its own path, duplicates dropped), then the image's mounts.
+///
+/// # Errors
+/// [`Error::InvalidInput`] listing every host path that does not exist or, for read-only
+/// dirs, is not a directory, and for a guest path that is not absolute and normalised;
+/// [`Error::Unsupported`] for a guest path inside a system directory
+/// ([`SYSTEM_DIRS`], [`SPECIAL_DIRS`]), at `/`, or inside another mount.
+pub fn plan_mounts(
+    factory_read_only: &[PathBuf],
+    image_read_only: &[PathBuf],
+    image_mounts: &[(PathBuf, String)],
+    exists: &dyn Fn(&Path) -> bool,
+    is_dir: &dyn Fn(&Path) -> bool,
+) -> Result<Vec<ReadOnlyMount>, Error> {
+    let mut mounts: Vec<ReadOnlyMount> = Vec::new();
+    let mut missing = Vec::new();
+    for dir in factory_read_only.iter().chain(image_read_only) {
+        let Some(guest) = dir.to_str() else {
+            return Err(Error::invalid(format!(
+                "read-only dir {} is not valid UTF-8",
+                dir.display()
+            )));
+        };
+        if !dir.is_absolute() {
+            return Err(Error::invalid(format!(
+                "read-only dir {} is not absolute",
+                dir.display()
+            )));
+        }
+        if !is_dir(dir) {
+            missing.push(dir.display().to_string());
+            continue;
+        }
+        let guest = guest.trim_end_matches('/');
+        let guest = if guest.is_empty() { "/" } else { guest };
+        if !mounts.iter().any(|m| m.guest == guest) {
+            mounts.push(ReadOnlyMount {
+                host: dir.clone(),
+                guest: guest.to_string(),
+            });
+        }
+    }
+    for (host, guest) in image_mounts {
+        if !exists(host) {
+            missing.push(host.display().to_string());
+            continue;
+        }
+        mounts.push(ReadOnlyMount {
+            host: host.clone(),
+            guest: guest.clone(),
+        });
+    }
+    if !missing.is_empty() {
+        return Err(Error::invalid(format!(
+            "read-only host paths do not exist or are not directories: {}",
+            missing.join(", ")
+        )));
+    }
+    for (i, mount) in mounts.iter().enumerate() {
+        shellbox_core::validate::validate_guest_path(&mount.guest)?;
+        if mount.guest == "/" {
+            return Err(Error::unsupported(format!(
+                "mount of {} at / would hide the machine root",
+                mount.host.display()
+            )));
+        }
+        if let Some(dir) = system_dir_of(&mount.guest) {
+            return Err(Error::unsupported(format!(
+                "mount guest path {} lies inside the system directory {dir}",
+                mount.guest
+            )));
+        }
+        if let Some(other) = mounts
+            .iter()
+            .enumerate()
+            .find(|(j, o)| *j != i && is_within(&mount.guest, &o.guest))
+        {
+            return Err(Error::unsupported(format!(
+                "mount guest path {} lies inside another mount at {}",
+                mount.guest, other.1.guest
+            )));
+        }
+    }
+    Ok(mounts)
+}
+
+/// Checks a machine's workdir (empty means `/`) against its mounts and returns it.
+///
+/// # Errors
+/// [`Error::Unsupported`] when it lies inside a system directory or a read-only mount.
+pub fn plan_workdir(workdir: &str, mounts: &[ReadOnlyMount]) -> Result<String, Error> {
+    let workdir = if workdir.is_empty() { "/" } else { workdir };
+    if let Some(dir) = system_dir_of(workdir) {
+        return Err(Error::unsupported(format!(
+            "workdir {workdir} lies inside the read-only system directory {dir}"
+        )));
+    }
+    if let Some(m) = mounts.iter().find(|m| is_within(workdir, &m.guest)) {
+        return Err(Error::unsupported(format!(
+            "workdir {workdir} lies inside the read-only host path mounted at {}",
+            m.guest
+        )));
+    }
+    Ok(workdir.to_string())
+}
+
+/// The environment of a command (REFERENCE 4.4): `PATH` (image bin dirs, factory bin dirs,
+/// [`DEFAULT_PATH`]), `HOME`, `LANG=C.UTF-8`, `PYTHONHASHSEED` when a seed is given, then
+/// the spec's env, then the command's (later wins). Nothing comes from the host.
+pub fn command_env(
+    bin_dirs: &[String],
+    hash_seed: Option<&str>,
+    spec_env: &BTreeMap<String, String>,
+    command_env: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut path: Vec<&str> = bin_dirs.iter().map(String::as_str).collect();
+    path.push(DEFAULT_PATH);
+    let mut env = BTreeMap::new();
+    env.insert("PATH".to_string(), path.join(":"));
+    env.insert("HOME".to_string(), HOME.to_string());
+    env.insert("LANG".to_string(), "C.UTF-8".to_string());
+    if let Some(seed) = hash_seed {
+        env.insert("PYTHONHASHSEED".to_string(), seed.to_string());
+    }
+    env.extend(spec_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env.extend(command_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
+
+/// The NUL-separated options bwrap reads through `--args FD`: `--clearenv`, then
+/// `--setenv KEY VALUE` per variable. Values never appear in any process's argv.
+///
+/// # Errors
+/// [`Error::InvalidInput`] when a key or value holds a NUL byte.
+pub fn env_args(env: &BTreeMap<String, String>) -> Result<Vec<u8>, Error> {
+    let mut out = b"--clearenv\0".to_vec();
+    for (key, value) in env {
+        if key.contains('\0') || value.contains('\0') {
+            return Err(Error::invalid(format!(
+                "environment variable {key:?} contains a NUL byte"
+            )));
+        }
+        out.extend_from_slice(b"--setenv\0");
+        out.extend_from_slice(key.as_bytes());
+        out.push(0);
+        out.extend_from_slice(value.as_bytes());
+        out.push(0);
+    }
+    Ok(out)
+}
+
+/// The account a command switches to (from a root host process only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserSwitch {
+    /// Real and effective UID.
+    pub uid: u32,
+    /// Real and effective GID (the account's primary group).
+    pub gid: u32,
+}
+
+/// One command's launch: what runs, where, as whom, and the fds bwrap reads and writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    /// Working directory inside the sandbox.
+    pub cwd: String,
+    /// The user switch, if any, and the `setpriv` program that performs it.
+    pub user: Option<(UserSwitch, PathBuf)>,
+    /// The fd bwrap reads its environment options from (`--args`).
+    pub env_fd: i32,
+    /// The fd bwrap writes its JSON status to (`--json-status-fd`), if any.
+    pub status_fd: Option<i32>,
+}
+
+/// The machine side of the sandbox line: its root, network and mounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// The machine's private root directory on the host.
+    pub root: PathBuf,
+    /// Network policy.
+    pub network: NetworkPolicy,
+    /// Read-only mounts, in order.
+    pub mounts: Vec<ReadOnlyMount>,
+}
+
+/// The bwrap argument vector (without the program name) for one command (REFERENCE 4.3, in
+/// that order): namespaces and process options, the root bound at `/`, the system
+/// directories, fresh `/dev`, `/dev/shm` and `/proc`, the read-only mounts, then
+/// `[setpriv ...] /bin/sh -c LAUNCH_SCRIPT sh CWD ARGV...`.
+///
+/// Merged-`/usr` symlinks are not passed as `--symlink`: they were created in the root when
+/// the machine was, because Debian's bwrap 0.8 refuses to create a symlink that exists, so
+/// the second command on a machine would fail.
+pub fn bwrap_args(layout: &Layout, facts: &HostFacts, launch: &Launch) -> Vec<OsString> {
+    let mut a: Vec<OsString> = Vec::new();
+    let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
+    push(&["--args", &launch.env_fd.to_string()]);
+    push(&[
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]);
+    if layout.network == NetworkPolicy::Deny {
+        push(&["--unshare-net"]);
+    }
+    push(&["--new-session", "--die-with-parent", "--cap-drop", "ALL"]);
+    if launch.user.is_some() {
+        push(&["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]);
+    }
+    if let Some(fd) = launch.status_fd {
+        push(&["--json-status-fd", &fd.to_string()]);
+    }
+    a.push("--bind".into());
+    a.push(layout.root.clone().into());
+    a.push("/".into());
+    for dir in SYSTEM_DIRS {
+        if is_private_system_dir(dir) {
+            a.push("--ro-bind".into());
+            a.push(layout.root.join(&dir[1..]).into());
+            a.push(dir.into());
+            continue;
+        }
+        let kind = facts
+            .system_dirs
+            .iter()
+            .find(|(d, _)| d == dir)
+            .map(|(_, k)| k);
+        if kind == Some(&HostDir::Dir) {
+            a.extend([OsString::from("--ro-bind"), dir.into(), dir.into()]);
+        }
+    }
+    a.extend(
+        ["--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
+            .iter()
+            .map(OsString::from),
+    );
+    for m in &layout.mounts {
+        a.push("--ro-bind".into());
+        a.push(m.host.clone().into());
+        a.push(m.guest.clone().into());
+    }
+    a.push("--".into());
+    if let Some((user, setpriv)) = &launch.user {
+        a.push(setpriv.clone().into());
+        a.push(format!("--reuid={}", user.uid).into());
+        a.push(format!("--regid={}", user.gid).into());
+        a.push("--clear-groups".into());
+        a.push("--".into());
+    }
+    a.extend(
+        ["/bin/sh", "-c", LAUNCH_SCRIPT, "sh", &launch.cwd]
+            .iter()
+            .map(OsString::from),
+    );
+    a.extend(launch.argv.iter().map(OsString::from));
+    a
+}
+
+/// A resource limit set on the launcher before it execs bwrap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    /// Which resource.
+    pub resource: nix::sys::resource::Resource,
+    /// Soft and hard value.
+    pub value: u64,
+}
+
+/// The resource limits of a command (REFERENCE 4.4): `RLIMIT_CORE` 0, `RLIMIT_FSIZE`
+/// 1 GiB, `RLIMIT_NPROC` host tasks + 256 and, with a timeout, `RLIMIT_CPU`
+/// ceil(timeout x CPUs) + 5 s. Each is lowered to `current_soft(resource)` when that is
+/// finite (`None` = unlimited).
+pub fn limits(
+    host_tasks: u64,
+    timeout: Option<Duration>,
+    cpus: usize,
+    current_soft: &dyn Fn(nix::sys::resource::Resource) -> Option<u64>,
+) -> Vec<Limit> {
+    use nix::sys::resource::Resource;
+    let mut wanted = vec![
+        (Resource::RLIMIT_CORE, 0),
+        (Resource::RLIMIT_FSIZE, FSIZE_LIMIT_BYTES),
+        (Resource::RLIMIT_NPROC, host_tasks + NPROC_HEADROOM),
+    ];
+    if let Some(timeout) = timeout {
+        let cpu_secs = (timeout.as_secs_f64() * cpus.max(1) as f64).ceil() as u64;
+        wanted.push((Resource::RLIMIT_CPU, cpu_secs + CPU_HEADROOM_SECS));
+    }
+    wanted
+        .into_iter()
+        .map(|(resource, value)| Limit {
+            resource,
+            value: current_soft(resource).map_or(value, |soft| soft.min(value)),
+        })
+        .collect()
+}
+
+/// The host task count: the number after `/` in the 4th field of `/proc/loadavg`.
+pub fn parse_loadavg_tasks(loadavg: &str) -> Option<u64> {
+    loadavg.split_whitespace().nth(3)?.split('/').nth(1)?.parse().ok()
+}
+
+/// Decides the user switch of a command (REFERENCE 4.4): `None` or the host process's own
+/// UID (as a name or number) runs without a switch; another account needs a root host
+/// process. `lookup` maps a name or numeric string to `(uid, gid)` of a host account.
+///
+/// # Errors
+/// [`Error::Unsupported`] for an account the host does not have, or another account when
+/// the host process is not root.
+pub fn plan_user(
+    user: Option<&str>,
+    my_uid: u32,
+    lookup: &dyn Fn(&str) -> Option<(u32, u32)>,
+) -> Result<Option<UserSwitch>, Error> {
+    let Some(user) = user else { return Ok(None) };
+    if user == my_uid.to_string() {
+        return Ok(None);
+    }
+    let Some((uid, gid)) = lookup(user) else {
+        return Err(Error::unsupported(format!(
+            "user {user:?}: no host account has this name or UID"
+        )));
+    };
+    if uid == my_uid {
+        return Ok(None);
+    }
+    if my_uid != 0 {
+        return Err(Error::unsupported(format!(
+            "user {user:?}: switching to another account needs a root host process (running as UID {my_uid})"
+        )));
+    }
+    Ok(Some(UserSwitch { uid, gid }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::resource::Resource;
+
+    fn facts() -> HostFacts {
+        HostFacts {
+            system_dirs: vec![
+                ("/bin".into(), HostDir::Symlink("usr/bin".into())),
+                ("/lib".into(), HostDir::Symlink("usr/lib".into())),
+                ("/lib32".into(), HostDir::Missing),
+                ("/lib64".into(), HostDir::Dir),
+                ("/libx32".into(), HostDir::Missing),
+                ("/sbin".into(), HostDir::Symlink("usr/sbin".into())),
+                ("/usr".into(), HostDir::Dir),
+            ],
+            setpriv: Some("/usr/bin/setpriv".into()),
+        }
+    }
+
+    fn strs(v: &[OsString]) -> Vec<&str> {
+        v.iter().map(|s| s.to_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn argv_deny_network_no_user() {
+        let layout = Layout {
+            root: "/tmp/shellbox-local-x".into(),
+            network: NetworkPolicy::Deny,
+            mounts: vec![ReadOnlyMount {
+                host: "/opt/tools".into(),
+                guest: "/opt/tools".into(),
+            }],
+        };
+        let launch = Launch {
+            argv: vec!["echo".into(), "hi there".into()],
+            cwd: "/workspace".into(),
+            user: None,
+            env_fd: 7,
+            status_fd: Some(9),
+        };
+        let expected = [
+            "--args",
+            "7",
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--unshare-net",
+            "--new-session",
+            "--die-with-parent",
+            "--cap-drop",
+            "ALL",
+            "--json-status-fd",
+            "9",
+            "--bind",
+            "/tmp/shellbox-local-x",
+            "/",
+            "--ro-bind",
+            "/tmp/shellbox-local-x/etc",
+            "/etc",
+            "--ro-bind",
+            "/lib64",
+            "/lib64",
+            "--ro-bind",
+            "/tmp/shellbox-local-x/sys",
+            "/sys",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/dev/shm",
+            "--proc",
+            "/proc",
+            "--ro-bind",
+            "/opt/tools",
+            "/opt/tools",
+            "--",
+            "/bin/sh",
+            "-c",
+            LAUNCH_SCRIPT,
+            "sh",
+            "/workspace",
+            "echo",
+            "hi there",
+        ];
+        assert_eq!(strs(&bwrap_args(&layout, &facts(), &launch)), expected);
+    }
+
+    #[test]
+    fn argv_allow_network_with_user_switch() {
+        let layout = Layout {
+            root: "/r".into(),
+            network: NetworkPolicy::Allow,
+            mounts: vec![],
+        };
+        let launch = Launch {
+            argv: vec!["id".into()],
+            cwd: "/".into(),
+            user: Some((
+                UserSwitch {
+                    uid: 65534,
+                    gid: 65534,
+                },
+                "/usr/bin/setpriv".into(),
+            )),
+            env_fd: 3,
+            status_fd: None,
+        };
+        let expected = [
+            "--args",
+            "3",
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--new-session",
+            "--die-with-parent",
+            "--cap-drop",
+            "ALL",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+            "--bind",
+            "/r",
+            "/",
+            "--ro-bind",
+            "/r/etc",
+            "/etc",
+            "--ro-bind",
+            "/lib64",
+            "/lib64",
+            "--ro-bind",
+            "/r/sys",
+            "/sys",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/dev/shm",
+            "--proc",
+            "/proc",
+            "--",
+            "/usr/bin/setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            "/bin/sh",
+            "-c",
+            LAUNCH_SCRIPT,
+            "sh",
+            "/",
+            "id",
+        ];
+        assert_eq!(strs(&bwrap_args(&layout, &facts(), &launch)), expected);
+    }
+
+    #[test]
+    fn env_order_and_encoding() {
+        let spec: BTreeMap<_, _> = [("A".to_string(), "spec".to_string())].into();
+        let cmd: BTreeMap<_, _> = [
+            ("A".to_string(), "cmd".to_string()),
+            ("HOME".to_string(), "/root".to_string()),
+        ]
+        .into();
+        let env = command_env(&["/img/bin".into(), "/fac/bin".into()], Some("0"), &spec, &cmd);
+        assert_eq!(
+            env.get("PATH").unwrap(),
+            &format!("/img/bin:/fac/bin:{DEFAULT_PATH}")
+        );
+        assert_eq!(env["A"], "cmd");
+        assert_eq!(env["HOME"], "/root");
+        assert_eq!(env["LANG"], "C.UTF-8");
+        assert_eq!(env["PYTHONHASHSEED"], "0");
+        let plain = command_env(&[], None, &BTreeMap::new(), &BTreeMap::new());
+        assert_eq!(plain.len(), 3);
+        assert_eq!(plain["PATH"], DEFAULT_PATH);
+        assert_eq!(plain["HOME"], HOME);
+
+        let small: BTreeMap<_, _> = [("K".to_string(), "v w".to_string())].into();
+        assert_eq!(env_args(&small).unwrap(), b"--clearenv\0--setenv\0K\0v w\0");
+        let bad: BTreeMap<_, _> = [("K".to_string(), "a\0b".to_string())].into();
+        assert!(matches!(env_args(&bad), Err(Error::InvalidInput(m)) if m.contains("NUL")));
+    }
+
+    #[test]
+    fn limits_follow_reference() {
+        let unlimited = |_| None;
+        let l = limits(104, None, 2, &unlimited);
+        assert_eq!(
+            l,
+            vec![
+                Limit {
+                    resource: Resource::RLIMIT_CORE,
+                    value: 0
+                },
+                Limit {
+                    resource: Resource::RLIMIT_FSIZE,
+                    value: 1 << 30
+                },
+                Limit {
+                    resource: Resource::RLIMIT_NPROC,
+                    value: 360
+                },
+            ]
+        );
+        let l = limits(1, Some(Duration::from_millis(1500)), 3, &unlimited);
+        assert_eq!(
+            l[3],
+            Limit {
+                resource: Resource::RLIMIT_CPU,
+                value: 5 + 5
+            }
+        );
+        let low = |r| (r == Resource::RLIMIT_FSIZE).then_some(4096);
+        assert_eq!(limits(1, None, 1, &low)[1].value, 4096);
+        assert_eq!(parse_loadavg_tasks("0.40 0.35 0.15 1/104 6386\n"), Some(104));
+        assert_eq!(parse_loadavg_tasks("garbage"), None);
+    }
+
+    #[test]
+    fn mounts_and_workdir_rules() {
+        let yes = |_: &Path| true;
+        let no = |_: &Path| false;
+        let m = plan_mounts(
+            &["/opt/a".into()],
+            &["/opt/a".into(), "/srv/b/".into()],
+            &[("/data/x".into(), "/fixture".into())],
+            &yes,
+            &yes,
+        )
+        .unwrap();
+        let guests: Vec<_> = m.iter().map(|m| m.guest.as_str()).collect();
+        assert_eq!(guests, ["/opt/a", "/srv/b", "/fixture"]);
+
+        let missing = plan_mounts(&["/nope".into()], &[], &[], &yes, &no).unwrap_err();
+        assert!(matches!(&missing, Error::InvalidInput(m) if m.contains("/nope")));
+        let sys = plan_mounts(
+            &[],
+            &[],
+            &[("/x".into(), "/usr/local/share/fixture".into())],
+            &yes,
+            &yes,
+        )
+        .unwrap_err();
+        assert!(sys.is_unsupported() && sys.to_string().contains("system directory"));
+        let nested = plan_mounts(
+            &["/opt/a".into()],
+            &[],
+            &[("/x".into(), "/opt/a/b".into())],
+            &yes,
+            &yes,
+        )
+        .unwrap_err();
+        assert!(nested.is_unsupported());
+        let rel = plan_mounts(&["rel".into()], &[], &[], &yes, &yes).unwrap_err();
+        assert!(matches!(rel, Error::InvalidInput(_)));
+
+        assert_eq!(plan_workdir("", &m).unwrap(), "/");
+        assert_eq!(plan_workdir("/workspace", &m).unwrap(), "/workspace");
+        assert!(plan_workdir("/usr/lib/shellbox-test", &m)
+            .unwrap_err()
+            .is_unsupported());
+        assert!(plan_workdir("/opt/a/sub", &m).unwrap_err().is_unsupported());
+        assert!(plan_workdir("/proc/1", &m).unwrap_err().is_unsupported());
+        assert_eq!(plan_workdir("/opt/ab", &m).unwrap(), "/opt/ab");
+    }
+
+    #[test]
+    fn user_rules() {
+        let lookup = |u: &str| match u {
+            "nobody" | "65534" => Some((65534, 65534)),
+            "root" | "0" => Some((0, 0)),
+            _ => None,
+        };
+        assert_eq!(plan_user(None, 0, &lookup).unwrap(), None);
+        assert_eq!(plan_user(Some("0"), 0, &lookup).unwrap(), None);
+        assert_eq!(plan_user(Some("root"), 0, &lookup).unwrap(), None);
+        assert_eq!(plan_user(Some("1000"), 1000, &lookup).unwrap(), None);
+        assert_eq!(
+            plan_user(Some("nobody"), 0, &lookup).unwrap(),
+            Some(UserSwitch {
+                uid: 65534,
+                gid: 65534
+            })
+        );
+        assert!(plan_user(Some("ghost"), 0, &lookup)
+            .unwrap_err()
+            .to_string()
+            .contains("no host account"));
+        assert!(plan_user(Some("65534"), 1000, &lookup)
+            .unwrap_err()
+            .is_unsupported());
+        assert!(is_within("/a/b", "/a") && !is_within("/ab", "/a") && is_within("/a", "/a"));
+        assert!(is_within("/x", "/"));
+    }
+}

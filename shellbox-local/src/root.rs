@@ -1,0 +1,204 @@
+//! A machine's private root directory on the host (REFERENCE 4.2): creation and removal.
+
+use std::fs;
+use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use shellbox_core::Error;
+
+use crate::fsops;
+use crate::plan::{HostDir, HostFacts, ReadOnlyMount, HOME};
+
+/// Host files and directories copied into the machine's private `/etc` when they exist.
+pub const ETC_COPIES: [&str; 10] = [
+    "/etc/alternatives",
+    "/etc/group",
+    "/etc/hosts",
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/passwd",
+    "/etc/resolv.conf",
+    "/etc/ssl/cert.pem",
+    "/etc/ssl/certs",
+];
+
+/// Prefix of every machine root in the host temp dir.
+pub const ROOT_PREFIX: &str = "shellbox-local-";
+
+fn io(op: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::io(format!("{op} {}", path.display()), e)
+}
+
+/// Creates a private root in the host temp dir: mode 0755 with `etc` (copies of
+/// [`ETC_COPIES`]), empty `sys` and `opt`, `tmp` and `home/shellbox` (mode 1777), the
+/// merged-`/usr` symlinks of the host, mount points for the system directories, `/dev`,
+/// `/proc` and every mount, and the workdir. On error the partial root is removed.
+///
+/// # Errors
+/// [`Error::Io`] when the host refuses a step.
+pub fn create_root(
+    facts: &HostFacts,
+    mounts: &[ReadOnlyMount],
+    workdir: &str,
+) -> Result<PathBuf, Error> {
+    let dir = tempfile::Builder::new()
+        .prefix(ROOT_PREFIX)
+        .tempdir()
+        .map_err(|e| Error::io("create machine root in the host temp dir", e))?;
+    let root = dir.keep();
+    match fill_root(&root, facts, mounts, workdir) {
+        Ok(()) => Ok(root),
+        Err(e) => {
+            if let Err(re) = remove_root(&root) {
+                tracing::warn!("removing partial machine root {}: {re}", root.display());
+            }
+            Err(e)
+        }
+    }
+}
+
+fn fill_root(
+    root: &Path,
+    facts: &HostFacts,
+    mounts: &[ReadOnlyMount],
+    workdir: &str,
+) -> Result<(), Error> {
+    fs::set_permissions(root, fs::Permissions::from_mode(0o755))
+        .map_err(|e| io("chmod", root, e))?;
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true).mode(0o755);
+    for d in ["etc", "sys", "opt", "dev", "proc", "home"] {
+        let p = root.join(d);
+        builder.create(&p).map_err(|e| io("mkdir", &p, e))?;
+    }
+    for d in ["tmp", &HOME[1..]] {
+        let p = root.join(d);
+        builder.create(&p).map_err(|e| io("mkdir", &p, e))?;
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o1777))
+            .map_err(|e| io("chmod", &p, e))?;
+    }
+    for src in ETC_COPIES {
+        let src = Path::new(src);
+        if fs::symlink_metadata(src).is_err() {
+            continue;
+        }
+        let dst = root.join(src.strip_prefix("/").unwrap_or(src));
+        if let Some(parent) = dst.parent() {
+            builder.create(parent).map_err(|e| io("mkdir", parent, e))?;
+        }
+        fsops::copy_host_path(src, &dst)?;
+    }
+    for (dir, kind) in &facts.system_dirs {
+        let p = root.join(&dir[1..]);
+        match kind {
+            HostDir::Symlink(target) => symlink(target, &p).map_err(|e| io("symlink", &p, e))?,
+            HostDir::Dir => builder.create(&p).map_err(|e| io("mkdir", &p, e))?,
+            HostDir::Missing => {}
+        }
+    }
+    for m in mounts {
+        let p = root.join(&m.guest[1..]);
+        if m.host.is_dir() {
+            builder.create(&p).map_err(|e| io("mkdir", &p, e))?;
+        } else {
+            if let Some(parent) = p.parent() {
+                builder.create(parent).map_err(|e| io("mkdir", parent, e))?;
+            }
+            fs::File::create(&p).map_err(|e| io("create mount point", &p, e))?;
+        }
+    }
+    if workdir != "/" {
+        let p = root.join(&workdir[1..]);
+        builder.create(&p).map_err(|e| io("mkdir", &p, e))?;
+    }
+    Ok(())
+}
+
+/// Mount points of this process's mount namespace at or below `dir`, from field 5 of
+/// `/proc/self/mountinfo` (octal escapes such as `\040` decoded).
+pub fn mounts_below(dir: &Path) -> Vec<PathBuf> {
+    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    info.lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|field| PathBuf::from(decode_mountinfo(field)))
+        .filter(|p| p.starts_with(dir))
+        .collect()
+}
+
+/// Decodes the `\NNN` octal escapes of a mountinfo field.
+pub fn decode_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 4 <= bytes.len() {
+            let digits = &bytes[i + 1..i + 4];
+            if digits.iter().all(|d| (b'0'..=b'7').contains(d)) {
+                let v = digits.iter().fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
+                if let Ok(v) = u8::try_from(v) {
+                    out.push(v);
+                    i += 4;
+                    continue;
+                }
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Removes a machine root. Refuses when anything is mounted below it in this process's
+/// mount namespace (sandbox mounts live in their own namespaces, so this never happens
+/// unless something else mounted there), so a removal can never reach host files through a
+/// bind mount. Retries briefly while killed sandbox processes finish dying. A missing root
+/// is not an error.
+///
+/// # Errors
+/// [`Error::Io`] when the directory cannot be removed.
+pub fn remove_root(root: &Path) -> Result<(), Error> {
+    let mounted = mounts_below(root);
+    if !mounted.is_empty() {
+        return Err(Error::io(
+            format!("remove machine root {}", root.display()),
+            std::io::Error::other(format!(
+                "refusing: host mounts below it: {}",
+                mounted
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        ));
+    }
+    let mut last = None;
+    for attempt in 0..20 {
+        match fs::remove_dir_all(root) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10 * (attempt + 1)));
+    }
+    Err(io(
+        "remove machine root",
+        root,
+        last.unwrap_or_else(|| std::io::Error::other("unknown error")),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(decode_mountinfo(r"/etc/host\040name"), "/etc/host name");
+        assert_eq!(decode_mountinfo(r"/a\134b"), r"/a\b");
+        assert_eq!(decode_mountinfo(r"/plain"), "/plain");
+        assert_eq!(decode_mountinfo(r"/trail\04"), r"/trail\04");
+    }
+}
