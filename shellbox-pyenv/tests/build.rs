@@ -542,3 +542,124 @@ fn managed_download_builds_self_contained_env() {
         "{marker}"
     );
 }
+
+#[test]
+fn killed_build_is_rebuilt() {
+    let test = "killed_build_is_rebuilt";
+    let (Some(uv), Some(python)) = (real_uv(test), test_python(test)) else {
+        return;
+    };
+    let dir = scratch();
+    let lock = write_lock(dir.path(), "six.lock", SIX_LOCK);
+    let root = dir.path().join("env");
+    // A uv that creates the venv for real, then hangs in `pip sync` until killed.
+    let started = dir.path().join("sync-started");
+    let hanging = dir.path().join("hanging-uv");
+    std::fs::write(
+        &hanging,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = pip ]; then touch '{}'; exec sleep 120; fi\nexec '{}' \"$@\"\n",
+            started.display(),
+            uv.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &hanging,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    use std::os::unix::process::CommandExt;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "child_builder",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("PYENV_CHILD_UV", &hanging)
+        .env("PYENV_CHILD_ROOT", &root)
+        .env("PYENV_CHILD_LOCK", &lock)
+        .env("PYENV_CHILD_PYTHON", &python)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !started.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child build never reached pip sync"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(root.join("venv").is_dir());
+    assert!(!root.join(MARKER_NAME).exists());
+    // Kill the builder and its hanging uv (the whole process group), as a crash would.
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+
+    // The lock died with the process; the next build removes the unfinished root and builds.
+    let env = build_python_environment(&root, &lock, python.to_str().unwrap()).unwrap();
+    assert_eq!(
+        run_python(&env, "import six; print(six.__version__)"),
+        "1.17.0\n"
+    );
+    assert!(root.join(MARKER_NAME).is_file());
+}
+
+/// Run only as a child process of `inherited_mirror_variable_reaches_uv`.
+#[test]
+#[ignore = "a child process of inherited_mirror_variable_reaches_uv"]
+fn child_version_build() {
+    let root = std::env::var_os("PYENV_CHILD_ROOT")
+        .expect("run inherited_mirror_variable_reaches_uv instead");
+    let lock = std::env::var_os("PYENV_CHILD_LOCK")
+        .expect("run inherited_mirror_variable_reaches_uv instead");
+    match build_python_environment(root, lock, "3.12.12") {
+        Ok(env) => println!("CHILD-BUILT {}", env.root().display()),
+        Err(e) => println!(
+            "CHILD-ERROR download_unavailable={} {e}",
+            e.is_download_unavailable()
+        ),
+    }
+}
+
+#[test]
+fn inherited_mirror_variable_reaches_uv() {
+    let test = "inherited_mirror_variable_reaches_uv";
+    let Some(_uv) = real_uv(test) else {
+        return;
+    };
+    let dir = scratch();
+    let lock = write_lock(dir.path(), "six.lock", SIX_LOCK);
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "child_version_build",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("PYENV_CHILD_ROOT", dir.path().join("env"))
+        .env("PYENV_CHILD_LOCK", &lock)
+        .env(
+            "UV_PYTHON_INSTALL_MIRROR",
+            "file:///nonexistent/inherited-mirror",
+        )
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("CHILD-ERROR download_unavailable=true"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("/nonexistent/inherited-mirror"), "{stdout}");
+}
