@@ -74,14 +74,22 @@ impl PythonEnvironment {
 
     /// Exactly the host directories a sandbox must mount read-only, at their own paths, for
     /// [`PythonEnvironment::python`] to run: the root, then the external interpreter's
-    /// prefix unless it lies in the system directories every local machine already mounts
-    /// (see [`in_system_directories`]).
+    /// prefix. A directory in the system directories every local machine already mounts
+    /// (see [`in_system_directories`]) is left out, and so is one lying inside the other
+    /// (mounting the outer one shows it), because the local backend refuses mounts inside
+    /// system directories or inside other mounts. For a managed environment this is just
+    /// the root.
     pub fn read_only_dirs(&self) -> Vec<PathBuf> {
-        let mut dirs = vec![self.root.clone()];
-        if let Some(prefix) = &self.base_prefix {
-            if !in_system_directories(prefix) && !prefix.starts_with(&self.root) {
-                dirs.push(prefix.clone());
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for dir in [Some(&self.root), self.base_prefix.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            if in_system_directories(dir) || dirs.iter().any(|d| dir.starts_with(d)) {
+                continue;
             }
+            dirs.retain(|d| !d.starts_with(dir));
+            dirs.push(dir.clone());
         }
         dirs
     }
@@ -176,6 +184,17 @@ mod tests {
         let system = PythonEnvironment::new("/envs/c".into(), Some("/usr".into()));
         assert_eq!(system.read_only_dirs(), [PathBuf::from("/envs/c")]);
         assert_eq!(system.interpreter_prefix(), Some(Path::new("/usr")));
+        let system_root =
+            PythonEnvironment::new("/usr/local/envs/d".into(), Some("/opt/py".into()));
+        assert_eq!(system_root.read_only_dirs(), [PathBuf::from("/opt/py")]);
+        let root_in_prefix =
+            PythonEnvironment::new("/opt/py/envs/e".into(), Some("/opt/py".into()));
+        assert_eq!(root_in_prefix.read_only_dirs(), [PathBuf::from("/opt/py")]);
+        let prefix_in_root =
+            PythonEnvironment::new("/envs/f".into(), Some("/envs/f/python".into()));
+        assert_eq!(prefix_in_root.read_only_dirs(), [PathBuf::from("/envs/f")]);
+        let same = PythonEnvironment::new("/envs/g".into(), Some("/envs/g".into()));
+        assert_eq!(same.read_only_dirs(), [PathBuf::from("/envs/g")]);
 
         assert_eq!(
             external.host_image(),

@@ -54,8 +54,9 @@ impl UvStep {
 /// The uv steps that build `root` from `lock` with `python`, in order. Pure: nothing is run
 /// or checked.
 ///
-/// `root` and `lock` should be absolute (the builder passes resolved paths). For a
-/// [`PythonSource::Managed`] version `V` (see the crate docs for where each flag comes from):
+/// `root` and `lock` should be absolute (the builder passes resolved paths). The steps are
+/// the reference library's (`marin-shellbox`, REFERENCE.md section 7): `--no-config` so no
+/// user or project `uv.toml` changes the build. For a [`PythonSource::Managed`] version `V`:
 ///
 /// 1. `uv python install --no-config --no-bin V` with `UV_PYTHON_INSTALL_DIR=root/python`
 ///    (and `UV_PYTHON_INSTALL_MIRROR` when [`BuildOptions::python_install_mirror`] is set);
