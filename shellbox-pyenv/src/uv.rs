@@ -163,7 +163,7 @@ pub fn uv_steps(
 /// downloaded (network down, DNS failure, unreachable or missing mirror, `UV_OFFLINE`),
 /// as opposed to other failures (e.g. `No download found for request`, an unknown version).
 ///
-/// The phrases are uv's own (checked against uv 0.13): `Failed to download \`<url>\``,
+/// The phrases are uv's own (checked against uv 0.13): "Failed to download `URL`",
 /// `Network connectivity is disabled`, and for a `file://` mirror
 /// `failed to query metadata of file`.
 pub fn is_download_failure(stderr: &str) -> bool {
