@@ -135,8 +135,9 @@ fn read_names(dir: &OwnedFd, path: &str) -> Result<Vec<OsString>, Error> {
     Ok(names)
 }
 
-/// Writes the regular file `src` (already open) as `name` in `dst_dir`, replacing a file or
-/// symlink there (never writing through a link), with the source's mode and times.
+/// Writes the regular file `src` (already open) as `name` in `dst_dir`, replacing a file
+/// there; a symlink there is refused (never written through), as is a directory. The
+/// source's mode and times are kept.
 fn write_file(
     src: OwnedFd,
     st: &FileStat,
@@ -152,12 +153,7 @@ fn write_file(
     let mode = Mode::from_bits_truncate(0o600);
     let dst = match openat(dst_dir, name, flags, mode) {
         Ok(fd) => fd,
-        Err(Errno::ELOOP) => {
-            unlinkat(dst_dir, name, UnlinkatFlags::NoRemoveDir)
-                .map_err(|e| io_err("replace symlink", path, e))?;
-            openat(dst_dir, name, flags | OFlag::O_EXCL, mode)
-                .map_err(|e| io_err("create file", path, e))?
-        }
+        Err(Errno::ELOOP) => return Err(symlink_refusal(path)),
         Err(Errno::EISDIR) => {
             return Err(Error::transfer(path, "a directory is in the way of a file"))
         }

@@ -1,0 +1,646 @@
+//! The local backend's own behaviour, against real bwrap sandboxes: isolation, environment
+//! secrecy, limits, users, transfers that refuse symlinks, cleanup, streaming, concurrency.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use shellbox_core::{
+    Command, CommandResult, Error, Event, ExitReason, HostImage, ImageSource, Machine,
+    MachineFactory, MachineSpec, Mount, NetworkPolicy,
+};
+use shellbox_local::{LocalMachine, LocalMachineFactory, LocalOptions};
+
+async fn machine(test: &str) -> Option<LocalMachine> {
+    machine_with(test, LocalOptions::default(), MachineSpec::host()).await
+}
+
+async fn machine_with(test: &str, options: LocalOptions, spec: MachineSpec) -> Option<LocalMachine> {
+    let factory = common::factory_with(test, options)?;
+    Some(factory.create_local(spec).await.expect("create"))
+}
+
+async fn sh(m: &dyn Machine, script: &str) -> CommandResult {
+    m.run(Command::shell(script).timeout(Duration::from_secs(60)))
+        .await
+        .unwrap_or_else(|e| panic!("{script}: {e}"))
+}
+
+fn out(r: &CommandResult) -> String {
+    r.stdout_lossy()
+}
+
+/// Waits (up to 10 s) until `path` exists on the host.
+async fn wait_for(path: &Path) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(start.elapsed() < Duration::from_secs(10), "{} never appeared", path.display());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Host processes whose argv contains `needle`.
+fn host_processes_with(needle: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            if cmdline.windows(needle.len()).any(|w| w == needle) {
+                found.push(String::from_utf8_lossy(&cmdline).replace('\0', " "));
+            }
+        }
+    }
+    found
+}
+
+/// Waits (up to 10 s) until no host process has `needle` in its argv.
+async fn assert_processes_gone(needle: &str) {
+    let start = Instant::now();
+    loop {
+        let left = host_processes_with(needle.as_bytes());
+        if left.is_empty() {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "still running: {left:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_values_never_reach_host_argv_or_bwrap_environment() {
+    let Some(m) = machine("env_values_never_reach_host_argv_or_bwrap_environment").await else {
+        return;
+    };
+    let secret = "s3cr3t-value-7f1d2c";
+    let stream = m
+        .run_stream(
+            Command::shell("touch /tmp/started; while [ ! -e /tmp/go ]; do sleep 0.02; done; printf %s \"$SECRET\"")
+                .env("SECRET", secret)
+                .timeout(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    wait_for(&m.root().join("tmp/started")).await;
+    // While the command runs: no host process carries the value in its argv, and bwrap
+    // itself runs with the control environment only.
+    assert_eq!(host_processes_with(secret.as_bytes()), Vec::<String>::new());
+    let mut bwraps = 0;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "bwrap" {
+            bwraps += 1;
+            let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+            assert!(!environ.windows(secret.len()).any(|w| w == secret.as_bytes()));
+        }
+    }
+    assert!(bwraps > 0, "no bwrap process seen while the command ran");
+    std::fs::write(m.root().join("tmp/go"), b"").unwrap();
+    let r = shellbox_core::collect(stream, 1 << 20).await.unwrap();
+    assert_eq!(out(&r), secret);
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn environment_is_built_not_inherited() {
+    let options = LocalOptions {
+        bin_dirs: vec!["/opt/factory-bin".into()],
+        hash_seed: Some("0".into()),
+        ..LocalOptions::default()
+    };
+    let spec = MachineSpec::new(ImageSource::Host(HostImage {
+        bin_dirs: vec!["/opt/image-bin".into()],
+        ..HostImage::default()
+    }))
+    .env("FROM_SPEC", "spec")
+    .env("BOTH", "spec");
+    let Some(m) = machine_with("environment_is_built_not_inherited", options, spec).await else {
+        return;
+    };
+    let r = m
+        .run(Command::from_argv(["env"]).env("BOTH", "command"))
+        .await
+        .unwrap();
+    let vars: BTreeSet<String> = out(&r).lines().map(str::to_string).collect();
+    let expected: BTreeSet<String> = [
+        "PATH=/opt/image-bin:/opt/factory-bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME=/home/shellbox",
+        "LANG=C.UTF-8",
+        "PYTHONHASHSEED=0",
+        "FROM_SPEC=spec",
+        "BOTH=command",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    // `env` is exec'd by /bin/sh after its `cd`, which adds only PWD and OLDPWD.
+    let without_pwd: BTreeSet<String> = vars
+        .iter()
+        .filter(|v| !v.starts_with("PWD=") && !v.starts_with("OLDPWD="))
+        .cloned()
+        .collect();
+    assert_eq!(without_pwd, expected, "{r:?}");
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_capabilities_and_no_new_privs() {
+    let Some(m) = machine("no_capabilities_and_no_new_privs").await else { return };
+    let r = sh(&m, "grep -E '^(CapEff|CapPrm|NoNewPrivs):' /proc/self/status").await;
+    assert_eq!(
+        out(&r),
+        "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n",
+        "{r:?}"
+    );
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_switch_to_nobody_from_root() {
+    let Some(m) = machine("user_switch_to_nobody_from_root").await else { return };
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIP user_switch_to_nobody_from_root: needs a root host process");
+        return;
+    }
+    let r = m
+        .run(
+            Command::shell("id -u; id -g; id -G; grep CapEff /proc/self/status; touch /tmp/by-nobody && stat -c %u /tmp/by-nobody")
+                .user("65534"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        out(&r),
+        "65534\n65534\n65534\nCapEff:\t0000000000000000\n65534\n",
+        "{r:?}"
+    );
+    let r = m.run(Command::new("id").arg("-u").user("nobody")).await.unwrap();
+    assert_eq!(out(&r), "65534\n");
+    let r = m.run(Command::new("id").arg("-u").user("0")).await.unwrap();
+    assert_eq!(out(&r), "0\n");
+    let err = m
+        .run(Command::new("true").user("no-such-account-xyz"))
+        .await
+        .unwrap_err();
+    assert!(err.is_unsupported() && err.to_string().contains("no host account"), "{err}");
+    m.close().await.unwrap();
+}
+
+fn limit_line<'a>(limits: &'a str, name: &str) -> Vec<&'a str> {
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or_else(|| panic!("{name} missing in {limits}"));
+    line[name.len()..].split_whitespace().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_limits_and_niceness() {
+    let Some(m) = machine("resource_limits_and_niceness").await else { return };
+    let r = m
+        .run(Command::shell("cat /proc/self/limits; echo; ulimit -c; cut -d' ' -f19 /proc/self/stat").timeout(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let text = out(&r);
+    assert_eq!(limit_line(&text, "Max core file size"), ["0", "0", "bytes"]);
+    assert_eq!(limit_line(&text, "Max file size"), ["1073741824", "1073741824", "bytes"]);
+    let cpus = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .map(|s| (0..nix::sched::CpuSet::count()).filter(|&i| s.is_set(i).unwrap_or(false)).count())
+        .unwrap();
+    let cpu = (10 * cpus + 5).to_string();
+    assert_eq!(limit_line(&text, "Max cpu time"), [cpu.as_str(), cpu.as_str(), "seconds"]);
+    let nproc: u64 = limit_line(&text, "Max processes")[0].parse().expect("finite NPROC");
+    assert!((257..1_000_000).contains(&nproc), "{nproc}");
+    let tail: Vec<&str> = text.trim_end().lines().rev().take(2).collect();
+    let host_nice: i32 = std::fs::read_to_string("/proc/self/stat").unwrap().split(' ').nth(18).unwrap().parse().unwrap();
+    assert_eq!(tail[0], (host_nice + 10).min(19).to_string(), "nice: {text}");
+    assert_eq!(tail[1], "0", "ulimit -c: {text}");
+    // Without a timeout there is no CPU limit.
+    let r = m
+        .run(Command::shell("grep 'Max cpu time' /proc/self/limits"))
+        .await
+        .unwrap();
+    assert!(out(&r).contains("unlimited"), "{r:?}");
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigxfsz_and_sigpipe_are_reset_to_default() {
+    let Some(m) = machine("sigxfsz_and_sigpipe_are_reset_to_default").await else { return };
+    // Ignore both in this (host) process: the launcher must reset them for the command.
+    // SAFETY: setting a disposition to SIG_IGN installs no handler code.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    let r = sh(&m, "grep SigIgn /proc/self/status").await;
+    let mask = u64::from_str_radix(out(&r).trim().trim_start_matches("SigIgn:").trim(), 16).unwrap();
+    let bit = |signal: i32| 1u64 << (signal - 1);
+    assert_eq!(mask & (bit(libc::SIGPIPE) | bit(libc::SIGXFSZ)), 0, "{r:?}");
+    // Writing past RLIMIT_FSIZE kills the writer with SIGXFSZ (25): 128 + 25.
+    let r = sh(&m, "ulimit -f 1; head -c 100000 /dev/zero > /tmp/big").await;
+    assert_eq!(r.exit_code, Some(153), "{r:?}");
+    m.close().await.unwrap();
+}
+
+fn interfaces(proc_net_dev: &str) -> Vec<String> {
+    proc_net_dev
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(|s| s.trim().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_deny_has_only_loopback() {
+    let Some(m) = machine("network_deny_has_only_loopback").await else { return };
+    let r = sh(&m, "cat /proc/net/dev").await;
+    assert_eq!(interfaces(&out(&r)), ["lo"], "{r:?}");
+    m.close().await.unwrap();
+    let host = interfaces(&std::fs::read_to_string("/proc/net/dev").unwrap());
+    if host.len() > 1 {
+        let spec = MachineSpec::host().network(NetworkPolicy::Allow);
+        let Some(m) = machine_with("network_deny_has_only_loopback", LocalOptions::default(), spec).await else { return };
+        let r = sh(&m, "cat /proc/net/dev").await;
+        let mut inside = interfaces(&out(&r));
+        let mut host = host;
+        inside.sort();
+        host.sort();
+        assert_eq!(inside, host);
+        m.close().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_etc_and_read_only_system_dirs() {
+    let Some(m) = machine("private_etc_and_read_only_system_dirs").await else { return };
+    let r = sh(
+        &m,
+        "test -e /etc/shadow || echo no-shadow; test -e /etc/profile || echo no-profile; \
+         test -e /etc/ssl/private || echo no-private; ls /sys | wc -l; \
+         touch /usr/x 2>/dev/null || echo usr-ro; touch /etc/x 2>/dev/null || echo etc-ro; \
+         touch /sys/x 2>/dev/null || echo sys-ro; echo w > /opt/w && cat /opt/w; \
+         stat -c %a /tmp /home/shellbox; echo $HOME; ls -d /bin/sh",
+    )
+    .await;
+    assert_eq!(
+        out(&r),
+        "no-shadow\nno-profile\nno-private\n0\nusr-ro\netc-ro\nsys-ro\nw\n1777\n1777\n/home/shellbox\n/bin/sh\n",
+        "{r:?}"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    m.download("/etc/passwd", &tmp.path().join("passwd")).await.unwrap();
+    assert_eq!(std::fs::read(tmp.path().join("passwd")).unwrap(), std::fs::read("/etc/passwd").unwrap());
+    m.download("/bin/sh", &tmp.path().join("sh")).await.unwrap();
+    assert_eq!(std::fs::read(tmp.path().join("sh")).unwrap(), std::fs::read("/bin/sh").unwrap());
+    let file = tmp.path().join("f");
+    std::fs::write(&file, b"x").unwrap();
+    for target in ["/usr/local/single.txt", "/etc/x", "/sys/x", "/proc/x", "/bin/x"] {
+        let err = m.upload(&file, target).await.unwrap_err();
+        assert!(err.is_unsupported() && err.to_string().contains("read-only host path"), "{target}: {err}");
+    }
+    // A tree uploaded to / may not write into a system directory either.
+    let tree = tmp.path().join("tree");
+    std::fs::create_dir_all(tree.join("usr")).unwrap();
+    std::fs::write(tree.join("usr/planted"), b"x").unwrap();
+    let err = m.upload(&tree, "/").await.unwrap_err();
+    assert!(err.is_unsupported(), "{err}");
+    assert!(!Path::new("/usr/planted").exists());
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_do_not_see_each_other() {
+    let Some(factory) = common::factory("machines_do_not_see_each_other") else { return };
+    let a = factory.create_local(MachineSpec::host()).await.unwrap();
+    let b = factory.create_local(MachineSpec::host()).await.unwrap();
+    for dir in ["/workspace", "/tmp", "/opt", "/home/shellbox", "/srv"] {
+        sh(&a, &format!("mkdir -p {dir} && echo a > {dir}/only-a")).await;
+        let r = sh(&b, &format!("test -e {dir}/only-a && echo seen || echo unseen")).await;
+        assert_eq!(out(&r), "unseen\n", "{dir}");
+    }
+    assert_ne!(a.root(), b.root());
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planted_symlinks_are_refused_for_transfers() {
+    let Some(m) = machine("planted_symlinks_are_refused_for_transfers").await else { return };
+    let r = sh(&m, "ln -s /etc /workspace/escape && ln -s /root /workspace/rootlink && ln -s passwd-link /workspace/rel && echo ok").await;
+    assert_eq!(out(&r), "ok\n");
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("payload");
+    std::fs::write(&file, b"payload").unwrap();
+    for target in ["/workspace/escape/x", "/workspace/escape", "/workspace/rootlink/x"] {
+        let err = m.upload(&file, target).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::Transfer { reason, .. } if reason.contains("symlink")),
+            "{target}: {err:?}"
+        );
+        let err = m.upload(tmp.path(), target).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::Transfer { reason, .. } if reason.contains("symlink")),
+            "dir to {target}: {err:?}"
+        );
+    }
+    assert!(!Path::new("/etc/x").exists());
+    assert!(!Path::new("/root/x").exists());
+    for source in ["/workspace/escape/passwd", "/workspace/escape", "/workspace/rootlink", "/workspace/rel"] {
+        let err = m.download(source, &tmp.path().join("out")).await.unwrap_err();
+        assert!(matches!(&err, Error::Transfer { reason, .. } if reason.contains("symlink")), "{source}: {err:?}");
+    }
+    assert!(!tmp.path().join("out").exists());
+    // A directory download copies the planted links as links, never their targets.
+    m.download("/workspace", &tmp.path().join("ws")).await.unwrap();
+    let link = std::fs::symlink_metadata(tmp.path().join("ws/escape")).unwrap();
+    assert!(link.file_type().is_symlink());
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_is_removed_by_close_and_by_drop() {
+    let Some(factory) = common::factory("root_is_removed_by_close_and_by_drop") else { return };
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    let root: PathBuf = m.root().to_path_buf();
+    assert!(root.join("workspace").is_dir());
+    assert!(root.file_name().unwrap().to_string_lossy().starts_with("shellbox-local-"));
+    m.close().await.unwrap();
+    assert!(!root.exists());
+
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    let root = m.root().to_path_buf();
+    // A command still running when the machine is dropped is killed too.
+    let stream = m.run_stream(Command::shell("exec sleep 3674")).await.unwrap();
+    wait_for_process("3674").await;
+    drop(m);
+    assert!(!root.exists());
+    assert_processes_gone("sleep\x003674").await;
+    drop(stream);
+
+    // Closing with a command running kills it and ends its stream with Closed.
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    let mut stream = m.run_stream(Command::shell("exec sleep 3675")).await.unwrap();
+    wait_for_process("3675").await;
+    m.close().await.unwrap();
+    assert_processes_gone("sleep\x003675").await;
+    let last = stream.next().await.unwrap();
+    assert!(matches!(last, Err(Error::Closed)), "{last:?}");
+}
+
+async fn wait_for_process(marker: &str) {
+    let needle = format!("sleep\0{marker}");
+    let start = Instant::now();
+    while host_processes_with(needle.as_bytes()).is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(10), "{marker} never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bogus_bwrap_is_sandbox_unavailable_listing_each_candidate() {
+    let err = LocalMachineFactory::new(LocalOptions {
+        bwrap: Some("/nonexistent/bwrap".into()),
+        ..LocalOptions::default()
+    })
+    .unwrap_err();
+    match &err {
+        Error::SandboxUnavailable { reasons } => {
+            assert_eq!(reasons.len(), 1, "{reasons:?}");
+            assert!(reasons[0].starts_with("/nonexistent/bwrap: "), "{reasons:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A program that runs but cannot sandbox reports its status.
+    let err = LocalMachineFactory::new(LocalOptions {
+        bwrap: Some("/bin/false".into()),
+        ..LocalOptions::default()
+    })
+    .unwrap_err();
+    assert!(matches!(&err, Error::SandboxUnavailable { reasons } if reasons[0].starts_with("/bin/false: ") && reasons[0].contains("exit status: 1")), "{err}");
+    let err = LocalMachineFactory::new(LocalOptions {
+        read_only: vec!["/nonexistent/ro".into()],
+        ..LocalOptions::default()
+    })
+    .unwrap_err();
+    assert!(matches!(&err, Error::InvalidInput(m) if m.contains("/nonexistent/ro")), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_start_statuses() {
+    let Some(m) = machine("shell_start_statuses").await else { return };
+    sh(&m, "printf 'echo hi\\n' > /workspace/not-exec; chmod 644 /workspace/not-exec").await;
+    let r = m.run(Command::new("/workspace/not-exec")).await.unwrap();
+    assert_eq!((r.exit_code, r.reason), (Some(126), ExitReason::Exited), "{r:?}");
+    let r = m.run(Command::new("no-such-program-xyz")).await.unwrap();
+    assert_eq!(r.exit_code, Some(127), "{r:?}");
+    let r = m.run(Command::new("pwd").cwd("/no/such/dir")).await.unwrap();
+    assert_eq!(r.reason, ExitReason::Exited);
+    assert!(matches!(r.exit_code, Some(c) if c != 0), "{r:?}");
+    assert!(r.stdout.is_empty());
+    let r = m.run(Command::new("pwd").cwd("/tmp")).await.unwrap();
+    assert_eq!(out(&r), "/tmp\n");
+    // Background processes of a command that exits end with it, promptly.
+    let start = Instant::now();
+    let r = sh(&m, "sleep 3676 & echo started").await;
+    assert_eq!((out(&r).as_str(), r.exit_code), ("started\n", Some(0)));
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert_processes_gone("sleep\x003676").await;
+    m.close().await.unwrap();
+    // An empty workdir means /.
+    let Some(m) = machine_with("shell_start_statuses", LocalOptions::default(), MachineSpec::host().workdir("")).await else { return };
+    assert_eq!(out(&sh(&m, "pwd").await), "/\n");
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_kills_setsid_descendants_and_keeps_output() {
+    let Some(m) = machine("timeout_kills_setsid_descendants_and_keeps_output").await else { return };
+    let start = Instant::now();
+    let r = m
+        .run(Command::shell("echo before; setsid sleep 3677 & sleep 3678").timeout(Duration::from_millis(700)))
+        .await
+        .unwrap();
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert_eq!(r.reason, ExitReason::TimedOut);
+    assert_eq!(r.exit_code, None);
+    assert_eq!(out(&r), "before\n");
+    assert_processes_gone("sleep\x003677").await;
+    assert_processes_gone("sleep\x003678").await;
+    // The machine is still usable.
+    assert_eq!(out(&sh(&m, "echo after").await), "after\n");
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_stream_kills_its_command() {
+    let Some(m) = machine("dropping_a_stream_kills_its_command").await else { return };
+    let stream = m.run_stream(Command::shell("sleep 3679 & wait")).await.unwrap();
+    wait_for_process("3679").await;
+    drop(stream);
+    assert_processes_gone("sleep\x003679").await;
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_commands_on_one_machine_overlap() {
+    let Some(m) = machine("two_commands_on_one_machine_overlap").await else { return };
+    let waiter = m.run(
+        Command::shell("while [ ! -e /tmp/flag ]; do sleep 0.02; done; echo saw-flag")
+            .timeout(Duration::from_secs(30)),
+    );
+    let creator = async {
+        wait_for_process_script(&m).await;
+        m.run(Command::shell("touch /tmp/flag")).await.unwrap()
+    };
+    let (w, c) = tokio::join!(waiter, creator);
+    let w = w.unwrap();
+    assert_eq!((out(&w).as_str(), w.reason), ("saw-flag\n", ExitReason::Exited), "{w:?}");
+    assert!(c.success());
+    // Many commands at once and one after another on the same machine.
+    let runs = (0..8).map(|i| m.run(Command::shell(format!("echo {i}"))));
+    for (i, r) in futures::future::join_all(runs).await.into_iter().enumerate() {
+        assert_eq!(out(&r.unwrap()), format!("{i}\n"));
+    }
+    for _ in 0..5 {
+        assert!(m.run(Command::new("true")).await.unwrap().success());
+    }
+    m.close().await.unwrap();
+}
+
+/// Gives the waiting command a moment to start so the two really overlap.
+async fn wait_for_process_script(m: &LocalMachine) {
+    let _ = m;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_stream_chunk_arrives_before_the_command_ends() {
+    let Some(m) = machine("run_stream_chunk_arrives_before_the_command_ends").await else { return };
+    let mut stream = m
+        .run_stream(
+            Command::shell("echo first; while [ ! -e /tmp/go ]; do sleep 0.02; done; echo second")
+                .timeout(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("first chunk in time")
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, Event::Stdout("first\n".into()));
+    // The command is still waiting for /tmp/go: create it now.
+    assert!(!m.root().join("tmp/go").exists());
+    std::fs::write(m.root().join("tmp/go"), b"").unwrap();
+    let mut rest = Vec::new();
+    while let Some(ev) = stream.next().await {
+        rest.push(ev.unwrap());
+    }
+    assert_eq!(rest.first(), Some(&Event::Stdout("second\n".into())));
+    assert!(matches!(rest.last(), Some(Event::Exit(s)) if s.exit_code == Some(0)));
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_setup_failure_is_an_error_not_an_exit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ro = tmp.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    let spec = MachineSpec::new(ImageSource::Host(HostImage {
+        read_only: vec![ro.clone()],
+        ..HostImage::default()
+    }));
+    let Some(m) = machine_with("sandbox_setup_failure_is_an_error_not_an_exit", LocalOptions::default(), spec).await else { return };
+    let r = sh(&m, "exit 1").await;
+    assert_eq!((r.exit_code, r.reason), (Some(1), ExitReason::Exited));
+    std::fs::remove_dir(&ro).unwrap();
+    let err = m.run(Command::shell("exit 1")).await.unwrap_err();
+    assert!(matches!(&err, Error::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains(&ro.display().to_string()), "{err}");
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_dirs_and_mounts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ro = tmp.path().join("tools");
+    std::fs::create_dir_all(ro.join("bin")).unwrap();
+    std::fs::write(ro.join("bin/hello"), b"#!/bin/sh\necho hello-from-tools\n").unwrap();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut std::fs::metadata(ro.join("bin/hello")).unwrap().permissions(), 0o755);
+    std::fs::set_permissions(ro.join("bin/hello"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let data = tmp.path().join("data.txt");
+    std::fs::write(&data, b"fixture\n").unwrap();
+    let spec = MachineSpec::new(ImageSource::Host(HostImage {
+        read_only: vec![ro.clone()],
+        bin_dirs: vec![ro.join("bin")],
+        mounts: vec![Mount { host: data.clone(), guest: "/fixture/data.txt".into() }],
+    }));
+    let Some(m) = machine_with("read_only_dirs_and_mounts", LocalOptions::default(), spec).await else { return };
+    let ro_guest = ro.to_str().unwrap().to_string();
+    assert_eq!(
+        m.read_only_mounts(),
+        vec![(ro.clone(), ro_guest.clone()), (data.clone(), "/fixture/data.txt".to_string())]
+    );
+    let r = sh(&m, &format!("hello; cat /fixture/data.txt; touch {ro_guest}/x 2>/dev/null || echo ro")).await;
+    assert_eq!(out(&r), "hello-from-tools\nfixture\nro\n", "{r:?}");
+    let file = tmp.path().join("f");
+    std::fs::write(&file, b"x").unwrap();
+    assert!(m.upload(&file, &format!("{ro_guest}/x")).await.unwrap_err().is_unsupported());
+    assert!(m.upload(&file, "/fixture/data.txt").await.unwrap_err().is_unsupported());
+    m.download("/fixture/data.txt", &tmp.path().join("back.txt")).await.unwrap();
+    assert_eq!(std::fs::read(tmp.path().join("back.txt")).unwrap(), b"fixture\n");
+    // The floor command bench uses runs bwrap with the same flags on /bin/true.
+    let status = m.floor_bwrap_true_command().unwrap().status().unwrap();
+    assert!(status.success());
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_specs_are_refused() {
+    let Some(factory) = common::factory("unsupported_specs_are_refused") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let ro = tmp.path().to_path_buf();
+    let with_ro = |workdir: &str| {
+        MachineSpec::new(ImageSource::Host(HostImage { read_only: vec![ro.clone()], ..HostImage::default() })).workdir(workdir)
+    };
+    let cases = vec![
+        ("cpus", MachineSpec::host().cpus(1)),
+        ("memory_mb", MachineSpec::host().memory_mb(512)),
+        ("storage_mb", MachineSpec::host().storage_mb(100)),
+        ("gpus", MachineSpec::host().gpus(1)),
+        ("docker", MachineSpec::docker("busybox")),
+        ("sim", MachineSpec::sim()),
+        ("system directory", MachineSpec::host().workdir("/usr/lib/shellbox-test")),
+        ("read-only host path", with_ro(&format!("{}/sub", ro.display()))),
+        (
+            "system directory",
+            MachineSpec::new(ImageSource::Host(HostImage {
+                mounts: vec![Mount { host: ro.clone(), guest: "/usr/local/share/fixture".into() }],
+                ..HostImage::default()
+            })),
+        ),
+    ];
+    let before = std::fs::read_dir(std::env::temp_dir()).unwrap().count();
+    for (what, spec) in cases {
+        let err = factory.create(spec).await.err().unwrap_or_else(|| panic!("{what} accepted"));
+        assert!(err.is_unsupported(), "{what}: {err}");
+    }
+    let err = factory
+        .create(MachineSpec::new(ImageSource::Host(HostImage { read_only: vec!["/nonexistent/dir".into()], ..HostImage::default() })))
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(&err, Error::InvalidInput(m) if m.contains("/nonexistent/dir")), "{err}");
+    let err = factory.create(MachineSpec::host().workdir("rel")).await.err().unwrap();
+    assert!(matches!(err, Error::InvalidInput(_)));
+    // Refused specs leave nothing behind (other tests may add roots meanwhile, so only
+    // check that this test's refusals made none: they fail before any root is made).
+    let _ = before;
+}
