@@ -126,8 +126,8 @@ pub fn build_python_environment_with(
     let root = resolve_root(root.as_ref(), true)?;
     let lock_file = lock_file_path(&root);
 
-    info!(root = %root.display(), lock = %lock_file.display(), "pyenv: waiting for the build lock");
     let _guard = lock_exclusive(&lock_file)?;
+    info!(root = %root.display(), lock = %lock_file.display(), "pyenv: holding the build lock");
 
     let marker_path = root.join(MARKER_NAME);
     match std::fs::read_to_string(&marker_path) {
@@ -291,6 +291,14 @@ fn lock_exclusive(path: &Path) -> Result<Flock<File>, PyenvError> {
         .truncate(false)
         .open(path)
         .map_err(|e| PyenvError::io("open lock file", path, e))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(guard) => return Ok(guard),
+        Err((returned, Errno::EWOULDBLOCK)) => {
+            info!(lock = %path.display(), "pyenv: another builder holds the lock; waiting for it");
+            file = returned;
+        }
+        Err((returned, _)) => file = returned,
+    }
     loop {
         match Flock::lock(file, FlockArg::LockExclusive) {
             Ok(guard) => return Ok(guard),
