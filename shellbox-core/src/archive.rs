@@ -40,6 +40,25 @@ const UNPACK_MODE_MASK: u32 = 0o1777;
 /// [`Error::Transfer`] when `source` itself is a special file, [`Error::Io`] for read and
 /// write failures.
 pub fn pack_path<W: Write>(source: &Path, root_name: Option<&str>, writer: W) -> Result<W, Error> {
+    let mut builder = tar::Builder::new(writer);
+    builder.follow_symlinks(false);
+    append_path(&mut builder, source, root_name)?;
+    builder
+        .into_inner()
+        .map_err(|e| Error::io("finish tar archive", e))
+}
+
+/// Appends `source` to an open tar `builder` exactly as [`pack_path`] does, without writing
+/// the end-of-archive marker, so a caller can add more entries (e.g. a Dockerfile kept
+/// outside a build context).
+///
+/// # Errors
+/// As [`pack_path`].
+pub fn append_path<W: Write>(
+    builder: &mut tar::Builder<W>,
+    source: &Path,
+    root_name: Option<&str>,
+) -> Result<(), Error> {
     let meta = match fs::symlink_metadata(source) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -50,25 +69,17 @@ pub fn pack_path<W: Write>(source: &Path, root_name: Option<&str>, writer: W) ->
     if let Some(name) = root_name {
         let ok = !name.is_empty()
             && !name.starts_with('/')
+            && !name.contains('\0')
             && name
                 .split('/')
                 .filter(|c| !c.is_empty())
-                .all(|c| c != "." && c != "..")
-            && !name.contains('\0');
+                .all(|c| c != "." && c != "..");
         if !ok {
             return Err(Error::invalid(format!("bad archive entry name {name:?}")));
         }
     }
-    let mut builder = tar::Builder::new(writer);
-    builder.follow_symlinks(false);
     match root_name {
-        Some(name) => append_tree(
-            &mut builder,
-            source,
-            &meta,
-            name.trim_end_matches('/'),
-            true,
-        )?,
+        Some(name) => append_tree(builder, source, &meta, name.trim_end_matches('/'), true)?,
         None => {
             if !meta.is_dir() {
                 return Err(Error::invalid(format!(
@@ -76,12 +87,10 @@ pub fn pack_path<W: Write>(source: &Path, root_name: Option<&str>, writer: W) ->
                     source.display()
                 )));
             }
-            append_children(&mut builder, source, "")?;
+            append_children(builder, source, "")?;
         }
     }
-    builder
-        .into_inner()
-        .map_err(|e| Error::io("finish tar archive", e))
+    Ok(())
 }
 
 fn io_at(path: &Path, what: &str) -> impl FnOnce(io::Error) -> Error {
@@ -482,6 +491,13 @@ enum PrepError {
 /// Makes sure every parent of `target/rel` below `target` is a real directory (creating
 /// missing ones), never a symlink.
 fn prepare_parents(target: &Path, rel: &[String]) -> Result<(), PrepError> {
+    if rel.is_empty() {
+        // The entry is the target itself (a file or a directory): only its parent must exist.
+        if let Some(parent) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fs::create_dir_all(parent).map_err(|e| PrepError::Io(parent.to_path_buf(), e))?;
+        }
+        return Ok(());
+    }
     if !target.exists() {
         fs::create_dir_all(target).map_err(|e| PrepError::Io(target.to_path_buf(), e))?;
     }
@@ -576,6 +592,12 @@ mod tests {
         let out2 = tempfile::tempdir().unwrap();
         unpack_safe(&flat[..], out2.path(), UnpackLayout::AsIs).unwrap();
         assert_eq!(fs::read(out2.path().join("a.txt")).unwrap(), b"hello");
+
+        // A single file as the archive root becomes the target file (parents created).
+        let one = pack_path(&d.join("a.txt"), Some("a.txt"), Vec::new()).unwrap();
+        let file_target = out.path().join("new/dir/copy.txt");
+        unpack_safe(&one[..], &file_target, UnpackLayout::StripRoot).unwrap();
+        assert_eq!(fs::read(&file_target).unwrap(), b"hello");
 
         assert!(matches!(
             pack_path(&src.path().join("missing"), Some("m"), Vec::new()),

@@ -1,1 +1,77 @@
-//! shellbox docker backend (in progress).
+//! shellbox machines as Docker containers, driven through the Docker Engine API.
+//!
+//! One container per machine, created by [`DockerMachineFactory`] and talked to with
+//! [`bollard`] only (no `docker` command line). Commands are execs; files move through the
+//! container archive endpoints; closing removes the container.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), shellbox_core::Error> {
+//! use shellbox_core::{Command, MachineFactory, MachineSpec};
+//! use shellbox_docker::DockerMachineFactory;
+//!
+//! let factory = DockerMachineFactory::connect().await?;
+//! let machine = factory.create(MachineSpec::docker("debian:bookworm-slim")).await?;
+//! let result = machine.run(Command::shell("echo hi")).await?;
+//! assert_eq!(result.stdout, "hi\n");
+//! machine.close().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # What the backend does
+//!
+//! - **Images** ([`shellbox_core::ImageSource`]): `Docker` (must exist locally, never
+//!   pulled), `Registry` (pulled through the engine when missing, optional credentials,
+//!   digests honoured), `Dockerfile` (built through the engine from a tar of the context,
+//!   tagged `shellbox-build:<fingerprint>` so an unchanged context is built once), `Archive`
+//!   (a `docker save` tarball loaded through the engine). Others are
+//!   [`Error::Unsupported`](shellbox_core::Error::Unsupported).
+//! - **Container**: named `shellbox-<32 hex>`, labelled with the owner process (pid, its
+//!   start time, host) so [`gc`] can find leaked ones; Docker's init process; network `none`
+//!   under `Deny`, the default bridge under `Allow`; `memory_mb`, `cpus`, `storage_mb`, `gpus`
+//!   and an optional OCI runtime mapped to the engine's fields (a refusal by the engine is
+//!   [`Error::Unsupported`](shellbox_core::Error::Unsupported) carrying its reason); the
+//!   spec's env as container env; the workdir created at start.
+//! - **Commands**: an exec per command (argv, cwd, env and user in the request body). The
+//!   program runs in its own session and process group (`setsid`); the group's id comes
+//!   back as a first stdout line the host strips (the reference's `SHELLBOX_PGID` header).
+//!   When the command ends, what it left in the background is killed (as on local). On
+//!   timeout the whole group is killed inside the container and the partial output kept.
+//! - **Transfers**: tar streams through `PUT`/`GET /containers/{id}/archive`, never whole
+//!   in memory; downloads are unpacked with [`shellbox_core::archive::unpack_safe`].
+//!
+//! Requirements on the image: `/bin/sh` and a `setsid` program on `PATH` (busybox has both).
+
+#![warn(missing_docs)]
+
+mod bridge;
+mod config;
+mod factory;
+mod gc;
+mod image;
+mod machine;
+mod transfer;
+
+pub use bollard;
+pub use factory::DockerMachineFactory;
+pub use gc::{gc, GcReport};
+pub use image::{dockerfile_image_tag, ensure_busybox_image, image_source_key, BUSYBOX_TEST_IMAGE};
+pub use machine::DockerMachine;
+
+#[doc(hidden)]
+pub use machine::floor_exec_true;
+
+/// Label keys this crate puts on its containers.
+pub mod labels {
+    /// Present (value `"1"`) on every container this crate creates.
+    pub const MACHINE: &str = "dev.shellbox.machine";
+    /// The creating process's pid.
+    pub const OWNER_PID: &str = "dev.shellbox.owner-pid";
+    /// The creating process's start time (clock ticks since boot, `/proc/<pid>/stat` field
+    /// 22), so a reused pid is not mistaken for the owner.
+    pub const OWNER_START: &str = "dev.shellbox.owner-start";
+    /// The host name of the machine the creating process runs on.
+    pub const OWNER_HOST: &str = "dev.shellbox.owner-host";
+}
+
+/// Prefix of the names of the containers this crate creates (`shellbox-<32 hex>`).
+pub const CONTAINER_NAME_PREFIX: &str = "shellbox-";

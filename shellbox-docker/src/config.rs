@@ -1,0 +1,427 @@
+//! Pure decisions: container and exec configurations, the exec wrapper, the PGID header,
+//! the reading of engine refusals. No I/O here.
+
+use std::collections::HashMap;
+
+use bollard::models::{ContainerCreateBody, DeviceRequest, ExecConfig, HostConfig};
+use shellbox_core::{Command, MachineSpec, NetworkPolicy};
+
+use crate::labels;
+
+/// Who created a container: written into its labels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Owner {
+    pub pid: u32,
+    pub start: Option<u64>,
+    pub host: String,
+}
+
+impl Owner {
+    /// The current process on this host.
+    pub(crate) fn current() -> Self {
+        let pid = std::process::id();
+        Self {
+            pid,
+            start: process_start_ticks(pid),
+            host: host_name(),
+        }
+    }
+
+    pub(crate) fn labels(&self) -> HashMap<String, String> {
+        let mut l = HashMap::new();
+        l.insert(labels::MACHINE.to_string(), "1".to_string());
+        l.insert(labels::OWNER_PID.to_string(), self.pid.to_string());
+        l.insert(labels::OWNER_HOST.to_string(), self.host.clone());
+        if let Some(start) = self.start {
+            l.insert(labels::OWNER_START.to_string(), start.to_string());
+        }
+        l
+    }
+}
+
+/// This host's name (`/proc/sys/kernel/hostname`, else `/etc/hostname`, else `"unknown"`).
+pub(crate) fn host_name() -> String {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .find_map(|p| {
+            std::fs::read_to_string(p)
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// Field 22 of `/proc/<pid>/stat` (start time in clock ticks since boot), if readable.
+pub(crate) fn process_start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // rest starts at field 3 (state); field 22 is the 20th of these.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// What the container runs so it stays up; the image's own entrypoint and cmd never run.
+pub(crate) const KEEPALIVE: &str = "while :; do sleep 3600; done";
+
+/// The container configuration for `spec` (the image already resolved to `image`).
+pub(crate) fn container_config(
+    spec: &MachineSpec,
+    image: &str,
+    runtime: Option<&str>,
+    owner: &Owner,
+) -> ContainerCreateBody {
+    let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let host_config = HostConfig {
+        init: Some(true),
+        network_mode: Some(
+            match spec.network {
+                NetworkPolicy::Deny => "none",
+                NetworkPolicy::Allow => "bridge",
+            }
+            .to_string(),
+        ),
+        memory: spec
+            .memory_mb
+            .map(|mb| mb.saturating_mul(1024 * 1024).min(i64::MAX as u64) as i64),
+        nano_cpus: spec.cpus.map(|c| i64::from(c) * 1_000_000_000),
+        storage_opt: spec
+            .storage_mb
+            .map(|mb| HashMap::from([("size".to_string(), format!("{mb}M"))])),
+        device_requests: (spec.gpus > 0).then(|| {
+            vec![DeviceRequest {
+                driver: Some(String::new()),
+                count: Some(i64::from(spec.gpus)),
+                device_ids: None,
+                capabilities: Some(vec![vec!["gpu".to_string()]]),
+                options: None,
+            }]
+        }),
+        runtime: runtime.map(str::to_string),
+        ..Default::default()
+    };
+    ContainerCreateBody {
+        image: Some(image.to_string()),
+        entrypoint: Some(vec!["/bin/sh".to_string()]),
+        cmd: Some(vec!["-c".to_string(), KEEPALIVE.to_string()]),
+        env: (!env.is_empty()).then_some(env),
+        labels: Some(owner.labels()),
+        network_disabled: None,
+        attach_stdin: Some(false),
+        attach_stdout: Some(false),
+        attach_stderr: Some(false),
+        tty: Some(false),
+        host_config: Some(host_config),
+        ..Default::default()
+    }
+}
+
+/// The exec wrapper. Run as `/bin/sh -c WRAPPER sh <setsid> <argv...>`.
+///
+/// The outer shell keeps stdin on fd 3, starts `setsid /bin/sh -c INNER` in the background
+/// (a background job of a non-interactive shell is never a group leader, so `setsid` makes
+/// a new session and process group without forking), waits for it, then kills whatever the
+/// command left in its group and exits with the command's status. The inner shell prints
+/// `SHELLBOX_PGID:<its pid>` and execs argv.
+pub(crate) const WRAPPER: &str = r#"s=$1; shift
+exec 3<&0
+"$s" /bin/sh -c 'echo "SHELLBOX_PGID:$$"; exec "$@"' sh "$@" <&3 3<&- &
+p=$!
+exec 3<&- 2>/dev/null
+wait "$p"
+r=$?
+kill -KILL -"$p" 2>/dev/null
+exit "$r""#;
+
+/// Run as root after a timeout: `sh -c KILL_GROUP sh <pgid>`. Kills the group, then every
+/// 50 ms checks `/proc/*/stat` until no live (non-zombie) member is left (exit 0), 5 s pass
+/// (exit 1), or `/proc` cannot be read (exit 2).
+pub(crate) const KILL_GROUP: &str = r#"g=$1
+case "$g" in ''|*[!0-9]*) exit 3;; esac
+[ "$g" -gt 1 ] || exit 3
+n=0
+while :; do
+  kill -KILL -"$g" 2>/dev/null
+  seen=0; live=0
+  for f in /proc/[0-9]*/stat; do
+    [ -e "$f" ] || continue
+    seen=1
+    l=$(cat "$f" 2>/dev/null) || continue
+    [ -n "$l" ] || continue
+    r=${l##*) }
+    set -- $r
+    [ $# -ge 3 ] || exit 2
+    if [ "$3" = "$g" ] && [ "$1" != Z ] && [ "$1" != X ]; then live=1; fi
+  done
+  [ "$seen" = 1 ] || exit 2
+  [ "$live" = 0 ] && exit 0
+  n=$((n+1))
+  [ "$n" -ge 100 ] && exit 1
+  sleep 0.05
+done"#;
+
+/// Run as root at start: `sh -c SETUP sh <workdir or "">`. Prints the path of `setsid` (its
+/// name when the shell only knows it as a built-in applet) and
+/// creates the workdir. Exit 93: no `setsid`; 94: the workdir cannot be created.
+pub(crate) const SETUP: &str = r#"s=
+IFS=:
+for d in $PATH; do
+  if [ -f "$d/setsid" ] && [ -x "$d/setsid" ]; then s=$d/setsid; break; fi
+done
+unset IFS
+if [ -z "$s" ]; then command -v setsid >/dev/null 2>&1 || exit 93; s=setsid; fi
+if [ -n "$1" ]; then mkdir -p -- "$1" || exit 94; fi
+echo "$s""#;
+
+/// The exec for `command` (already validated) in a machine made from `spec`.
+pub(crate) fn exec_config(spec: &MachineSpec, command: &Command, setsid: &str) -> ExecConfig {
+    let mut cmd = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        WRAPPER.to_string(),
+        "sh".to_string(),
+        setsid.to_string(),
+    ];
+    cmd.extend(command.argv.iter().cloned());
+    let workdir = command
+        .cwd
+        .clone()
+        .or_else(|| (!spec.workdir.is_empty()).then(|| spec.workdir.clone()));
+    let env: Vec<String> = command
+        .env
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    ExecConfig {
+        attach_stdin: Some(!command.stdin.is_empty()),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        env: (!env.is_empty()).then_some(env),
+        cmd: Some(cmd),
+        user: command.user.clone(),
+        working_dir: workdir,
+        ..Default::default()
+    }
+}
+
+/// A root exec of `sh -c script sh args...` with output attached.
+pub(crate) fn root_exec(script: &str, args: &[&str]) -> ExecConfig {
+    let mut cmd = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        script.to_string(),
+        "sh".to_string(),
+    ];
+    cmd.extend(args.iter().map(|a| a.to_string()));
+    ExecConfig {
+        attach_stdin: Some(false),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        cmd: Some(cmd),
+        user: Some("0".to_string()),
+        working_dir: Some("/".to_string()),
+        ..Default::default()
+    }
+}
+
+/// The longest header line read before giving up on it.
+pub(crate) const HEADER_MAX: usize = 64;
+
+/// What the first stdout bytes say.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Header {
+    /// More bytes are needed.
+    Incomplete,
+    /// A header: the process group id and how many bytes it took.
+    Pgid(u32, usize),
+    /// No header: the bytes are ordinary output.
+    Absent,
+}
+
+/// Parses `SHELLBOX_PGID:<digits>\n` (value > 1) at the start of `buf`.
+pub(crate) fn parse_header(buf: &[u8]) -> Header {
+    const PREFIX: &[u8] = b"SHELLBOX_PGID:";
+    let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
+        let n = buf.len().min(PREFIX.len());
+        if buf.len() >= HEADER_MAX || buf[..n] != PREFIX[..n] {
+            return Header::Absent;
+        }
+        return Header::Incomplete;
+    };
+    let line = &buf[..nl];
+    let Some(digits) = line.strip_prefix(PREFIX) else {
+        return Header::Absent;
+    };
+    if digits.is_empty() || digits.len() > 10 || !digits.iter().all(u8::is_ascii_digit) {
+        return Header::Absent;
+    }
+    match std::str::from_utf8(digits)
+        .ok()
+        .and_then(|d| d.parse::<u32>().ok())
+    {
+        Some(pgid) if pgid > 1 => Header::Pgid(pgid, nl + 1),
+        _ => Header::Absent,
+    }
+}
+
+/// Which spec field an engine error at create or start is about, if the spec asked for it
+/// and the message names it: the engine cannot honour that field.
+pub(crate) fn refused_field(
+    spec: &MachineSpec,
+    runtime: Option<&str>,
+    message: &str,
+) -> Option<&'static str> {
+    let m = message.to_ascii_lowercase();
+    if runtime.is_some() && m.contains("runtime") {
+        return Some("runtime");
+    }
+    if spec.storage_mb.is_some()
+        && (m.contains("storage") || m.contains("quota") || m.contains("size"))
+    {
+        return Some("storage_mb");
+    }
+    if spec.gpus > 0 && (m.contains("gpu") || m.contains("device driver") || m.contains("nvidia")) {
+        return Some("gpus");
+    }
+    if spec.cpus.is_some() && (m.contains("cpu") || m.contains("cfs")) {
+        return Some("cpus");
+    }
+    if spec.memory_mb.is_some() && m.contains("memory") {
+        return Some("memory_mb");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner() -> Owner {
+        Owner {
+            pid: 42,
+            start: Some(7),
+            host: "h".into(),
+        }
+    }
+
+    #[test]
+    fn container_config_maps_spec_fields() {
+        let spec = MachineSpec::docker("img")
+            .env("A", "1")
+            .memory_mb(64)
+            .cpus(2)
+            .storage_mb(100)
+            .gpus(1);
+        let c = container_config(&spec, "sha256:abc", Some("runsc"), &owner());
+        assert_eq!(c.image.as_deref(), Some("sha256:abc"));
+        assert_eq!(c.entrypoint, Some(vec!["/bin/sh".to_string()]));
+        assert_eq!(c.cmd, Some(vec!["-c".to_string(), KEEPALIVE.to_string()]));
+        assert_eq!(c.env, Some(vec!["A=1".to_string()]));
+        let labels = c.labels.unwrap();
+        assert_eq!(labels[labels::OWNER_PID], "42");
+        assert_eq!(labels[labels::OWNER_START], "7");
+        assert_eq!(labels[labels::OWNER_HOST], "h");
+        let h = c.host_config.unwrap();
+        assert_eq!(h.init, Some(true));
+        assert_eq!(h.network_mode.as_deref(), Some("none"));
+        assert_eq!(h.memory, Some(64 * 1024 * 1024));
+        assert_eq!(h.nano_cpus, Some(2_000_000_000));
+        assert_eq!(h.storage_opt.unwrap()["size"], "100M");
+        let dr = &h.device_requests.unwrap()[0];
+        assert_eq!(dr.count, Some(1));
+        assert_eq!(dr.capabilities, Some(vec![vec!["gpu".to_string()]]));
+        assert_eq!(h.runtime.as_deref(), Some("runsc"));
+
+        let plain = container_config(
+            &MachineSpec::docker("img").network(NetworkPolicy::Allow),
+            "img",
+            None,
+            &owner(),
+        );
+        let h = plain.host_config.unwrap();
+        assert_eq!(h.network_mode.as_deref(), Some("bridge"));
+        assert_eq!(h.memory, None);
+        assert_eq!(h.nano_cpus, None);
+        assert_eq!(h.storage_opt, None);
+        assert_eq!(h.device_requests, None);
+        assert_eq!(h.runtime, None);
+        assert_eq!(plain.env, None);
+    }
+
+    #[test]
+    fn exec_config_puts_everything_in_the_body() {
+        let spec = MachineSpec::docker("img").workdir("/w");
+        let cmd = Command::from_argv(["echo", "a b"])
+            .env("SECRET", "s3")
+            .user("65534");
+        let e = exec_config(&spec, &cmd, "/bin/setsid");
+        let argv = e.cmd.unwrap();
+        assert_eq!(argv[..5], ["/bin/sh", "-c", WRAPPER, "sh", "/bin/setsid"]);
+        assert_eq!(argv[5..], ["echo", "a b"]);
+        assert_eq!(e.env, Some(vec!["SECRET=s3".to_string()]));
+        assert_eq!(e.user.as_deref(), Some("65534"));
+        assert_eq!(e.working_dir.as_deref(), Some("/w"));
+        assert_eq!(e.attach_stdin, Some(false));
+        let e = exec_config(&spec, &cmd.clone().cwd("/tmp").stdin("x"), "/s");
+        assert_eq!(e.working_dir.as_deref(), Some("/tmp"));
+        assert_eq!(e.attach_stdin, Some(true));
+        let e = exec_config(&MachineSpec::docker("img").workdir(""), &cmd, "/s");
+        assert_eq!(e.working_dir, None);
+        assert_eq!(e.user.as_deref(), Some("65534"));
+    }
+
+    #[test]
+    fn header_parsing() {
+        assert_eq!(
+            parse_header(b"SHELLBOX_PGID:123\nrest"),
+            Header::Pgid(123, 18)
+        );
+        assert_eq!(parse_header(b"SHELLBOX_PG"), Header::Incomplete);
+        assert_eq!(parse_header(b"SHELLBOX_PGID:12"), Header::Incomplete);
+        assert_eq!(parse_header(b"hello\n"), Header::Absent);
+        assert_eq!(parse_header(b"hel"), Header::Absent);
+        assert_eq!(parse_header(b"SHELLBOX_PGID:1\n"), Header::Absent);
+        assert_eq!(parse_header(b"SHELLBOX_PGID:x\n"), Header::Absent);
+        assert_eq!(parse_header(b"SHELLBOX_PGID:\n"), Header::Absent);
+        assert_eq!(parse_header(&[b'S'; 80]), Header::Absent);
+    }
+
+    #[test]
+    fn refusals_name_the_field() {
+        let spec = MachineSpec::docker("i").storage_mb(10);
+        assert_eq!(
+            refused_field(
+                &spec,
+                None,
+                "--storage-opt is supported only for overlay over xfs"
+            ),
+            Some("storage_mb")
+        );
+        assert_eq!(refused_field(&spec, None, "no such image"), None);
+        let spec = MachineSpec::docker("i").gpus(1);
+        assert_eq!(
+            refused_field(
+                &spec,
+                None,
+                "could not select device driver \"\" with capabilities: [[gpu]]"
+            ),
+            Some("gpus")
+        );
+        assert_eq!(
+            refused_field(
+                &MachineSpec::docker("i"),
+                Some("runsc"),
+                "unknown or invalid runtime name: runsc"
+            ),
+            Some("runtime")
+        );
+    }
+
+    #[test]
+    fn start_ticks_of_self() {
+        assert!(process_start_ticks(std::process::id()).is_some());
+        assert!(!host_name().is_empty());
+    }
+}

@@ -1,0 +1,279 @@
+//! The factory: connect to the engine, create containers.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bollard::errors::Error as BollardError;
+use bollard::query_parameters::CreateContainerOptions;
+use bollard::Docker;
+use sha2::{Digest, Sha256};
+use shellbox_core::{async_trait, Error, Machine, MachineFactory, MachineSpec};
+
+use crate::config::{container_config, refused_field, Owner, SETUP};
+use crate::machine::{spawn_removal, DockerMachine, Inner};
+use crate::CONTAINER_NAME_PREFIX;
+
+/// Where the engine is when `DOCKER_HOST` is not set.
+const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
+
+/// Creates [`DockerMachine`]s: one container per machine, through the Docker Engine API.
+#[derive(Clone)]
+pub struct DockerMachineFactory {
+    docker: Docker,
+    runtime: Option<String>,
+    owner: Arc<Owner>,
+}
+
+impl std::fmt::Debug for DockerMachineFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerMachineFactory")
+            .field("runtime", &self.runtime)
+            .field("owner", &self.owner)
+            .finish()
+    }
+}
+
+impl DockerMachineFactory {
+    /// Connects with Docker's usual defaults: `DOCKER_HOST` when set (`unix://`, `tcp://`,
+    /// `http://`), else the local socket `unix:///var/run/docker.sock`, then negotiates the
+    /// API version with the engine (`GET /version`; the client steps down to the engine's
+    /// version, e.g. 1.41 for Docker 20.10).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] naming the address tried (and whether it came from `DOCKER_HOST`)
+    /// when the engine cannot be reached or answers with an unreadable version.
+    pub async fn connect() -> Result<Self, Error> {
+        match std::env::var("DOCKER_HOST") {
+            Ok(host) if !host.is_empty() => Self::connect_to_described(&host, "DOCKER_HOST").await,
+            _ => Self::connect_to_described(DEFAULT_HOST, "the default, DOCKER_HOST unset").await,
+        }
+    }
+
+    /// Connects to the engine at `host` (`unix:///path`, `tcp://host:port` or
+    /// `http://host:port`) and negotiates the API version.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] naming `host` when it is malformed or unreachable.
+    pub async fn connect_to(host: &str) -> Result<Self, Error> {
+        Self::connect_to_described(host, "given").await
+    }
+
+    async fn connect_to_described(host: &str, origin: &str) -> Result<Self, Error> {
+        let operation = format!("connect to the Docker Engine at {host} ({origin})");
+        let docker = Docker::connect_with_host(host).map_err(|e| Error::backend(&operation, e))?;
+        let docker = match tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            docker.negotiate_version(),
+        )
+        .await
+        {
+            Ok(Ok(d)) => d,
+            Ok(Err(e)) => return Err(Error::backend(operation, e)),
+            Err(_) => return Err(Error::backend(operation, "no answer within 30 s")),
+        };
+        Ok(Self::with_client(docker))
+    }
+
+    /// Uses an already configured client as it is (no version negotiation: call
+    /// [`Docker::negotiate_version`] first if needed).
+    pub fn with_client(docker: Docker) -> Self {
+        Self {
+            docker,
+            runtime: None,
+            owner: Arc::new(Owner::current()),
+        }
+    }
+
+    /// Runs containers with this OCI runtime (the engine's `HostConfig.Runtime`, e.g.
+    /// `runsc` for gVisor). An engine without it refuses at create:
+    /// [`Error::Unsupported`] with the engine's reason.
+    pub fn runtime(mut self, runtime: impl Into<String>) -> Self {
+        self.runtime = Some(runtime.into());
+        self
+    }
+
+    /// The Engine API client.
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// Like [`MachineFactory::create`], returning the concrete [`DockerMachine`] (for its
+    /// container ID and client).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a spec failing validation or a malformed registry
+    /// reference; [`Error::Unsupported`] for a source other than docker, registry,
+    /// dockerfile or archive, an image without `setsid`, or a field the engine refuses
+    /// (`storage_mb`, `gpus`, `cpus`, `memory_mb`, the runtime; the reason quotes the
+    /// engine); [`Error::NotFound`] for a missing Dockerfile, context or archive;
+    /// [`Error::Backend`] for other engine failures (a missing Docker image, a failed pull or
+    /// build, a workdir that cannot be created). Whatever was created is removed first.
+    pub async fn create_machine(&self, spec: MachineSpec) -> Result<DockerMachine, Error> {
+        spec.validate()?;
+        let image = crate::image::resolve(&self.docker, &spec.source).await?;
+        let name = container_name();
+        let config = container_config(&spec, &image, self.runtime.as_deref(), &self.owner);
+        let options = CreateContainerOptions {
+            name: Some(name.clone()),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .create_container(Some(options), config)
+            .await
+            .map_err(|e| self.refusal_or_backend(&spec, "create container", e))?;
+        // From here on a failure (or a dropped future) removes the container.
+        let mut guard = RemoveOnDrop {
+            docker: self.docker.clone(),
+            id: created.id.clone(),
+            armed: AtomicBool::new(true),
+        };
+        let result = self.start(&spec, &name, &created.id).await;
+        match result {
+            Ok(setsid) => {
+                guard.disarm();
+                Ok(DockerMachine {
+                    inner: Arc::new(Inner {
+                        docker: self.docker.clone(),
+                        id: created.id,
+                        name,
+                        spec,
+                        setsid,
+                        closed: AtomicBool::new(false),
+                        removed: AtomicBool::new(false),
+                        close_lock: tokio::sync::Mutex::new(()),
+                    }),
+                })
+            }
+            Err(e) => {
+                guard.disarm();
+                if let Err(rm) = crate::machine::remove_container(&self.docker, &created.id).await {
+                    tracing::warn!(target: "shellbox_docker", container = %name, "could not remove after a failed create: {rm}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Starts the container, checks `setsid`, creates the workdir; returns setsid's path.
+    async fn start(&self, spec: &MachineSpec, name: &str, id: &str) -> Result<String, Error> {
+        self.docker
+            .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
+            .await
+            .map_err(|e| self.refusal_or_backend(spec, "start container", e))?;
+        let config = crate::config::root_exec(SETUP, &[&spec.workdir]);
+        let (code, out, err) = crate::machine::exec_collect(&self.docker, id, config)
+            .await
+            .map_err(|e| match e {
+                crate::machine::ExecError::Engine(op, e) => {
+                    Error::backend(format!("{op} in container {name}"), e)
+                }
+                crate::machine::ExecError::Other(e) => e,
+            })?;
+        match code {
+            0 => Ok(out.trim().to_string()),
+            93 => Err(Error::unsupported(
+                "the image has no `setsid` program on PATH (the docker backend requires setsid \
+                 and /bin/sh to run and stop commands)",
+            )),
+            94 => Err(Error::backend(
+                format!("create workdir {}", spec.workdir),
+                err.trim().to_string(),
+            )),
+            _ => Err(Error::backend(
+                format!("set up container {name}"),
+                format!("exit {code}: {}{}", out.trim(), err.trim()),
+            )),
+        }
+    }
+
+    fn refusal_or_backend(&self, spec: &MachineSpec, operation: &str, e: BollardError) -> Error {
+        if let BollardError::DockerResponseServerError {
+            status_code,
+            message,
+        } = &e
+        {
+            if matches!(status_code, 400 | 500) {
+                if let Some(field) = refused_field(spec, self.runtime.as_deref(), message) {
+                    let what = match field {
+                        "runtime" => {
+                            format!("runtime {:?}", self.runtime.as_deref().unwrap_or_default())
+                        }
+                        f => f.to_string(),
+                    };
+                    return Error::unsupported(format!(
+                        "the Docker Engine cannot honour {what}: {message}"
+                    ));
+                }
+            }
+        }
+        Error::backend(operation, e)
+    }
+}
+
+#[async_trait]
+impl MachineFactory for DockerMachineFactory {
+    fn backend(&self) -> &'static str {
+        "docker"
+    }
+
+    async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {
+        Ok(Box::new(self.create_machine(spec).await?))
+    }
+}
+
+/// Removes a half-made container if `create` is dropped (cancelled) before it finishes.
+struct RemoveOnDrop {
+    docker: Docker,
+    id: String,
+    armed: AtomicBool,
+}
+
+impl RemoveOnDrop {
+    fn disarm(&mut self) {
+        self.armed.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if self.armed.load(Ordering::SeqCst) {
+            spawn_removal(self.docker.clone(), self.id.clone());
+        }
+    }
+}
+
+/// `shellbox-<32 hex>`, unique per call (pid, time, counter, hashed).
+fn container_name() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = Sha256::new();
+    h.update(std::process::id().to_le_bytes());
+    h.update(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+            .to_le_bytes(),
+    );
+    h.update(COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    let digest = h.finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{CONTAINER_NAME_PREFIX}{hex}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_shaped() {
+        let a = container_name();
+        let b = container_name();
+        assert_ne!(a, b);
+        assert!(a.starts_with("shellbox-"));
+        assert_eq!(a.len(), "shellbox-".len() + 32);
+        assert!(a["shellbox-".len()..]
+            .chars()
+            .all(|c| c.is_ascii_hexdigit()));
+    }
+}

@@ -1,0 +1,118 @@
+//! Removing containers whose owner process is gone.
+
+use std::collections::HashMap;
+
+use bollard::query_parameters::ListContainersOptions;
+use bollard::Docker;
+use shellbox_core::Error;
+
+use crate::config::{host_name, process_start_ticks};
+use crate::labels;
+use crate::machine::remove_container;
+
+/// What [`gc`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// Names (or IDs) of the containers removed: their owner process no longer exists.
+    pub removed: Vec<String>,
+    /// Containers of this host whose owner process is alive (left alone).
+    pub kept: usize,
+    /// Containers labelled by another host (left alone: their owners cannot be checked here).
+    pub other_hosts: usize,
+    /// Containers that should have been removed but could not be, with the reason.
+    pub failed: Vec<(String, String)>,
+}
+
+/// Removes the shellbox containers (label [`labels::MACHINE`]) whose labels name an owner
+/// process on this host ([`labels::OWNER_HOST`] equal to this host's name) that no longer
+/// exists: no `/proc/<pid>`, or a process there that started at another time than
+/// [`labels::OWNER_START`] says (a reused pid). A container whose owner is alive, that
+/// belongs to another host, or whose labels cannot be read is never touched.
+///
+/// # Errors
+/// [`Error::Backend`] when the engine cannot list containers. Failures to remove single
+/// containers are reported in [`GcReport::failed`].
+pub async fn gc(docker: &Docker) -> Result<GcReport, Error> {
+    let this_host = host_name();
+    let options = ListContainersOptions {
+        all: true,
+        filters: Some(HashMap::from([(
+            "label".to_string(),
+            vec![format!("{}=1", labels::MACHINE)],
+        )])),
+        ..Default::default()
+    };
+    let containers = docker
+        .list_containers(Some(options))
+        .await
+        .map_err(|e| Error::backend("list shellbox containers", e))?;
+    let mut report = GcReport::default();
+    for c in containers {
+        let Some(id) = c.id.clone() else { continue };
+        let name = c
+            .names
+            .as_ref()
+            .and_then(|n| n.first())
+            .map(|n| n.trim_start_matches('/').to_string())
+            .unwrap_or_else(|| id.clone());
+        let labels = c.labels.unwrap_or_default();
+        if labels.get(labels::OWNER_HOST) != Some(&this_host) {
+            report.other_hosts += 1;
+            continue;
+        }
+        let Some(pid) = labels
+            .get(labels::OWNER_PID)
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            report.kept += 1;
+            continue;
+        };
+        let start = labels
+            .get(labels::OWNER_START)
+            .and_then(|s| s.parse::<u64>().ok());
+        if owner_alive(pid, start) {
+            report.kept += 1;
+            continue;
+        }
+        match remove_container(docker, &id).await {
+            Ok(()) => {
+                tracing::info!(target: "shellbox_docker", container = %name, owner_pid = pid, "gc removed a leaked container");
+                report.removed.push(name);
+            }
+            Err(e) => report.failed.push((name, e.to_string())),
+        }
+    }
+    Ok(report)
+}
+
+/// Whether process `pid` exists on this host and (when known) started at `start`.
+fn owner_alive(pid: u32, start: Option<u64>) -> bool {
+    if pid == 0 {
+        return true; // Never guess about pid 0.
+    }
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        return false;
+    }
+    match (start, process_start_ticks(pid)) {
+        (Some(want), Some(have)) => want == have,
+        // Cannot compare: treat as alive (never remove a live one).
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn liveness() {
+        let me = std::process::id();
+        assert!(owner_alive(me, process_start_ticks(me)));
+        assert!(owner_alive(me, None));
+        assert!(!owner_alive(me, Some(process_start_ticks(me).unwrap() + 1)));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(!owner_alive(pid, Some(1)));
+    }
+}

@@ -1,0 +1,625 @@
+//! One container: commands as execs, the PGID protocol, timeouts, close.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bollard::container::LogOutput;
+use bollard::errors::Error as BollardError;
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::ExecConfig;
+use bollard::query_parameters::RemoveContainerOptions;
+use bollard::Docker;
+use bytes::{Bytes, BytesMut};
+use futures::{Stream, StreamExt};
+use shellbox_core::capture::{timed_out_status, EventStream};
+use shellbox_core::{
+    async_trait, Command, Error, Event, ExitReason, ExitStatus, Machine, MachineSpec, OutputLimiter,
+};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::config::{exec_config, parse_header, root_exec, Header, KILL_GROUP};
+use crate::image::is_not_found;
+
+/// How long a timed-out command's group may take to be killed and confirmed gone.
+const KILL_BOUND: Duration = Duration::from_secs(10);
+/// How long to wait for the PGID header after a deadline when it has not come yet.
+const HEADER_GRACE: Duration = Duration::from_secs(2);
+/// How long to keep reading output after a successful kill (in-flight partial output).
+const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
+
+/// A machine backed by one Docker container. Made by
+/// [`DockerMachineFactory`](crate::DockerMachineFactory); implements
+/// [`Machine`](shellbox_core::Machine).
+///
+/// Dropping it without [`Machine::close`] removes the container in the background (best
+/// effort, logged).
+pub struct DockerMachine {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for DockerMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerMachine")
+            .field("container", &self.inner.name)
+            .field("closed", &self.inner.closed.load(Ordering::SeqCst))
+            .finish()
+    }
+}
+
+pub(crate) struct Inner {
+    pub docker: Docker,
+    pub id: String,
+    pub name: String,
+    pub spec: MachineSpec,
+    pub setsid: String,
+    pub closed: AtomicBool,
+    pub removed: AtomicBool,
+    pub close_lock: tokio::sync::Mutex<()>,
+}
+
+impl DockerMachine {
+    /// The container's ID.
+    pub fn container_id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The container's name (`shellbox-<32 hex>`).
+    pub fn container_name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The Engine API client this machine uses.
+    pub fn docker(&self) -> &Docker {
+        &self.inner.docker
+    }
+
+    /// The spec the machine was created from.
+    pub fn spec(&self) -> &MachineSpec {
+        &self.inner.spec
+    }
+}
+
+impl Drop for DockerMachine {
+    fn drop(&mut self) {
+        if self.inner.removed.load(Ordering::SeqCst) {
+            return;
+        }
+        self.inner.closed.store(true, Ordering::SeqCst);
+        let docker = self.inner.docker.clone();
+        let id = self.inner.id.clone();
+        spawn_removal(docker, id);
+    }
+}
+
+/// Removes a container when a machine (or a half-made one) is dropped unclosed. On a
+/// multi-threaded Tokio runtime it blocks this thread until the removal is done (so a
+/// runtime shutting down right after, e.g. at the end of a test, cannot cancel it); on a
+/// current-thread runtime it spawns the removal; without a runtime it uses a short-lived
+/// thread with its own runtime.
+pub(crate) fn spawn_removal(docker: Docker, id: String) {
+    let task = async move {
+        match remove_container(&docker, &id).await {
+            Ok(()) => {
+                tracing::debug!(target: "shellbox_docker", container = %id, "removed a dropped machine's container")
+            }
+            Err(e) => {
+                tracing::warn!(target: "shellbox_docker", container = %id, "could not remove a dropped machine's container: {e}")
+            }
+        }
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| handle.block_on(task));
+        }
+        Ok(handle) => {
+            handle.spawn(task);
+        }
+        Err(_) => {
+            let _ = std::thread::Builder::new()
+                .name("shellbox-docker-drop".into())
+                .spawn(move || {
+                    if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        rt.block_on(task);
+                    }
+                });
+        }
+    }
+}
+
+/// Force-removes a container (with its anonymous volumes), retrying transient failures,
+/// and returns only once the engine says it is gone.
+///
+/// # Errors
+/// [`Error::Backend`] when it still exists after the retries (about 20 s).
+pub(crate) async fn remove_container(docker: &Docker, id: &str) -> Result<(), Error> {
+    let mut last: Option<String> = None;
+    let mut delay = Duration::from_millis(50);
+    for _ in 0..10 {
+        let options = RemoveContainerOptions {
+            force: true,
+            v: true,
+            link: false,
+        };
+        match docker.remove_container(id, Some(options)).await {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => return Ok(()),
+            Err(e) => last = Some(e.to_string()),
+        }
+        match docker.inspect_container(id, None).await {
+            Err(e) if is_not_found(&e) => return Ok(()),
+            Ok(_) => {
+                last.get_or_insert_with(|| "the container still exists".to_string());
+            }
+            Err(e) => last = Some(e.to_string()),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(4));
+    }
+    Err(Error::backend(
+        format!("remove container {id}"),
+        last.unwrap_or_else(|| "the container still exists".to_string()),
+    ))
+}
+
+impl Inner {
+    fn check_open(&self) -> Result<(), Error> {
+        if self.closed.load(Ordering::SeqCst) {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// An engine error during an operation: [`Error::Closed`] when the machine was closed
+    /// meanwhile (its container is gone), else [`Error::Backend`].
+    pub(crate) fn engine_error(&self, operation: &str, e: BollardError) -> Error {
+        if self.closed.load(Ordering::SeqCst) {
+            Error::Closed
+        } else {
+            Error::backend(format!("{operation} in container {}", self.name), e)
+        }
+    }
+
+    pub(crate) async fn close(&self) -> Result<(), Error> {
+        self.closed.store(true, Ordering::SeqCst);
+        let _guard = self.close_lock.lock().await;
+        if self.removed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        remove_container(&self.docker, &self.id).await?;
+        self.removed.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Closes after a failure it cannot recover from; logs a failed removal.
+    async fn dispose(&self, why: &str) {
+        tracing::warn!(target: "shellbox_docker", container = %self.name, "disposing of the machine: {why}");
+        if let Err(e) = self.close().await {
+            tracing::warn!(target: "shellbox_docker", container = %self.name, "removal failed: {e}");
+        }
+    }
+
+    /// Runs a small root exec (`sh -c script sh args...`) and returns (exit code, stdout,
+    /// stderr).
+    pub(crate) async fn root_exec(
+        &self,
+        script: &str,
+        args: &[&str],
+    ) -> Result<(i64, String, String), Error> {
+        exec_collect(&self.docker, &self.id, root_exec(script, args))
+            .await
+            .map_err(|e| match e {
+                ExecError::Engine(op, e) => self.engine_error(op, e),
+                ExecError::Other(e) => e,
+            })
+    }
+}
+
+pub(crate) enum ExecError {
+    Engine(&'static str, BollardError),
+    Other(Error),
+}
+
+/// Creates, starts and drains an exec, then returns its exit code and (lossy) output.
+pub(crate) async fn exec_collect(
+    docker: &Docker,
+    container: &str,
+    config: ExecConfig,
+) -> Result<(i64, String, String), ExecError> {
+    let exec = docker
+        .create_exec(container, config)
+        .await
+        .map_err(|e| ExecError::Engine("create exec", e))?;
+    let started = docker
+        .start_exec(&exec.id, None::<StartExecOptions>)
+        .await
+        .map_err(|e| ExecError::Engine("start exec", e))?;
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    if let StartExecResults::Attached { mut output, input } = started {
+        drop(input);
+        while let Some(item) = output.next().await {
+            match item.map_err(|e| ExecError::Engine("read exec output", e))? {
+                LogOutput::StdErr { message } => stderr.extend_from_slice(&message),
+                LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                    stdout.extend_from_slice(&message)
+                }
+                LogOutput::StdIn { .. } => {}
+            }
+        }
+    }
+    let code = wait_exec_exit(docker, &exec.id).await?;
+    Ok((
+        code,
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    ))
+}
+
+/// The exit code of a finished exec, polling its inspect while the engine still marks it
+/// running (briefly, after the output ended).
+async fn wait_exec_exit(docker: &Docker, exec_id: &str) -> Result<i64, ExecError> {
+    let started = Instant::now();
+    let mut delay = Duration::from_millis(2);
+    loop {
+        let info = docker
+            .inspect_exec(exec_id)
+            .await
+            .map_err(|e| ExecError::Engine("inspect exec", e))?;
+        if info.running != Some(true) {
+            if let Some(code) = info.exit_code {
+                return Ok(code);
+            }
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            return Err(ExecError::Other(Error::TimedOut {
+                operation: format!("wait for exec {exec_id} to report its exit code"),
+                after: Duration::from_secs(10),
+            }));
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(50));
+    }
+}
+
+#[async_trait]
+impl Machine for DockerMachine {
+    async fn run_stream(&self, command: Command) -> Result<EventStream, Error> {
+        command.validate()?;
+        let deadline = command.timeout.map(|t| Instant::now() + t);
+        let inner = &self.inner;
+        inner.check_open()?;
+        let config = exec_config(&inner.spec, &command, &inner.setsid);
+        let exec = inner
+            .docker
+            .create_exec(&inner.id, config)
+            .await
+            .map_err(|e| inner.engine_error("create exec", e))?;
+        let started = inner
+            .docker
+            .start_exec(&exec.id, None::<StartExecOptions>)
+            .await
+            .map_err(|e| inner.engine_error("start exec", e))?;
+        let StartExecResults::Attached { output, mut input } = started else {
+            return Err(Error::backend("start exec", "the engine did not attach"));
+        };
+        if command.stdin.is_empty() {
+            drop(input);
+        } else {
+            let stdin = command.stdin.clone();
+            tokio::spawn(async move {
+                // A command that exits without reading its stdin is not an error.
+                let _ = input.write_all(&stdin).await;
+                let _ = input.shutdown().await;
+            });
+        }
+        let (tx, rx) = mpsc::channel(16);
+        let driver = Driver {
+            inner: self.inner.clone(),
+            exec_id: exec.id,
+            stdout: OutputLimiter::new(command.output_limit_bytes),
+            stderr: OutputLimiter::new(command.output_limit_bytes),
+            header: Some(BytesMut::new()),
+            pgid: None,
+            pending: VecDeque::new(),
+            tx,
+        };
+        tokio::spawn(driver.run(output, deadline));
+        Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        })))
+    }
+
+    async fn upload(&self, source: &Path, target: &str) -> Result<(), Error> {
+        self.inner.check_open()?;
+        crate::transfer::upload(&self.inner, source, target).await
+    }
+
+    async fn download(&self, source: &str, target: &Path) -> Result<(), Error> {
+        self.inner.check_open()?;
+        crate::transfer::download(&self.inner, source, target).await
+    }
+
+    async fn close(&self) -> Result<(), Error> {
+        self.inner.close().await
+    }
+}
+
+type Output = std::pin::Pin<Box<dyn Stream<Item = Result<LogOutput, BollardError>> + Send>>;
+
+enum End {
+    Eof,
+    Timeout,
+    Cancelled,
+    Transport(BollardError),
+}
+
+/// Reads one exec's output into the event channel and ends it with its status.
+struct Driver {
+    inner: Arc<Inner>,
+    exec_id: String,
+    stdout: OutputLimiter,
+    stderr: OutputLimiter,
+    /// Some while the PGID header is still being read.
+    header: Option<BytesMut>,
+    pgid: Option<u32>,
+    pending: VecDeque<Event>,
+    tx: mpsc::Sender<Result<Event, Error>>,
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Driver {
+    fn take(&mut self, item: LogOutput) {
+        match item {
+            LogOutput::StdErr { message } => {
+                if let Some(kept) = self.stderr.admit(message) {
+                    self.pending.push_back(Event::Stderr(kept));
+                }
+            }
+            LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                let Some(buf) = self.header.as_mut() else {
+                    self.out(message);
+                    return;
+                };
+                buf.extend_from_slice(&message);
+                match parse_header(buf) {
+                    Header::Incomplete => {}
+                    Header::Pgid(pgid, used) => {
+                        self.pgid = Some(pgid);
+                        let mut buf = self.header.take().unwrap_or_default();
+                        let rest = buf.split_off(used).freeze();
+                        self.out(rest);
+                    }
+                    Header::Absent => {
+                        let buf = self.header.take().unwrap_or_default().freeze();
+                        self.out(buf);
+                    }
+                }
+            }
+            LogOutput::StdIn { .. } => {}
+        }
+    }
+
+    fn out(&mut self, chunk: Bytes) {
+        if let Some(kept) = self.stdout.admit(chunk) {
+            self.pending.push_back(Event::Stdout(kept));
+        }
+    }
+
+    fn flush_header(&mut self) {
+        if let Some(buf) = self.header.take() {
+            self.out(buf.freeze());
+        }
+    }
+
+    /// Reads until EOF, a deadline, cancellation or a transport error, sending events as the
+    /// receiver takes them.
+    async fn pump(&mut self, output: &mut Output, deadline: Option<Instant>) -> End {
+        let tx = self.tx.clone();
+        loop {
+            tokio::select! {
+                biased;
+                _ = tx.closed() => return End::Cancelled,
+                _ = sleep_until_opt(deadline) => return End::Timeout,
+                permit = tx.reserve(), if !self.pending.is_empty() => match permit {
+                    Ok(permit) => {
+                        if let Some(ev) = self.pending.pop_front() {
+                            permit.send(Ok(ev));
+                        }
+                    }
+                    Err(_) => return End::Cancelled,
+                },
+                item = output.next(), if self.pending.is_empty() => match item {
+                    None => return End::Eof,
+                    Some(Err(e)) => return End::Transport(e),
+                    Some(Ok(item)) => self.take(item),
+                },
+            }
+        }
+    }
+
+    /// Reads (without sending) until EOF or `until`, keeping output within the limits.
+    /// Returns true at EOF.
+    async fn read_quietly(
+        &mut self,
+        output: &mut Output,
+        until: Instant,
+        stop_at_pgid: bool,
+    ) -> bool {
+        loop {
+            if stop_at_pgid && self.pgid.is_some() {
+                return false;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => return false,
+                item = output.next() => match item {
+                    None | Some(Err(_)) => return true,
+                    Some(Ok(item)) => self.take(item),
+                },
+            }
+        }
+    }
+
+    async fn send_pending(&mut self) -> bool {
+        while let Some(ev) = self.pending.pop_front() {
+            if self.tx.send(Ok(ev)).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    async fn finish_exited(&mut self) {
+        self.flush_header();
+        let status = match wait_exec_exit(&self.inner.docker, &self.exec_id).await {
+            Ok(code) => Ok(Event::Exit(ExitStatus {
+                exit_code: Some(i32::try_from(code).unwrap_or(255)),
+                reason: ExitReason::Exited,
+                stdout_truncated: self.stdout.truncated(),
+                stderr_truncated: self.stderr.truncated(),
+            })),
+            Err(ExecError::Engine(op, e)) => Err(self.inner.engine_error(op, e)),
+            Err(ExecError::Other(e)) => Err(e),
+        };
+        if self.send_pending().await {
+            let _ = self.tx.send(status).await;
+        }
+    }
+
+    /// Kills the command's process group inside the container and confirms it is gone.
+    async fn kill_group(&self) -> Result<(), String> {
+        let Some(pgid) = self.pgid else {
+            return Err("the command never reported its process group".into());
+        };
+        let pgid = pgid.to_string();
+        let attempt =
+            tokio::time::timeout(KILL_BOUND, self.inner.root_exec(KILL_GROUP, &[&pgid])).await;
+        match attempt {
+            Ok(Ok((0, _, _))) => Ok(()),
+            Ok(Ok((1, _, _))) => Err(format!(
+                "process group {pgid} still had live members after the kill"
+            )),
+            Ok(Ok((code, out, err))) => Err(format!(
+                "the kill probe for process group {pgid} failed (exit {code}): {}{}",
+                out.trim(),
+                err.trim()
+            )),
+            Ok(Err(e)) => Err(format!(
+                "could not run the kill for process group {pgid}: {e}"
+            )),
+            Err(_) => Err(format!(
+                "killing process group {pgid} took more than {KILL_BOUND:?}"
+            )),
+        }
+    }
+
+    async fn run(mut self, mut output: Output, deadline: Option<Instant>) {
+        let end = self.pump(&mut output, deadline).await;
+        match end {
+            End::Eof => self.finish_exited().await,
+            End::Transport(e) => {
+                let closed = self.inner.closed.load(Ordering::SeqCst);
+                if closed {
+                    let _ = self.tx.send(Err(Error::Closed)).await;
+                } else {
+                    self.inner
+                        .dispose(&format!("exec output failed: {e}"))
+                        .await;
+                    let _ = self
+                        .tx
+                        .send(Err(Error::backend(
+                            format!("read exec output in container {}", self.inner.name),
+                            e,
+                        )))
+                        .await;
+                }
+            }
+            End::Timeout | End::Cancelled => {
+                let cancelled = matches!(end, End::Cancelled);
+                if self.pgid.is_none() {
+                    let eof = self
+                        .read_quietly(&mut output, Instant::now() + HEADER_GRACE, true)
+                        .await;
+                    if eof && !cancelled {
+                        // It ended by itself while we waited for its header.
+                        self.finish_exited().await;
+                        return;
+                    }
+                    if eof {
+                        return;
+                    }
+                }
+                if self.inner.closed.load(Ordering::SeqCst) {
+                    let _ = self.tx.send(Err(Error::Closed)).await;
+                    return;
+                }
+                match self.kill_group().await {
+                    Ok(()) => {
+                        if cancelled {
+                            return;
+                        }
+                        self.read_quietly(&mut output, Instant::now() + DRAIN_AFTER_KILL, false)
+                            .await;
+                        self.flush_header();
+                        let status =
+                            timed_out_status(self.stdout.truncated(), self.stderr.truncated());
+                        if self.send_pending().await {
+                            let _ = self.tx.send(Ok(Event::Exit(status))).await;
+                        }
+                    }
+                    Err(why) => {
+                        self.inner.dispose(&why).await;
+                        if !cancelled {
+                            let _ = self
+                                .tx
+                                .send(Err(Error::Terminated(format!(
+                                    "the command timed out and could not be stopped ({why}); \
+                                     the container {} was removed",
+                                    self.inner.name
+                                ))))
+                                .await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A bare Engine API exec of `true` (no wrapper, no PGID protocol, no limits) in
+/// `container`: the floor a machine's `run(true)` is compared against in benchmarks.
+///
+/// # Errors
+/// [`Error::Backend`] when the engine fails or `true` does not exit 0.
+#[doc(hidden)]
+pub async fn floor_exec_true(docker: &Docker, container: &str) -> Result<(), Error> {
+    let config = ExecConfig {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(vec!["true".to_string()]),
+        ..Default::default()
+    };
+    match exec_collect(docker, container, config).await {
+        Ok((0, _, _)) => Ok(()),
+        Ok((code, _, err)) => Err(Error::backend(
+            "exec true",
+            format!("exit code {code}: {err}"),
+        )),
+        Err(ExecError::Engine(op, e)) => Err(Error::backend(op, e)),
+        Err(ExecError::Other(e)) => Err(e),
+    }
+}

@@ -1,0 +1,194 @@
+//! Upload and download through the container archive endpoints, streamed.
+
+use std::path::{Path, PathBuf};
+
+use bollard::body_try_stream;
+use bollard::errors::Error as BollardError;
+use bollard::query_parameters::{
+    ContainerArchiveInfoOptions, DownloadFromContainerOptions, UploadToContainerOptions,
+};
+use futures::StreamExt;
+use shellbox_core::archive::{pack_path, unpack_safe, UnpackLayout};
+use shellbox_core::validate::validate_guest_path;
+use shellbox_core::Error;
+use tokio::sync::mpsc;
+
+use crate::bridge::{receiver_stream, ChannelReader, ChannelWriter};
+use crate::image::is_not_found;
+use crate::machine::Inner;
+
+/// Go's `os.ModeDir` and `os.ModeSymlink` bits in the engine's path stat.
+const GO_MODE_DIR: u32 = 1 << 31;
+const GO_MODE_SYMLINK: u32 = 1 << 27;
+
+fn engine_message(e: &BollardError) -> String {
+    match e {
+        BollardError::DockerResponseServerError { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Host `source` → guest `target`: one tar stream `PUT` at `/` whose entries are named by
+/// the target path, so missing parents are created by the engine and a directory's entry
+/// gives `target` the source directory's mode.
+pub(crate) async fn upload(inner: &Inner, source: &Path, target: &str) -> Result<(), Error> {
+    validate_guest_path(target)?;
+    let meta = match tokio::fs::metadata(source).await {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::not_found(source.display().to_string()))
+        }
+        Err(e) => return Err(Error::io(format!("stat {}", source.display()), e)),
+    };
+    // A symlink given as the source itself is followed; symlinks inside are kept.
+    let source: PathBuf = tokio::fs::canonicalize(source)
+        .await
+        .map_err(|e| Error::io(format!("resolve {}", source.display()), e))?;
+    let root_name: Option<String> = if target == "/" {
+        if !meta.is_dir() {
+            return Err(Error::invalid(format!(
+                "cannot upload the file {} over the guest root /",
+                source.display()
+            )));
+        }
+        None
+    } else {
+        Some(target.trim_start_matches('/').to_string())
+    };
+
+    let (tx, rx) = mpsc::channel(4);
+    let src = source.clone();
+    let packer = tokio::task::spawn_blocking(move || {
+        let mut writer = ChannelWriter::new(tx);
+        let result = (|| {
+            // Write into the channel through a forwarding reference so a failure can be
+            // reported on the stream itself.
+            let w = pack_path(&src, root_name.as_deref(), &mut writer)?;
+            std::io::Write::flush(w).map_err(|e| Error::io("send archive", e))?;
+            Ok::<(), Error>(())
+        })();
+        if let Err(e) = &result {
+            writer.fail(std::io::Error::other(e.to_string()));
+        }
+        result
+    });
+    let options = UploadToContainerOptions {
+        path: "/".to_string(),
+        ..Default::default()
+    };
+    let put = inner
+        .docker
+        .upload_to_container(
+            &inner.id,
+            Some(options),
+            body_try_stream(receiver_stream(rx)),
+        )
+        .await;
+    let packed = packer.await.map_err(|e| Error::backend("pack upload", e))?;
+    packed?;
+    match put {
+        Ok(()) => Ok(()),
+        Err(e) if inner.closed.load(std::sync::atomic::Ordering::SeqCst) => {
+            let _ = e;
+            Err(Error::Closed)
+        }
+        Err(e) => Err(Error::transfer(target, engine_message(&e))),
+    }
+}
+
+/// Guest `source` → host `target`. A directory's contents go into `target`; a file goes to
+/// `target`, or into it when `target` is an existing directory. The archive is unpacked
+/// with [`unpack_safe`], which refuses entries escaping the target.
+pub(crate) async fn download(inner: &Inner, source: &str, target: &Path) -> Result<(), Error> {
+    validate_guest_path(source)?;
+    let mut guest = source.to_string();
+    let mut stat = None;
+    // Follow a symlink given as the source itself (the engine reports where it resolves,
+    // always inside the container).
+    for _ in 0..8 {
+        let options = ContainerArchiveInfoOptions {
+            path: guest.clone(),
+        };
+        match inner
+            .docker
+            .get_container_archive_info(&inner.id, Some(options))
+            .await
+        {
+            Ok(s) => {
+                if s.file_mode & GO_MODE_SYMLINK != 0
+                    && !s.link_target.is_empty()
+                    && s.link_target != guest
+                {
+                    guest = s.link_target.clone();
+                    continue;
+                }
+                stat = Some(s);
+                break;
+            }
+            Err(e) if is_not_found(&e) => return Err(Error::not_found(source)),
+            Err(e) => return Err(inner.engine_error("stat archive path", e)),
+        }
+    }
+    let Some(stat) = stat else {
+        return Err(Error::transfer(source, "too many levels of symbolic links"));
+    };
+    let is_dir = stat.file_mode & GO_MODE_DIR != 0;
+    let dest = if !is_dir && target.is_dir() {
+        let base = Path::new(&guest)
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_else(|| "download".into());
+        target.join(base)
+    } else {
+        target.to_path_buf()
+    };
+    if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|e| Error::io(format!("create {}", parent.display()), e))?;
+    }
+    let options = DownloadFromContainerOptions {
+        path: guest.clone(),
+    };
+    let mut body = inner
+        .docker
+        .download_from_container(&inner.id, Some(options));
+    let (tx, rx) = mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
+    let unpack_dest = dest.clone();
+    let unpacker = tokio::task::spawn_blocking(move || {
+        let reader = ChannelReader::new(rx);
+        let result = unpack_safe(reader, &unpack_dest, UnpackLayout::StripRoot);
+        // Drain what is left so the sender never blocks (e.g. after a refusal).
+        result
+    });
+    let mut engine_error: Option<BollardError> = None;
+    while let Some(item) = body.next().await {
+        match item {
+            Ok(chunk) => {
+                if tx.send(Ok(chunk)).await.is_err() {
+                    break; // The unpacker stopped (refusal or error); its result says why.
+                }
+            }
+            Err(e) => {
+                let _ = tx
+                    .send(Err(std::io::Error::other(engine_message(&e))))
+                    .await;
+                engine_error = Some(e);
+                break;
+            }
+        }
+    }
+    drop(tx);
+    let unpacked = unpacker
+        .await
+        .map_err(|e| Error::backend("unpack download", e))?;
+    if let Some(e) = engine_error {
+        if is_not_found(&e) {
+            return Err(Error::not_found(source));
+        }
+        if unpacked.is_err() {
+            return Err(inner.engine_error("download archive", e));
+        }
+    }
+    unpacked.map(|_| ())
+}
