@@ -5,6 +5,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
@@ -36,6 +37,9 @@ pub struct BuildOptions {
     /// Install wheels only (`uv pip sync --no-build`): an sdist in the lock fails the build
     /// instead of running its build hooks on the host.
     pub only_binary: bool,
+    /// How long to wait for another builder of the same root; `None` waits as long as it
+    /// takes (the reference library's behaviour).
+    pub lock_timeout: Option<Duration>,
 }
 
 impl BuildOptions {
@@ -54,6 +58,12 @@ impl BuildOptions {
     /// Sets the interpreter download mirror (see [`BuildOptions::python_install_mirror`]).
     pub fn python_install_mirror(mut self, mirror: impl Into<String>) -> Self {
         self.python_install_mirror = Some(mirror.into());
+        self
+    }
+
+    /// Gives up waiting for another builder after `timeout` (see [`BuildOptions::lock_timeout`]).
+    pub fn lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = Some(timeout);
         self
     }
 
@@ -104,7 +114,8 @@ pub fn build_python_environment(
 /// [`PyenvError::InvalidPython`] for a bad `python`, [`PyenvError::LockUnreadable`] when the
 /// lock cannot be read, [`PyenvError::InvalidRoot`] for a root without a final component or
 /// one that exists as a non-directory, [`PyenvError::InputsDiffer`] for a finished root from
-/// other inputs, [`PyenvError::UvMissing`] when no uv can be run,
+/// other inputs, [`PyenvError::LockTimeout`] when another builder holds the root longer
+/// than [`BuildOptions::lock_timeout`], [`PyenvError::UvMissing`] when no uv can be run,
 /// [`PyenvError::InterpreterUnusable`] when an interpreter path cannot report its
 /// `sys.base_prefix`, [`PyenvError::DownloadUnavailable`] when uv cannot download the
 /// version, [`PyenvError::UvFailed`] for any other failing uv step (e.g. a hash mismatch or
@@ -126,7 +137,7 @@ pub fn build_python_environment_with(
     let root = resolve_root(root.as_ref(), true)?;
     let lock_file = lock_file_path(&root);
 
-    let _guard = lock_exclusive(&lock_file)?;
+    let _guard = lock_exclusive(&lock_file, options.lock_timeout)?;
     info!(root = %root.display(), lock = %lock_file.display(), "pyenv: holding the build lock");
 
     let marker_path = root.join(MARKER_NAME);
@@ -283,7 +294,10 @@ fn lock_file_path(root: &Path) -> PathBuf {
     root.with_file_name(name)
 }
 
-fn lock_exclusive(path: &Path) -> Result<Flock<File>, PyenvError> {
+/// How often a builder with a [`BuildOptions::lock_timeout`] retries the lock.
+const LOCK_POLL: Duration = Duration::from_millis(50);
+
+fn lock_exclusive(path: &Path, timeout: Option<Duration>) -> Result<Flock<File>, PyenvError> {
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -291,18 +305,34 @@ fn lock_exclusive(path: &Path) -> Result<Flock<File>, PyenvError> {
         .truncate(false)
         .open(path)
         .map_err(|e| PyenvError::io("open lock file", path, e))?;
-    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-        Ok(guard) => return Ok(guard),
-        Err((returned, Errno::EWOULDBLOCK)) => {
-            info!(lock = %path.display(), "pyenv: another builder holds the lock; waiting for it");
-            file = returned;
-        }
-        Err((returned, _)) => file = returned,
-    }
+    let start = Instant::now();
+    let mut announced = false;
     loop {
-        match Flock::lock(file, FlockArg::LockExclusive) {
+        let mode = if timeout.is_some() || !announced {
+            FlockArg::LockExclusiveNonblock
+        } else {
+            FlockArg::LockExclusive
+        };
+        match Flock::lock(file, mode) {
             Ok(guard) => return Ok(guard),
             Err((returned, Errno::EINTR)) => file = returned,
+            Err((returned, Errno::EWOULDBLOCK)) => {
+                file = returned;
+                if !announced {
+                    info!(lock = %path.display(), "pyenv: another builder holds the lock; waiting for it");
+                    announced = true;
+                }
+                if let Some(timeout) = timeout {
+                    let waited = start.elapsed();
+                    if waited >= timeout {
+                        return Err(PyenvError::LockTimeout {
+                            lock: path.to_path_buf(),
+                            waited,
+                        });
+                    }
+                    std::thread::sleep(LOCK_POLL.min(timeout - waited));
+                }
+            }
             Err((_, errno)) => {
                 return Err(PyenvError::io("lock", path, std::io::Error::from(errno)))
             }

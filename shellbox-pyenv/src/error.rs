@@ -109,6 +109,16 @@ pub enum PyenvError {
         reason: String,
     },
 
+    /// Another builder held the root's lock longer than
+    /// [`BuildOptions::lock_timeout`](crate::BuildOptions::lock_timeout).
+    #[error("timed out after {waited:?} waiting for another builder's lock {}", lock.display())]
+    LockTimeout {
+        /// The lock file beside the root.
+        lock: PathBuf,
+        /// How long this builder waited.
+        waited: std::time::Duration,
+    },
+
     /// The root holds a finished environment built from other inputs. It is never removed
     /// automatically: machines may be using it.
     #[error(

@@ -663,3 +663,37 @@ fn inherited_mirror_variable_reaches_uv() {
     );
     assert!(stdout.contains("/nonexistent/inherited-mirror"), "{stdout}");
 }
+
+#[test]
+fn lock_timeout_gives_up_on_a_held_lock() {
+    let test = "lock_timeout_gives_up_on_a_held_lock";
+    let (Some(_uv), Some(python)) = (real_uv(test), test_python(test)) else {
+        return;
+    };
+    let dir = scratch();
+    let lock = write_lock(dir.path(), "six.lock", SIX_LOCK);
+    let root = dir.path().join("env");
+    // Another builder (here: this test) holds the lock beside the root.
+    let held = nix::fcntl::Flock::lock(
+        std::fs::File::create(dir.path().join("env.lock")).unwrap(),
+        nix::fcntl::FlockArg::LockExclusive,
+    )
+    .unwrap();
+    let options = BuildOptions::default().lock_timeout(std::time::Duration::from_millis(300));
+    let python_arg = python.to_str().unwrap();
+    let err = build_python_environment_with(&root, &lock, python_arg, &options).unwrap_err();
+    match &err {
+        PyenvError::LockTimeout { lock, waited } => {
+            assert!(lock.ends_with("env.lock"), "{}", lock.display());
+            assert!(*waited >= std::time::Duration::from_millis(300));
+        }
+        other => panic!("expected LockTimeout, got {other:?}"),
+    }
+    assert!(!root.exists());
+    drop(held);
+    let env = build_python_environment_with(&root, &lock, python_arg, &options).unwrap();
+    assert_eq!(
+        run_python(&env, "import six; print(six.__version__)"),
+        "1.17.0\n"
+    );
+}
