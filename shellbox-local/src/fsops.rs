@@ -89,10 +89,12 @@ fn step(dir: &OwnedFd, name: &OsStr, create: bool, guest: &str) -> Result<OwnedF
             }
             Err(Errno::ENOENT) => return Err(Error::not_found(guest)),
             Err(Errno::ELOOP) | Err(Errno::ENOTDIR) => {
-                return Err(match fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
-                    Ok(st) if file_type(&st) == SFlag::S_IFLNK => symlink_refusal(guest),
-                    _ => Error::transfer(guest, "a path component is not a directory"),
-                })
+                return Err(
+                    match fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+                        Ok(st) if file_type(&st) == SFlag::S_IFLNK => symlink_refusal(guest),
+                        _ => Error::transfer(guest, "a path component is not a directory"),
+                    },
+                )
             }
             Err(e) => return Err(io_err("open directory", guest, e)),
         }
@@ -145,11 +147,8 @@ fn write_file(
     name: &OsStr,
     path: &str,
 ) -> Result<(), Error> {
-    let flags = OFlag::O_WRONLY
-        | OFlag::O_CREAT
-        | OFlag::O_TRUNC
-        | OFlag::O_NOFOLLOW
-        | OFlag::O_CLOEXEC;
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let mode = Mode::from_bits_truncate(0o600);
     let dst = match openat(dst_dir, name, flags, mode) {
         Ok(fd) => fd,
@@ -161,8 +160,7 @@ fn write_file(
     };
     let mut src = File::from(src);
     let mut out = File::from(dst);
-    std::io::copy(&mut src, &mut out)
-        .map_err(|e| Error::io(format!("copy file to {path}"), e))?;
+    std::io::copy(&mut src, &mut out).map_err(|e| Error::io(format!("copy file to {path}"), e))?;
     fchmod(&out, mode_of(st)).map_err(|e| io_err("chmod", path, e))?;
     set_times(&out, st, path)
 }
@@ -177,7 +175,11 @@ fn ensure_dir(dst_dir: &OwnedFd, name: &OsStr, path: &str) -> Result<OwnedFd, Er
 fn copy_tree(src: &OwnedFd, dst: &OwnedFd, path: &str, check: GuestCheck) -> Result<(), Error> {
     for name in read_names(src, path)? {
         let child = child_guest(path, &name);
-        let st = match fstatat(src, name.as_os_str(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+        let st = match fstatat(
+            src,
+            name.as_os_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
             Ok(st) => st,
             Err(Errno::ENOENT) => continue, // removed while copying
             Err(e) => return Err(io_err("stat", &child, e)),
@@ -205,7 +207,10 @@ fn copy_tree(src: &OwnedFd, dst: &OwnedFd, path: &str, check: GuestCheck) -> Res
             match unlinkat(dst, name.as_os_str(), UnlinkatFlags::NoRemoveDir) {
                 Ok(()) | Err(Errno::ENOENT) => {}
                 Err(Errno::EISDIR) => {
-                    return Err(Error::transfer(&child, "a directory is in the way of a symlink"))
+                    return Err(Error::transfer(
+                        &child,
+                        "a directory is in the way of a symlink",
+                    ))
                 }
                 Err(e) => return Err(io_err("replace", &child, e)),
             }
@@ -232,10 +237,10 @@ fn no_check(_: &str) -> Result<(), Error> {
 /// [`Error::Io`] or [`Error::Transfer`] when a step fails.
 pub fn copy_host_path(src: &Path, dst: &Path) -> Result<(), Error> {
     let label = src.display().to_string();
-    let meta =
-        std::fs::symlink_metadata(src).map_err(|e| Error::io(format!("stat {label}"), e))?;
+    let meta = std::fs::symlink_metadata(src).map_err(|e| Error::io(format!("stat {label}"), e))?;
     if meta.file_type().is_symlink() {
-        let target = std::fs::read_link(src).map_err(|e| Error::io(format!("readlink {label}"), e))?;
+        let target =
+            std::fs::read_link(src).map_err(|e| Error::io(format!("readlink {label}"), e))?;
         std::os::unix::fs::symlink(target, dst)
             .map_err(|e| Error::io(format!("symlink {}", dst.display()), e))
     } else {
@@ -255,8 +260,8 @@ pub fn copy_host_path(src: &Path, dst: &Path) -> Result<(), Error> {
 /// through a symlink, a directory is in the way of a file, or a source entry is neither a
 /// file, a directory nor a symlink; the check's error; [`Error::Io`].
 pub fn upload(root: &Path, source: &Path, target: &str, check: GuestCheck) -> Result<(), Error> {
-    let meta = std::fs::metadata(source)
-        .map_err(|_| Error::not_found(source.display().to_string()))?;
+    let meta =
+        std::fs::metadata(source).map_err(|_| Error::not_found(source.display().to_string()))?;
     check(target)?;
     let root_fd = open_host_dir(root)?;
     let (parents, name) = split_parent(target);
@@ -269,17 +274,27 @@ pub fn upload(root: &Path, source: &Path, target: &str, check: GuestCheck) -> Re
             ensure_dir(&parent, OsStr::new(name), target)?
         };
         copy_tree(&src, &dst, target, check)?;
-        let st = nix::sys::stat::fstat(&src).map_err(|e| io_err("stat", &source.display().to_string(), e))?;
+        let st = nix::sys::stat::fstat(&src)
+            .map_err(|e| io_err("stat", &source.display().to_string(), e))?;
         fchmod(&dst, mode_of(&st)).map_err(|e| io_err("chmod", target, e))?;
         Ok(())
     } else if meta.is_file() {
         if target == "/" {
-            return Err(Error::transfer(target, "a file cannot replace the machine root"));
+            return Err(Error::transfer(
+                target,
+                "a file cannot replace the machine root",
+            ));
         }
         let parent = walk(&root_fd, parents.into_iter(), true)?;
-        let src = openat(AT_FDCWD, source, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
-            .map_err(|e| io_err("open", &source.display().to_string(), e))?;
-        let st = nix::sys::stat::fstat(&src).map_err(|e| io_err("stat", &source.display().to_string(), e))?;
+        let src = openat(
+            AT_FDCWD,
+            source,
+            OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err("open", &source.display().to_string(), e))?;
+        let st = nix::sys::stat::fstat(&src)
+            .map_err(|e| io_err("stat", &source.display().to_string(), e))?;
         write_file(src, &st, &parent, OsStr::new(name), target)
     } else {
         Err(Error::transfer(
@@ -349,8 +364,13 @@ pub fn download_host(source: &Path, target: &Path, guest: &str) -> Result<(), Er
     if meta.is_dir() {
         dir_to_host(open_host_dir(source)?, guest, target)
     } else if meta.is_file() {
-        let fd = openat(AT_FDCWD, source, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
-            .map_err(|e| io_err("open", guest, e))?;
+        let fd = openat(
+            AT_FDCWD,
+            source,
+            OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err("open", guest, e))?;
         file_to_host(fd, guest, target)
     } else {
         Err(Error::transfer(
@@ -413,8 +433,11 @@ mod tests {
         let src = tmp.path().join("src");
         std::fs::create_dir_all(src.join("sub")).unwrap();
         std::fs::write(src.join("sub/run.sh"), "#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(src.join("sub/run.sh"), std::fs::Permissions::from_mode(0o751))
-            .unwrap();
+        std::fs::set_permissions(
+            src.join("sub/run.sh"),
+            std::fs::Permissions::from_mode(0o751),
+        )
+        .unwrap();
         symlink("sub/run.sh", src.join("link")).unwrap();
         std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o750)).unwrap();
 
@@ -435,10 +458,16 @@ mod tests {
             .is_symlink());
 
         let e = upload(&root, &src.join("sub/run.sh"), "/escape/x", &no_check).unwrap_err();
-        assert!(matches!(&e, Error::Transfer { reason, .. } if reason.contains("symlink")), "{e}");
+        assert!(
+            matches!(&e, Error::Transfer { reason, .. } if reason.contains("symlink")),
+            "{e}"
+        );
         assert!(!outside.join("x").exists());
         let e = download_from_root(&root, "/escape/secret", &tmp.path().join("s")).unwrap_err();
-        assert!(matches!(&e, Error::Transfer { reason, .. } if reason.contains("symlink")), "{e}");
+        assert!(
+            matches!(&e, Error::Transfer { reason, .. } if reason.contains("symlink")),
+            "{e}"
+        );
         let e = download_from_root(&root, "/escape", &tmp.path().join("s")).unwrap_err();
         assert!(matches!(&e, Error::Transfer { .. }), "{e}");
         assert!(matches!(
@@ -452,6 +481,8 @@ mod tests {
                 Ok(())
             }
         };
-        assert!(upload(&root, &src, "/c", &refuse).unwrap_err().is_unsupported());
+        assert!(upload(&root, &src, "/c", &refuse)
+            .unwrap_err()
+            .is_unsupported());
     }
 }

@@ -52,7 +52,8 @@ fn errno_io(e: nix::errno::Errno) -> std::io::Error {
 /// NUL-separated `--clearenv/--setenv` list) is written to a memfd that the child re-opens
 /// (so each spawn reads it from offset 0) at the fd number given to `args`. In the child,
 /// before exec: a new session and process group, `limits`, niceness +10, default SIGPIPE
-/// and SIGXFSZ dispositions. No helper process is involved.
+/// and SIGXFSZ dispositions, and every fd but stdio and those two marked close-on-exec.
+/// No helper process is involved.
 pub(crate) fn prepare(
     bwrap: &Path,
     env_options: &[u8],
@@ -102,6 +103,19 @@ pub(crate) fn prepare(
             libc::nice(10);
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
             libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
+            // Host fds the caller left inheritable must not reach the sandbox: mark every
+            // fd from 3 up close-on-exec; the two bwrap needs are made inheritable below.
+            if libc::syscall(
+                libc::SYS_close_range,
+                3 as libc::c_uint,
+                libc::c_uint::MAX,
+                libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+            ) != 0
+            {
+                for fd in 3..4096 {
+                    libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                }
+            }
             let fd = libc::open(reopen.as_ptr(), libc::O_RDONLY);
             if fd < 0 {
                 return Err(std::io::Error::last_os_error());
@@ -281,15 +295,19 @@ pub(crate) fn spawn(prepared: Prepared, params: RunParams) -> Result<EventStream
             });
         }
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let out_task = stdout.map(|r| {
-            tokio::spawn(pump_reader(r, OutputKind::Stdout, limit_bytes, tx.clone()))
-        });
+        let out_task = stdout
+            .map(|r| tokio::spawn(pump_reader(r, OutputKind::Stdout, limit_bytes, tx.clone())));
         let err_task = stderr.map(|r| {
             let tap = Tap {
                 inner: r,
                 seen: seen.clone(),
             };
-            tokio::spawn(pump_reader(tap, OutputKind::Stderr, limit_bytes, tx.clone()))
+            tokio::spawn(pump_reader(
+                tap,
+                OutputKind::Stderr,
+                limit_bytes,
+                tx.clone(),
+            ))
         });
         let status_task = status.map(|fd| {
             tokio::spawn(async move {
@@ -415,7 +433,13 @@ mod tests {
         assert_eq!(parse_exit_code(json), Some(2));
         assert_eq!(parse_exit_code("{ \"child-pid\": 1 }\n"), None);
         assert_eq!(parse_exit_code(""), None);
-        let e = outcome("", None, b"bwrap: Can't find source path /x\n", [false, false]).unwrap_err();
+        let e = outcome(
+            "",
+            None,
+            b"bwrap: Can't find source path /x\n",
+            [false, false],
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("Can't find source path"), "{e}");
         let ok = outcome(json, None, b"", [true, false]).unwrap();
         assert_eq!(

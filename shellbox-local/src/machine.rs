@@ -67,8 +67,7 @@ impl std::fmt::Debug for LocalMachineFactory {
 }
 
 fn absolute(path: &Path) -> Result<PathBuf, Error> {
-    std::path::absolute(path)
-        .map_err(|e| Error::io(format!("make {} absolute", path.display()), e))
+    std::path::absolute(path).map_err(|e| Error::io(format!("make {} absolute", path.display()), e))
 }
 
 fn path_string(path: &Path, what: &str) -> Result<String, Error> {
@@ -271,19 +270,25 @@ fn probe(inner: &FactoryInner) -> Result<(), String> {
 fn probe_in(inner: &FactoryInner, layout: &Layout) -> Result<(), String> {
     let env = plan::command_env(&[], None, &BTreeMap::new(), &BTreeMap::new());
     let env_options = plan::env_args(&env).map_err(|e| e.to_string())?;
-    let prepared = launch::prepare(&inner.bwrap, &env_options, Vec::new(), false, |env_fd, _| {
-        plan::bwrap_args(
-            layout,
-            &inner.facts,
-            &Launch {
-                argv: vec!["/bin/sh".into(), "-c".into(), "exit 0".into()],
-                cwd: "/".into(),
-                user: None,
-                env_fd,
-                status_fd: None,
-            },
-        )
-    })
+    let prepared = launch::prepare(
+        &inner.bwrap,
+        &env_options,
+        Vec::new(),
+        false,
+        |env_fd, _| {
+            plan::bwrap_args(
+                layout,
+                &inner.facts,
+                &Launch {
+                    argv: vec!["/bin/sh".into(), "-c".into(), "exit 0".into()],
+                    cwd: "/".into(),
+                    user: None,
+                    env_fd,
+                    status_fd: None,
+                },
+            )
+        },
+    )
     .map_err(|e| e.to_string())?;
     let mut command = prepared.command;
     command
@@ -331,9 +336,7 @@ fn probe_in(inner: &FactoryInner, layout: &Layout) -> Result<(), String> {
             };
             Err(format!("{why} ({SANDBOX_REQUIREMENTS})"))
         }
-        None => Err(format!(
-            "the probe did not finish within {PROBE_TIMEOUT:?}"
-        )),
+        None => Err(format!("the probe did not finish within {PROBE_TIMEOUT:?}")),
     }
 }
 
@@ -378,6 +381,9 @@ impl std::fmt::Debug for LocalMachine {
             .finish_non_exhaustive()
     }
 }
+
+/// A user switch and the `setpriv` program performing it.
+type UserAndSetpriv = (plan::UserSwitch, PathBuf);
 
 fn lookup_user(user: &str) -> Option<(u32, u32)> {
     use nix::unistd::{Uid, User};
@@ -448,7 +454,7 @@ impl LocalMachine {
     fn plan_launch(
         &self,
         command: &Command,
-    ) -> Result<(Vec<u8>, Option<(plan::UserSwitch, PathBuf)>), Error> {
+    ) -> Result<(Vec<u8>, Option<UserAndSetpriv>), Error> {
         let user = plan::plan_user(
             command.user.as_deref(),
             nix::unistd::geteuid().as_raw(),
@@ -542,9 +548,12 @@ impl LocalMachine {
                 m.host.join(rel)
             });
         }
-        let host_dir = self.factory.facts.system_dirs.iter().any(|(d, kind)| {
-            *kind != HostDir::Missing && plan::is_within(guest, d)
-        });
+        let host_dir = self
+            .factory
+            .facts
+            .system_dirs
+            .iter()
+            .any(|(d, kind)| *kind != HostDir::Missing && plan::is_within(guest, d));
         host_dir.then(|| PathBuf::from(guest))
     }
 
@@ -561,7 +570,12 @@ impl Machine for LocalMachine {
         self.check_open()?;
         let (env_options, user) = self.plan_launch(&command)?;
         let cwd = command.cwd.clone().unwrap_or_else(|| self.workdir.clone());
-        let limits = plan::limits(host_tasks(), command.timeout, affinity_cpus(), &current_soft);
+        let limits = plan::limits(
+            host_tasks(),
+            command.timeout,
+            affinity_cpus(),
+            &current_soft,
+        );
         let prepared = launch::prepare(
             &self.factory.bwrap,
             &env_options,

@@ -420,7 +420,13 @@ pub fn limits(
 
 /// The host task count: the number after `/` in the 4th field of `/proc/loadavg`.
 pub fn parse_loadavg_tasks(loadavg: &str) -> Option<u64> {
-    loadavg.split_whitespace().nth(3)?.split('/').nth(1)?.parse().ok()
+    loadavg
+        .split_whitespace()
+        .nth(3)?
+        .split('/')
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// Decides the user switch of a command (REFERENCE 4.4): `None` or the host process's own
@@ -626,7 +632,12 @@ mod tests {
             ("HOME".to_string(), "/root".to_string()),
         ]
         .into();
-        let env = command_env(&["/img/bin".into(), "/fac/bin".into()], Some("0"), &spec, &cmd);
+        let env = command_env(
+            &["/img/bin".into(), "/fac/bin".into()],
+            Some("0"),
+            &spec,
+            &cmd,
+        );
         assert_eq!(
             env.get("PATH").unwrap(),
             &format!("/img/bin:/fac/bin:{DEFAULT_PATH}")
@@ -677,7 +688,10 @@ mod tests {
         );
         let low = |r| (r == Resource::RLIMIT_FSIZE).then_some(4096);
         assert_eq!(limits(1, None, 1, &low)[1].value, 4096);
-        assert_eq!(parse_loadavg_tasks("0.40 0.35 0.15 1/104 6386\n"), Some(104));
+        assert_eq!(
+            parse_loadavg_tasks("0.40 0.35 0.15 1/104 6386\n"),
+            Some(104)
+        );
         assert_eq!(parse_loadavg_tasks("garbage"), None);
     }
 

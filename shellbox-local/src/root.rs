@@ -137,7 +137,9 @@ pub fn decode_mountinfo(field: &str) -> String {
         if bytes[i] == b'\\' && i + 4 <= bytes.len() {
             let digits = &bytes[i + 1..i + 4];
             if digits.iter().all(|d| (b'0'..=b'7').contains(d)) {
-                let v = digits.iter().fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
+                let v = digits
+                    .iter()
+                    .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
                 if let Ok(v) = u8::try_from(v) {
                     out.push(v);
                     i += 4;

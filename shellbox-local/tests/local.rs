@@ -18,7 +18,11 @@ async fn machine(test: &str) -> Option<LocalMachine> {
     machine_with(test, LocalOptions::default(), MachineSpec::host()).await
 }
 
-async fn machine_with(test: &str, options: LocalOptions, spec: MachineSpec) -> Option<LocalMachine> {
+async fn machine_with(
+    test: &str,
+    options: LocalOptions,
+    spec: MachineSpec,
+) -> Option<LocalMachine> {
     let factory = common::factory_with(test, options)?;
     Some(factory.create_local(spec).await.expect("create"))
 }
@@ -37,7 +41,11 @@ fn out(r: &CommandResult) -> String {
 async fn wait_for(path: &Path) {
     let start = Instant::now();
     while !path.exists() {
-        assert!(start.elapsed() < Duration::from_secs(10), "{} never appeared", path.display());
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{} never appeared",
+            path.display()
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -67,7 +75,10 @@ async fn assert_processes_gone(needle: &str) {
         if left.is_empty() {
             return;
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "still running: {left:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "still running: {left:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -96,7 +107,9 @@ async fn env_values_never_reach_host_argv_or_bwrap_environment() {
         if comm.trim() == "bwrap" {
             bwraps += 1;
             let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
-            assert!(!environ.windows(secret.len()).any(|w| w == secret.as_bytes()));
+            assert!(!environ
+                .windows(secret.len())
+                .any(|w| w == secret.as_bytes()));
         }
     }
     assert!(bwraps > 0, "no bwrap process seen while the command ran");
@@ -150,8 +163,14 @@ async fn environment_is_built_not_inherited() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_capabilities_and_no_new_privs() {
-    let Some(m) = machine("no_capabilities_and_no_new_privs").await else { return };
-    let r = sh(&m, "grep -E '^(CapEff|CapPrm|NoNewPrivs):' /proc/self/status").await;
+    let Some(m) = machine("no_capabilities_and_no_new_privs").await else {
+        return;
+    };
+    let r = sh(
+        &m,
+        "grep -E '^(CapEff|CapPrm|NoNewPrivs):' /proc/self/status",
+    )
+    .await;
     assert_eq!(
         out(&r),
         "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n",
@@ -162,7 +181,9 @@ async fn no_capabilities_and_no_new_privs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn user_switch_to_nobody_from_root() {
-    let Some(m) = machine("user_switch_to_nobody_from_root").await else { return };
+    let Some(m) = machine("user_switch_to_nobody_from_root").await else {
+        return;
+    };
     if !nix::unistd::geteuid().is_root() {
         eprintln!("SKIP user_switch_to_nobody_from_root: needs a root host process");
         return;
@@ -179,7 +200,10 @@ async fn user_switch_to_nobody_from_root() {
         "65534\n65534\n65534\nCapEff:\t0000000000000000\n65534\n",
         "{r:?}"
     );
-    let r = m.run(Command::new("id").arg("-u").user("nobody")).await.unwrap();
+    let r = m
+        .run(Command::new("id").arg("-u").user("nobody"))
+        .await
+        .unwrap();
     assert_eq!(out(&r), "65534\n");
     let r = m.run(Command::new("id").arg("-u").user("0")).await.unwrap();
     assert_eq!(out(&r), "0\n");
@@ -187,7 +211,10 @@ async fn user_switch_to_nobody_from_root() {
         .run(Command::new("true").user("no-such-account-xyz"))
         .await
         .unwrap_err();
-    assert!(err.is_unsupported() && err.to_string().contains("no host account"), "{err}");
+    assert!(
+        err.is_unsupported() && err.to_string().contains("no host account"),
+        "{err}"
+    );
     m.close().await.unwrap();
 }
 
@@ -201,24 +228,53 @@ fn limit_line<'a>(limits: &'a str, name: &str) -> Vec<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resource_limits_and_niceness() {
-    let Some(m) = machine("resource_limits_and_niceness").await else { return };
+    let Some(m) = machine("resource_limits_and_niceness").await else {
+        return;
+    };
     let r = m
-        .run(Command::shell("cat /proc/self/limits; echo; ulimit -c; cut -d' ' -f19 /proc/self/stat").timeout(Duration::from_secs(10)))
+        .run(
+            Command::shell(
+                "cat /proc/self/limits; echo; ulimit -c; cut -d' ' -f19 /proc/self/stat",
+            )
+            .timeout(Duration::from_secs(10)),
+        )
         .await
         .unwrap();
     let text = out(&r);
     assert_eq!(limit_line(&text, "Max core file size"), ["0", "0", "bytes"]);
-    assert_eq!(limit_line(&text, "Max file size"), ["1073741824", "1073741824", "bytes"]);
+    assert_eq!(
+        limit_line(&text, "Max file size"),
+        ["1073741824", "1073741824", "bytes"]
+    );
     let cpus = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
-        .map(|s| (0..nix::sched::CpuSet::count()).filter(|&i| s.is_set(i).unwrap_or(false)).count())
+        .map(|s| {
+            (0..nix::sched::CpuSet::count())
+                .filter(|&i| s.is_set(i).unwrap_or(false))
+                .count()
+        })
         .unwrap();
     let cpu = (10 * cpus + 5).to_string();
-    assert_eq!(limit_line(&text, "Max cpu time"), [cpu.as_str(), cpu.as_str(), "seconds"]);
-    let nproc: u64 = limit_line(&text, "Max processes")[0].parse().expect("finite NPROC");
+    assert_eq!(
+        limit_line(&text, "Max cpu time"),
+        [cpu.as_str(), cpu.as_str(), "seconds"]
+    );
+    let nproc: u64 = limit_line(&text, "Max processes")[0]
+        .parse()
+        .expect("finite NPROC");
     assert!((257..1_000_000).contains(&nproc), "{nproc}");
     let tail: Vec<&str> = text.trim_end().lines().rev().take(2).collect();
-    let host_nice: i32 = std::fs::read_to_string("/proc/self/stat").unwrap().split(' ').nth(18).unwrap().parse().unwrap();
-    assert_eq!(tail[0], (host_nice + 10).min(19).to_string(), "nice: {text}");
+    let host_nice: i32 = std::fs::read_to_string("/proc/self/stat")
+        .unwrap()
+        .split(' ')
+        .nth(18)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        tail[0],
+        (host_nice + 10).min(19).to_string(),
+        "nice: {text}"
+    );
     assert_eq!(tail[1], "0", "ulimit -c: {text}");
     // Without a timeout there is no CPU limit.
     let r = m
@@ -231,7 +287,9 @@ async fn resource_limits_and_niceness() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigxfsz_and_sigpipe_are_reset_to_default() {
-    let Some(m) = machine("sigxfsz_and_sigpipe_are_reset_to_default").await else { return };
+    let Some(m) = machine("sigxfsz_and_sigpipe_are_reset_to_default").await else {
+        return;
+    };
     // Ignore both in this (host) process: the launcher must reset them for the command.
     // SAFETY: setting a disposition to SIG_IGN installs no handler code.
     unsafe {
@@ -239,7 +297,8 @@ async fn sigxfsz_and_sigpipe_are_reset_to_default() {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     let r = sh(&m, "grep SigIgn /proc/self/status").await;
-    let mask = u64::from_str_radix(out(&r).trim().trim_start_matches("SigIgn:").trim(), 16).unwrap();
+    let mask =
+        u64::from_str_radix(out(&r).trim().trim_start_matches("SigIgn:").trim(), 16).unwrap();
     let bit = |signal: i32| 1u64 << (signal - 1);
     assert_eq!(mask & (bit(libc::SIGPIPE) | bit(libc::SIGXFSZ)), 0, "{r:?}");
     // Writing past RLIMIT_FSIZE kills the writer with SIGXFSZ (25): 128 + 25.
@@ -259,14 +318,24 @@ fn interfaces(proc_net_dev: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn network_deny_has_only_loopback() {
-    let Some(m) = machine("network_deny_has_only_loopback").await else { return };
+    let Some(m) = machine("network_deny_has_only_loopback").await else {
+        return;
+    };
     let r = sh(&m, "cat /proc/net/dev").await;
     assert_eq!(interfaces(&out(&r)), ["lo"], "{r:?}");
     m.close().await.unwrap();
     let host = interfaces(&std::fs::read_to_string("/proc/net/dev").unwrap());
     if host.len() > 1 {
         let spec = MachineSpec::host().network(NetworkPolicy::Allow);
-        let Some(m) = machine_with("network_deny_has_only_loopback", LocalOptions::default(), spec).await else { return };
+        let Some(m) = machine_with(
+            "network_deny_has_only_loopback",
+            LocalOptions::default(),
+            spec,
+        )
+        .await
+        else {
+            return;
+        };
         let r = sh(&m, "cat /proc/net/dev").await;
         let mut inside = interfaces(&out(&r));
         let mut host = host;
@@ -279,7 +348,9 @@ async fn network_deny_has_only_loopback() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_etc_and_read_only_system_dirs() {
-    let Some(m) = machine("private_etc_and_read_only_system_dirs").await else { return };
+    let Some(m) = machine("private_etc_and_read_only_system_dirs").await else {
+        return;
+    };
     let r = sh(
         &m,
         "test -e /etc/shadow || echo no-shadow; test -e /etc/profile || echo no-profile; \
@@ -295,15 +366,32 @@ async fn private_etc_and_read_only_system_dirs() {
         "{r:?}"
     );
     let tmp = tempfile::tempdir().unwrap();
-    m.download("/etc/passwd", &tmp.path().join("passwd")).await.unwrap();
-    assert_eq!(std::fs::read(tmp.path().join("passwd")).unwrap(), std::fs::read("/etc/passwd").unwrap());
+    m.download("/etc/passwd", &tmp.path().join("passwd"))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(tmp.path().join("passwd")).unwrap(),
+        std::fs::read("/etc/passwd").unwrap()
+    );
     m.download("/bin/sh", &tmp.path().join("sh")).await.unwrap();
-    assert_eq!(std::fs::read(tmp.path().join("sh")).unwrap(), std::fs::read("/bin/sh").unwrap());
+    assert_eq!(
+        std::fs::read(tmp.path().join("sh")).unwrap(),
+        std::fs::read("/bin/sh").unwrap()
+    );
     let file = tmp.path().join("f");
     std::fs::write(&file, b"x").unwrap();
-    for target in ["/usr/local/single.txt", "/etc/x", "/sys/x", "/proc/x", "/bin/x"] {
+    for target in [
+        "/usr/local/single.txt",
+        "/etc/x",
+        "/sys/x",
+        "/proc/x",
+        "/bin/x",
+    ] {
         let err = m.upload(&file, target).await.unwrap_err();
-        assert!(err.is_unsupported() && err.to_string().contains("read-only host path"), "{target}: {err}");
+        assert!(
+            err.is_unsupported() && err.to_string().contains("read-only host path"),
+            "{target}: {err}"
+        );
     }
     // A tree uploaded to / may not write into a system directory either.
     let tree = tmp.path().join("tree");
@@ -317,12 +405,18 @@ async fn private_etc_and_read_only_system_dirs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn machines_do_not_see_each_other() {
-    let Some(factory) = common::factory("machines_do_not_see_each_other") else { return };
+    let Some(factory) = common::factory("machines_do_not_see_each_other") else {
+        return;
+    };
     let a = factory.create_local(MachineSpec::host()).await.unwrap();
     let b = factory.create_local(MachineSpec::host()).await.unwrap();
     for dir in ["/workspace", "/tmp", "/opt", "/home/shellbox", "/srv"] {
         sh(&a, &format!("mkdir -p {dir} && echo a > {dir}/only-a")).await;
-        let r = sh(&b, &format!("test -e {dir}/only-a && echo seen || echo unseen")).await;
+        let r = sh(
+            &b,
+            &format!("test -e {dir}/only-a && echo seen || echo unseen"),
+        )
+        .await;
         assert_eq!(out(&r), "unseen\n", "{dir}");
     }
     assert_ne!(a.root(), b.root());
@@ -332,13 +426,19 @@ async fn machines_do_not_see_each_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planted_symlinks_are_refused_for_transfers() {
-    let Some(m) = machine("planted_symlinks_are_refused_for_transfers").await else { return };
+    let Some(m) = machine("planted_symlinks_are_refused_for_transfers").await else {
+        return;
+    };
     let r = sh(&m, "ln -s /etc /workspace/escape && ln -s /root /workspace/rootlink && ln -s passwd-link /workspace/rel && echo ok").await;
     assert_eq!(out(&r), "ok\n");
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("payload");
     std::fs::write(&file, b"payload").unwrap();
-    for target in ["/workspace/escape/x", "/workspace/escape", "/workspace/rootlink/x"] {
+    for target in [
+        "/workspace/escape/x",
+        "/workspace/escape",
+        "/workspace/rootlink/x",
+    ] {
         let err = m.upload(&file, target).await.unwrap_err();
         assert!(
             matches!(&err, Error::Transfer { reason, .. } if reason.contains("symlink")),
@@ -352,13 +452,26 @@ async fn planted_symlinks_are_refused_for_transfers() {
     }
     assert!(!Path::new("/etc/x").exists());
     assert!(!Path::new("/root/x").exists());
-    for source in ["/workspace/escape/passwd", "/workspace/escape", "/workspace/rootlink", "/workspace/rel"] {
-        let err = m.download(source, &tmp.path().join("out")).await.unwrap_err();
-        assert!(matches!(&err, Error::Transfer { reason, .. } if reason.contains("symlink")), "{source}: {err:?}");
+    for source in [
+        "/workspace/escape/passwd",
+        "/workspace/escape",
+        "/workspace/rootlink",
+        "/workspace/rel",
+    ] {
+        let err = m
+            .download(source, &tmp.path().join("out"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::Transfer { reason, .. } if reason.contains("symlink")),
+            "{source}: {err:?}"
+        );
     }
     assert!(!tmp.path().join("out").exists());
     // A directory download copies the planted links as links, never their targets.
-    m.download("/workspace", &tmp.path().join("ws")).await.unwrap();
+    m.download("/workspace", &tmp.path().join("ws"))
+        .await
+        .unwrap();
     let link = std::fs::symlink_metadata(tmp.path().join("ws/escape")).unwrap();
     assert!(link.file_type().is_symlink());
     m.close().await.unwrap();
@@ -366,18 +479,27 @@ async fn planted_symlinks_are_refused_for_transfers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn root_is_removed_by_close_and_by_drop() {
-    let Some(factory) = common::factory("root_is_removed_by_close_and_by_drop") else { return };
+    let Some(factory) = common::factory("root_is_removed_by_close_and_by_drop") else {
+        return;
+    };
     let m = factory.create_local(MachineSpec::host()).await.unwrap();
     let root: PathBuf = m.root().to_path_buf();
     assert!(root.join("workspace").is_dir());
-    assert!(root.file_name().unwrap().to_string_lossy().starts_with("shellbox-local-"));
+    assert!(root
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .starts_with("shellbox-local-"));
     m.close().await.unwrap();
     assert!(!root.exists());
 
     let m = factory.create_local(MachineSpec::host()).await.unwrap();
     let root = m.root().to_path_buf();
     // A command still running when the machine is dropped is killed too.
-    let stream = m.run_stream(Command::shell("exec sleep 3674")).await.unwrap();
+    let stream = m
+        .run_stream(Command::shell("exec sleep 3674"))
+        .await
+        .unwrap();
     wait_for_process("3674").await;
     drop(m);
     assert!(!root.exists());
@@ -386,7 +508,10 @@ async fn root_is_removed_by_close_and_by_drop() {
 
     // Closing with a command running kills it and ends its stream with Closed.
     let m = factory.create_local(MachineSpec::host()).await.unwrap();
-    let mut stream = m.run_stream(Command::shell("exec sleep 3675")).await.unwrap();
+    let mut stream = m
+        .run_stream(Command::shell("exec sleep 3675"))
+        .await
+        .unwrap();
     wait_for_process("3675").await;
     m.close().await.unwrap();
     assert_processes_gone("sleep\x003675").await;
@@ -398,7 +523,10 @@ async fn wait_for_process(marker: &str) {
     let needle = format!("sleep\0{marker}");
     let start = Instant::now();
     while host_processes_with(needle.as_bytes()).is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(10), "{marker} never started");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{marker} never started"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -413,7 +541,10 @@ async fn bogus_bwrap_is_sandbox_unavailable_listing_each_candidate() {
     match &err {
         Error::SandboxUnavailable { reasons } => {
             assert_eq!(reasons.len(), 1, "{reasons:?}");
-            assert!(reasons[0].starts_with("/nonexistent/bwrap: "), "{reasons:?}");
+            assert!(
+                reasons[0].starts_with("/nonexistent/bwrap: "),
+                "{reasons:?}"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -423,24 +554,43 @@ async fn bogus_bwrap_is_sandbox_unavailable_listing_each_candidate() {
         ..LocalOptions::default()
     })
     .unwrap_err();
-    assert!(matches!(&err, Error::SandboxUnavailable { reasons } if reasons[0].starts_with("/bin/false: ") && reasons[0].contains("exit status: 1")), "{err}");
+    assert!(
+        matches!(&err, Error::SandboxUnavailable { reasons } if reasons[0].starts_with("/bin/false: ") && reasons[0].contains("exit status: 1")),
+        "{err}"
+    );
     let err = LocalMachineFactory::new(LocalOptions {
         read_only: vec!["/nonexistent/ro".into()],
         ..LocalOptions::default()
     })
     .unwrap_err();
-    assert!(matches!(&err, Error::InvalidInput(m) if m.contains("/nonexistent/ro")), "{err}");
+    assert!(
+        matches!(&err, Error::InvalidInput(m) if m.contains("/nonexistent/ro")),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shell_start_statuses() {
-    let Some(m) = machine("shell_start_statuses").await else { return };
-    sh(&m, "printf 'echo hi\\n' > /workspace/not-exec; chmod 644 /workspace/not-exec").await;
+    let Some(m) = machine("shell_start_statuses").await else {
+        return;
+    };
+    sh(
+        &m,
+        "printf 'echo hi\\n' > /workspace/not-exec; chmod 644 /workspace/not-exec",
+    )
+    .await;
     let r = m.run(Command::new("/workspace/not-exec")).await.unwrap();
-    assert_eq!((r.exit_code, r.reason), (Some(126), ExitReason::Exited), "{r:?}");
+    assert_eq!(
+        (r.exit_code, r.reason),
+        (Some(126), ExitReason::Exited),
+        "{r:?}"
+    );
     let r = m.run(Command::new("no-such-program-xyz")).await.unwrap();
     assert_eq!(r.exit_code, Some(127), "{r:?}");
-    let r = m.run(Command::new("pwd").cwd("/no/such/dir")).await.unwrap();
+    let r = m
+        .run(Command::new("pwd").cwd("/no/such/dir"))
+        .await
+        .unwrap();
     assert_eq!(r.reason, ExitReason::Exited);
     assert!(matches!(r.exit_code, Some(c) if c != 0), "{r:?}");
     assert!(r.stdout.is_empty());
@@ -454,17 +604,30 @@ async fn shell_start_statuses() {
     assert_processes_gone("sleep\x003676").await;
     m.close().await.unwrap();
     // An empty workdir means /.
-    let Some(m) = machine_with("shell_start_statuses", LocalOptions::default(), MachineSpec::host().workdir("")).await else { return };
+    let Some(m) = machine_with(
+        "shell_start_statuses",
+        LocalOptions::default(),
+        MachineSpec::host().workdir(""),
+    )
+    .await
+    else {
+        return;
+    };
     assert_eq!(out(&sh(&m, "pwd").await), "/\n");
     m.close().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeout_kills_setsid_descendants_and_keeps_output() {
-    let Some(m) = machine("timeout_kills_setsid_descendants_and_keeps_output").await else { return };
+    let Some(m) = machine("timeout_kills_setsid_descendants_and_keeps_output").await else {
+        return;
+    };
     let start = Instant::now();
     let r = m
-        .run(Command::shell("echo before; setsid sleep 3677 & sleep 3678").timeout(Duration::from_millis(700)))
+        .run(
+            Command::shell("echo before; setsid sleep 3677 & sleep 3678")
+                .timeout(Duration::from_millis(700)),
+        )
         .await
         .unwrap();
     assert!(start.elapsed() < Duration::from_secs(10));
@@ -480,8 +643,13 @@ async fn timeout_kills_setsid_descendants_and_keeps_output() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_stream_kills_its_command() {
-    let Some(m) = machine("dropping_a_stream_kills_its_command").await else { return };
-    let stream = m.run_stream(Command::shell("sleep 3679 & wait")).await.unwrap();
+    let Some(m) = machine("dropping_a_stream_kills_its_command").await else {
+        return;
+    };
+    let stream = m
+        .run_stream(Command::shell("sleep 3679 & wait"))
+        .await
+        .unwrap();
     wait_for_process("3679").await;
     drop(stream);
     assert_processes_gone("sleep\x003679").await;
@@ -490,22 +658,36 @@ async fn dropping_a_stream_kills_its_command() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_commands_on_one_machine_overlap() {
-    let Some(m) = machine("two_commands_on_one_machine_overlap").await else { return };
+    let Some(m) = machine("two_commands_on_one_machine_overlap").await else {
+        return;
+    };
+    // The waiter announces itself, then waits for a file only the second command creates:
+    // it can finish only if both run at the same time.
     let waiter = m.run(
-        Command::shell("while [ ! -e /tmp/flag ]; do sleep 0.02; done; echo saw-flag")
-            .timeout(Duration::from_secs(30)),
+        Command::shell(
+            "touch /tmp/waiting; while [ ! -e /tmp/flag ]; do sleep 0.02; done; echo saw-flag",
+        )
+        .timeout(Duration::from_secs(30)),
     );
     let creator = async {
-        wait_for_process_script(&m).await;
+        wait_for(&m.root().join("tmp/waiting")).await;
         m.run(Command::shell("touch /tmp/flag")).await.unwrap()
     };
     let (w, c) = tokio::join!(waiter, creator);
     let w = w.unwrap();
-    assert_eq!((out(&w).as_str(), w.reason), ("saw-flag\n", ExitReason::Exited), "{w:?}");
+    assert_eq!(
+        (out(&w).as_str(), w.reason),
+        ("saw-flag\n", ExitReason::Exited),
+        "{w:?}"
+    );
     assert!(c.success());
     // Many commands at once and one after another on the same machine.
     let runs = (0..8).map(|i| m.run(Command::shell(format!("echo {i}"))));
-    for (i, r) in futures::future::join_all(runs).await.into_iter().enumerate() {
+    for (i, r) in futures::future::join_all(runs)
+        .await
+        .into_iter()
+        .enumerate()
+    {
         assert_eq!(out(&r.unwrap()), format!("{i}\n"));
     }
     for _ in 0..5 {
@@ -514,15 +696,38 @@ async fn two_commands_on_one_machine_overlap() {
     m.close().await.unwrap();
 }
 
-/// Gives the waiting command a moment to start so the two really overlap.
-async fn wait_for_process_script(m: &LocalMachine) {
-    let _ = m;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_fds_do_not_leak_into_commands() {
+    use std::os::fd::AsRawFd;
+    let Some(m) = machine("host_fds_do_not_leak_into_commands").await else {
+        return;
+    };
+    let leaked = std::fs::File::open("/etc/hostname").unwrap();
+    // Make it inheritable, as a careless host program might.
+    nix::fcntl::fcntl(
+        &leaked,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .unwrap();
+    // `ls` opens /proc/self/fd itself as fd 3.
+    let r = m
+        .run(Command::new("ls").arg("/proc/self/fd"))
+        .await
+        .unwrap();
+    assert_eq!(
+        out(&r),
+        "0\n1\n2\n3\n",
+        "fd {} leaked? {r:?}",
+        leaked.as_raw_fd()
+    );
+    m.close().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_stream_chunk_arrives_before_the_command_ends() {
-    let Some(m) = machine("run_stream_chunk_arrives_before_the_command_ends").await else { return };
+    let Some(m) = machine("run_stream_chunk_arrives_before_the_command_ends").await else {
+        return;
+    };
     let mut stream = m
         .run_stream(
             Command::shell("echo first; while [ ! -e /tmp/go ]; do sleep 0.02; done; echo second")
@@ -557,7 +762,15 @@ async fn sandbox_setup_failure_is_an_error_not_an_exit() {
         read_only: vec![ro.clone()],
         ..HostImage::default()
     }));
-    let Some(m) = machine_with("sandbox_setup_failure_is_an_error_not_an_exit", LocalOptions::default(), spec).await else { return };
+    let Some(m) = machine_with(
+        "sandbox_setup_failure_is_an_error_not_an_exit",
+        LocalOptions::default(),
+        spec,
+    )
+    .await
+    else {
+        return;
+    };
     let r = sh(&m, "exit 1").await;
     assert_eq!((r.exit_code, r.reason), (Some(1), ExitReason::Exited));
     std::fs::remove_dir(&ro).unwrap();
@@ -573,29 +786,64 @@ async fn read_only_dirs_and_mounts() {
     let ro = tmp.path().join("tools");
     std::fs::create_dir_all(ro.join("bin")).unwrap();
     std::fs::write(ro.join("bin/hello"), b"#!/bin/sh\necho hello-from-tools\n").unwrap();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut std::fs::metadata(ro.join("bin/hello")).unwrap().permissions(), 0o755);
-    std::fs::set_permissions(ro.join("bin/hello"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::os::unix::fs::PermissionsExt::set_mode(
+        &mut std::fs::metadata(ro.join("bin/hello"))
+            .unwrap()
+            .permissions(),
+        0o755,
+    );
+    std::fs::set_permissions(
+        ro.join("bin/hello"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let data = tmp.path().join("data.txt");
     std::fs::write(&data, b"fixture\n").unwrap();
     let spec = MachineSpec::new(ImageSource::Host(HostImage {
         read_only: vec![ro.clone()],
         bin_dirs: vec![ro.join("bin")],
-        mounts: vec![Mount { host: data.clone(), guest: "/fixture/data.txt".into() }],
+        mounts: vec![Mount {
+            host: data.clone(),
+            guest: "/fixture/data.txt".into(),
+        }],
     }));
-    let Some(m) = machine_with("read_only_dirs_and_mounts", LocalOptions::default(), spec).await else { return };
+    let Some(m) = machine_with("read_only_dirs_and_mounts", LocalOptions::default(), spec).await
+    else {
+        return;
+    };
     let ro_guest = ro.to_str().unwrap().to_string();
     assert_eq!(
         m.read_only_mounts(),
-        vec![(ro.clone(), ro_guest.clone()), (data.clone(), "/fixture/data.txt".to_string())]
+        vec![
+            (ro.clone(), ro_guest.clone()),
+            (data.clone(), "/fixture/data.txt".to_string())
+        ]
     );
-    let r = sh(&m, &format!("hello; cat /fixture/data.txt; touch {ro_guest}/x 2>/dev/null || echo ro")).await;
+    let r = sh(
+        &m,
+        &format!("hello; cat /fixture/data.txt; touch {ro_guest}/x 2>/dev/null || echo ro"),
+    )
+    .await;
     assert_eq!(out(&r), "hello-from-tools\nfixture\nro\n", "{r:?}");
     let file = tmp.path().join("f");
     std::fs::write(&file, b"x").unwrap();
-    assert!(m.upload(&file, &format!("{ro_guest}/x")).await.unwrap_err().is_unsupported());
-    assert!(m.upload(&file, "/fixture/data.txt").await.unwrap_err().is_unsupported());
-    m.download("/fixture/data.txt", &tmp.path().join("back.txt")).await.unwrap();
-    assert_eq!(std::fs::read(tmp.path().join("back.txt")).unwrap(), b"fixture\n");
+    assert!(m
+        .upload(&file, &format!("{ro_guest}/x"))
+        .await
+        .unwrap_err()
+        .is_unsupported());
+    assert!(m
+        .upload(&file, "/fixture/data.txt")
+        .await
+        .unwrap_err()
+        .is_unsupported());
+    m.download("/fixture/data.txt", &tmp.path().join("back.txt"))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(tmp.path().join("back.txt")).unwrap(),
+        b"fixture\n"
+    );
     // The floor command bench uses runs bwrap with the same flags on /bin/true.
     let status = m.floor_bwrap_true_command().unwrap().status().unwrap();
     assert!(status.success());
@@ -604,11 +852,17 @@ async fn read_only_dirs_and_mounts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsupported_specs_are_refused() {
-    let Some(factory) = common::factory("unsupported_specs_are_refused") else { return };
+    let Some(factory) = common::factory("unsupported_specs_are_refused") else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let ro = tmp.path().to_path_buf();
     let with_ro = |workdir: &str| {
-        MachineSpec::new(ImageSource::Host(HostImage { read_only: vec![ro.clone()], ..HostImage::default() })).workdir(workdir)
+        MachineSpec::new(ImageSource::Host(HostImage {
+            read_only: vec![ro.clone()],
+            ..HostImage::default()
+        }))
+        .workdir(workdir)
     };
     let cases = vec![
         ("cpus", MachineSpec::host().cpus(1)),
@@ -617,28 +871,51 @@ async fn unsupported_specs_are_refused() {
         ("gpus", MachineSpec::host().gpus(1)),
         ("docker", MachineSpec::docker("busybox")),
         ("sim", MachineSpec::sim()),
-        ("system directory", MachineSpec::host().workdir("/usr/lib/shellbox-test")),
-        ("read-only host path", with_ro(&format!("{}/sub", ro.display()))),
+        (
+            "system directory",
+            MachineSpec::host().workdir("/usr/lib/shellbox-test"),
+        ),
+        (
+            "read-only host path",
+            with_ro(&format!("{}/sub", ro.display())),
+        ),
         (
             "system directory",
             MachineSpec::new(ImageSource::Host(HostImage {
-                mounts: vec![Mount { host: ro.clone(), guest: "/usr/local/share/fixture".into() }],
+                mounts: vec![Mount {
+                    host: ro.clone(),
+                    guest: "/usr/local/share/fixture".into(),
+                }],
                 ..HostImage::default()
             })),
         ),
     ];
     let before = std::fs::read_dir(std::env::temp_dir()).unwrap().count();
     for (what, spec) in cases {
-        let err = factory.create(spec).await.err().unwrap_or_else(|| panic!("{what} accepted"));
+        let err = factory
+            .create(spec)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{what} accepted"));
         assert!(err.is_unsupported(), "{what}: {err}");
     }
     let err = factory
-        .create(MachineSpec::new(ImageSource::Host(HostImage { read_only: vec!["/nonexistent/dir".into()], ..HostImage::default() })))
+        .create(MachineSpec::new(ImageSource::Host(HostImage {
+            read_only: vec!["/nonexistent/dir".into()],
+            ..HostImage::default()
+        })))
         .await
         .err()
         .unwrap();
-    assert!(matches!(&err, Error::InvalidInput(m) if m.contains("/nonexistent/dir")), "{err}");
-    let err = factory.create(MachineSpec::host().workdir("rel")).await.err().unwrap();
+    assert!(
+        matches!(&err, Error::InvalidInput(m) if m.contains("/nonexistent/dir")),
+        "{err}"
+    );
+    let err = factory
+        .create(MachineSpec::host().workdir("rel"))
+        .await
+        .err()
+        .unwrap();
     assert!(matches!(err, Error::InvalidInput(_)));
     // Refused specs leave nothing behind (other tests may add roots meanwhile, so only
     // check that this test's refusals made none: they fail before any root is made).
