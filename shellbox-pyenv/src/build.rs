@@ -108,7 +108,8 @@ pub fn build_python_environment(
 /// build: the uv steps of [`uv_steps`](crate::uv_steps), a check that every symlink under
 /// root stays within the environment's read-only directories, then the marker, written
 /// atomically. A failed build removes the partial root. Emits `tracing::info!` events per
-/// step.
+/// step. The marker records only `python` and the lock: `options` (uv, mirror,
+/// `only_binary`) are not compared when a finished root is reused.
 ///
 /// # Errors
 /// [`PyenvError::InvalidPython`] for a bad `python`, [`PyenvError::LockUnreadable`] when the

@@ -2,7 +2,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use shellbox_core::HostImage;
+use shellbox_core::{HostImage, ImageSource};
 
 use crate::marker::Marker;
 use crate::{PyenvError, MARKER_NAME};
@@ -120,6 +120,20 @@ impl PythonEnvironment {
     }
 }
 
+impl From<&PythonEnvironment> for HostImage {
+    /// [`PythonEnvironment::host_image`].
+    fn from(env: &PythonEnvironment) -> Self {
+        env.host_image()
+    }
+}
+
+impl From<&PythonEnvironment> for ImageSource {
+    /// `ImageSource::Host(env.host_image())`, for `MachineSpec::new((&env).into())`.
+    fn from(env: &PythonEnvironment) -> Self {
+        ImageSource::Host(env.host_image())
+    }
+}
+
 /// Whether an absolute path lies in the host system directories a local machine always
 /// mounts read-only (`/usr`, `/bin`, `/sbin`, `/lib`, `/lib32`, `/lib64`, `/libx32`, any
 /// `/lib*`), per the local backend's sandbox line (REFERENCE.md 4.3). Relative paths are
@@ -224,5 +238,10 @@ mod tests {
         assert_eq!(image, expected);
         external.add_to(&mut image);
         assert_eq!(image, expected);
+        assert_eq!(HostImage::from(&external), external.host_image());
+        assert_eq!(
+            ImageSource::from(&external),
+            ImageSource::Host(external.host_image())
+        );
     }
 }
