@@ -1,1 +1,550 @@
-//! shellbox sim backend (in progress).
+//! The shellbox simulator backend: an in-memory, deterministic, Bash-5.2-like shell over a
+//! virtual filesystem.
+//!
+//! A [`SimMachine`] lives entirely in the process: no daemon, no fork, no host file. Scripts
+//! are parsed with [`brush_parser`] and interpreted here (the semantics are ours, modelled on
+//! GNU bash 5.2); files live in an arena of virtual inodes; `sleep` advances a virtual clock
+//! that `date` reads; PIDs are virtual and stable. The same command on a fresh machine gives
+//! the same bytes every time.
+//!
+//! ```
+//! use shellbox_core::{Command, MachineSpec};
+//! use shellbox_sim::SimMachineFactory;
+//!
+//! let machine = SimMachineFactory::new().create_sim(MachineSpec::sim()).unwrap();
+//! let out = machine.run_sync(Command::shell("for i in 1 2 3; do echo $i; done")).unwrap();
+//! assert_eq!(out.stdout, "1\n2\n3\n");
+//! ```
+//!
+//! Limits (defaults from the reference library, section 6): CPU fuel (one unit per command,
+//! loop iteration and arithmetic evaluation), memory (the largest single in-memory buffer:
+//! a pipe, a command substitution, a variable), disk (bytes held by virtual files) and
+//! cumulative output. Exhausting one returns [`Error::Terminated`] naming the budget and
+//! closes the machine.
+//!
+//! What the simulator cannot do fails visibly: an unsupported option or syntax exits 2 with
+//! a diagnostic naming it, and is recorded in [`SimMachine::unsupported`].
+
+#![warn(missing_docs)]
+
+mod builtins;
+mod expand;
+mod glob;
+mod shell;
+mod utils;
+mod vfs;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use shellbox_core::capture::{result_stream, EventStream};
+use shellbox_core::validate::validate_guest_path;
+use shellbox_core::{
+    async_trait, Command, CommandResult, Error, ExitReason, ImageSource, Machine, MachineFactory,
+    MachineSpec, NetworkPolicy,
+};
+
+use crate::shell::{Ctl, Interp, Shell, Stream, Var, World};
+use crate::vfs::{Errno, Kind, Vfs};
+
+/// The `PATH` of a fresh machine (Debian's root default).
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The virtual clock's start: 2024-01-01T00:00:00Z, in seconds since the Unix epoch.
+pub const CLOCK_START_EPOCH_SECS: i64 = 1_704_067_200;
+
+/// Budgets of a simulated machine (REFERENCE.md section 6 defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimOptions {
+    /// CPU fuel in units (one per simple command, loop iteration, arithmetic evaluation);
+    /// default 10,000,000,000. Counted over the machine's whole life.
+    pub cpu_fuel: u64,
+    /// Bytes virtual files may hold; default 512 MiB. `MachineSpec::storage_mb` overrides it.
+    pub disk_bytes: u64,
+    /// Cumulative stdout + stderr bytes over the machine's life; default 128 MiB.
+    pub output_bytes: u64,
+    /// Largest single in-memory buffer in bytes; default from `MachineSpec::memory_mb`, else
+    /// 2,048 MiB. `None` uses that default.
+    pub memory_bytes: Option<u64>,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            cpu_fuel: 10_000_000_000,
+            disk_bytes: 512 * 1024 * 1024,
+            output_bytes: 128 * 1024 * 1024,
+            memory_bytes: None,
+        }
+    }
+}
+
+/// Creates [`SimMachine`]s.
+#[derive(Debug, Clone, Default)]
+pub struct SimMachineFactory {
+    options: SimOptions,
+}
+
+impl SimMachineFactory {
+    /// A factory with the default budgets.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A factory with these budgets.
+    pub fn with_options(options: SimOptions) -> Self {
+        SimMachineFactory { options }
+    }
+
+    /// Creates a concrete machine (what the CLI uses to reach [`SimMachine::unsupported`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a spec that fails [`MachineSpec::validate`];
+    /// [`Error::Unsupported`] when the source is not [`ImageSource::Sim`], `cpus` is set,
+    /// `gpus > 0` or the network is [`NetworkPolicy::Allow`].
+    pub fn create_sim(&self, spec: MachineSpec) -> Result<SimMachine, Error> {
+        spec.validate()?;
+        if !matches!(spec.source, ImageSource::Sim(_)) {
+            return Err(Error::unsupported(format!(
+                "the sim backend runs only ImageSource::Sim, not {}",
+                spec.source.kind()
+            )));
+        }
+        if spec.cpus.is_some() {
+            return Err(Error::unsupported("the sim backend cannot limit cpus"));
+        }
+        if spec.gpus > 0 {
+            return Err(Error::unsupported("the sim backend has no gpus"));
+        }
+        if spec.network == NetworkPolicy::Allow {
+            return Err(Error::unsupported("the sim backend has no network (network allow)"));
+        }
+        let disk = spec.storage_mb.map(|m| m * 1024 * 1024).unwrap_or(self.options.disk_bytes);
+        let memory = self
+            .options
+            .memory_bytes
+            .unwrap_or(spec.memory_mb.unwrap_or(2048) * 1024 * 1024);
+        let mut world = World {
+            vfs: Vfs::new(disk, CLOCK_START_EPOCH_SECS),
+            clock_ns: 0,
+            epoch: CLOCK_START_EPOCH_SECS,
+            next_pid: 1,
+            fuel_left: self.options.cpu_fuel,
+            output_left: self.options.output_bytes,
+            memory_limit: memory,
+            unsupported: Vec::new(),
+            rng: 42,
+        };
+        let workdir = if spec.workdir.is_empty() { "/".to_string() } else { spec.workdir.clone() };
+        world
+            .vfs
+            .mkdir_p(&workdir, 0o755)
+            .map_err(|e| Error::invalid(format!("workdir {workdir}: {}", e.msg())))?;
+        Ok(SimMachine {
+            inner: Arc::new(Inner {
+                world: Mutex::new(Some(world)),
+                workdir,
+                env: spec.env,
+                unsupported: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+}
+
+#[async_trait]
+impl MachineFactory for SimMachineFactory {
+    fn backend(&self) -> &'static str {
+        "sim"
+    }
+
+    async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {
+        Ok(Box::new(self.create_sim(spec)?))
+    }
+}
+
+struct Inner {
+    world: Mutex<Option<World>>,
+    workdir: String,
+    env: BTreeMap<String, String>,
+    unsupported: Mutex<Vec<String>>,
+}
+
+/// One simulated machine. Cheap to clone (clones share the machine); commands on it are
+/// serialized.
+#[derive(Clone)]
+pub struct SimMachine {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SimMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimMachine").field("workdir", &self.inner.workdir).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl SimMachine {
+    /// What crossed the simulator's boundary so far: one entry per unsupported option,
+    /// utility feature or syntax a command used (`"unsupported: ..."`), in first-seen order.
+    pub fn unsupported(&self) -> Vec<String> {
+        lock(&self.inner.unsupported).clone()
+    }
+
+    /// Whether the machine was closed (by [`Machine::close`] or an exhausted budget).
+    pub fn is_closed(&self) -> bool {
+        lock(&self.inner.world).is_none()
+    }
+
+    /// Runs a command to completion synchronously (what [`Machine::run`] does).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad command, [`Error::Unsupported`] for a user other than
+    /// root (`None`, `"0"`, `"root"`), [`Error::Closed`] after close, and
+    /// [`Error::Terminated`] when a budget ran out (the machine is then closed).
+    pub fn run_sync(&self, command: Command) -> Result<CommandResult, Error> {
+        command.validate()?;
+        if let Some(u) = &command.user {
+            if u != "0" && u != "root" {
+                return Err(Error::unsupported(format!(
+                    "the sim backend runs commands as root only, not user {u:?}"
+                )));
+            }
+        }
+        let mut guard = lock(&self.inner.world);
+        let Some(world) = guard.as_mut() else {
+            return Err(Error::Closed);
+        };
+        let outcome = execute(world, &self.inner.workdir, &self.inner.env, &command);
+        let new_unsupported = std::mem::take(&mut world.unsupported);
+        if !new_unsupported.is_empty() {
+            let mut u = lock(&self.inner.unsupported);
+            for x in new_unsupported {
+                if !u.contains(&x) {
+                    u.push(x);
+                }
+            }
+        }
+        match outcome {
+            Ok(r) => Ok(r),
+            Err(reason) => {
+                *guard = None;
+                Err(Error::Terminated(reason))
+            }
+        }
+    }
+
+    fn with_world<T>(&self, f: impl FnOnce(&mut World) -> Result<T, Error>) -> Result<T, Error> {
+        let mut guard = lock(&self.inner.world);
+        let Some(world) = guard.as_mut() else {
+            return Err(Error::Closed);
+        };
+        let r = f(world);
+        if world.vfs.used_bytes > world.vfs.disk_limit {
+            *guard = None;
+            return Err(Error::Terminated("disk limit exceeded".into()));
+        }
+        r
+    }
+
+    /// Copies a host file or directory into the machine (see [`Machine::upload`]).
+    ///
+    /// # Errors
+    /// As [`Machine::upload`]; [`Error::Terminated`] when the disk budget runs out.
+    pub fn upload_sync(&self, source: &Path, target: &str) -> Result<(), Error> {
+        validate_guest_path(target)?;
+        let meta = std::fs::symlink_metadata(source).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::not_found(source.display().to_string())
+            } else {
+                Error::io(format!("stat {}", source.display()), e)
+            }
+        })?;
+        self.with_world(|w| {
+            let (parent, name) = match target.rfind('/') {
+                Some(0) => ("/".to_string(), target[1..].to_string()),
+                Some(i) => (target[..i].to_string(), target[i + 1..].to_string()),
+                None => ("/".to_string(), target.to_string()),
+            };
+            let pdir = guest_mkdirs(&mut w.vfs, &parent, target)?;
+            if meta.is_dir() {
+                let dir = if name.is_empty() {
+                    pdir
+                } else {
+                    guest_dir_in(&mut w.vfs, pdir, &name, target)?
+                };
+                upload_tree(&mut w.vfs, source, dir, target)?;
+                if let Some(n) = w.vfs.get_mut(dir) {
+                    n.mode = mode_of(&meta);
+                }
+                Ok(())
+            } else {
+                upload_one(&mut w.vfs, source, &meta, pdir, &name, target)
+            }
+        })
+    }
+
+    /// Copies a machine file or directory to the host (see [`Machine::download`]).
+    ///
+    /// # Errors
+    /// As [`Machine::download`].
+    pub fn download_sync(&self, source: &str, target: &Path) -> Result<(), Error> {
+        validate_guest_path(source)?;
+        let mut guard = lock(&self.inner.world);
+        let Some(w) = guard.as_mut() else {
+            return Err(Error::Closed);
+        };
+        let ino = w.vfs.resolve("/", source, true).map_err(|e| match e {
+            Errno::NoEnt | Errno::NotDir => Error::not_found(source),
+            other => Error::transfer(source, other.msg()),
+        })?;
+        download_node(&mut w.vfs, ino, target, source, true)
+    }
+
+    /// Closes the machine; idempotent.
+    pub fn close_sync(&self) {
+        *lock(&self.inner.world) = None;
+    }
+}
+
+fn mode_of(meta: &std::fs::Metadata) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    meta.permissions().mode() & 0o7777
+}
+
+fn vfs_err(path: &str, e: Errno) -> Error {
+    if e == Errno::NoSpc {
+        Error::Terminated("disk limit exceeded".into())
+    } else {
+        Error::transfer(path, e.msg())
+    }
+}
+
+/// Creates the directories of `abs`, refusing to pass through symlinks.
+fn guest_mkdirs(vfs: &mut Vfs, abs: &str, target: &str) -> Result<usize, Error> {
+    let mut cur = vfs::ROOT;
+    for c in abs.split('/').filter(|c| !c.is_empty()) {
+        cur = guest_dir_in(vfs, cur, c, target)?;
+    }
+    Ok(cur)
+}
+
+fn guest_dir_in(vfs: &mut Vfs, dir: usize, name: &str, target: &str) -> Result<usize, Error> {
+    if let Some(i) = vfs.child(dir, name) {
+        match vfs.get(i).kind {
+            Kind::Symlink(_) => {
+                return Err(Error::transfer(target, format!("{name} is a symlink; refusing to follow it")))
+            }
+            Kind::Dir(..) => return Ok(i),
+            _ => return Err(Error::transfer(target, format!("{name} is not a directory"))),
+        }
+    }
+    vfs.ensure_dir_in(dir, name, 0o755).map_err(|e| vfs_err(target, e))
+}
+
+fn upload_one(vfs: &mut Vfs, src: &Path, meta: &std::fs::Metadata, dir: usize, name: &str, target: &str) -> Result<(), Error> {
+    if let Some(i) = vfs.child(dir, name) {
+        match vfs.get(i).kind {
+            Kind::Symlink(_) => return Err(Error::transfer(target, "target is a symlink; refusing to follow it")),
+            Kind::Dir(..) => return Err(Error::transfer(target, "target is a directory")),
+            _ => {}
+        }
+    }
+    if meta.file_type().is_symlink() {
+        let t = std::fs::read_link(src).map_err(|e| Error::io(format!("readlink {}", src.display()), e))?;
+        vfs.put_symlink(dir, name, &t.to_string_lossy());
+        return Ok(());
+    }
+    let data = std::fs::read(src).map_err(|e| Error::io(format!("read {}", src.display()), e))?;
+    vfs.put_file(dir, name, data, mode_of(meta)).map_err(|e| vfs_err(target, e))?;
+    Ok(())
+}
+
+fn upload_tree(vfs: &mut Vfs, src: &Path, dir: usize, target: &str) -> Result<(), Error> {
+    let rd = std::fs::read_dir(src).map_err(|e| Error::io(format!("read dir {}", src.display()), e))?;
+    let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        let meta = std::fs::symlink_metadata(&p).map_err(|er| Error::io(format!("stat {}", p.display()), er))?;
+        if meta.is_dir() {
+            let d = guest_dir_in(vfs, dir, &name, target)?;
+            upload_tree(vfs, &p, d, target)?;
+            if let Some(n) = vfs.get_mut(d) {
+                n.mode = mode_of(&meta);
+            }
+        } else {
+            upload_one(vfs, &p, &meta, dir, &name, target)?;
+        }
+    }
+    Ok(())
+}
+
+fn set_host_mode(p: &Path, mode: u32) -> Result<(), Error> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io(format!("chmod {}", p.display()), e))
+}
+
+fn download_node(vfs: &mut Vfs, ino: usize, target: &Path, source: &str, top: bool) -> Result<(), Error> {
+    let node = vfs.get(ino).clone();
+    match &node.kind {
+        Kind::Dir(map, _) => {
+            std::fs::create_dir_all(target).map_err(|e| Error::io(format!("create {}", target.display()), e))?;
+            let entries: Vec<(String, usize)> = map.iter().map(|(k, v)| (k.clone(), *v)).collect();
+            for (name, child) in entries {
+                download_node(vfs, child, &target.join(&name), source, false)?;
+            }
+            set_host_mode(target, node.mode)?;
+        }
+        Kind::Symlink(t) if !top => {
+            let _ = std::fs::remove_file(target);
+            std::os::unix::fs::symlink(t, target)
+                .map_err(|e| Error::io(format!("symlink {}", target.display()), e))?;
+        }
+        _ => {
+            let data: Vec<u8> = match &node.kind {
+                Kind::File(d) => d.clone(),
+                Kind::Exe(n) => format!("#!/bin/sh\n# shellbox-sim built-in {n}\n").into_bytes(),
+                _ => Vec::new(),
+            };
+            if top && target.is_dir() {
+                return Err(Error::transfer(source, format!("{} is a directory", target.display())));
+            }
+            if let Some(parent) = target.parent() {
+                if !parent.as_os_str().is_empty() {
+                    std::fs::create_dir_all(parent)
+                        .map_err(|e| Error::io(format!("create {}", parent.display()), e))?;
+                }
+            }
+            if std::fs::symlink_metadata(target).is_ok_and(|m| m.file_type().is_symlink()) {
+                let _ = std::fs::remove_file(target);
+            }
+            std::fs::write(target, data).map_err(|e| Error::io(format!("write {}", target.display()), e))?;
+            set_host_mode(target, node.mode)?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs one command over the world; `Err(reason)` when a budget ran out.
+fn execute(world: &mut World, workdir: &str, spec_env: &BTreeMap<String, String>, cmd: &Command) -> Result<CommandResult, String> {
+    let limit = usize::try_from(cmd.output_limit_bytes).unwrap_or(usize::MAX);
+    let pid = world.new_pid();
+    let cwd = cmd.cwd.clone().unwrap_or_else(|| workdir.to_string());
+    let mut sh = Shell::new(pid, cwd.clone());
+    let export = |sh: &mut Shell, k: &str, v: &str| {
+        let mut var = Var::s(v.to_string());
+        var.exported = true;
+        sh.vars.insert(k.to_string(), var);
+    };
+    for (k, v) in [
+        ("HOME", "/root"),
+        ("USER", "root"),
+        ("LOGNAME", "root"),
+        ("LANG", "C.UTF-8"),
+        ("SHELL", "/bin/bash"),
+        ("HOSTNAME", "sandbox"),
+        ("PATH", DEFAULT_PATH),
+        ("SHLVL", "0"),
+    ] {
+        export(&mut sh, k, v);
+    }
+    export(&mut sh, "PWD", &cwd);
+    for (k, v) in spec_env.iter().chain(cmd.env.iter()) {
+        export(&mut sh, k, v);
+    }
+    let out = Arc::new(());
+    drop(out);
+    let stdout = std::rc::Rc::new(std::cell::RefCell::new(Stream::Cap { data: Vec::new(), limit, total: 0 }));
+    let stderr = std::rc::Rc::new(std::cell::RefCell::new(Stream::Cap { data: Vec::new(), limit, total: 0 }));
+    sh.set_fd(0, Some(shell::buf_fd(cmd.stdin.to_vec())));
+    sh.set_fd(1, Some(stdout.clone()));
+    sh.set_fd(2, Some(stderr.clone()));
+    world.sync_time();
+    let mut it = Interp::new(world);
+    let mut top = None;
+    if let Some(t) = cmd.timeout {
+        let ns = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
+        let at = it.w.clock_ns.saturating_add(ns);
+        let id = it.push_deadline(at);
+        it.wall = Some((Instant::now() + t.max(Duration::from_millis(1)), id));
+        top = Some(id);
+    }
+    let cwd_ok = it.w.vfs.resolve("/", &cwd, true).is_ok_and(|i| it.w.vfs.get(i).is_dir());
+    let r = if cwd_ok {
+        it.dispatch(&mut sh, cmd.argv.clone())
+    } else {
+        it.err(&sh, &format!("bash: line 1: cd: {cwd}: No such file or directory"));
+        Ok(1)
+    };
+    let (code, reason) = match r {
+        Ok(s) | Err(Ctl::Exit(s)) | Err(Ctl::Return(s)) => (Some(s & 255), ExitReason::Exited),
+        Err(Ctl::Break(_)) | Err(Ctl::Continue(_)) => (Some(0), ExitReason::Exited),
+        Err(Ctl::Timeout(id)) => {
+            if Some(id) == top {
+                (None, ExitReason::TimedOut)
+            } else {
+                (Some(124), ExitReason::Exited)
+            }
+        }
+        Err(Ctl::Budget(reason)) => return Err(reason),
+    };
+    drop(it);
+    world.sync_time();
+    let take = |s: &std::rc::Rc<std::cell::RefCell<Stream>>| -> (Bytes, bool) {
+        match &mut *s.borrow_mut() {
+            Stream::Cap { data, total, .. } => {
+                let truncated = *total > data.len() as u64;
+                (Bytes::from(std::mem::take(data)), truncated)
+            }
+            _ => (Bytes::new(), false),
+        }
+    };
+    let (so, st) = take(&stdout);
+    let (se, et) = take(&stderr);
+    Ok(CommandResult {
+        exit_code: code,
+        stdout: so,
+        stderr: se,
+        stdout_truncated: st,
+        stderr_truncated: et,
+        reason,
+    })
+}
+
+#[async_trait]
+impl Machine for SimMachine {
+    async fn run(&self, command: Command) -> Result<CommandResult, Error> {
+        self.run_sync(command)
+    }
+
+    async fn run_stream(&self, command: Command) -> Result<EventStream, Error> {
+        let r = self.run_sync(command)?;
+        Ok(result_stream(r))
+    }
+
+    async fn upload(&self, source: &Path, target: &str) -> Result<(), Error> {
+        self.upload_sync(source, target)
+    }
+
+    async fn download(&self, source: &str, target: &Path) -> Result<(), Error> {
+        self.download_sync(source, target)
+    }
+
+    async fn close(&self) -> Result<(), Error> {
+        self.close_sync();
+        Ok(())
+    }
+}
+
+/// Whether a name is one of the simulator's virtual executables under `/bin` and `/usr/bin`.
+pub fn is_supported_utility(name: &str) -> bool {
+    vfs::UTILITIES.contains(&name)
+}

@@ -1,0 +1,1593 @@
+//! Word expansion: braces, tilde, parameters, command substitution, arithmetic, word
+//! splitting, pathname expansion and quote removal; `[[ ]]` evaluation.
+
+use brush_parser::ast;
+use brush_parser::word::{self, Parameter, ParameterExpr, ParameterTestType, SpecialParameter, WordPiece, WordPieceWithSource};
+
+use crate::shell::{get_elem, Ctl, Interp, Shell, Value, R};
+
+const LIT: u8 = 0;
+const QUO: u8 = 1;
+const EXP: u8 = 2;
+
+#[derive(Debug, Clone, Default)]
+struct Field {
+    s: String,
+    f: Vec<u8>,
+    q: bool,
+}
+
+#[derive(Default)]
+struct Fb {
+    done: Vec<Field>,
+    cur: Field,
+}
+
+impl Fb {
+    fn push(&mut self, s: &str, flag: u8) {
+        self.cur.s.push_str(s);
+        self.cur.f.extend(std::iter::repeat_n(flag, s.len()));
+    }
+    fn brk(&mut self) {
+        let f = std::mem::take(&mut self.cur);
+        self.done.push(f);
+    }
+    fn finish(mut self) -> Vec<Field> {
+        let f = std::mem::take(&mut self.cur);
+        self.done.push(f);
+        self.done
+    }
+}
+
+enum PV {
+    Unset,
+    S(String),
+    L(Vec<String>, bool),
+}
+
+fn opts() -> brush_parser::ParserOptions {
+    brush_parser::ParserOptions::default()
+}
+
+/// Processes `$'...'` escapes.
+pub fn ansi_c(s: &str) -> String {
+    let mut out = Vec::<u8>::new();
+    let b: Vec<char> = s.chars().collect();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c != '\\' || i + 1 >= b.len() {
+            let mut tmp = [0u8; 4];
+            out.extend_from_slice(c.encode_utf8(&mut tmp).as_bytes());
+            i += 1;
+            continue;
+        }
+        i += 1;
+        let e = b[i];
+        i += 1;
+        match e {
+            'n' => out.push(b'\n'),
+            't' => out.push(b'\t'),
+            'r' => out.push(b'\r'),
+            'a' => out.push(7),
+            'b' => out.push(8),
+            'e' | 'E' => out.push(27),
+            'f' => out.push(12),
+            'v' => out.push(11),
+            '\\' => out.push(b'\\'),
+            '\'' => out.push(b'\''),
+            '"' => out.push(b'"'),
+            '?' => out.push(b'?'),
+            'x' => {
+                let mut v = 0u32;
+                let mut n = 0;
+                while n < 2 && i < b.len() && b[i].is_ascii_hexdigit() {
+                    v = v * 16 + b[i].to_digit(16).unwrap_or(0);
+                    i += 1;
+                    n += 1;
+                }
+                if n == 0 {
+                    out.extend_from_slice(b"\\x");
+                } else {
+                    out.push(v as u8);
+                }
+            }
+            'u' | 'U' => {
+                let max = if e == 'u' { 4 } else { 8 };
+                let mut v = 0u32;
+                let mut n = 0;
+                while n < max && i < b.len() && b[i].is_ascii_hexdigit() {
+                    v = v * 16 + b[i].to_digit(16).unwrap_or(0);
+                    i += 1;
+                    n += 1;
+                }
+                if let Some(ch) = char::from_u32(v) {
+                    let mut tmp = [0u8; 4];
+                    out.extend_from_slice(ch.encode_utf8(&mut tmp).as_bytes());
+                }
+            }
+            '0'..='7' => {
+                let mut v = e.to_digit(8).unwrap_or(0);
+                let mut n = 1;
+                while n < 3 && i < b.len() && b[i].is_digit(8) {
+                    v = v * 8 + b[i].to_digit(8).unwrap_or(0);
+                    i += 1;
+                    n += 1;
+                }
+                out.push(v as u8);
+            }
+            'c' => {
+                if i < b.len() {
+                    out.push((b[i] as u8) & 0x1f);
+                    i += 1;
+                }
+            }
+            other => {
+                out.push(b'\\');
+                let mut tmp = [0u8; 4];
+                out.extend_from_slice(other.encode_utf8(&mut tmp).as_bytes());
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Brace expansion of a raw word.
+pub fn brace_expand(s: &str) -> Vec<String> {
+    let b: Vec<char> = s.chars().collect();
+    let mut i = 0;
+    let mut sq = false;
+    let mut dq = false;
+    while i < b.len() {
+        let c = b[i];
+        if c == '\\' && !sq {
+            i += 2;
+            continue;
+        }
+        if c == '\'' && !dq {
+            sq = !sq;
+        } else if c == '"' && !sq {
+            dq = !dq;
+        } else if c == '$' && !sq && i + 1 < b.len() && (b[i + 1] == '{' || b[i + 1] == '(') {
+            // skip ${...} / $(...)
+            let (open, close) = if b[i + 1] == '{' { ('{', '}') } else { ('(', ')') };
+            let mut depth = 0;
+            let mut j = i + 1;
+            while j < b.len() {
+                if b[j] == '\\' {
+                    j += 2;
+                    continue;
+                }
+                if b[j] == open {
+                    depth += 1;
+                } else if b[j] == close {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                j += 1;
+            }
+            i = j + 1;
+            continue;
+        } else if c == '{' && !sq && !dq {
+            // find matching close
+            let mut depth = 0;
+            let mut j = i;
+            let mut commas = Vec::new();
+            let mut jsq = false;
+            let mut jdq = false;
+            let mut close = None;
+            while j < b.len() {
+                let cj = b[j];
+                if cj == '\\' && !jsq {
+                    j += 2;
+                    continue;
+                }
+                if cj == '\'' && !jdq {
+                    jsq = !jsq;
+                } else if cj == '"' && !jsq {
+                    jdq = !jdq;
+                } else if !jsq && !jdq {
+                    if cj == '$' && j + 1 < b.len() && b[j + 1] == '{' {
+                        // skip parameter expansion
+                        let mut d = 0;
+                        let mut k = j + 1;
+                        while k < b.len() {
+                            if b[k] == '{' {
+                                d += 1;
+                            } else if b[k] == '}' {
+                                d -= 1;
+                                if d == 0 {
+                                    break;
+                                }
+                            }
+                            k += 1;
+                        }
+                        j = k + 1;
+                        continue;
+                    }
+                    if cj == '{' {
+                        depth += 1;
+                    } else if cj == '}' {
+                        depth -= 1;
+                        if depth == 0 {
+                            close = Some(j);
+                            break;
+                        }
+                    } else if cj == ',' && depth == 1 {
+                        commas.push(j);
+                    }
+                }
+                j += 1;
+            }
+            if let Some(end) = close {
+                let prefix: String = b[..i].iter().collect();
+                let suffix: String = b[end + 1..].iter().collect();
+                let inner: String = b[i + 1..end].iter().collect();
+                let alts: Option<Vec<String>> = if !commas.is_empty() {
+                    let mut v = Vec::new();
+                    let mut start = i + 1;
+                    for &c in &commas {
+                        v.push(b[start..c].iter().collect());
+                        start = c + 1;
+                    }
+                    v.push(b[start..end].iter().collect());
+                    Some(v)
+                } else {
+                    seq_expand(&inner)
+                };
+                if let Some(alts) = alts {
+                    let mut out = Vec::new();
+                    let suffixes = brace_expand(&suffix);
+                    for a in alts {
+                        for ae in brace_expand(&a) {
+                            for s in &suffixes {
+                                out.push(format!("{prefix}{ae}{s}"));
+                            }
+                        }
+                    }
+                    return out;
+                }
+            }
+        }
+        i += 1;
+    }
+    vec![s.to_string()]
+}
+
+fn seq_expand(inner: &str) -> Option<Vec<String>> {
+    let parts: Vec<&str> = inner.split("..").collect();
+    if parts.len() != 2 && parts.len() != 3 {
+        return None;
+    }
+    let step: i64 = if parts.len() == 3 { parts[2].parse().ok()? } else { 1 };
+    let step = if step == 0 { 1 } else { step.abs() };
+    if let (Ok(a), Ok(z)) = (parts[0].parse::<i64>(), parts[1].parse::<i64>()) {
+        let pad = |s: &str| {
+            let t = s.trim_start_matches('-');
+            if t.len() > 1 && t.starts_with('0') {
+                s.len()
+            } else {
+                0
+            }
+        };
+        let width = pad(parts[0]).max(pad(parts[1]));
+        let mut v = Vec::new();
+        let mut x = a;
+        loop {
+            if (a <= z && x > z) || (a > z && x < z) || v.len() > 100_000 {
+                break;
+            }
+            if width > 0 {
+                if x < 0 {
+                    v.push(format!("-{:0w$}", -x, w = width - 1));
+                } else {
+                    v.push(format!("{:0w$}", x, w = width));
+                }
+            } else {
+                v.push(x.to_string());
+            }
+            if a <= z {
+                x += step;
+            } else {
+                x -= step;
+            }
+        }
+        return Some(v);
+    }
+    let ca: Vec<char> = parts[0].chars().collect();
+    let cz: Vec<char> = parts[1].chars().collect();
+    if ca.len() == 1 && cz.len() == 1 && ca[0].is_ascii_alphabetic() && cz[0].is_ascii_alphabetic() {
+        let (a, z) = (ca[0] as i64, cz[0] as i64);
+        let mut v = Vec::new();
+        let mut x = a;
+        while (a <= z && x <= z) || (a > z && x >= z) {
+            v.push(((x as u8) as char).to_string());
+            if a <= z {
+                x += step;
+            } else {
+                x -= step;
+            }
+        }
+        return Some(v);
+    }
+    None
+}
+
+/// Splits fields on IFS where they came from unquoted expansions.
+fn split_fields(fields: Vec<Field>, ifs: &str) -> Vec<Field> {
+    let mut out = Vec::new();
+    for f in fields {
+        if !f.f.contains(&EXP) || ifs.is_empty() {
+            if !f.s.is_empty() || f.q {
+                out.push(f);
+            }
+            continue;
+        }
+        let mut cur: Option<Field> = if f.q { Some(Field { q: true, ..Default::default() }) } else { None };
+        let mut pending_ws = false;
+        let bytes = f.s.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let ch_len = utf8_len(bytes[i]);
+            let flag = f.f[i];
+            let c = &f.s[i..i + ch_len];
+            if flag == EXP && ifs.contains(c) {
+                let ws = c == " " || c == "\t" || c == "\n";
+                if ws {
+                    if let Some(x) = cur.take() {
+                        out.push(x);
+                        pending_ws = true;
+                    }
+                } else {
+                    if let Some(x) = cur.take() {
+                        out.push(x);
+                    } else if !pending_ws {
+                        out.push(Field::default());
+                    }
+                    pending_ws = false;
+                }
+            } else {
+                let x = cur.get_or_insert_with(Field::default);
+                x.s.push_str(c);
+                x.f.extend(std::iter::repeat_n(flag, ch_len));
+                pending_ws = false;
+            }
+            i += ch_len;
+        }
+        if let Some(x) = cur {
+            out.push(x);
+        }
+    }
+    out
+}
+
+fn utf8_len(b: u8) -> usize {
+    if b < 0x80 {
+        1
+    } else if b >= 0xf0 {
+        4
+    } else if b >= 0xe0 {
+        3
+    } else if b >= 0xc0 {
+        2
+    } else {
+        1
+    }
+}
+
+/// The field as a glob pattern: quoted characters escaped.
+fn field_pattern(f: &Field) -> String {
+    let mut out = String::with_capacity(f.s.len());
+    let mut i = 0;
+    let b = f.s.as_bytes();
+    while i < b.len() {
+        let l = utf8_len(b[i]);
+        let c = &f.s[i..i + l];
+        if f.f[i] == QUO {
+            out.push_str(&crate::glob::escape(c));
+        } else {
+            out.push_str(c);
+        }
+        i += l;
+    }
+    out
+}
+
+fn field_regex(f: &Field) -> String {
+    let mut out = String::with_capacity(f.s.len());
+    let mut i = 0;
+    let b = f.s.as_bytes();
+    while i < b.len() {
+        let l = utf8_len(b[i]);
+        let c = &f.s[i..i + l];
+        if f.f[i] == QUO {
+            out.push_str(&regex::escape(c));
+        } else {
+            out.push_str(c);
+        }
+        i += l;
+    }
+    out
+}
+
+impl Interp<'_> {
+    fn parse_word(&mut self, sh: &mut Shell, raw: &str) -> R<Vec<WordPieceWithSource>> {
+        match word::parse(raw, &opts()) {
+            Ok(p) => Ok(p),
+            Err(e) => {
+                self.err(sh, &format!("bash: {raw}: bad substitution ({e})"));
+                Err(Ctl::Exit(1))
+            }
+        }
+    }
+
+    fn expand_fields(&mut self, sh: &mut Shell, raw: &str, in_dq: bool) -> R<Vec<Field>> {
+        let pieces = self.parse_word(sh, raw)?;
+        let mut fb = Fb::default();
+        self.expand_pieces(sh, &pieces, in_dq, &mut fb)?;
+        Ok(fb.finish())
+    }
+
+    /// Full expansion of one raw word into fields.
+    pub fn expand_word(&mut self, sh: &mut Shell, raw: &str) -> R<Result<Vec<String>, i32>> {
+        // fast path: plain literal
+        if !raw.is_empty() && raw.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+%@".contains(&b)) {
+            return Ok(Ok(vec![raw.to_string()]));
+        }
+        let words = if raw.contains('{') { brace_expand(raw) } else { vec![raw.to_string()] };
+        let mut out = Vec::new();
+        for w in words {
+            let fields = self.expand_fields(sh, &w, false)?;
+            let ifs = sh.ifs();
+            let fields = split_fields(fields, &ifs);
+            for f in fields {
+                let has_glob = !sh.opts.noglob && {
+                    let pat = field_pattern(&f);
+                    crate::glob::has_meta(&pat, sh.opts.extglob)
+                };
+                if has_glob {
+                    let pat = field_pattern(&f);
+                    let matches = self.glob_paths(sh, &pat);
+                    if matches.is_empty() {
+                        if sh.opts.failglob {
+                            self.err(sh, &format!("bash: no match: {}", f.s));
+                            return Ok(Err(1));
+                        }
+                        if !sh.opts.nullglob {
+                            out.push(f.s);
+                        }
+                    } else {
+                        out.extend(matches);
+                    }
+                } else {
+                    out.push(f.s);
+                }
+            }
+        }
+        Ok(Ok(out))
+    }
+
+    /// Expansion without splitting or globbing (assignments, case words, here-strings).
+    pub fn expand_nosplit(&mut self, sh: &mut Shell, raw: &str) -> R<Result<String, i32>> {
+        if raw.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+%@ ".contains(&b)) {
+            return Ok(Ok(raw.to_string()));
+        }
+        let fields = self.expand_fields(sh, raw, false)?;
+        let mut s = String::new();
+        for (i, f) in fields.iter().enumerate() {
+            if i > 0 {
+                s.push(' ');
+            }
+            s.push_str(&f.s);
+        }
+        Ok(Ok(s))
+    }
+
+    pub fn expand_nosplit_str(&mut self, sh: &mut Shell, raw: &str) -> R<String> {
+        Ok(self.expand_nosplit(sh, raw)?.unwrap_or_default())
+    }
+
+    /// Expansion to a pattern: quoted parts are matched literally.
+    pub fn expand_pattern(&mut self, sh: &mut Shell, raw: &str) -> R<Result<String, i32>> {
+        let fields = self.expand_fields(sh, raw, false)?;
+        let mut s = String::new();
+        for (i, f) in fields.iter().enumerate() {
+            if i > 0 {
+                s.push(' ');
+            }
+            s.push_str(&field_pattern(f));
+        }
+        Ok(Ok(s))
+    }
+
+    pub fn expand_heredoc(&mut self, sh: &mut Shell, raw: &str) -> R<Result<String, i32>> {
+        let pieces = match word::parse_heredoc(raw, &opts()) {
+            Ok(p) => p,
+            Err(e) => {
+                self.err(sh, &format!("bash: bad here-document: {e}"));
+                return Ok(Err(1));
+            }
+        };
+        let mut fb = Fb::default();
+        self.expand_pieces(sh, &pieces, true, &mut fb)?;
+        let fields = fb.finish();
+        Ok(Ok(fields.into_iter().map(|f| f.s).collect::<Vec<_>>().join(" ")))
+    }
+
+    fn expand_pieces(&mut self, sh: &mut Shell, pieces: &[WordPieceWithSource], in_dq: bool, fb: &mut Fb) -> R<()> {
+        for p in pieces {
+            match &p.piece {
+                WordPiece::Text(t) => fb.push(t, if in_dq { QUO } else { LIT }),
+                WordPiece::SingleQuotedText(t) => {
+                    fb.cur.q = true;
+                    fb.push(t, QUO);
+                }
+                WordPiece::AnsiCQuotedText(t) => {
+                    fb.cur.q = true;
+                    fb.push(&ansi_c(t), QUO);
+                }
+                WordPiece::DoubleQuotedSequence(inner) | WordPiece::GettextDoubleQuotedSequence(inner) => {
+                    let q_before = fb.cur.q;
+                    fb.cur.q = true;
+                    let empty_at = self.expand_pieces_dq(sh, inner, fb)?;
+                    if empty_at && inner.len() == 1 {
+                        fb.cur.q = q_before;
+                    }
+                }
+                WordPiece::EscapeSequence(e) => {
+                    let c = &e[1..];
+                    if in_dq {
+                        if c.len() == 1 && "$`\"\\".contains(c) {
+                            fb.push(c, QUO);
+                        } else if c == "\n" {
+                        } else {
+                            fb.push(e, QUO);
+                        }
+                    } else if c != "\n" {
+                        fb.cur.q = true;
+                        fb.push(c, QUO);
+                    }
+                }
+                WordPiece::TildeExpansion(t) => {
+                    let v = match t {
+                        word::TildeExpr::Home => sh.get("HOME").unwrap_or_else(|| "/root".into()),
+                        word::TildeExpr::UserHome(u) => {
+                            if u == "root" {
+                                "/root".into()
+                            } else {
+                                format!("~{u}")
+                            }
+                        }
+                        word::TildeExpr::WorkingDir => sh.cwd.clone(),
+                        word::TildeExpr::OldWorkingDir => sh.getv("OLDPWD"),
+                        _ => "~".into(),
+                    };
+                    fb.push(&v, QUO);
+                }
+                WordPiece::ParameterExpansion(pe) => {
+                    self.expand_param(sh, pe, in_dq, fb)?;
+                }
+                WordPiece::CommandSubstitution(s) => {
+                    let out = self.command_subst(sh, s)?;
+                    fb.push(&out, if in_dq { QUO } else { EXP });
+                }
+                WordPiece::BackquotedCommandSubstitution(s) => {
+                    let s = unbackslash_backquote(s);
+                    let out = self.command_subst(sh, &s)?;
+                    fb.push(&out, if in_dq { QUO } else { EXP });
+                }
+                WordPiece::ArithmeticExpression(e) => {
+                    let v = match self.arith_text(sh, &e.value)? {
+                        Ok(v) => v,
+                        Err(m) => {
+                            self.err(sh, &format!("bash: {m}"));
+                            return Err(Ctl::Exit(1));
+                        }
+                    };
+                    fb.push(&v.to_string(), if in_dq { QUO } else { EXP });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Double-quoted sequence; returns whether it was a lone `"$@"` with no elements.
+    fn expand_pieces_dq(&mut self, sh: &mut Shell, inner: &[WordPieceWithSource], fb: &mut Fb) -> R<bool> {
+        if inner.len() == 1 {
+            if let WordPiece::ParameterExpansion(pe) = &inner[0].piece {
+                return self.expand_param(sh, pe, true, fb);
+            }
+        }
+        self.expand_pieces(sh, inner, true, fb)?;
+        Ok(false)
+    }
+
+    fn param_value(&mut self, sh: &mut Shell, p: &Parameter, indirect: bool) -> R<PV> {
+        if indirect {
+            let v = self.param_value(sh, p, false)?;
+            let name = match v {
+                PV::S(s) => s,
+                PV::L(l, _) => l.join(" "),
+                PV::Unset => return Ok(PV::Unset),
+            };
+            let param = match word::parse_parameter(&name, &opts()) {
+                Ok(p) => p,
+                Err(_) => {
+                    self.err(sh, &format!("bash: {name}: invalid indirect expansion"));
+                    return Err(Ctl::Exit(1));
+                }
+            };
+            return self.param_value(sh, &param, false);
+        }
+        Ok(match p {
+            Parameter::Positional(n) => {
+                if *n == 0 {
+                    PV::S(sh.arg0.clone())
+                } else {
+                    match sh.pos.get(*n as usize - 1) {
+                        Some(v) => PV::S(v.clone()),
+                        None => PV::Unset,
+                    }
+                }
+            }
+            Parameter::Special(sp) => match sp {
+                SpecialParameter::AllPositionalParameters { concatenate } => PV::L(sh.pos.clone(), *concatenate),
+                SpecialParameter::PositionalParameterCount => PV::S(sh.pos.len().to_string()),
+                SpecialParameter::LastExitStatus => PV::S(sh.status.to_string()),
+                SpecialParameter::CurrentOptionFlags => {
+                    let mut f = String::from("h");
+                    if sh.opts.errexit {
+                        f.push('e');
+                    }
+                    if sh.opts.nounset {
+                        f.push('u');
+                    }
+                    f.push('B');
+                    f.push('c');
+                    PV::S(f)
+                }
+                SpecialParameter::ProcessId => PV::S(sh.pid.to_string()),
+                SpecialParameter::LastBackgroundProcessId => match sh.last_bg {
+                    Some(p) => PV::S(p.to_string()),
+                    None => PV::Unset,
+                },
+                SpecialParameter::ShellName => PV::S(sh.arg0.clone()),
+            },
+            Parameter::Named(n) => self.named_value(sh, n),
+            Parameter::NamedWithIndex { name, index } => {
+                let is_assoc = matches!(sh.vars.get(name).map(|v| &v.value), Some(Value::Assoc(_)));
+                let key = if is_assoc { self.expand_nosplit_str(sh, index)? } else { index.clone() };
+                if name == "PIPESTATUS" {
+                    let i = match self.eval_arith_str(sh, &key)? {
+                        Ok(i) => i,
+                        Err(_) => 0,
+                    };
+                    return Ok(match sh.pipestatus.get(i as usize) {
+                        Some(s) => PV::S(s.to_string()),
+                        None => PV::Unset,
+                    });
+                }
+                match sh.vars.get(name) {
+                    None => PV::Unset,
+                    Some(v) => {
+                        let exists = match &v.value {
+                            Value::Assoc(m) => m.contains_key(&key),
+                            _ => true,
+                        };
+                        if !exists {
+                            PV::Unset
+                        } else {
+                            let val = get_elem(self, sh, name, &key);
+                            let cur = sh.vars.get(name).map(|v| v.value.clone());
+                            let present = match cur {
+                                Some(Value::Arr(m)) => {
+                                    let i = match self.eval_arith_str(sh, &key)? {
+                                        Ok(i) => i,
+                                        Err(_) => 0,
+                                    };
+                                    let i = if i < 0 { m.keys().next_back().map(|k| k + 1).unwrap_or(0) + i } else { i };
+                                    m.contains_key(&i)
+                                }
+                                Some(Value::Str(_)) => key == "0",
+                                _ => true,
+                            };
+                            if present {
+                                PV::S(val)
+                            } else {
+                                PV::Unset
+                            }
+                        }
+                    }
+                }
+            }
+            Parameter::NamedWithAllIndices { name, concatenate } => {
+                if name == "PIPESTATUS" {
+                    return Ok(PV::L(sh.pipestatus.iter().map(|s| s.to_string()).collect(), *concatenate));
+                }
+                match sh.vars.get(name).map(|v| &v.value) {
+                    None => PV::L(vec![], *concatenate),
+                    Some(Value::Str(s)) => PV::L(vec![s.clone()], *concatenate),
+                    Some(Value::Arr(m)) => PV::L(m.values().cloned().collect(), *concatenate),
+                    Some(Value::Assoc(m)) => PV::L(m.values().cloned().collect(), *concatenate),
+                }
+            }
+        })
+    }
+
+    fn named_value(&mut self, sh: &mut Shell, n: &str) -> PV {
+        if let Some(v) = sh.vars.get(n) {
+            return PV::S(v.as_str());
+        }
+        match n {
+            "RANDOM" => {
+                self.w.rng = self.w.rng.wrapping_mul(1103515245).wrapping_add(12345);
+                PV::S(((self.w.rng >> 16) & 0x7fff).to_string())
+            }
+            "SECONDS" => PV::S((self.w.clock_ns / 1_000_000_000).to_string()),
+            "EPOCHSECONDS" => PV::S(self.w.vfs.now.to_string()),
+            "BASHPID" => PV::S(sh.bashpid.to_string()),
+            "LINENO" => PV::S("1".into()),
+            "FUNCNAME" => PV::Unset,
+            "PIPESTATUS" => PV::S(sh.pipestatus.first().copied().unwrap_or(0).to_string()),
+            "BASH_VERSION" => PV::S("5.2.15(1)-release".into()),
+            "OSTYPE" => PV::S("linux-gnu".into()),
+            "UID" | "EUID" => PV::S("0".into()),
+            "PWD" => PV::S(sh.cwd.clone()),
+            _ => PV::Unset,
+        }
+    }
+
+    fn pattern_of(&mut self, sh: &mut Shell, raw: &Option<String>) -> R<String> {
+        match raw {
+            None => Ok(String::new()),
+            Some(r) => Ok(self.expand_pattern(sh, r)?.unwrap_or_default()),
+        }
+    }
+
+    /// Expands one parameter expression into `fb`; returns whether it was a list with no
+    /// elements (for `"$@"`).
+    fn expand_param(&mut self, sh: &mut Shell, pe: &ParameterExpr, in_dq: bool, fb: &mut Fb) -> R<bool> {
+        let flag = if in_dq { QUO } else { EXP };
+        let is_null = |v: &PV, tt: &ParameterTestType| match v {
+            PV::Unset => true,
+            PV::S(s) => matches!(tt, ParameterTestType::UnsetOrNull) && s.is_empty(),
+            PV::L(l, _) => l.is_empty() || (matches!(tt, ParameterTestType::UnsetOrNull) && l.iter().all(|s| s.is_empty()) && l.len() == 1),
+        };
+        let v = match pe {
+            ParameterExpr::Parameter { parameter, indirect } => {
+                let v = self.param_value(sh, parameter, *indirect)?;
+                if matches!(v, PV::Unset) && sh.opts.nounset && !matches!(parameter, Parameter::Special(_)) {
+                    self.err(sh, &format!("bash: {}: unbound variable", param_name(parameter)));
+                    return Err(Ctl::Exit(127));
+                }
+                v
+            }
+            ParameterExpr::UseDefaultValues { parameter, indirect, test_type, default_value } => {
+                let v = self.param_value(sh, parameter, *indirect)?;
+                if is_null(&v, test_type) {
+                    if let Some(d) = default_value {
+                        let pieces = self.parse_word(sh, d)?;
+                        self.expand_pieces(sh, &pieces, in_dq, fb)?;
+                    }
+                    return Ok(false);
+                }
+                v
+            }
+            ParameterExpr::AssignDefaultValues { parameter, indirect, test_type, default_value } => {
+                let v = self.param_value(sh, parameter, *indirect)?;
+                if is_null(&v, test_type) {
+                    let d = match default_value {
+                        Some(d) => self.expand_nosplit_str(sh, d)?,
+                        None => String::new(),
+                    };
+                    if let Parameter::Named(n) = parameter {
+                        let _ = sh.set(n, d.clone());
+                    }
+                    PV::S(d)
+                } else {
+                    v
+                }
+            }
+            ParameterExpr::IndicateErrorIfNullOrUnset { parameter, indirect, test_type, error_message } => {
+                let v = self.param_value(sh, parameter, *indirect)?;
+                if is_null(&v, test_type) {
+                    let msg = match error_message {
+                        Some(m) => self.expand_nosplit_str(sh, m)?,
+                        None => "parameter null or not set".into(),
+                    };
+                    self.err(sh, &format!("bash: {}: {msg}", param_name(parameter)));
+                    return Err(Ctl::Exit(127));
+                }
+                v
+            }
+            ParameterExpr::UseAlternativeValue { parameter, indirect, test_type, alternative_value } => {
+                let v = self.param_value(sh, parameter, *indirect)?;
+                if !is_null(&v, test_type) {
+                    if let Some(d) = alternative_value {
+                        let pieces = self.parse_word(sh, d)?;
+                        self.expand_pieces(sh, &pieces, in_dq, fb)?;
+                    }
+                }
+                return Ok(false);
+            }
+            ParameterExpr::ParameterLength { parameter, indirect } => {
+                let v = self.param_value(sh, parameter, *indirect)?;
+                let n = match v {
+                    PV::Unset => {
+                        if sh.opts.nounset {
+                            self.err(sh, &format!("bash: {}: unbound variable", param_name(parameter)));
+                            return Err(Ctl::Exit(127));
+                        }
+                        0
+                    }
+                    PV::S(s) => s.chars().count(),
+                    PV::L(l, _) => l.len(),
+                };
+                PV::S(n.to_string())
+            }
+            ParameterExpr::RemoveSmallestSuffixPattern { parameter, indirect, pattern }
+            | ParameterExpr::RemoveLargestSuffixPattern { parameter, indirect, pattern }
+            | ParameterExpr::RemoveSmallestPrefixPattern { parameter, indirect, pattern }
+            | ParameterExpr::RemoveLargestPrefixPattern { parameter, indirect, pattern } => {
+                let v = self.param_value(sh, parameter, *indirect)?;
+                let pat = self.pattern_of(sh, pattern)?;
+                let ext = sh.opts.extglob;
+                let (suffix, largest) = match pe {
+                    ParameterExpr::RemoveSmallestSuffixPattern { .. } => (true, false),
+                    ParameterExpr::RemoveLargestSuffixPattern { .. } => (true, true),
+                    ParameterExpr::RemoveSmallestPrefixPattern { .. } => (false, false),
+                    _ => (false, true),
+                };
+                map_pv(v, |s| remove_pattern(&s, &pat, suffix, largest, ext))
+            }
+            ParameterExpr::Substring { parameter, indirect, offset, length } => {
+                let v = self.param_value(sh, parameter, *indirect)?;
+                let off = match self.arith_text(sh, &offset.value)? {
+                    Ok(o) => o,
+                    Err(m) => {
+                        self.err(sh, &format!("bash: {m}"));
+                        return Err(Ctl::Exit(1));
+                    }
+                };
+                let len = match length {
+                    Some(l) => match self.arith_text(sh, &l.value)? {
+                        Ok(o) => Some(o),
+                        Err(m) => {
+                            self.err(sh, &format!("bash: {m}"));
+                            return Err(Ctl::Exit(1));
+                        }
+                    },
+                    None => None,
+                };
+                let is_pos = matches!(parameter, Parameter::Special(SpecialParameter::AllPositionalParameters { .. }));
+                match v {
+                    PV::Unset => PV::Unset,
+                    PV::S(s) => {
+                        let chars: Vec<char> = s.chars().collect();
+                        match slice_range(chars.len(), off, len) {
+                            Some((a, b)) => PV::S(chars[a..b].iter().collect()),
+                            None => {
+                                if len.is_some_and(|l| l < 0) && slice_neg_err(chars.len(), off, len) {
+                                    self.err(sh, "bash: substring expression < 0");
+                                    return Err(Ctl::Exit(1));
+                                }
+                                PV::S(String::new())
+                            }
+                        }
+                    }
+                    PV::L(l, c) => {
+                        let mut items = l;
+                        let mut off = off;
+                        if is_pos {
+                            if off == 0 {
+                                items.insert(0, sh.arg0.clone());
+                            } else if off > 0 {
+                                off -= 1;
+                            }
+                        }
+                        match slice_range(items.len(), off, len) {
+                            Some((a, b)) => PV::L(items[a..b].to_vec(), c),
+                            None => PV::L(vec![], c),
+                        }
+                    }
+                }
+            }
+            ParameterExpr::Transform { parameter, indirect, op } => {
+                let v = self.param_value(sh, parameter, *indirect)?;
+                use word::ParameterTransformOp as T;
+                match op {
+                    T::ToUpperCase => map_pv(v, |s| s.to_uppercase()),
+                    T::ToLowerCase => map_pv(v, |s| s.to_lowercase()),
+                    T::CapitalizeInitial => map_pv(v, |s| cap_first(&s, true)),
+                    T::Quoted => map_pv(v, |s| format!("'{}'", s.replace('\'', "'\\''"))),
+                    T::ExpandEscapeSequences => map_pv(v, |s| ansi_c(&s)),
+                    T::ToAssignmentLogic => {
+                        let n = param_name(parameter);
+                        map_pv(v, |s| format!("{n}='{s}'"))
+                    }
+                    _ => {
+                        self.unsupported(sh, "parameter transformation operator")?;
+                        return Err(Ctl::Exit(1));
+                    }
+                }
+            }
+            ParameterExpr::UppercaseFirstChar { parameter, indirect, .. } => {
+                let v = self.param_value(sh, parameter, *indirect)?;
+                map_pv(v, |s| cap_first(&s, true))
+            }
+            ParameterExpr::LowercaseFirstChar { parameter, indirect, .. } => {
+                let v = self.param_value(sh, parameter, *indirect)?;
+                map_pv(v, |s| cap_first(&s, false))
+            }
+            ParameterExpr::UppercasePattern { parameter, indirect, .. } => {
+                let v = self.param_value(sh, parameter, *indirect)?;
+                map_pv(v, |s| s.to_uppercase())
+            }
+            ParameterExpr::LowercasePattern { parameter, indirect, .. } => {
+                let v = self.param_value(sh, parameter, *indirect)?;
+                map_pv(v, |s| s.to_lowercase())
+            }
+            ParameterExpr::ReplaceSubstring { parameter, indirect, pattern, replacement, match_kind } => {
+                let v = self.param_value(sh, parameter, *indirect)?;
+                let pat = self.expand_pattern(sh, pattern)?.unwrap_or_default();
+                let rep = match replacement {
+                    Some(r) => self.expand_nosplit_str(sh, r)?,
+                    None => String::new(),
+                };
+                let ext = sh.opts.extglob;
+                map_pv(v, |s| replace_pattern(&s, &pat, &rep, match_kind, ext))
+            }
+            ParameterExpr::VariableNames { prefix, concatenate } => {
+                let mut names: Vec<String> = sh.vars.keys().filter(|k| k.starts_with(prefix.as_str())).cloned().collect();
+                names.sort();
+                PV::L(names, *concatenate)
+            }
+            ParameterExpr::MemberKeys { variable_name, concatenate } => match sh.vars.get(variable_name).map(|v| &v.value) {
+                None => PV::L(vec![], *concatenate),
+                Some(Value::Str(_)) => PV::L(vec!["0".into()], *concatenate),
+                Some(Value::Arr(m)) => PV::L(m.keys().map(|k| k.to_string()).collect(), *concatenate),
+                Some(Value::Assoc(m)) => PV::L(m.keys().cloned().collect(), *concatenate),
+            },
+        };
+        match v {
+            PV::Unset => Ok(false),
+            PV::S(s) => {
+                fb.push(&s, flag);
+                Ok(false)
+            }
+            PV::L(items, concat) => {
+                if items.is_empty() {
+                    return Ok(true);
+                }
+                if in_dq && concat {
+                    let ifs = sh.ifs();
+                    let sep = ifs.chars().next().map(String::from).unwrap_or_default();
+                    fb.push(&items.join(&sep), QUO);
+                } else {
+                    for (i, it) in items.iter().enumerate() {
+                        if i > 0 {
+                            fb.brk();
+                            if in_dq {
+                                fb.cur.q = true;
+                            }
+                        }
+                        fb.push(it, flag);
+                    }
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    // ---------- pathname expansion ----------
+
+    pub fn glob_paths(&mut self, sh: &Shell, pat: &str) -> Vec<String> {
+        let abs = pat.starts_with('/');
+        let comps: Vec<&str> = pat.split('/').filter(|c| !c.is_empty()).collect();
+        let trailing = pat.ends_with('/');
+        let mut results: Vec<String> = vec![if abs { "/".into() } else { String::new() }];
+        for (ci, comp) in comps.iter().enumerate() {
+            let last = ci + 1 == comps.len();
+            let mut next = Vec::new();
+            let is_meta = crate::glob::has_meta(comp, sh.opts.extglob);
+            for base in &results {
+                let dir_path = if base.is_empty() { ".".to_string() } else { base.clone() };
+                if !is_meta {
+                    let lit = crate::glob::unescape(comp);
+                    let p = format!("{base}{lit}");
+                    if self.w.vfs.resolve(&sh.cwd, &p, false).is_ok() {
+                        next.push(if last { p } else { format!("{p}/") });
+                    }
+                    continue;
+                }
+                if *comp == "**" && sh.opts.globstar {
+                    // zero or more directories
+                    let mut stack = vec![base.clone()];
+                    while let Some(b) = stack.pop() {
+                        if !last {
+                            next.push(b.clone());
+                        }
+                        let dp = if b.is_empty() { ".".to_string() } else { b.clone() };
+                        let Ok(d) = self.w.vfs.resolve(&sh.cwd, &dp, true) else { continue };
+                        let Ok(entries) = self.w.vfs.list(d) else { continue };
+                        let mut subs = Vec::new();
+                        for (n, ino) in entries {
+                            if n.starts_with('.') && !sh.opts.dotglob {
+                                continue;
+                            }
+                            let is_dir = self.w.vfs.get(ino).is_dir();
+                            if last {
+                                next.push(format!("{b}{n}"));
+                            }
+                            if is_dir {
+                                subs.push(format!("{b}{n}/"));
+                            }
+                        }
+                        subs.reverse();
+                        stack.extend(subs);
+                    }
+                    continue;
+                }
+                let Ok(d) = self.w.vfs.resolve(&sh.cwd, &dir_path, true) else { continue };
+                let Ok(entries) = self.w.vfs.list(d) else { continue };
+                for (n, ino) in entries {
+                    if n.starts_with('.') && !comp.starts_with('.') && !comp.starts_with("\\.") && !sh.opts.dotglob {
+                        continue;
+                    }
+                    if crate::glob::matches(comp, &n, sh.opts.extglob) {
+                        let is_dir = {
+                            let node = self.w.vfs.get(ino);
+                            node.is_dir()
+                                || (matches!(node.kind, crate::vfs::Kind::Symlink(_))
+                                    && self.w.vfs.resolve(&sh.cwd, &format!("{base}{n}"), true).is_ok_and(|i| self.w.vfs.get(i).is_dir()))
+                        };
+                        if last {
+                            if trailing && !is_dir {
+                                continue;
+                            }
+                            next.push(format!("{base}{n}"));
+                        } else if is_dir {
+                            next.push(format!("{base}{n}/"));
+                        }
+                    }
+                }
+            }
+            results = next;
+            if results.is_empty() {
+                break;
+            }
+        }
+        if comps.is_empty() {
+            return Vec::new();
+        }
+        let mut r: Vec<String> = results
+            .into_iter()
+            .map(|mut p| {
+                if trailing && !p.ends_with('/') {
+                    p.push('/');
+                }
+                p
+            })
+            .collect();
+        r.sort_by(|a, b| collate(a).cmp(&collate(b)));
+        r.dedup();
+        r
+    }
+
+    // ---------- arithmetic ----------
+
+    /// Expands `$...` inside an arithmetic text and evaluates it.
+    pub fn arith_text(&mut self, sh: &mut Shell, text: &str) -> R<Result<i64, String>> {
+        let expanded = if text.contains('$') || text.contains('`') {
+            let fields = self.expand_fields(sh, text, true)?;
+            fields.into_iter().map(|f| f.s).collect::<Vec<_>>().join(" ")
+        } else {
+            text.to_string()
+        };
+        self.eval_arith_str(sh, &expanded)
+    }
+
+    pub fn eval_arith_str(&mut self, sh: &mut Shell, s: &str) -> R<Result<i64, String>> {
+        let t = s.trim();
+        if let Ok(v) = t.parse::<i64>() {
+            return Ok(Ok(v));
+        }
+        let expr = match brush_parser::arithmetic::parse(t) {
+            Ok(e) => e,
+            Err(_) => return Ok(Err(format!("{t}: syntax error in expression"))),
+        };
+        self.eval_arith(sh, &expr, 0).map(|r| r.map_err(|m| format!("{t}: {m}")))
+    }
+
+    fn arith_var(&mut self, sh: &mut Shell, name: &str, depth: u32) -> R<Result<i64, String>> {
+        let v = match sh.vars.get(name) {
+            Some(v) => v.as_str(),
+            None => match self.named_value(sh, name) {
+                PV::S(s) => s,
+                _ => {
+                    if sh.opts.nounset {
+                        self.err(sh, &format!("bash: {name}: unbound variable"));
+                        return Err(Ctl::Exit(127));
+                    }
+                    String::new()
+                }
+            },
+        };
+        self.arith_value_str(sh, &v, depth)
+    }
+
+    fn arith_value_str(&mut self, sh: &mut Shell, v: &str, depth: u32) -> R<Result<i64, String>> {
+        let t = v.trim();
+        if t.is_empty() {
+            return Ok(Ok(0));
+        }
+        if let Some(n) = parse_int(t) {
+            return Ok(Ok(n));
+        }
+        if depth > 64 {
+            return Ok(Err("expression recursion level exceeded".into()));
+        }
+        match brush_parser::arithmetic::parse(t) {
+            Ok(e) => self.eval_arith(sh, &e, depth + 1),
+            Err(_) => Ok(Err(format!("syntax error: operand expected (error token is \"{t}\")"))),
+        }
+    }
+
+    fn arith_get(&mut self, sh: &mut Shell, t: &ast::ArithmeticTarget, depth: u32) -> R<Result<i64, String>> {
+        match t {
+            ast::ArithmeticTarget::Variable(n) => self.arith_var(sh, n, depth),
+            ast::ArithmeticTarget::ArrayElement(n, idx) => {
+                let is_assoc = matches!(sh.vars.get(n).map(|v| &v.value), Some(Value::Assoc(_)));
+                let key = if is_assoc {
+                    arith_expr_text(idx)
+                } else {
+                    match self.eval_arith(sh, idx, depth)? {
+                        Ok(i) => i.to_string(),
+                        Err(e) => return Ok(Err(e)),
+                    }
+                };
+                let v = get_elem(self, sh, n, &key);
+                self.arith_value_str(sh, &v, depth)
+            }
+        }
+    }
+
+    fn arith_set(&mut self, sh: &mut Shell, t: &ast::ArithmeticTarget, v: i64, depth: u32) -> R<Result<(), String>> {
+        match t {
+            ast::ArithmeticTarget::Variable(n) => {
+                if let Some(Var2 { arr: true }) = sh.vars.get(n).map(|x| Var2 { arr: !matches!(x.value, Value::Str(_)) }) {
+                    crate::shell::set_elem(sh, n, "0", v.to_string()).ok();
+                    return Ok(Ok(()));
+                }
+                Ok(sh.set(n, v.to_string()))
+            }
+            ast::ArithmeticTarget::ArrayElement(n, idx) => {
+                let is_assoc = matches!(sh.vars.get(n).map(|v| &v.value), Some(Value::Assoc(_)));
+                let key = if is_assoc {
+                    arith_expr_text(idx)
+                } else {
+                    match self.eval_arith(sh, idx, depth)? {
+                        Ok(i) => i.to_string(),
+                        Err(e) => return Ok(Err(e)),
+                    }
+                };
+                Ok(crate::shell::set_elem(sh, n, &key, v.to_string()))
+            }
+        }
+    }
+
+    fn eval_arith(&mut self, sh: &mut Shell, e: &ast::ArithmeticExpr, depth: u32) -> R<Result<i64, String>> {
+        use ast::ArithmeticExpr as A;
+        use ast::BinaryOperator as B;
+        macro_rules! tryv {
+            ($e:expr) => {
+                match $e? {
+                    Ok(v) => v,
+                    Err(m) => return Ok(Err(m)),
+                }
+            };
+        }
+        Ok(Ok(match e {
+            A::Literal(v) => *v,
+            A::Reference(t) => tryv!(self.arith_get(sh, t, depth)),
+            A::UnaryOp(op, x) => {
+                let v = tryv!(self.eval_arith(sh, x, depth));
+                match op {
+                    ast::UnaryOperator::UnaryPlus => v,
+                    ast::UnaryOperator::UnaryMinus => v.wrapping_neg(),
+                    ast::UnaryOperator::BitwiseNot => !v,
+                    ast::UnaryOperator::LogicalNot => i64::from(v == 0),
+                }
+            }
+            A::BinaryOp(op, a, b) => {
+                match op {
+                    B::LogicalAnd => {
+                        let x = tryv!(self.eval_arith(sh, a, depth));
+                        if x == 0 {
+                            return Ok(Ok(0));
+                        }
+                        let y = tryv!(self.eval_arith(sh, b, depth));
+                        return Ok(Ok(i64::from(y != 0)));
+                    }
+                    B::LogicalOr => {
+                        let x = tryv!(self.eval_arith(sh, a, depth));
+                        if x != 0 {
+                            return Ok(Ok(1));
+                        }
+                        let y = tryv!(self.eval_arith(sh, b, depth));
+                        return Ok(Ok(i64::from(y != 0)));
+                    }
+                    _ => {}
+                }
+                let x = tryv!(self.eval_arith(sh, a, depth));
+                let y = tryv!(self.eval_arith(sh, b, depth));
+                tryv!(Ok::<_, Ctl>(binop(op, x, y)))
+            }
+            A::Conditional(c, a, b) => {
+                let cv = tryv!(self.eval_arith(sh, c, depth));
+                if cv != 0 {
+                    tryv!(self.eval_arith(sh, a, depth))
+                } else {
+                    tryv!(self.eval_arith(sh, b, depth))
+                }
+            }
+            A::Assignment(t, x) => {
+                let v = tryv!(self.eval_arith(sh, x, depth));
+                tryv!(self.arith_set(sh, t, v, depth));
+                v
+            }
+            A::BinaryAssignment(op, t, x) => {
+                let cur = tryv!(self.arith_get(sh, t, depth));
+                let y = tryv!(self.eval_arith(sh, x, depth));
+                let v = tryv!(Ok::<_, Ctl>(binop(op, cur, y)));
+                tryv!(self.arith_set(sh, t, v, depth));
+                v
+            }
+            A::UnaryAssignment(op, t) => {
+                let cur = tryv!(self.arith_get(sh, t, depth));
+                use ast::UnaryAssignmentOperator as U;
+                let (newv, ret) = match op {
+                    U::PrefixIncrement => (cur + 1, cur + 1),
+                    U::PrefixDecrement => (cur - 1, cur - 1),
+                    U::PostfixIncrement => (cur + 1, cur),
+                    U::PostfixDecrement => (cur - 1, cur),
+                };
+                tryv!(self.arith_set(sh, t, newv, depth));
+                ret
+            }
+        }))
+    }
+
+    // ---------- [[ ]] ----------
+
+    pub fn eval_ext_test(&mut self, sh: &mut Shell, e: &ast::ExtendedTestExpr) -> R<Result<bool, String>> {
+        use ast::ExtendedTestExpr as E;
+        Ok(Ok(match e {
+            E::And(a, b) => {
+                match self.eval_ext_test(sh, a)? {
+                    Ok(true) => {}
+                    other => return Ok(other),
+                }
+                return self.eval_ext_test(sh, b);
+            }
+            E::Or(a, b) => {
+                match self.eval_ext_test(sh, a)? {
+                    Ok(false) => {}
+                    other => return Ok(other),
+                }
+                return self.eval_ext_test(sh, b);
+            }
+            E::Not(a) => match self.eval_ext_test(sh, a)? {
+                Ok(v) => !v,
+                Err(m) => return Ok(Err(m)),
+            },
+            E::Parenthesized(a) => return self.eval_ext_test(sh, a),
+            E::UnaryTest(p, w) => {
+                let s = self.expand_nosplit_str(sh, &w.value)?;
+                return Ok(crate::builtins::unary_test(self, sh, p, &s));
+            }
+            E::BinaryTest(p, l, r) => {
+                use ast::BinaryPredicate as P;
+                let ls = self.expand_nosplit_str(sh, &l.value)?;
+                match p {
+                    P::StringExactlyMatchesPattern | P::StringDoesNotExactlyMatchPattern => {
+                        let pat = self.expand_pattern(sh, &r.value)?.unwrap_or_default();
+                        let m = crate::glob::matches(&pat, &ls, true);
+                        m == matches!(p, P::StringExactlyMatchesPattern)
+                    }
+                    P::StringMatchesRegex => {
+                        let fields = self.expand_fields(sh, &r.value, false)?;
+                        let re: String = fields.iter().map(field_regex).collect::<Vec<_>>().join(" ");
+                        match regex::Regex::new(&re) {
+                            Ok(rx) => match rx.captures(&ls) {
+                                Some(c) => {
+                                    let mut m = std::collections::BTreeMap::new();
+                                    for (i, g) in c.iter().enumerate() {
+                                        m.insert(i as i64, g.map(|g| g.as_str().to_string()).unwrap_or_default());
+                                    }
+                                    sh.vars.insert(
+                                        "BASH_REMATCH".into(),
+                                        crate::shell::Var { value: Value::Arr(m), exported: false, readonly: false, integer: false },
+                                    );
+                                    true
+                                }
+                                None => {
+                                    sh.vars.insert(
+                                        "BASH_REMATCH".into(),
+                                        crate::shell::Var { value: Value::Arr(Default::default()), exported: false, readonly: false, integer: false },
+                                    );
+                                    false
+                                }
+                            },
+                            Err(_) => return Ok(Err(format!("invalid regex: {re}"))),
+                        }
+                    }
+                    _ => {
+                        let rs = self.expand_nosplit_str(sh, &r.value)?;
+                        return crate::builtins::binary_test(self, sh, p, &ls, &rs);
+                    }
+                }
+            }
+        }))
+    }
+}
+
+struct Var2 {
+    arr: bool,
+}
+
+fn arith_expr_text(e: &ast::ArithmeticExpr) -> String {
+    match e {
+        ast::ArithmeticExpr::Reference(ast::ArithmeticTarget::Variable(n)) => n.clone(),
+        ast::ArithmeticExpr::Literal(v) => v.to_string(),
+        other => format!("{other}"),
+    }
+}
+
+pub fn parse_int(t: &str) -> Option<i64> {
+    let (neg, t) = match t.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    if t.is_empty() {
+        return None;
+    }
+    let v = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        i64::from_str_radix(h, 16).ok()?
+    } else if let Some((b, n)) = t.split_once('#') {
+        let base: u32 = b.parse().ok()?;
+        if !(2..=64).contains(&base) {
+            return None;
+        }
+        let mut v: i64 = 0;
+        for c in n.chars() {
+            let d = match c {
+                '0'..='9' => c as u32 - '0' as u32,
+                'a'..='z' => c as u32 - 'a' as u32 + 10,
+                'A'..='Z' => {
+                    if base <= 36 {
+                        c as u32 - 'A' as u32 + 10
+                    } else {
+                        c as u32 - 'A' as u32 + 36
+                    }
+                }
+                '@' => 62,
+                '_' => 63,
+                _ => return None,
+            };
+            if d >= base {
+                return None;
+            }
+            v = v.wrapping_mul(base as i64).wrapping_add(d as i64);
+        }
+        v
+    } else if t.len() > 1 && t.starts_with('0') {
+        i64::from_str_radix(&t[1..], 8).ok()?
+    } else if t.bytes().all(|b| b.is_ascii_digit()) {
+        t.parse().ok()?
+    } else {
+        return None;
+    };
+    Some(if neg { v.wrapping_neg() } else { v })
+}
+
+fn binop(op: &ast::BinaryOperator, x: i64, y: i64) -> Result<i64, String> {
+    use ast::BinaryOperator as B;
+    Ok(match op {
+        B::Power => {
+            if y < 0 {
+                return Err("exponent less than 0".into());
+            }
+            x.wrapping_pow(y as u32)
+        }
+        B::Multiply => x.wrapping_mul(y),
+        B::Divide => {
+            if y == 0 {
+                return Err("division by 0 (error token is \"0\")".into());
+            }
+            x.wrapping_div(y)
+        }
+        B::Modulo => {
+            if y == 0 {
+                return Err("division by 0 (error token is \"0\")".into());
+            }
+            x.wrapping_rem(y)
+        }
+        B::Comma => y,
+        B::Add => x.wrapping_add(y),
+        B::Subtract => x.wrapping_sub(y),
+        B::ShiftLeft => x.wrapping_shl(y as u32),
+        B::ShiftRight => x.wrapping_shr(y as u32),
+        B::LessThan => i64::from(x < y),
+        B::LessThanOrEqualTo => i64::from(x <= y),
+        B::GreaterThan => i64::from(x > y),
+        B::GreaterThanOrEqualTo => i64::from(x >= y),
+        B::Equals => i64::from(x == y),
+        B::NotEquals => i64::from(x != y),
+        B::BitwiseAnd => x & y,
+        B::BitwiseXor => x ^ y,
+        B::BitwiseOr => x | y,
+        B::LogicalAnd => i64::from(x != 0 && y != 0),
+        B::LogicalOr => i64::from(x != 0 || y != 0),
+    })
+}
+
+fn param_name(p: &Parameter) -> String {
+    match p {
+        Parameter::Positional(n) => n.to_string(),
+        Parameter::Special(s) => s.to_string(),
+        Parameter::Named(n) => n.clone(),
+        Parameter::NamedWithIndex { name, index } => format!("{name}[{index}]"),
+        Parameter::NamedWithAllIndices { name, .. } => name.clone(),
+    }
+}
+
+fn map_pv(v: PV, f: impl Fn(String) -> String) -> PV {
+    match v {
+        PV::Unset => PV::Unset,
+        PV::S(s) => PV::S(f(s)),
+        PV::L(l, c) => PV::L(l.into_iter().map(f).collect(), c),
+    }
+}
+
+fn cap_first(s: &str, upper: bool) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => {
+            let first: String = if upper { f.to_uppercase().collect() } else { f.to_lowercase().collect() };
+            first + c.as_str()
+        }
+        None => String::new(),
+    }
+}
+
+fn slice_range(n: usize, off: i64, len: Option<i64>) -> Option<(usize, usize)> {
+    let n = n as i64;
+    let start = if off < 0 { n + off } else { off };
+    if start < 0 || start > n {
+        return None;
+    }
+    let end = match len {
+        None => n,
+        Some(l) if l < 0 => n + l,
+        Some(l) => (start + l).min(n),
+    };
+    if end < start {
+        return None;
+    }
+    Some((start as usize, end as usize))
+}
+
+fn slice_neg_err(n: usize, off: i64, len: Option<i64>) -> bool {
+    let n = n as i64;
+    let start = if off < 0 { n + off } else { off };
+    match len {
+        Some(l) if l < 0 => n + l < start && start <= n && start >= 0,
+        _ => false,
+    }
+}
+
+fn remove_pattern(s: &str, pat: &str, suffix: bool, largest: bool, ext: bool) -> String {
+    let idx: Vec<usize> = s.char_indices().map(|(i, _)| i).chain(std::iter::once(s.len())).collect();
+    if suffix {
+        let iter: Box<dyn Iterator<Item = &usize>> = if largest { Box::new(idx.iter()) } else { Box::new(idx.iter().rev()) };
+        for &i in iter {
+            if crate::glob::matches(pat, &s[i..], ext) {
+                return s[..i].to_string();
+            }
+        }
+    } else {
+        let iter: Box<dyn Iterator<Item = &usize>> = if largest { Box::new(idx.iter().rev()) } else { Box::new(idx.iter()) };
+        for &i in iter {
+            if crate::glob::matches(pat, &s[..i], ext) {
+                return s[i..].to_string();
+            }
+        }
+    }
+    s.to_string()
+}
+
+fn replace_pattern(s: &str, pat: &str, rep: &str, kind: &word::SubstringMatchKind, ext: bool) -> String {
+    use word::SubstringMatchKind as K;
+    let idx: Vec<usize> = s.char_indices().map(|(i, _)| i).chain(std::iter::once(s.len())).collect();
+    match kind {
+        K::Prefix => {
+            for &j in idx.iter().rev() {
+                if crate::glob::matches(pat, &s[..j], ext) {
+                    return format!("{rep}{}", &s[j..]);
+                }
+            }
+            s.to_string()
+        }
+        K::Suffix => {
+            for &i in idx.iter() {
+                if crate::glob::matches(pat, &s[i..], ext) {
+                    return format!("{}{rep}", &s[..i]);
+                }
+            }
+            s.to_string()
+        }
+        K::FirstOccurrence | K::Anywhere => {
+            if pat.is_empty() {
+                return s.to_string();
+            }
+            let all = matches!(kind, K::Anywhere);
+            let mut out = String::new();
+            let mut a = 0usize;
+            let mut ai = 0usize;
+            let mut replaced = false;
+            while ai < idx.len() {
+                let i = idx[ai];
+                if replaced && !all {
+                    break;
+                }
+                let mut found = None;
+                if i < s.len() {
+                    for &j in idx[ai + 1..].iter().rev() {
+                        if crate::glob::matches(pat, &s[i..j], ext) {
+                            found = Some(j);
+                            break;
+                        }
+                    }
+                }
+                match found {
+                    Some(j) => {
+                        out.push_str(&s[a..i]);
+                        out.push_str(rep);
+                        a = j;
+                        replaced = true;
+                        ai = idx.iter().position(|&x| x == j).unwrap_or(idx.len());
+                    }
+                    None => ai += 1,
+                }
+            }
+            out.push_str(&s[a..]);
+            out
+        }
+    }
+}
+
+/// The sort key bash's C.UTF-8 collation gives (byte order).
+pub fn collate(s: &str) -> &[u8] {
+    s.as_bytes()
+}
+
+fn unbackslash_backquote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        if c == '\\' {
+            if let Some(&n) = it.peek() {
+                if n == '$' || n == '`' || n == '\\' {
+                    out.push(n);
+                    it.next();
+                    continue;
+                }
+            }
+        }
+        out.push(c);
+    }
+    out
+}

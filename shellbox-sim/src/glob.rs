@@ -1,0 +1,327 @@
+//! Shell pattern matching (bash's `fnmatch` with `extglob`): `*`, `?`, bracket
+//! expressions with ranges and POSIX classes, backslash escapes, and the extended
+//! `@( )`, `!( )`, `+( )`, `*( )`, `?( )` groups.
+
+/// Whether `s` matches the whole pattern `p`.
+pub fn matches(p: &str, s: &str, extglob: bool) -> bool {
+    let p: Vec<char> = p.chars().collect();
+    let s: Vec<char> = s.chars().collect();
+    m(&p, &s, extglob, 0)
+}
+
+/// Whether a pattern has unescaped glob metacharacters.
+pub fn has_meta(p: &str, extglob: bool) -> bool {
+    let c: Vec<char> = p.chars().collect();
+    let mut i = 0;
+    while i < c.len() {
+        match c[i] {
+            '\\' => i += 1,
+            '*' | '?' => return true,
+            '[' => {
+                if bracket_end(&c, i).is_some() {
+                    return true;
+                }
+            }
+            '@' | '!' | '+' if extglob && c.get(i + 1) == Some(&'(') => return true,
+            _ => {}
+        }
+        i += 1;
+    }
+    false
+}
+
+/// Removes pattern backslash escapes.
+pub fn unescape(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    let mut it = p.chars();
+    while let Some(c) = it.next() {
+        if c == '\\' {
+            if let Some(n) = it.next() {
+                out.push(n);
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Escapes glob metacharacters so the text matches literally.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '(' | ')' | '|' | '@' | '!' | '+') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn bracket_end(p: &[char], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    if i < p.len() && (p[i] == '!' || p[i] == '^') {
+        i += 1;
+    }
+    if i < p.len() && p[i] == ']' {
+        i += 1;
+    }
+    while i < p.len() {
+        if p[i] == '[' && i + 1 < p.len() && p[i + 1] == ':' {
+            if let Some(off) = p[i + 2..].windows(2).position(|w| w == [':', ']']) {
+                i = i + 2 + off + 2;
+                continue;
+            }
+        }
+        if p[i] == '\\' {
+            i += 2;
+            continue;
+        }
+        if p[i] == ']' {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+fn class_match(name: &str, c: char) -> bool {
+    match name {
+        "alpha" => c.is_alphabetic(),
+        "digit" => c.is_ascii_digit(),
+        "alnum" => c.is_alphanumeric(),
+        "upper" => c.is_uppercase(),
+        "lower" => c.is_lowercase(),
+        "space" => c.is_whitespace(),
+        "blank" => c == ' ' || c == '\t',
+        "punct" => c.is_ascii_punctuation(),
+        "xdigit" => c.is_ascii_hexdigit(),
+        "cntrl" => c.is_control(),
+        "print" => !c.is_control(),
+        "graph" => !c.is_control() && c != ' ',
+        "word" => c.is_alphanumeric() || c == '_',
+        _ => false,
+    }
+}
+
+fn bracket_match(p: &[char], c: char) -> bool {
+    // p is the content between [ and ]
+    let mut i = 0;
+    let neg = !p.is_empty() && (p[0] == '!' || p[0] == '^');
+    if neg {
+        i = 1;
+    }
+    let mut ok = false;
+    let mut first = true;
+    while i < p.len() {
+        let mut lo = p[i];
+        if lo == '[' && i + 1 < p.len() && p[i + 1] == ':' {
+            if let Some(off) = p[i + 2..].windows(2).position(|w| w == [':', ']']) {
+                let name: String = p[i + 2..i + 2 + off].iter().collect();
+                if class_match(&name, c) {
+                    ok = true;
+                }
+                i = i + 2 + off + 2;
+                first = false;
+                continue;
+            }
+        }
+        if lo == '\\' && i + 1 < p.len() {
+            i += 1;
+            lo = p[i];
+        }
+        let _ = first;
+        first = false;
+        if i + 2 < p.len() && p[i + 1] == '-' {
+            let mut hi = p[i + 2];
+            let mut adv = 3;
+            if hi == '\\' && i + 3 < p.len() {
+                hi = p[i + 3];
+                adv = 4;
+            }
+            if lo <= c && c <= hi {
+                ok = true;
+            }
+            i += adv;
+            continue;
+        }
+        if lo == c {
+            ok = true;
+        }
+        i += 1;
+    }
+    ok != neg
+}
+
+fn group_end(p: &[char], open: usize) -> Option<(usize, Vec<Vec<char>>)> {
+    // p[open] == '('
+    let mut depth = 0;
+    let mut alts = Vec::new();
+    let mut cur = Vec::new();
+    let mut i = open;
+    while i < p.len() {
+        let c = p[i];
+        if c == '\\' && i + 1 < p.len() {
+            if depth > 0 {
+                cur.push(c);
+                cur.push(p[i + 1]);
+            }
+            i += 2;
+            continue;
+        }
+        if c == '(' {
+            depth += 1;
+            if depth == 1 {
+                i += 1;
+                continue;
+            }
+        } else if c == ')' {
+            depth -= 1;
+            if depth == 0 {
+                alts.push(cur);
+                return Some((i, alts));
+            }
+        } else if c == '|' && depth == 1 {
+            alts.push(std::mem::take(&mut cur));
+            i += 1;
+            continue;
+        }
+        cur.push(c);
+        i += 1;
+    }
+    None
+}
+
+fn any_alt(alts: &[Vec<char>], s: &[char], ext: bool, d: u32) -> bool {
+    alts.iter().any(|a| m(a, s, ext, d + 1))
+}
+
+fn plus(alts: &[Vec<char>], s: &[char], ext: bool, d: u32) -> bool {
+    if s.is_empty() {
+        return false;
+    }
+    for j in 1..=s.len() {
+        if any_alt(alts, &s[..j], ext, d) && (j == s.len() || plus(alts, &s[j..], ext, d)) {
+            return true;
+        }
+    }
+    false
+}
+
+fn m(p: &[char], s: &[char], ext: bool, d: u32) -> bool {
+    if d > 64 {
+        return false;
+    }
+    let (mut pi, mut si) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    loop {
+        if pi < p.len() {
+            let c = p[pi];
+            if ext
+                && matches!(c, '@' | '!' | '+' | '*' | '?')
+                && p.get(pi + 1) == Some(&'(')
+            {
+                if let Some((end, alts)) = group_end(p, pi + 1) {
+                    let rest = &p[end + 1..];
+                    let tail = &s[si..];
+                    for k in 0..=tail.len() {
+                        let seg = &tail[..k];
+                        let ok = match c {
+                            '@' => any_alt(&alts, seg, ext, d),
+                            '?' => k == 0 || any_alt(&alts, seg, ext, d),
+                            '+' => plus(&alts, seg, ext, d),
+                            '*' => k == 0 || plus(&alts, seg, ext, d),
+                            _ => !any_alt(&alts, seg, ext, d),
+                        };
+                        if ok && m(rest, &tail[k..], ext, d + 1) {
+                            return true;
+                        }
+                    }
+                    // fall back to star backtracking
+                    if let Some((sp, ss)) = star {
+                        if ss < s.len() {
+                            pi = sp + 1;
+                            si = ss + 1;
+                            star = Some((sp, ss + 1));
+                            continue;
+                        }
+                    }
+                    return false;
+                }
+            }
+            match c {
+                '*' => {
+                    star = Some((pi, si));
+                    pi += 1;
+                    continue;
+                }
+                '?' if si < s.len() => {
+                    pi += 1;
+                    si += 1;
+                    continue;
+                }
+                '[' if si < s.len() => {
+                    if let Some(end) = bracket_end(p, pi) {
+                        if bracket_match(&p[pi + 1..end], s[si]) {
+                            pi = end + 1;
+                            si += 1;
+                            continue;
+                        }
+                    } else if s[si] == '[' {
+                        pi += 1;
+                        si += 1;
+                        continue;
+                    }
+                }
+                '\\' if pi + 1 < p.len() => {
+                    if si < s.len() && s[si] == p[pi + 1] {
+                        pi += 2;
+                        si += 1;
+                        continue;
+                    }
+                }
+                _ if c != '?' && c != '[' && c != '\\' && si < s.len() && s[si] == c => {
+                    pi += 1;
+                    si += 1;
+                    continue;
+                }
+                '\\' if pi + 1 == p.len() && si < s.len() && s[si] == '\\' => {
+                    pi += 1;
+                    si += 1;
+                    continue;
+                }
+                _ => {}
+            }
+        } else if si == s.len() {
+            return true;
+        }
+        match star {
+            Some((sp, ss)) if ss < s.len() => {
+                pi = sp + 1;
+                si = ss + 1;
+                star = Some((sp, ss + 1));
+            }
+            _ => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::matches;
+
+    #[test]
+    fn basics() {
+        assert!(matches("*.txt", "a.txt", false));
+        assert!(!matches("*.txt", "a.txd", false));
+        assert!(matches("[0-9]", "5", false));
+        assert!(matches("[!a]*", "bcd", false));
+        assert!(matches("a\\*", "a*", false));
+        assert!(!matches("a\\*", "ab", false));
+        assert!(matches("!(*.py)", "b.js", true));
+        assert!(!matches("!(*.py)", "a.py", true));
+        assert!(matches("@(a|b).*", "b.js", true));
+        assert!(matches("+([a-c]).py", "abc.py", true));
+        assert!(matches("[[:digit:]]*", "1x", false));
+    }
+}

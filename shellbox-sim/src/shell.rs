@@ -1,0 +1,1948 @@
+//! The interpreter: shell state, control flow, redirections and process boundaries.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use brush_parser::ast;
+
+use crate::vfs::{Dev, Errno, Kind, Vfs};
+
+/// Non-local control flow and aborts.
+#[derive(Debug, Clone)]
+pub enum Ctl {
+    Break(u32),
+    Continue(u32),
+    Return(i32),
+    Exit(i32),
+    /// A deadline (by id) passed.
+    Timeout(u32),
+    /// A budget ran out; the machine terminates.
+    Budget(String),
+}
+
+pub type R<T> = Result<T, Ctl>;
+
+/// An open file description.
+#[derive(Debug)]
+pub enum Stream {
+    Buf { data: Vec<u8>, pos: usize },
+    Cap { data: Vec<u8>, limit: usize, total: u64 },
+    File { ino: usize, pos: usize, append: bool },
+    Null,
+    Zero,
+}
+
+pub type Fd = Rc<RefCell<Stream>>;
+
+pub fn buf_fd(data: Vec<u8>) -> Fd {
+    Rc::new(RefCell::new(Stream::Buf { data, pos: 0 }))
+}
+
+#[derive(Debug, Clone)]
+pub enum Value {
+    Str(String),
+    Arr(BTreeMap<i64, String>),
+    Assoc(BTreeMap<String, String>),
+}
+
+#[derive(Debug, Clone)]
+pub struct Var {
+    pub value: Value,
+    pub exported: bool,
+    pub readonly: bool,
+    pub integer: bool,
+}
+
+impl Var {
+    pub fn s(v: String) -> Self {
+        Var {
+            value: Value::Str(v),
+            exported: false,
+            readonly: false,
+            integer: false,
+        }
+    }
+    pub fn as_str(&self) -> String {
+        match &self.value {
+            Value::Str(s) => s.clone(),
+            Value::Arr(m) => m.get(&0).cloned().unwrap_or_default(),
+            Value::Assoc(m) => m.get("0").cloned().unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Opts {
+    pub errexit: bool,
+    pub nounset: bool,
+    pub pipefail: bool,
+    pub noclobber: bool,
+    pub noglob: bool,
+    pub xtrace: bool,
+    pub allexport: bool,
+    pub nullglob: bool,
+    pub failglob: bool,
+    pub extglob: bool,
+    pub globstar: bool,
+    pub dotglob: bool,
+    pub nocasematch: bool,
+    pub lastpipe: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub pid: u32,
+    pub status: Option<i32>,
+    pub finish: u64,
+    pub text: String,
+    pub reported: bool,
+}
+
+#[derive(Clone)]
+pub struct Shell {
+    pub vars: HashMap<String, Var>,
+    pub funcs: HashMap<String, Rc<ast::FunctionBody>>,
+    pub pos: Vec<String>,
+    pub arg0: String,
+    pub opts: Opts,
+    pub cwd: String,
+    pub dirstack: Vec<String>,
+    pub traps: HashMap<String, String>,
+    pub fds: Vec<Option<Fd>>,
+    pub locals: Vec<Vec<(String, Option<Var>)>>,
+    pub status: i32,
+    pub subst_status: Option<i32>,
+    pub pipestatus: Vec<i32>,
+    pub jobs: Vec<Job>,
+    pub last_bg: Option<u32>,
+    pub pid: u32,
+    pub bashpid: u32,
+    pub umask: u32,
+    pub cond: u32,
+    pub loops: u32,
+    pub funcdepth: u32,
+    pub in_trap: bool,
+    pub getopts_sub: usize,
+}
+
+impl Shell {
+    pub fn new(pid: u32, cwd: String) -> Self {
+        Shell {
+            vars: HashMap::new(),
+            funcs: HashMap::new(),
+            pos: Vec::new(),
+            arg0: "bash".into(),
+            opts: Opts::default(),
+            cwd,
+            dirstack: Vec::new(),
+            traps: HashMap::new(),
+            fds: Vec::new(),
+            locals: Vec::new(),
+            status: 0,
+            subst_status: None,
+            pipestatus: vec![0],
+            jobs: Vec::new(),
+            last_bg: None,
+            pid,
+            bashpid: pid,
+            umask: 0o022,
+            cond: 0,
+            loops: 0,
+            funcdepth: 0,
+            in_trap: false,
+            getopts_sub: 0,
+        }
+    }
+
+    pub fn get_fd(&self, n: i32) -> Option<Fd> {
+        if n < 0 {
+            return None;
+        }
+        self.fds.get(n as usize).cloned().flatten()
+    }
+
+    pub fn set_fd(&mut self, n: i32, fd: Option<Fd>) {
+        let n = n as usize;
+        if self.fds.len() <= n {
+            self.fds.resize(n + 1, None);
+        }
+        self.fds[n] = fd;
+    }
+
+    pub fn get(&self, name: &str) -> Option<String> {
+        self.vars.get(name).map(|v| v.as_str())
+    }
+
+    pub fn getv(&self, name: &str) -> String {
+        self.get(name).unwrap_or_default()
+    }
+
+    pub fn set(&mut self, name: &str, value: String) -> Result<(), String> {
+        if let Some(v) = self.vars.get_mut(name) {
+            if v.readonly {
+                return Err(format!("{name}: readonly variable"));
+            }
+            match &mut v.value {
+                Value::Arr(m) => {
+                    m.insert(0, value);
+                }
+                Value::Assoc(m) => {
+                    m.insert("0".into(), value);
+                }
+                Value::Str(s) => *s = value,
+            }
+            if self.opts.allexport {
+                v.exported = true;
+            }
+        } else {
+            let mut v = Var::s(value);
+            v.exported = self.opts.allexport;
+            self.vars.insert(name.to_string(), v);
+        }
+        Ok(())
+    }
+
+    pub fn unset(&mut self, name: &str) -> Result<(), String> {
+        if let Some(v) = self.vars.get(name) {
+            if v.readonly {
+                return Err(format!("{name}: cannot unset: readonly variable"));
+            }
+        }
+        self.vars.remove(name);
+        Ok(())
+    }
+
+    /// Saves `name` in the innermost local frame (once).
+    pub fn make_local(&mut self, name: &str) {
+        let old = self.vars.get(name).cloned();
+        if let Some(frame) = self.locals.last_mut() {
+            if frame.iter().any(|(n, _)| n == name) {
+                return;
+            }
+            frame.push((name.to_string(), old));
+        }
+    }
+
+    pub fn exported_env(&self) -> BTreeMap<String, String> {
+        self.vars
+            .iter()
+            .filter(|(_, v)| v.exported && matches!(v.value, Value::Str(_)))
+            .map(|(k, v)| (k.clone(), v.as_str()))
+            .collect()
+    }
+
+    pub fn ifs(&self) -> String {
+        self.get("IFS").unwrap_or_else(|| " \t\n".into())
+    }
+
+    /// A subshell copy: same everything, traps reset.
+    pub fn subshell(&self, bashpid: u32) -> Shell {
+        let mut s = self.clone();
+        s.traps.retain(|_, v| v.is_empty());
+        s.bashpid = bashpid;
+        s
+    }
+}
+
+/// Everything one machine keeps between commands.
+pub struct World {
+    pub vfs: Vfs,
+    pub clock_ns: u64,
+    pub epoch: i64,
+    pub next_pid: u32,
+    pub fuel_left: u64,
+    pub output_left: u64,
+    pub memory_limit: u64,
+    pub unsupported: Vec<String>,
+    pub rng: u32,
+}
+
+impl World {
+    pub fn sync_time(&mut self) {
+        self.vfs.now = self.epoch + (self.clock_ns / 1_000_000_000) as i64;
+    }
+    pub fn new_pid(&mut self) -> u32 {
+        self.next_pid += 1;
+        self.next_pid
+    }
+}
+
+/// One running command's interpreter over the world.
+pub struct Interp<'a> {
+    pub w: &'a mut World,
+    pub deadlines: Vec<(u32, u64)>,
+    pub next_deadline: u32,
+    pub wall: Option<(Instant, u32)>,
+    pub ticks: u64,
+    pub bg_depth: u32,
+}
+
+const KEYWORDS: &[&str] = &[
+    "if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until", "do",
+    "done", "in", "function", "time", "{", "}", "!", "[[", "]]", "coproc",
+];
+
+pub fn is_keyword(s: &str) -> bool {
+    KEYWORDS.contains(&s)
+}
+
+thread_local! {
+    static PARSE_CACHE: RefCell<HashMap<String, Result<Arc<ast::Program>, String>>> = RefCell::new(HashMap::new());
+}
+
+pub fn parse_program(script: &str) -> Result<Arc<ast::Program>, String> {
+    if let Some(hit) = PARSE_CACHE.with(|c| c.borrow().get(script).cloned()) {
+        return hit;
+    }
+    let opts = brush_parser::ParserOptions::default();
+    let mut p = brush_parser::Parser::new(std::io::Cursor::new(script.as_bytes()), &opts);
+    let r = p
+        .parse_program()
+        .map(Arc::new)
+        .map_err(|e| format!("syntax error: {e}"));
+    PARSE_CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() > 512 {
+            c.clear();
+        }
+        c.insert(script.to_string(), r.clone());
+    });
+    r
+}
+
+impl<'a> Interp<'a> {
+    pub fn new(w: &'a mut World) -> Self {
+        Interp {
+            w,
+            deadlines: Vec::new(),
+            next_deadline: 1,
+            wall: None,
+            ticks: 0,
+            bg_depth: 0,
+        }
+    }
+
+    // ---------- budgets and time ----------
+
+    pub fn tick(&mut self) -> R<()> {
+        self.ticks += 1;
+        if self.w.fuel_left == 0 {
+            return Err(Ctl::Budget("cpu fuel exhausted".into()));
+        }
+        self.w.fuel_left -= 1;
+        if self.ticks & 255 == 0 {
+            if let Some((at, id)) = self.wall {
+                if Instant::now() >= at {
+                    return Err(Ctl::Timeout(id));
+                }
+            }
+        }
+        self.check_deadline()
+    }
+
+    pub fn check_deadline(&self) -> R<()> {
+        let mut best: Option<(u32, u64)> = None;
+        for &(id, at) in &self.deadlines {
+            if best.is_none_or(|(_, b)| at <= b) {
+                best = Some((id, at));
+            }
+        }
+        if let Some((id, at)) = best {
+            if self.w.clock_ns >= at {
+                return Err(Ctl::Timeout(id));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn push_deadline(&mut self, at: u64) -> u32 {
+        let id = self.next_deadline;
+        self.next_deadline += 1;
+        self.deadlines.push((id, at));
+        id
+    }
+
+    pub fn pop_deadline(&mut self, id: u32) {
+        self.deadlines.retain(|(i, _)| *i != id);
+    }
+
+    pub fn sleep_ns(&mut self, ns: u64) -> R<()> {
+        let target = self.w.clock_ns.saturating_add(ns);
+        let min = self.deadlines.iter().map(|d| d.1).min();
+        if let Some(m) = min {
+            if m <= target {
+                self.w.clock_ns = self.w.clock_ns.max(m);
+                self.w.sync_time();
+                return self.check_deadline();
+            }
+        }
+        self.w.clock_ns = target;
+        self.w.sync_time();
+        self.tick()
+    }
+
+    pub fn unsupported(&mut self, sh: &mut Shell, what: &str) -> R<i32> {
+        let msg = format!("unsupported: {what}");
+        if !self.w.unsupported.contains(&msg) {
+            self.w.unsupported.push(msg.clone());
+        }
+        self.err(sh, &format!("bash: {msg} (shellbox-sim)"));
+        Ok(2)
+    }
+
+    // ---------- I/O ----------
+
+    pub fn write(&mut self, sh: &Shell, fd: i32, data: &[u8]) -> R<bool> {
+        if data.is_empty() {
+            return Ok(true);
+        }
+        let Some(f) = sh.get_fd(fd) else {
+            return Ok(false);
+        };
+        let mut st = f.borrow_mut();
+        match &mut *st {
+            Stream::Buf { data: d, .. } => {
+                if (d.len() + data.len()) as u64 > self.w.memory_limit {
+                    return Err(Ctl::Budget("memory limit exceeded".into()));
+                }
+                d.extend_from_slice(data);
+            }
+            Stream::Cap { data: d, limit, total } => {
+                let n = data.len() as u64;
+                if self.w.output_left < n {
+                    return Err(Ctl::Budget("output limit exceeded".into()));
+                }
+                self.w.output_left -= n;
+                *total += n;
+                let room = limit.saturating_sub(d.len());
+                d.extend_from_slice(&data[..room.min(data.len())]);
+            }
+            Stream::File { ino, pos, append } => match self.w.vfs.write_at(*ino, *pos, data, *append) {
+                Ok(p) => *pos = p,
+                Err(Errno::NoSpc) => return Err(Ctl::Budget("disk limit exceeded".into())),
+                Err(_) => return Ok(false),
+            },
+            Stream::Null => {}
+            Stream::Zero => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    pub fn out(&mut self, sh: &Shell, s: &str) -> R<bool> {
+        self.write(sh, 1, s.as_bytes())
+    }
+
+    pub fn err(&mut self, sh: &Shell, s: &str) {
+        let mut line = s.to_string();
+        line.push('\n');
+        let _ = self.write(sh, 2, line.as_bytes());
+    }
+
+    /// Reads everything left on fd `n`.
+    pub fn read_all(&mut self, sh: &Shell, n: i32) -> Vec<u8> {
+        let Some(f) = sh.get_fd(n) else {
+            return Vec::new();
+        };
+        let mut st = f.borrow_mut();
+        match &mut *st {
+            Stream::Buf { data, pos } => {
+                let out = data[*pos..].to_vec();
+                *pos = data.len();
+                out
+            }
+            Stream::File { ino, pos, .. } => {
+                let d = self.w.vfs.data(*ino);
+                let out = d.get(*pos..).unwrap_or(&[]).to_vec();
+                *pos = d.len().max(*pos);
+                out
+            }
+            Stream::Zero => vec![0; 65536],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Reads up to and including `delim` (None at EOF with nothing read).
+    pub fn read_until(&mut self, sh: &Shell, n: i32, delim: u8, max: Option<usize>) -> Option<(Vec<u8>, bool)> {
+        let f = sh.get_fd(n)?;
+        let mut st = f.borrow_mut();
+        let (data, pos): (&[u8], &mut usize) = match &mut *st {
+            Stream::Buf { data, pos } => (&data[..], pos),
+            Stream::File { ino, pos, .. } => (self.w.vfs.data(*ino), pos),
+            _ => return None,
+        };
+        if *pos >= data.len() {
+            return None;
+        }
+        let rest = &data[*pos..];
+        let limit = max.unwrap_or(usize::MAX).min(rest.len());
+        match rest[..limit].iter().position(|b| *b == delim) {
+            Some(i) => {
+                let out = rest[..i].to_vec();
+                *pos += i + 1;
+                Some((out, true))
+            }
+            None => {
+                let out = rest[..limit].to_vec();
+                *pos += limit;
+                Some((out, max.is_some() && limit == max.unwrap_or(0)))
+            }
+        }
+    }
+
+    // ---------- files ----------
+
+    /// Reads a file the way a utility opening it would (devices included).
+    pub fn read_file(&mut self, sh: &Shell, path: &str) -> Result<Vec<u8>, Errno> {
+        let ino = self.w.vfs.resolve(&sh.cwd, path, true)?;
+        match &self.w.vfs.get(ino).kind {
+            Kind::File(d) => Ok(d.clone()),
+            Kind::Dir(..) => Err(Errno::IsDir),
+            Kind::Exe(n) => Ok(format!("#!/bin/sh\n# shellbox-sim built-in {n}\n").into_bytes()),
+            Kind::Dev(Dev::Null) => Ok(Vec::new()),
+            Kind::Dev(Dev::Zero) => Ok(vec![0; 65536]),
+            Kind::Dev(Dev::Fd(n)) => {
+                let n = *n;
+                Ok(self.read_all(sh, n))
+            }
+            Kind::Symlink(_) => Err(Errno::Loop),
+        }
+    }
+
+    /// Opens a path for a redirection.
+    pub fn open(&mut self, sh: &Shell, path: &str, write: bool, append: bool, truncate: bool, noclobber: bool) -> Result<Fd, Errno> {
+        match self.w.vfs.resolve(&sh.cwd, path, true) {
+            Ok(ino) => {
+                let node = self.w.vfs.get(ino);
+                match &node.kind {
+                    Kind::Dev(Dev::Null) => return Ok(Rc::new(RefCell::new(Stream::Null))),
+                    Kind::Dev(Dev::Zero) => return Ok(Rc::new(RefCell::new(Stream::Zero))),
+                    Kind::Dev(Dev::Fd(n)) => return sh.get_fd(*n).ok_or(Errno::NoEnt),
+                    Kind::Dir(..) => return Err(Errno::IsDir),
+                    _ => {}
+                }
+                if write && noclobber && matches!(node.kind, Kind::File(_)) {
+                    return Err(Errno::Exist);
+                }
+                if write && node.mode & 0o222 == 0 {
+                    // root may write anyway
+                }
+                if write && truncate {
+                    self.w.vfs.truncate(ino);
+                }
+                Ok(Rc::new(RefCell::new(Stream::File { ino, pos: 0, append })))
+            }
+            Err(Errno::NoEnt) if write => {
+                let mode = 0o666 & !sh.umask;
+                let ino = self.w.vfs.create(&sh.cwd, path, mode, truncate)?;
+                Ok(Rc::new(RefCell::new(Stream::File { ino, pos: 0, append })))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    // ---------- execution ----------
+
+    pub fn run_program(&mut self, sh: &mut Shell, prog: &ast::Program) -> R<i32> {
+        let mut st = 0;
+        for cc in &prog.complete_commands {
+            st = self.exec_list(sh, cc)?;
+        }
+        Ok(st)
+    }
+
+    /// Runs a script text in `sh` (eval, source, -c).
+    pub fn run_script(&mut self, sh: &mut Shell, script: &str) -> R<i32> {
+        match parse_program(script) {
+            Ok(p) => self.run_program(sh, &p),
+            Err(e) => {
+                self.err(sh, &format!("bash: {e}"));
+                sh.status = 2;
+                Ok(2)
+            }
+        }
+    }
+
+    pub fn exec_list(&mut self, sh: &mut Shell, list: &ast::CompoundList) -> R<i32> {
+        let mut st = sh.status;
+        for item in &list.0 {
+            match item.1 {
+                ast::SeparatorOperator::Async => {
+                    self.run_background(sh, &item.0)?;
+                    st = 0;
+                }
+                ast::SeparatorOperator::Sequence => {
+                    st = self.exec_andor(sh, &item.0)?;
+                }
+            }
+        }
+        Ok(st)
+    }
+
+    fn run_background(&mut self, sh: &mut Shell, andor: &ast::AndOrList) -> R<()> {
+        let pid = self.w.new_pid();
+        let mut sub = sh.subshell(pid);
+        sub.set_fd(0, Some(Rc::new(RefCell::new(Stream::Null))));
+        let start = self.w.clock_ns;
+        let cap = self.deadlines.iter().map(|d| d.1).min();
+        let cap_id = cap.map(|at| self.push_deadline(at));
+        self.bg_depth += 1;
+        let r = self.exec_andor(&mut sub, andor);
+        self.bg_depth -= 1;
+        let r = match r {
+            Ok(s) => Ok(Some(s)),
+            Err(Ctl::Exit(s)) => Ok(Some(s)),
+            Err(Ctl::Return(s)) => Ok(Some(s)),
+            Err(Ctl::Break(_)) | Err(Ctl::Continue(_)) => Ok(Some(0)),
+            Err(Ctl::Timeout(id)) if Some(id) == cap_id => Ok(None),
+            Err(e) => Err(e),
+        };
+        if let Some(id) = cap_id {
+            self.pop_deadline(id);
+        }
+        let status = match r {
+            Ok(s) => s,
+            Err(e) => {
+                self.w.clock_ns = start;
+                return Err(e);
+            }
+        };
+        let status = match status {
+            Some(s) => Some(self.run_exit_trap(&mut sub, s)?),
+            None => None,
+        };
+        let finish = if status.is_none() { u64::MAX } else { self.w.clock_ns };
+        self.w.clock_ns = start;
+        self.w.sync_time();
+        sh.jobs.push(Job {
+            pid,
+            status,
+            finish,
+            text: andor.to_string(),
+            reported: false,
+        });
+        sh.last_bg = Some(pid);
+        Ok(())
+    }
+
+    /// Waits for a job: advances the clock to its end.
+    pub fn wait_job(&mut self, sh: &mut Shell, idx: usize) -> R<i32> {
+        let job = sh.jobs[idx].clone();
+        if job.finish > self.w.clock_ns {
+            let ns = job.finish - self.w.clock_ns;
+            self.sleep_ns(ns)?;
+        }
+        sh.jobs[idx].reported = true;
+        Ok(job.status.unwrap_or(143))
+    }
+
+    pub fn exec_andor(&mut self, sh: &mut Shell, list: &ast::AndOrList) -> R<i32> {
+        let n = list.additional.len();
+        let mut last_idx = 0;
+        let mut last_bang = list.first.bang;
+        if n > 0 {
+            sh.cond += 1;
+        }
+        let r = self.exec_pipeline(sh, &list.first);
+        if n > 0 {
+            sh.cond -= 1;
+        }
+        let mut st = r?;
+        for (i, ao) in list.additional.iter().enumerate() {
+            let (run, p) = match ao {
+                ast::AndOr::And(p) => (st == 0, p),
+                ast::AndOr::Or(p) => (st != 0, p),
+            };
+            if run {
+                let final_one = i + 1 == n;
+                if !final_one {
+                    sh.cond += 1;
+                }
+                let r = self.exec_pipeline(sh, p);
+                if !final_one {
+                    sh.cond -= 1;
+                }
+                st = r?;
+                last_idx = i + 1;
+                last_bang = p.bang;
+            }
+        }
+        if st != 0 && last_idx == n && !last_bang && sh.cond == 0 {
+            self.on_failure(sh, st)?;
+        }
+        Ok(st)
+    }
+
+    fn on_failure(&mut self, sh: &mut Shell, st: i32) -> R<()> {
+        if let Some(t) = sh.traps.get("ERR").cloned() {
+            if !t.is_empty() && !sh.in_trap {
+                sh.in_trap = true;
+                let r = self.run_script(sh, &t);
+                sh.in_trap = false;
+                r?;
+                sh.status = st;
+            }
+        }
+        if sh.opts.errexit {
+            return Err(Ctl::Exit(st));
+        }
+        Ok(())
+    }
+
+    pub fn exec_pipeline(&mut self, sh: &mut Shell, p: &ast::Pipeline) -> R<i32> {
+        if p.bang {
+            sh.cond += 1;
+        }
+        let r = self.exec_pipeline_inner(sh, p);
+        if p.bang {
+            sh.cond -= 1;
+        }
+        let mut st = r?;
+        if p.bang {
+            st = if st == 0 { 1 } else { 0 };
+        }
+        sh.status = st;
+        Ok(st)
+    }
+
+    fn exec_pipeline_inner(&mut self, sh: &mut Shell, p: &ast::Pipeline) -> R<i32> {
+        if p.timed.is_some() {
+            let _ = self.unsupported(sh, "time")?;
+        }
+        if p.seq.len() == 1 {
+            let st = self.exec_command(sh, &p.seq[0])?;
+            sh.pipestatus = vec![st];
+            return Ok(st);
+        }
+        let mut input: Option<Fd> = None;
+        let mut statuses = Vec::with_capacity(p.seq.len());
+        let n = p.seq.len();
+        for (i, cmd) in p.seq.iter().enumerate() {
+            let last = i + 1 == n;
+            let pid = self.w.new_pid();
+            let out = if last { None } else { Some(buf_fd(Vec::new())) };
+            let lastpipe = last && sh.opts.lastpipe;
+            let mut sub_owned;
+            let target: &mut Shell = if lastpipe {
+                sh
+            } else {
+                sub_owned = sh.subshell(pid);
+                &mut sub_owned
+            };
+            let saved0 = target.get_fd(0);
+            let saved1 = target.get_fd(1);
+            if let Some(inp) = input.take() {
+                target.set_fd(0, Some(inp));
+            }
+            if let Some(o) = &out {
+                target.set_fd(1, Some(o.clone()));
+            }
+            let r = self.exec_command(target, cmd);
+            let st = match r {
+                Ok(s) => s,
+                Err(Ctl::Exit(s)) if !lastpipe => s,
+                Err(Ctl::Return(s)) if !lastpipe => s,
+                Err(Ctl::Break(_)) | Err(Ctl::Continue(_)) if !lastpipe => 0,
+                Err(e) => return Err(e),
+            };
+            if lastpipe {
+                target.set_fd(0, saved0);
+                target.set_fd(1, saved1);
+            } else {
+                let _ = self.run_exit_trap(target, st)?;
+            }
+            statuses.push(st);
+            input = out;
+        }
+        let st = if sh.opts.pipefail {
+            statuses.iter().rev().find(|s| **s != 0).copied().unwrap_or(0)
+        } else {
+            *statuses.last().unwrap_or(&0)
+        };
+        sh.pipestatus = statuses;
+        Ok(st)
+    }
+
+    pub fn run_exit_trap(&mut self, sh: &mut Shell, st: i32) -> R<i32> {
+        if let Some(t) = sh.traps.remove("EXIT") {
+            if !t.is_empty() {
+                sh.status = st;
+                match self.run_script(sh, &t) {
+                    Ok(_) => {}
+                    Err(Ctl::Exit(s)) => return Ok(s),
+                    Err(Ctl::Return(_)) | Err(Ctl::Break(_)) | Err(Ctl::Continue(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(st)
+    }
+
+    pub fn exec_command(&mut self, sh: &mut Shell, cmd: &ast::Command) -> R<i32> {
+        match cmd {
+            ast::Command::Simple(s) => self.exec_simple(sh, s),
+            ast::Command::Compound(c, redirs) => {
+                let saved = sh.fds.clone();
+                if let Some(r) = redirs {
+                    if let Err(st) = self.apply_redirs(sh, &r.0)? {
+                        sh.fds = saved;
+                        sh.status = st;
+                        return Ok(st);
+                    }
+                }
+                let r = self.exec_compound(sh, c);
+                sh.fds = saved;
+                r
+            }
+            ast::Command::Function(f) => {
+                let name = f.fname.value.clone();
+                sh.funcs.insert(name, Rc::new(f.body.clone()));
+                Ok(0)
+            }
+            ast::Command::ExtendedTest(e, redirs) => {
+                let saved = sh.fds.clone();
+                if let Some(r) = redirs {
+                    if let Err(st) = self.apply_redirs(sh, &r.0)? {
+                        sh.fds = saved;
+                        return Ok(st);
+                    }
+                }
+                self.tick()?;
+                let r = self.eval_ext_test(sh, &e.expr);
+                sh.fds = saved;
+                let st = match r? {
+                    Ok(true) => 0,
+                    Ok(false) => 1,
+                    Err(msg) => {
+                        self.err(sh, &format!("bash: {msg}"));
+                        2
+                    }
+                };
+                sh.status = st;
+                Ok(st)
+            }
+        }
+    }
+
+    pub fn exec_compound(&mut self, sh: &mut Shell, c: &ast::CompoundCommand) -> R<i32> {
+        use ast::CompoundCommand as C;
+        match c {
+            C::BraceGroup(b) => self.exec_list(sh, &b.list),
+            C::Subshell(s) => {
+                let pid = self.w.new_pid();
+                let mut sub = sh.subshell(pid);
+                let r = self.exec_list(&mut sub, &s.list);
+                let st = match r {
+                    Ok(s) => s,
+                    Err(Ctl::Exit(s)) => s,
+                    Err(Ctl::Return(s)) => s,
+                    Err(Ctl::Break(_)) | Err(Ctl::Continue(_)) => sub.status,
+                    Err(e) => return Err(e),
+                };
+                let st = self.run_exit_trap(&mut sub, st)?;
+                sh.status = st;
+                Ok(st)
+            }
+            C::Arithmetic(a) => {
+                self.tick()?;
+                let st = match self.arith_text(sh, &a.expr.value)? {
+                    Ok(v) => i32::from(v == 0),
+                    Err(msg) => {
+                        self.err(sh, &format!("bash: {msg}"));
+                        1
+                    }
+                };
+                sh.status = st;
+                Ok(st)
+            }
+            C::ForClause(f) => {
+                let items = match &f.values {
+                    Some(ws) => {
+                        let mut v = Vec::new();
+                        for w in ws {
+                            match self.expand_word(sh, &w.value)? {
+                                Ok(mut x) => v.append(&mut x),
+                                Err(st) => return Ok(st),
+                            }
+                        }
+                        v
+                    }
+                    None => sh.pos.clone(),
+                };
+                let mut st = 0;
+                sh.loops += 1;
+                let mut res = Ok(());
+                for it in items {
+                    self.tick()?;
+                    if let Err(m) = sh.set(&f.variable_name, it) {
+                        self.err(sh, &format!("bash: {m}"));
+                        st = 1;
+                        break;
+                    }
+                    match self.exec_list(sh, &f.body.list) {
+                        Ok(s) => st = s,
+                        Err(Ctl::Break(n)) => {
+                            if n > 1 {
+                                res = Err(Ctl::Break(n - 1));
+                            }
+                            st = 0;
+                            break;
+                        }
+                        Err(Ctl::Continue(n)) => {
+                            if n > 1 {
+                                res = Err(Ctl::Continue(n - 1));
+                                break;
+                            }
+                            st = 0;
+                        }
+                        Err(e) => {
+                            res = Err(e);
+                            break;
+                        }
+                    }
+                }
+                sh.loops -= 1;
+                res?;
+                sh.status = st;
+                Ok(st)
+            }
+            C::ArithmeticForClause(f) => {
+                let mut st = 0;
+                if let Some(init) = &f.initializer {
+                    if let Err(m) = self.arith_text(sh, &init.value)? {
+                        self.err(sh, &format!("bash: {m}"));
+                        return Ok(1);
+                    }
+                }
+                sh.loops += 1;
+                let mut res = Ok(());
+                loop {
+                    self.tick()?;
+                    if let Some(c) = &f.condition {
+                        match self.arith_text(sh, &c.value)? {
+                            Ok(0) => break,
+                            Ok(_) => {}
+                            Err(m) => {
+                                self.err(sh, &format!("bash: {m}"));
+                                st = 1;
+                                break;
+                            }
+                        }
+                    }
+                    match self.exec_list(sh, &f.body.list) {
+                        Ok(s) => st = s,
+                        Err(Ctl::Break(n)) => {
+                            if n > 1 {
+                                res = Err(Ctl::Break(n - 1));
+                            }
+                            break;
+                        }
+                        Err(Ctl::Continue(n)) => {
+                            if n > 1 {
+                                res = Err(Ctl::Continue(n - 1));
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            res = Err(e);
+                            break;
+                        }
+                    }
+                    if let Some(u) = &f.updater {
+                        if let Err(m) = self.arith_text(sh, &u.value)? {
+                            self.err(sh, &format!("bash: {m}"));
+                            st = 1;
+                            break;
+                        }
+                    }
+                }
+                sh.loops -= 1;
+                res?;
+                sh.status = st;
+                Ok(st)
+            }
+            C::WhileClause(w) | C::UntilClause(w) => {
+                let until = matches!(c, C::UntilClause(_));
+                let mut st = 0;
+                sh.loops += 1;
+                let mut res = Ok(());
+                loop {
+                    self.tick()?;
+                    sh.cond += 1;
+                    let r = self.exec_list(sh, &w.0);
+                    sh.cond -= 1;
+                    let cs = match r {
+                        Ok(s) => s,
+                        Err(Ctl::Break(n)) => {
+                            if n > 1 {
+                                res = Err(Ctl::Break(n - 1));
+                            }
+                            break;
+                        }
+                        Err(Ctl::Continue(n)) => {
+                            if n > 1 {
+                                res = Err(Ctl::Continue(n - 1));
+                                break;
+                            }
+                            continue;
+                        }
+                        Err(e) => {
+                            res = Err(e);
+                            break;
+                        }
+                    };
+                    if (cs == 0) == until {
+                        break;
+                    }
+                    match self.exec_list(sh, &w.1.list) {
+                        Ok(s) => st = s,
+                        Err(Ctl::Break(n)) => {
+                            if n > 1 {
+                                res = Err(Ctl::Break(n - 1));
+                            }
+                            break;
+                        }
+                        Err(Ctl::Continue(n)) => {
+                            if n > 1 {
+                                res = Err(Ctl::Continue(n - 1));
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            res = Err(e);
+                            break;
+                        }
+                    }
+                }
+                sh.loops -= 1;
+                res?;
+                sh.status = st;
+                Ok(st)
+            }
+            C::IfClause(i) => {
+                sh.cond += 1;
+                let r = self.exec_list(sh, &i.condition);
+                sh.cond -= 1;
+                if r? == 0 {
+                    return self.exec_list(sh, &i.then);
+                }
+                if let Some(elses) = &i.elses {
+                    for e in elses {
+                        match &e.condition {
+                            Some(c) => {
+                                sh.cond += 1;
+                                let r = self.exec_list(sh, c);
+                                sh.cond -= 1;
+                                if r? == 0 {
+                                    return self.exec_list(sh, &e.body);
+                                }
+                            }
+                            None => return self.exec_list(sh, &e.body),
+                        }
+                    }
+                }
+                sh.status = 0;
+                Ok(0)
+            }
+            C::CaseClause(cc) => {
+                let word = match self.expand_nosplit(sh, &cc.value.value)? {
+                    Ok(w) => w,
+                    Err(st) => return Ok(st),
+                };
+                let mut st = 0;
+                let mut i = 0;
+                let mut fall = false;
+                while i < cc.cases.len() {
+                    let item = &cc.cases[i];
+                    let mut hit = fall;
+                    if !hit {
+                        for p in &item.patterns {
+                            let pat = match self.expand_pattern(sh, &p.value)? {
+                                Ok(p) => p,
+                                Err(st) => return Ok(st),
+                            };
+                            if crate::glob::matches(&pat, &word, true) {
+                                hit = true;
+                                break;
+                            }
+                        }
+                    }
+                    if hit {
+                        if let Some(cmd) = &item.cmd {
+                            st = self.exec_list(sh, cmd)?;
+                        } else {
+                            st = 0;
+                        }
+                        match item.post_action {
+                            ast::CaseItemPostAction::ExitCase => break,
+                            ast::CaseItemPostAction::UnconditionallyExecuteNextCaseItem => {
+                                fall = true;
+                            }
+                            ast::CaseItemPostAction::ContinueEvaluatingCases => {
+                                fall = false;
+                            }
+                        }
+                    }
+                    i += 1;
+                }
+                sh.status = st;
+                Ok(st)
+            }
+            C::Coprocess(_) => self.unsupported(sh, "coproc"),
+        }
+    }
+
+    // ---------- redirections ----------
+
+    /// Applies redirections; `Ok(Err(status))` when one fails (message printed).
+    pub fn apply_redirs(&mut self, sh: &mut Shell, redirs: &[ast::IoRedirect]) -> R<Result<(), i32>> {
+        use ast::IoFileRedirectKind as K;
+        use ast::IoRedirect as IR;
+        for r in redirs {
+            match r {
+                IR::File(fd, kind, target) => {
+                    let default_fd = match kind {
+                        K::Read | K::DuplicateInput | K::ReadAndWrite => 0,
+                        _ => 1,
+                    };
+                    let fdn = fd.unwrap_or(default_fd);
+                    match target {
+                        ast::IoFileRedirectTarget::Fd(n) => {
+                            match sh.get_fd(*n) {
+                                Some(f) => sh.set_fd(fdn, Some(f)),
+                                None => {
+                                    self.err(sh, &format!("bash: {n}: Bad file descriptor"));
+                                    return Ok(Err(1));
+                                }
+                            }
+                            continue;
+                        }
+                        ast::IoFileRedirectTarget::Duplicate(w) => {
+                            let t = match self.expand_nosplit(sh, &w.value)? {
+                                Ok(t) => t,
+                                Err(st) => return Ok(Err(st)),
+                            };
+                            let t2 = t.trim_end_matches('-');
+                            if t == "-" {
+                                sh.set_fd(fdn, None);
+                            } else if let Ok(n) = t2.parse::<i32>() {
+                                match sh.get_fd(n) {
+                                    Some(f) => sh.set_fd(fdn, Some(f)),
+                                    None => {
+                                        self.err(sh, &format!("bash: {n}: Bad file descriptor"));
+                                        return Ok(Err(1));
+                                    }
+                                }
+                                if t.ends_with('-') {
+                                    sh.set_fd(n, None);
+                                }
+                            } else if matches!(kind, K::DuplicateOutput) && fd.is_none() {
+                                match self.open(sh, &t, true, false, true, false) {
+                                    Ok(f) => {
+                                        sh.set_fd(1, Some(f.clone()));
+                                        sh.set_fd(2, Some(f));
+                                    }
+                                    Err(e) => {
+                                        self.err(sh, &format!("bash: {t}: {}", e.msg()));
+                                        return Ok(Err(1));
+                                    }
+                                }
+                            } else {
+                                self.err(sh, &format!("bash: {t}: ambiguous redirect"));
+                                return Ok(Err(1));
+                            }
+                            continue;
+                        }
+                        ast::IoFileRedirectTarget::ProcessSubstitution(kind, sub) => {
+                            if matches!(kind, ast::ProcessSubstitutionKind::Write) {
+                                let st = self.unsupported(sh, "output process substitution >(...)")?;
+                                return Ok(Err(st));
+                            }
+                            let data = self.capture_subshell(sh, &sub.list)?;
+                            sh.set_fd(fdn, Some(buf_fd(data)));
+                            continue;
+                        }
+                        ast::IoFileRedirectTarget::Filename(w) => {
+                            let words = match self.expand_word(sh, &w.value)? {
+                                Ok(v) => v,
+                                Err(st) => return Ok(Err(st)),
+                            };
+                            if words.len() != 1 {
+                                self.err(sh, &format!("bash: {}: ambiguous redirect", w.value));
+                                return Ok(Err(1));
+                            }
+                            let path = &words[0];
+                            let res = match kind {
+                                K::Read => self.open(sh, path, false, false, false, false),
+                                K::ReadAndWrite => self.open(sh, path, true, false, false, false),
+                                K::Write => {
+                                    let nc = sh.opts.noclobber;
+                                    self.open(sh, path, true, false, true, nc)
+                                }
+                                K::Clobber => self.open(sh, path, true, false, true, false),
+                                K::Append => self.open(sh, path, true, true, false, false),
+                                K::DuplicateInput | K::DuplicateOutput => {
+                                    if let Ok(n) = path.parse::<i32>() {
+                                        sh.get_fd(n).ok_or(Errno::Inval)
+                                    } else if path == "-" {
+                                        sh.set_fd(fdn, None);
+                                        continue;
+                                    } else {
+                                        match self.open(sh, path, true, false, true, false) {
+                                            Ok(f) => {
+                                                sh.set_fd(1, Some(f.clone()));
+                                                sh.set_fd(2, Some(f));
+                                                continue;
+                                            }
+                                            Err(e) => Err(e),
+                                        }
+                                    }
+                                }
+                            };
+                            match res {
+                                Ok(f) => sh.set_fd(fdn, Some(f)),
+                                Err(e) => {
+                                    let msg = if e == Errno::Exist {
+                                        "cannot overwrite existing file"
+                                    } else if e == Errno::Inval {
+                                        "Bad file descriptor"
+                                    } else {
+                                        e.msg()
+                                    };
+                                    self.err(sh, &format!("bash: {path}: {msg}"));
+                                    return Ok(Err(1));
+                                }
+                            }
+                        }
+                    }
+                }
+                IR::HereDocument(fd, doc) => {
+                    let data = if doc.requires_expansion {
+                        match self.expand_heredoc(sh, &doc.doc.value)? {
+                            Ok(s) => s,
+                            Err(st) => return Ok(Err(st)),
+                        }
+                    } else {
+                        doc.doc.value.clone()
+                    };
+                    sh.set_fd(fd.unwrap_or(0), Some(buf_fd(data.into_bytes())));
+                }
+                IR::HereString(fd, w) => {
+                    let mut s = match self.expand_nosplit(sh, &w.value)? {
+                        Ok(s) => s,
+                        Err(st) => return Ok(Err(st)),
+                    };
+                    s.push('\n');
+                    sh.set_fd(fd.unwrap_or(0), Some(buf_fd(s.into_bytes())));
+                }
+                IR::OutputAndError(w, append) => {
+                    let path = match self.expand_nosplit(sh, &w.value)? {
+                        Ok(s) => s,
+                        Err(st) => return Ok(Err(st)),
+                    };
+                    let nc = sh.opts.noclobber && !append;
+                    match self.open(sh, &path, true, *append, !append, nc) {
+                        Ok(f) => {
+                            sh.set_fd(1, Some(f.clone()));
+                            sh.set_fd(2, Some(f));
+                        }
+                        Err(e) => {
+                            self.err(sh, &format!("bash: {path}: {}", e.msg()));
+                            return Ok(Err(1));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Runs a list in a subshell and returns its stdout (command/process substitution).
+    pub fn capture_subshell(&mut self, sh: &mut Shell, list: &ast::CompoundList) -> R<Vec<u8>> {
+        let pid = self.w.new_pid();
+        let mut sub = sh.subshell(pid);
+        let out = buf_fd(Vec::new());
+        sub.set_fd(1, Some(out.clone()));
+        let r = self.exec_list(&mut sub, list);
+        let st = match r {
+            Ok(s) => s,
+            Err(Ctl::Exit(s)) | Err(Ctl::Return(s)) => s,
+            Err(Ctl::Break(_)) | Err(Ctl::Continue(_)) => 0,
+            Err(e) => return Err(e),
+        };
+        let st = self.run_exit_trap(&mut sub, st)?;
+        sh.subst_status = Some(st);
+        let data = match &mut *out.borrow_mut() {
+            Stream::Buf { data, .. } => std::mem::take(data),
+            _ => Vec::new(),
+        };
+        Ok(data)
+    }
+
+    /// Command substitution of a script text.
+    pub fn command_subst(&mut self, sh: &mut Shell, script: &str) -> R<String> {
+        let prog = match parse_program(script) {
+            Ok(p) => p,
+            Err(e) => {
+                self.err(sh, &format!("bash: {e}"));
+                sh.subst_status = Some(2);
+                return Ok(String::new());
+            }
+        };
+        // $(< file)
+        if let Some(path) = redirect_only_read(&prog) {
+            let p = match self.expand_nosplit(sh, &path)? {
+                Ok(p) => p,
+                Err(_) => return Ok(String::new()),
+            };
+            let data = match self.read_file(sh, &p) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.err(sh, &format!("bash: {p}: {}", e.msg()));
+                    sh.subst_status = Some(1);
+                    Vec::new()
+                }
+            };
+            let mut s = String::from_utf8_lossy(&data).into_owned();
+            while s.ends_with('\n') {
+                s.pop();
+            }
+            return Ok(s);
+        }
+        let mut all = Vec::new();
+        let pid = self.w.new_pid();
+        let mut sub = sh.subshell(pid);
+        let out = buf_fd(Vec::new());
+        sub.set_fd(1, Some(out.clone()));
+        let mut st = 0;
+        let mut res = Ok(());
+        for cc in &prog.complete_commands {
+            match self.exec_list(&mut sub, cc) {
+                Ok(s) => st = s,
+                Err(Ctl::Exit(s)) | Err(Ctl::Return(s)) => {
+                    st = s;
+                    break;
+                }
+                Err(Ctl::Break(_)) | Err(Ctl::Continue(_)) => break,
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
+            }
+        }
+        res?;
+        let st = self.run_exit_trap(&mut sub, st)?;
+        sh.subst_status = Some(st);
+        if let Stream::Buf { data, .. } = &mut *out.borrow_mut() {
+            all = std::mem::take(data);
+        }
+        while all.last() == Some(&b'\n') {
+            all.pop();
+        }
+        Ok(String::from_utf8_lossy(&all).into_owned())
+    }
+
+    // ---------- simple commands ----------
+
+    fn exec_simple(&mut self, sh: &mut Shell, cmd: &ast::SimpleCommand) -> R<i32> {
+        use ast::CommandPrefixOrSuffixItem as I;
+        self.tick()?;
+        sh.subst_status = None;
+        let mut assigns: Vec<&ast::Assignment> = Vec::new();
+        let mut redirs: Vec<ast::IoRedirect> = Vec::new();
+        let mut argv: Vec<String> = Vec::new();
+        let mut decl: Vec<DeclArg> = Vec::new();
+        let mut procsubst_files: Vec<String> = Vec::new();
+        if let Some(pre) = &cmd.prefix {
+            for it in &pre.0 {
+                match it {
+                    I::AssignmentWord(a, _) => assigns.push(a),
+                    I::IoRedirect(r) => redirs.push(r.clone()),
+                    I::Word(w) => match self.expand_word(sh, &w.value)? {
+                        Ok(mut v) => argv.append(&mut v),
+                        Err(st) => return Ok(st),
+                    },
+                    I::ProcessSubstitution(k, s) => {
+                        let p = self.procsubst_file(sh, k, s, &mut procsubst_files)?;
+                        argv.push(p);
+                    }
+                }
+            }
+        }
+        if let Some(w) = &cmd.word_or_name {
+            match self.expand_word(sh, &w.value)? {
+                Ok(mut v) => argv.append(&mut v),
+                Err(st) => return Ok(st),
+            }
+        }
+        let is_decl = matches!(
+            argv.first().map(String::as_str),
+            Some("local" | "declare" | "typeset" | "export" | "readonly")
+        );
+        if let Some(suf) = &cmd.suffix {
+            for it in &suf.0 {
+                match it {
+                    I::IoRedirect(r) => redirs.push(r.clone()),
+                    I::Word(w) => match self.expand_word(sh, &w.value)? {
+                        Ok(v) => {
+                            if is_decl {
+                                decl.extend(v.iter().cloned().map(DeclArg::Word));
+                            }
+                            argv.extend(v);
+                        }
+                        Err(st) => return Ok(st),
+                    },
+                    I::AssignmentWord(a, w) => {
+                        if is_decl {
+                            let val = match self.assignment_value(sh, a)? {
+                                Ok(v) => v,
+                                Err(st) => return Ok(st),
+                            };
+                            decl.push(DeclArg::Assign(a.clone(), val));
+                            argv.push(w.value.clone());
+                        } else {
+                            match self.expand_word(sh, &w.value)? {
+                                Ok(mut v) => argv.append(&mut v),
+                                Err(st) => return Ok(st),
+                            }
+                        }
+                    }
+                    I::ProcessSubstitution(k, s) => {
+                        let p = self.procsubst_file(sh, k, s, &mut procsubst_files)?;
+                        argv.push(p);
+                    }
+                }
+            }
+        }
+        let r = self.exec_simple_expanded(sh, assigns, redirs, argv, decl, is_decl);
+        for f in procsubst_files {
+            let _ = self.w.vfs.unlink("/", &f);
+        }
+        let st = r?;
+        sh.status = st;
+        Ok(st)
+    }
+
+    fn procsubst_file(&mut self, sh: &mut Shell, k: &ast::ProcessSubstitutionKind, s: &ast::SubshellCommand, files: &mut Vec<String>) -> R<String> {
+        if matches!(k, ast::ProcessSubstitutionKind::Write) {
+            let _ = self.unsupported(sh, "output process substitution >(...)")?;
+            return Ok("/dev/null".into());
+        }
+        let data = self.capture_subshell(sh, &s.list)?;
+        let n = 63 - files.len();
+        let path = format!("/dev/fd/{n}");
+        let _ = self.w.vfs.mkdir_p("/dev/fd", 0o755);
+        if let Ok(d) = self.w.vfs.resolve("/", "/dev/fd", true) {
+            let _ = self.w.vfs.put_file(d, &n.to_string(), data, 0o600);
+        }
+        files.push(path.clone());
+        Ok(path)
+    }
+
+    fn exec_simple_expanded(
+        &mut self,
+        sh: &mut Shell,
+        assigns: Vec<&ast::Assignment>,
+        redirs: Vec<ast::IoRedirect>,
+        argv: Vec<String>,
+        decl: Vec<DeclArg>,
+        is_decl: bool,
+    ) -> R<i32> {
+        if argv.is_empty() {
+            for a in &assigns {
+                let val = match self.assignment_value(sh, a)? {
+                    Ok(v) => v,
+                    Err(st) => return Ok(st),
+                };
+                if let Err(m) = self.assign(sh, a, val, false) {
+                    self.err(sh, &format!("bash: {m}"));
+                    return Ok(1);
+                }
+            }
+            let st = sh.subst_status.unwrap_or(0);
+            if !redirs.is_empty() {
+                let saved = sh.fds.clone();
+                let r = self.apply_redirs(sh, &redirs)?;
+                sh.fds = saved;
+                if let Err(st) = r {
+                    return Ok(st);
+                }
+            }
+            return Ok(st);
+        }
+        // temporary assignments
+        let mut saved_vars: Vec<(String, Option<Var>)> = Vec::new();
+        for a in &assigns {
+            let val = match self.assignment_value(sh, a)? {
+                Ok(v) => v,
+                Err(st) => return Ok(st),
+            };
+            let name = assign_name(a).to_string();
+            if !saved_vars.iter().any(|(n, _)| *n == name) {
+                saved_vars.push((name.clone(), sh.vars.get(&name).cloned()));
+            }
+            if let Err(m) = self.assign(sh, a, val, false) {
+                self.err(sh, &format!("bash: {m}"));
+                return Ok(1);
+            }
+            if let Some(v) = sh.vars.get_mut(&name) {
+                v.exported = true;
+            }
+        }
+        let saved_fds = sh.fds.clone();
+        let is_exec = argv[0] == "exec";
+        let r = match self.apply_redirs(sh, &redirs)? {
+            Err(st) => Ok(st),
+            Ok(()) => {
+                if is_decl {
+                    crate::builtins::declare(self, sh, &argv[0], decl)
+                } else {
+                    self.dispatch(sh, argv)
+                }
+            }
+        };
+        let keep_fds = is_exec && matches!(r, Ok(_));
+        if !keep_fds {
+            sh.fds = saved_fds;
+        }
+        for (n, old) in saved_vars.into_iter().rev() {
+            match old {
+                Some(v) => {
+                    sh.vars.insert(n, v);
+                }
+                None => {
+                    sh.vars.remove(&n);
+                }
+            }
+        }
+        r
+    }
+
+    pub fn assignment_value(&mut self, sh: &mut Shell, a: &ast::Assignment) -> R<Result<AssignVal, i32>> {
+        match &a.value {
+            ast::AssignmentValue::Scalar(w) => Ok(self.expand_nosplit(sh, &w.value)?.map(AssignVal::Scalar)),
+            ast::AssignmentValue::Array(items) => {
+                let mut out = Vec::new();
+                for (k, v) in items {
+                    let key = match k {
+                        Some(k) => match self.expand_nosplit(sh, &k.value)? {
+                            Ok(k) => Some(k),
+                            Err(st) => return Ok(Err(st)),
+                        },
+                        None => None,
+                    };
+                    if key.is_some() {
+                        match self.expand_nosplit(sh, &v.value)? {
+                            Ok(s) => out.push((key, s)),
+                            Err(st) => return Ok(Err(st)),
+                        }
+                    } else {
+                        match self.expand_word(sh, &v.value)? {
+                            Ok(vs) => out.extend(vs.into_iter().map(|s| (None, s))),
+                            Err(st) => return Ok(Err(st)),
+                        }
+                    }
+                }
+                Ok(Ok(AssignVal::Array(out)))
+            }
+        }
+    }
+
+    /// Performs an assignment (`local_scope`: declare in the current function frame).
+    pub fn assign(&mut self, sh: &mut Shell, a: &ast::Assignment, val: AssignVal, _local: bool) -> Result<(), String> {
+        match (&a.name, val) {
+            (ast::AssignmentName::VariableName(n), AssignVal::Scalar(s)) => {
+                let is_int = sh.vars.get(n).is_some_and(|v| v.integer);
+                let s = if is_int {
+                    let expr = if a.append { format!("{}+({})", sh.getv(n), s) } else { s };
+                    match self.eval_arith_str(sh, &expr) {
+                        Ok(Ok(v)) => v.to_string(),
+                        _ => "0".into(),
+                    }
+                } else if a.append {
+                    format!("{}{}", sh.getv(n), s)
+                } else {
+                    s
+                };
+                if let Some(Var {
+                    value: Value::Arr(_) | Value::Assoc(_),
+                    ..
+                }) = sh.vars.get(n)
+                {
+                    return set_elem(sh, n, "0", s);
+                }
+                sh.set(n, s)
+            }
+            (ast::AssignmentName::VariableName(n), AssignVal::Array(items)) => {
+                let assoc = matches!(sh.vars.get(n), Some(Var { value: Value::Assoc(_), .. }));
+                if let Some(v) = sh.vars.get(n) {
+                    if v.readonly {
+                        return Err(format!("{n}: readonly variable"));
+                    }
+                }
+                if assoc {
+                    let mut m = if a.append {
+                        match sh.vars.get(n).map(|v| &v.value) {
+                            Some(Value::Assoc(m)) => m.clone(),
+                            _ => BTreeMap::new(),
+                        }
+                    } else {
+                        BTreeMap::new()
+                    };
+                    for (k, v) in items {
+                        m.insert(k.unwrap_or_default(), v);
+                    }
+                    sh.vars.get_mut(n).unwrap().value = Value::Assoc(m);
+                } else {
+                    let mut m = if a.append {
+                        match sh.vars.get(n).map(|v| &v.value) {
+                            Some(Value::Arr(m)) => m.clone(),
+                            Some(Value::Str(s)) => BTreeMap::from([(0, s.clone())]),
+                            _ => BTreeMap::new(),
+                        }
+                    } else {
+                        BTreeMap::new()
+                    };
+                    let mut next = m.keys().next_back().map(|k| k + 1).unwrap_or(0);
+                    for (k, v) in items {
+                        let idx = match k {
+                            Some(k) => match self.eval_arith_str(sh, &k) {
+                                Ok(Ok(i)) => i,
+                                _ => 0,
+                            },
+                            None => next,
+                        };
+                        m.insert(idx, v);
+                        next = idx + 1;
+                    }
+                    match sh.vars.get_mut(n) {
+                        Some(v) => v.value = Value::Arr(m),
+                        None => {
+                            sh.vars.insert(
+                                n.clone(),
+                                Var {
+                                    value: Value::Arr(m),
+                                    exported: false,
+                                    readonly: false,
+                                    integer: false,
+                                },
+                            );
+                        }
+                    }
+                }
+                Ok(())
+            }
+            (ast::AssignmentName::ArrayElementName(n, idx), AssignVal::Scalar(s)) => {
+                let key = match self.expand_nosplit_str(sh, idx) {
+                    Ok(k) => k,
+                    Err(_) => idx.clone(),
+                };
+                let s = if a.append {
+                    let cur = get_elem(self, sh, n, &key);
+                    format!("{cur}{s}")
+                } else {
+                    s
+                };
+                let is_assoc = matches!(sh.vars.get(n), Some(Var { value: Value::Assoc(_), .. }));
+                if is_assoc {
+                    set_elem(sh, n, &key, s)
+                } else {
+                    let i = match self.eval_arith_str(sh, &key) {
+                        Ok(Ok(i)) => i,
+                        _ => 0,
+                    };
+                    let i = if i < 0 {
+                        let len = match sh.vars.get(n).map(|v| &v.value) {
+                            Some(Value::Arr(m)) => m.keys().next_back().map(|k| k + 1).unwrap_or(0),
+                            _ => 1,
+                        };
+                        len + i
+                    } else {
+                        i
+                    };
+                    set_elem(sh, n, &i.to_string(), s)
+                }
+            }
+            (ast::AssignmentName::ArrayElementName(n, _), AssignVal::Array(_)) => {
+                Err(format!("{n}: cannot assign list to array member"))
+            }
+        }
+    }
+
+    /// Runs an expanded command line: function, builtin or program.
+    pub fn dispatch(&mut self, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
+        let name = argv[0].clone();
+        if let Some(body) = sh.funcs.get(&name).cloned() {
+            return self.call_function(sh, &body, argv);
+        }
+        if crate::builtins::is_builtin(&name) {
+            return crate::builtins::run(self, sh, argv);
+        }
+        self.exec_external(sh, argv)
+    }
+
+    pub fn call_function(&mut self, sh: &mut Shell, body: &ast::FunctionBody, argv: Vec<String>) -> R<i32> {
+        if sh.funcdepth > 1000 {
+            self.err(sh, "bash: maximum function nesting level exceeded (1000)");
+            return Err(Ctl::Exit(1));
+        }
+        let saved_pos = std::mem::replace(&mut sh.pos, argv[1..].to_vec());
+        sh.locals.push(Vec::new());
+        sh.funcdepth += 1;
+        let saved_fds = sh.fds.clone();
+        let r = match &body.1 {
+            Some(redirs) => match self.apply_redirs(sh, &redirs.0) {
+                Ok(Err(st)) => Ok(st),
+                Ok(Ok(())) => self.exec_compound(sh, &body.0),
+                Err(e) => Err(e),
+            },
+            None => self.exec_compound(sh, &body.0),
+        };
+        sh.fds = saved_fds;
+        sh.funcdepth -= 1;
+        if let Some(frame) = sh.locals.pop() {
+            for (n, old) in frame.into_iter().rev() {
+                match old {
+                    Some(v) => {
+                        sh.vars.insert(n, v);
+                    }
+                    None => {
+                        sh.vars.remove(&n);
+                    }
+                }
+            }
+        }
+        sh.pos = saved_pos;
+        match r {
+            Ok(s) => Ok(s),
+            Err(Ctl::Return(s)) => Ok(s),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Finds a program on PATH (or by path); returns the path.
+    pub fn find_program(&mut self, sh: &Shell, name: &str) -> Option<String> {
+        if name.contains('/') {
+            return Some(name.to_string());
+        }
+        let path = sh.get("PATH").unwrap_or_default();
+        for dir in path.split(':') {
+            let dir = if dir.is_empty() { "." } else { dir };
+            let p = format!("{}/{}", dir.trim_end_matches('/'), name);
+            if let Ok(ino) = self.w.vfs.resolve(&sh.cwd, &p, true) {
+                let n = self.w.vfs.get(ino);
+                if !n.is_dir() && n.mode & 0o111 != 0 {
+                    return Some(p);
+                }
+            }
+        }
+        None
+    }
+
+    pub fn exec_external(&mut self, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
+        let name = argv[0].clone();
+        let Some(path) = self.find_program(sh, &name) else {
+            self.err(sh, &format!("bash: line 1: {name}: command not found"));
+            return Ok(127);
+        };
+        let ino = match self.w.vfs.resolve(&sh.cwd, &path, true) {
+            Ok(i) => i,
+            Err(e) => {
+                self.err(sh, &format!("bash: line 1: {name}: {}", e.msg()));
+                return Ok(127);
+            }
+        };
+        let node = self.w.vfs.get(ino).clone();
+        match &node.kind {
+            Kind::Exe(u) => {
+                let u = *u;
+                crate::utils::run(self, sh, u, argv)
+            }
+            Kind::Dir(..) => {
+                self.err(sh, &format!("bash: line 1: {name}: Is a directory"));
+                Ok(126)
+            }
+            Kind::File(data) => {
+                if node.mode & 0o111 == 0 {
+                    self.err(sh, &format!("bash: line 1: {name}: Permission denied"));
+                    return Ok(126);
+                }
+                let text = String::from_utf8_lossy(data).into_owned();
+                if let Some(first) = text.lines().next() {
+                    if let Some(interp) = first.strip_prefix("#!") {
+                        let mut parts = interp.split_whitespace();
+                        let prog = parts.next().unwrap_or("");
+                        let base = prog.rsplit('/').next().unwrap_or("");
+                        let base = if base == "env" { parts.next().unwrap_or("") } else { base };
+                        if !matches!(base, "sh" | "bash" | "dash") {
+                            self.err(sh, &format!("bash: line 1: {name}: {prog}: bad interpreter: No such file or directory"));
+                            return Ok(126);
+                        }
+                    }
+                }
+                self.run_child_script(sh, &text, path.clone(), argv[1..].to_vec(), &Opts::default())
+            }
+            _ => {
+                self.err(sh, &format!("bash: line 1: {name}: Permission denied"));
+                Ok(126)
+            }
+        }
+    }
+
+    /// A new shell process running `script` with exported variables inherited.
+    pub fn run_child_script(&mut self, sh: &mut Shell, script: &str, arg0: String, args: Vec<String>, opts: &Opts) -> R<i32> {
+        let pid = self.w.new_pid();
+        let mut child = self.child_shell(sh, pid);
+        child.arg0 = arg0;
+        child.pos = args;
+        child.opts.errexit = opts.errexit;
+        child.opts.nounset = opts.nounset;
+        child.opts.pipefail = opts.pipefail;
+        child.opts.xtrace = opts.xtrace;
+        let r = self.run_script(&mut child, script);
+        let st = match r {
+            Ok(s) => s,
+            Err(Ctl::Exit(s)) => s,
+            Err(Ctl::Return(s)) => s,
+            Err(Ctl::Break(_)) | Err(Ctl::Continue(_)) => child.status,
+            Err(e) => return Err(e),
+        };
+        self.run_exit_trap(&mut child, st)
+    }
+
+    pub fn child_shell(&mut self, sh: &Shell, pid: u32) -> Shell {
+        let mut child = Shell::new(pid, sh.cwd.clone());
+        for (k, v) in &sh.vars {
+            if v.exported {
+                child.vars.insert(k.clone(), v.clone());
+            }
+        }
+        child.fds = sh.fds.clone();
+        child.umask = sh.umask;
+        let ppid = sh.pid.to_string();
+        child.vars.insert("PPID".into(), Var::s(ppid));
+        let sh_lvl = sh.get("SHLVL").and_then(|s| s.parse::<i64>().ok()).unwrap_or(0) + 1;
+        let mut v = Var::s(sh_lvl.to_string());
+        v.exported = true;
+        child.vars.insert("SHLVL".into(), v);
+        child.set("PWD", sh.cwd.clone()).ok();
+        if let Some(v) = child.vars.get_mut("PWD") {
+            v.exported = true;
+        }
+        child
+    }
+}
+
+/// A declaration builtin's argument.
+#[derive(Debug, Clone)]
+pub enum DeclArg {
+    Word(String),
+    Assign(ast::Assignment, AssignVal),
+}
+
+#[derive(Debug, Clone)]
+pub enum AssignVal {
+    Scalar(String),
+    Array(Vec<(Option<String>, String)>),
+}
+
+pub fn assign_name(a: &ast::Assignment) -> &str {
+    match &a.name {
+        ast::AssignmentName::VariableName(n) => n,
+        ast::AssignmentName::ArrayElementName(n, _) => n,
+    }
+}
+
+pub fn set_elem(sh: &mut Shell, name: &str, key: &str, val: String) -> Result<(), String> {
+    match sh.vars.get_mut(name) {
+        Some(v) => {
+            if v.readonly {
+                return Err(format!("{name}: readonly variable"));
+            }
+            match &mut v.value {
+                Value::Arr(m) => {
+                    m.insert(key.parse().unwrap_or(0), val);
+                }
+                Value::Assoc(m) => {
+                    m.insert(key.to_string(), val);
+                }
+                Value::Str(s) => {
+                    let mut m = BTreeMap::new();
+                    m.insert(0, std::mem::take(s));
+                    m.insert(key.parse().unwrap_or(0), val);
+                    v.value = Value::Arr(m);
+                }
+            }
+        }
+        None => {
+            let mut m = BTreeMap::new();
+            m.insert(key.parse().unwrap_or(0), val);
+            sh.vars.insert(
+                name.to_string(),
+                Var {
+                    value: Value::Arr(m),
+                    exported: false,
+                    readonly: false,
+                    integer: false,
+                },
+            );
+        }
+    }
+    Ok(())
+}
+
+pub fn get_elem(it: &mut Interp<'_>, sh: &mut Shell, name: &str, key: &str) -> String {
+    match sh.vars.get(name).map(|v| v.value.clone()) {
+        Some(Value::Assoc(m)) => m.get(key).cloned().unwrap_or_default(),
+        Some(Value::Arr(m)) => {
+            let i = match it.eval_arith_str(sh, key) {
+                Ok(Ok(i)) => i,
+                _ => 0,
+            };
+            let i = if i < 0 { m.keys().next_back().map(|k| k + 1).unwrap_or(0) + i } else { i };
+            m.get(&i).cloned().unwrap_or_default()
+        }
+        Some(Value::Str(s)) => {
+            if key == "0" {
+                s
+            } else {
+                String::new()
+            }
+        }
+        None => String::new(),
+    }
+}
+
+fn redirect_only_read(prog: &ast::Program) -> Option<String> {
+    if prog.complete_commands.len() != 1 {
+        return None;
+    }
+    let list = &prog.complete_commands[0];
+    if list.0.len() != 1 {
+        return None;
+    }
+    let ao = &list.0[0].0;
+    if !ao.additional.is_empty() || ao.first.seq.len() != 1 {
+        return None;
+    }
+    if let ast::Command::Simple(s) = &ao.first.seq[0] {
+        if s.word_or_name.is_some() || s.suffix.is_some() {
+            return None;
+        }
+        let pre = s.prefix.as_ref()?;
+        if pre.0.len() != 1 {
+            return None;
+        }
+        if let ast::CommandPrefixOrSuffixItem::IoRedirect(ast::IoRedirect::File(
+            None | Some(0),
+            ast::IoFileRedirectKind::Read,
+            ast::IoFileRedirectTarget::Filename(w),
+        )) = &pre.0[0]
+        {
+            return Some(w.value.clone());
+        }
+    }
+    None
+}
