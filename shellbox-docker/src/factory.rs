@@ -117,16 +117,19 @@ impl DockerMachineFactory {
             name: Some(name.clone()),
             ..Default::default()
         };
-        let created = self
-            .docker
-            .create_container(Some(options), config)
-            .await
-            .map_err(|e| self.refusal_or_backend(&spec, "create container", e))?;
-        // From here on a failure (or a dropped future) removes the container.
+        // From here on a dropped (cancelled) future removes the container, by name since
+        // the engine may finish creating it after the request was abandoned.
         let mut guard = RemoveOnDrop {
             docker: self.docker.clone(),
-            id: created.id.clone(),
+            id: name.clone(),
             armed: AtomicBool::new(true),
+        };
+        let created = match self.docker.create_container(Some(options), config).await {
+            Ok(c) => c,
+            Err(e) => {
+                guard.disarm();
+                return Err(self.refusal_or_backend(&spec, "create container", e));
+            }
         };
         let result = self.start(&spec, &name, &created.id).await;
         match result {
@@ -146,8 +149,11 @@ impl DockerMachineFactory {
                 })
             }
             Err(e) => {
+                // The guard stays armed until the removal is done (a cancellation meanwhile
+                // still removes the container).
+                let removed = crate::machine::remove_container(&self.docker, &created.id).await;
                 guard.disarm();
-                if let Err(rm) = crate::machine::remove_container(&self.docker, &created.id).await {
+                if let Err(rm) = removed {
                     tracing::warn!(target: "shellbox_docker", container = %name, "could not remove after a failed create: {rm}");
                 }
                 Err(e)
@@ -238,7 +244,7 @@ impl RemoveOnDrop {
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         if self.armed.load(Ordering::SeqCst) {
-            spawn_removal(self.docker.clone(), self.id.clone());
+            spawn_removal(self.docker.clone(), self.id.clone(), true);
         }
     }
 }

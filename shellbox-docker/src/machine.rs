@@ -92,7 +92,7 @@ impl Drop for DockerMachine {
         self.inner.closed.store(true, Ordering::SeqCst);
         let docker = self.inner.docker.clone();
         let id = self.inner.id.clone();
-        spawn_removal(docker, id);
+        spawn_removal(docker, id, false);
     }
 }
 
@@ -101,9 +101,19 @@ impl Drop for DockerMachine {
 /// runtime shutting down right after, e.g. at the end of a test, cannot cancel it); on a
 /// current-thread runtime it spawns the removal; without a runtime it uses a short-lived
 /// thread with its own runtime.
-pub(crate) fn spawn_removal(docker: Docker, id: String) {
+///
+/// With `linger`, the removal is repeated twice more 250 ms apart: for a create cancelled
+/// while its request was in flight, whose container the engine may still be making.
+pub(crate) fn spawn_removal(docker: Docker, id: String, linger: bool) {
     let task = async move {
-        match remove_container(&docker, &id).await {
+        let mut result = remove_container(&docker, &id).await;
+        if linger {
+            for _ in 0..2 {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                result = result.and(remove_container(&docker, &id).await);
+            }
+        }
+        match result {
             Ok(()) => {
                 tracing::debug!(target: "shellbox_docker", container = %id, "removed a dropped machine's container")
             }
@@ -385,12 +395,14 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 impl Driver {
     fn take(&mut self, item: LogOutput) {
         match item {
-            LogOutput::StdErr { message } => {
+            // Unframed bytes come only from the engine itself when the exec cannot start
+            // (unknown user, missing cwd): its message belongs on stderr.
+            LogOutput::StdErr { message } | LogOutput::Console { message } => {
                 if let Some(kept) = self.stderr.admit(message) {
                     self.pending.push_back(Event::Stderr(kept));
                 }
             }
-            LogOutput::StdOut { message } | LogOutput::Console { message } => {
+            LogOutput::StdOut { message } => {
                 let Some(buf) = self.header.as_mut() else {
                     self.out(message);
                     return;
@@ -405,8 +417,13 @@ impl Driver {
                         self.out(rest);
                     }
                     Header::Absent => {
+                        // The wrapper prints the header before anything else reaches
+                        // stdout, so these bytes are the engine's own message about an exec
+                        // that could not start (unknown user, missing cwd): stderr.
                         let buf = self.header.take().unwrap_or_default().freeze();
-                        self.out(buf);
+                        if let Some(kept) = self.stderr.admit(buf) {
+                            self.pending.push_back(Event::Stderr(kept));
+                        }
                     }
                 }
             }
@@ -420,9 +437,12 @@ impl Driver {
         }
     }
 
+    /// At the end: bytes still held as a possible header were not one (see `take`).
     fn flush_header(&mut self) {
         if let Some(buf) = self.header.take() {
-            self.out(buf.freeze());
+            if let Some(kept) = self.stderr.admit(buf.freeze()) {
+                self.pending.push_back(Event::Stderr(kept));
+            }
         }
     }
 

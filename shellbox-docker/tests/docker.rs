@@ -1,0 +1,904 @@
+//! What only the docker backend does: engine connection, image sources, container fields,
+//! resource refusals, network, users, workdir, archive safety, cleanup, gc.
+//!
+//! Images these tests leave: only `shellbox-test/busybox:1` (the cached test image). Every
+//! other tag they make (registry copies, `shellbox-build:*`, `shellbox-test/archive:*`) is
+//! removed before the test returns.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use shellbox_core::{
+    Command, DockerfileSource, Error, ImageArchive, ImageSource, Machine, MachineFactory,
+    MachineSpec, NetworkPolicy, RegistryCredentials, RegistryImage, SimBuiltins,
+};
+use shellbox_docker::bollard::auth::DockerCredentials;
+use shellbox_docker::bollard::models::ContainerCreateBody;
+use shellbox_docker::bollard::query_parameters::{
+    CreateContainerOptions, ListContainersOptions, PushImageOptions, RemoveImageOptions,
+    TagImageOptions,
+};
+use shellbox_docker::bollard::Docker;
+use shellbox_docker::{dockerfile_image_tag, gc, labels, DockerMachineFactory, BUSYBOX_TEST_IMAGE};
+
+async fn sh(m: &dyn Machine, script: &str) -> shellbox_core::CommandResult {
+    m.run(Command::shell(script)).await.unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A unique marker put into a spec's env, to find containers made from it.
+fn marker() -> String {
+    format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+/// Whether any container (running or not) carries `SHELLBOX_TEST_MARK=<mark>` in its env.
+async fn containers_with_marker(docker: &Docker, mark: &str) -> usize {
+    let list = docker
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    let want = format!("SHELLBOX_TEST_MARK={mark}");
+    let mut n = 0;
+    for c in list {
+        let Some(id) = c.id else { continue };
+        if let Ok(info) = docker.inspect_container(&id, None).await {
+            let env = info.config.and_then(|c| c.env).unwrap_or_default();
+            if env.contains(&want) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+async fn remove_image(docker: &Docker, reference: &str) {
+    let _ = docker
+        .remove_image(reference, None::<RemoveImageOptions>, None)
+        .await;
+}
+
+async fn tag(docker: &Docker, source: &str, repo: &str, tag: &str) {
+    docker
+        .tag_image(
+            source,
+            Some(TagImageOptions {
+                repo: Some(repo.to_string()),
+                tag: Some(tag.to_string()),
+            }),
+        )
+        .await
+        .unwrap();
+}
+
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unreachable_engine_names_where_it_looked() {
+    let err = DockerMachineFactory::connect_to("unix:///nonexistent/shellbox/docker.sock")
+        .await
+        .err()
+        .expect("expected an error");
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("/nonexistent/shellbox/docker.sock"),
+        "{err}"
+    );
+    let err = DockerMachineFactory::connect_to("tcp://127.0.0.1:1")
+        .await
+        .err()
+        .expect("expected an error");
+    assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
+    let err = DockerMachineFactory::connect_to("ftp://nowhere")
+        .await
+        .err()
+        .expect("expected an error");
+    assert!(err.to_string().contains("ftp://nowhere"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn other_sources_are_unsupported_and_bad_specs_invalid() {
+    // No engine needed: the spec is refused before any request.
+    let docker = Docker::connect_with_host("tcp://127.0.0.1:1").unwrap();
+    let f = DockerMachineFactory::with_client(docker);
+    for spec in [
+        MachineSpec::host(),
+        MachineSpec::new(ImageSource::Sim(SimBuiltins {})),
+    ] {
+        let err = f.create(spec).await.err().expect("expected an error");
+        assert!(err.is_unsupported(), "{err:?}");
+    }
+    let err = f
+        .create(MachineSpec::docker("x").workdir("relative"))
+        .await
+        .err()
+        .expect("expected an error");
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    for bad in ["", "https://host/img:1", "a b"] {
+        let err = f
+            .create(MachineSpec::new(ImageSource::Registry(RegistryImage {
+                reference: bad.into(),
+                credentials: None,
+            })))
+            .await
+            .err()
+            .expect("expected an error");
+        assert!(matches!(err, Error::InvalidInput(_)), "{bad:?}: {err:?}");
+    }
+    assert_eq!(f.backend(), "docker");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_source_is_never_pulled() {
+    let Some(f) = common::setup("docker_source_is_never_pulled").await else {
+        return;
+    };
+    let err = f
+        .create(MachineSpec::docker("shellbox-test/absent:never"))
+        .await
+        .err()
+        .expect("expected an error");
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("never pulled"), "{err}");
+    assert!(f
+        .docker()
+        .inspect_image("shellbox-test/absent:never")
+        .await
+        .is_err());
+}
+
+/// Tags the test image into `registry`, pushes it through the Engine API, drops the local
+/// tag, and returns (tag reference, digest reference).
+async fn push_test_image(
+    docker: &Docker,
+    registry: &str,
+    repo_name: &str,
+    credentials: Option<DockerCredentials>,
+) -> (String, String) {
+    let repo = format!("{registry}/{repo_name}");
+    tag(docker, BUSYBOX_TEST_IMAGE, &repo, "pushed").await;
+    let mut push = docker.push_image(
+        &repo,
+        Some(PushImageOptions {
+            tag: Some("pushed".into()),
+            ..Default::default()
+        }),
+        credentials,
+    );
+    let mut digest = None;
+    while let Some(item) = push.next().await {
+        let info = item.unwrap_or_else(|e| panic!("push {repo}: {e}"));
+        if let Some(status) = info.status {
+            if let Some(rest) = status.split("digest: ").nth(1) {
+                digest = rest.split_whitespace().next().map(str::to_string);
+            }
+        }
+    }
+    let digest = digest.expect("push reported no digest");
+    let by_tag = format!("{repo}:pushed");
+    let by_digest = format!("{repo}@{digest}");
+    remove_image(docker, &by_tag).await;
+    assert!(docker.inspect_image(&by_tag).await.is_err());
+    (by_tag, by_digest)
+}
+
+async fn run_from_registry(
+    f: &DockerMachineFactory,
+    reference: &str,
+    credentials: Option<RegistryCredentials>,
+) -> Result<String, Error> {
+    let spec = MachineSpec::new(ImageSource::Registry(RegistryImage {
+        reference: reference.to_string(),
+        credentials,
+    }));
+    let m = f.create(spec).await?;
+    let r = sh(&*m, "echo pulled").await;
+    m.close().await.unwrap();
+    Ok(text(&r.stdout))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn registry_pull_by_tag_and_digest_plain_and_with_auth() {
+    let test = "registry_pull_by_tag_and_digest_plain_and_with_auth";
+    let Some(f) = common::setup(test).await else {
+        return;
+    };
+    let Some((plain, auth, user, password)) = common::registries() else {
+        eprintln!("SKIP {test}: no local registries (run scripts/setup-docker)");
+        return;
+    };
+    let docker = f.docker().clone();
+
+    // Plain registry.
+    let (by_tag, by_digest) = push_test_image(&docker, &plain, "shellbox-test/plain", None).await;
+    assert_eq!(
+        run_from_registry(&f, &by_tag, None).await.unwrap(),
+        "pulled\n"
+    );
+    assert!(
+        docker.inspect_image(&by_tag).await.is_ok(),
+        "the pull left no image"
+    );
+    remove_image(&docker, &by_tag).await;
+    assert_eq!(
+        run_from_registry(&f, &by_digest, None).await.unwrap(),
+        "pulled\n"
+    );
+    remove_image(&docker, &by_digest).await;
+
+    // Registry with basic auth.
+    let engine_creds = DockerCredentials {
+        username: Some(user.clone()),
+        password: Some(password.clone()),
+        serveraddress: Some(auth.clone()),
+        ..Default::default()
+    };
+    let (by_tag, by_digest) =
+        push_test_image(&docker, &auth, "shellbox-test/auth", Some(engine_creds)).await;
+    let creds = RegistryCredentials {
+        username: user.clone(),
+        password: password.clone(),
+    };
+    let mark = marker();
+    let mut anonymous = MachineSpec::new(ImageSource::Registry(RegistryImage {
+        reference: by_tag.clone(),
+        credentials: None,
+    }));
+    anonymous
+        .env
+        .insert("SHELLBOX_TEST_MARK".into(), mark.clone());
+    let err = f.create(anonymous).await.err().expect("expected an error");
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert_eq!(containers_with_marker(&docker, &mark).await, 0);
+    let wrong = RegistryCredentials {
+        username: user.clone(),
+        password: "wrong".into(),
+    };
+    assert!(run_from_registry(&f, &by_tag, Some(wrong)).await.is_err());
+    assert_eq!(
+        run_from_registry(&f, &by_tag, Some(creds.clone()))
+            .await
+            .unwrap(),
+        "pulled\n"
+    );
+    remove_image(&docker, &by_tag).await;
+    assert_eq!(
+        run_from_registry(&f, &by_digest, Some(creds))
+            .await
+            .unwrap(),
+        "pulled\n"
+    );
+    remove_image(&docker, &by_digest).await;
+    // A digest that the registry does not have is not silently replaced by a tag.
+    let missing = format!("{plain}/shellbox-test/plain@sha256:{}", "0".repeat(64));
+    assert!(run_from_registry(&f, &missing, None).await.is_err());
+}
+
+fn write_context(dir: &Path, message: &str) {
+    std::fs::write(
+        dir.join("Dockerfile"),
+        format!("FROM {BUSYBOX_TEST_IMAGE}\nCOPY msg /msg\nRUN echo built >> /msg\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("msg"), message).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dockerfile_is_built_once_per_context() {
+    let Some(f) = common::setup("dockerfile_is_built_once_per_context").await else {
+        return;
+    };
+    let docker = f.docker().clone();
+    let ctx = tempfile::tempdir().unwrap();
+    write_context(ctx.path(), &format!("one {}\n", marker()));
+    let source = DockerfileSource {
+        context: ctx.path().to_path_buf(),
+        dockerfile: ctx.path().join("Dockerfile"),
+    };
+    let tag1 = dockerfile_image_tag(&source).unwrap();
+    let spec = MachineSpec::new(ImageSource::Dockerfile(source.clone()));
+    let m = f.create(spec.clone()).await.unwrap();
+    let r = sh(&*m, "cat /msg").await;
+    assert!(text(&r.stdout).starts_with("one ") && text(&r.stdout).ends_with("built\n"));
+    m.close().await.unwrap();
+    let id1 = docker.inspect_image(&tag1).await.unwrap().id.unwrap();
+
+    // Unchanged context, a new factory (as another process would have): no rebuild.
+    let f2 = DockerMachineFactory::connect().await.unwrap();
+    let m = f2.create(spec.clone()).await.unwrap();
+    m.close().await.unwrap();
+    assert_eq!(docker.inspect_image(&tag1).await.unwrap().id.unwrap(), id1);
+
+    // Changed content: another tag, built again.
+    std::fs::write(ctx.path().join("msg"), "two\n").unwrap();
+    let tag2 = dockerfile_image_tag(&source).unwrap();
+    assert_ne!(tag1, tag2);
+    let m = f.create(spec.clone()).await.unwrap();
+    assert_eq!(text(&sh(&*m, "cat /msg").await.stdout), "two\nbuilt\n");
+    m.close().await.unwrap();
+
+    // A Dockerfile outside the context is sent along.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(
+        outside.path().join("Dockerfile.ext"),
+        format!("FROM {BUSYBOX_TEST_IMAGE}\nCOPY msg /from-ext\n"),
+    )
+    .unwrap();
+    let ext = DockerfileSource {
+        context: ctx.path().to_path_buf(),
+        dockerfile: outside.path().join("Dockerfile.ext"),
+    };
+    let tag3 = dockerfile_image_tag(&ext).unwrap();
+    let m = f
+        .create(MachineSpec::new(ImageSource::Dockerfile(ext)))
+        .await
+        .unwrap();
+    assert_eq!(text(&sh(&*m, "cat /from-ext").await.stdout), "two\n");
+    m.close().await.unwrap();
+
+    // A failing build is a backend error with the build's message.
+    let bad = tempfile::tempdir().unwrap();
+    std::fs::write(
+        bad.path().join("Dockerfile"),
+        format!("FROM {BUSYBOX_TEST_IMAGE}\nRUN echo shellbox-build-fails && exit 7\n"),
+    )
+    .unwrap();
+    let err = f
+        .create(MachineSpec::new(ImageSource::Dockerfile(
+            DockerfileSource {
+                context: bad.path().to_path_buf(),
+                dockerfile: "Dockerfile".into(),
+            },
+        )))
+        .await
+        .err()
+        .expect("expected an error");
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    let msg = format!("{err:?}");
+    assert!(
+        msg.contains("shellbox-build-fails") || msg.contains("7"),
+        "{msg}"
+    );
+
+    for t in [tag1, tag2, tag3] {
+        remove_image(&docker, &t).await;
+        assert!(docker.inspect_image(&t).await.is_err(), "{t} left behind");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn archive_source_loads_a_docker_save_tarball() {
+    let Some(f) = common::setup("archive_source_loads_a_docker_save_tarball").await else {
+        return;
+    };
+    let docker = f.docker().clone();
+    let name = "shellbox-test/archive";
+    let reference = format!("{name}:1");
+    tag(&docker, BUSYBOX_TEST_IMAGE, name, "1").await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("image.tar");
+    {
+        let mut out = tokio::fs::File::create(&path).await.unwrap();
+        let mut export = docker.export_image(&reference);
+        while let Some(chunk) = export.next().await {
+            tokio::io::AsyncWriteExt::write_all(&mut out, &chunk.unwrap())
+                .await
+                .unwrap();
+        }
+    }
+    remove_image(&docker, &reference).await;
+    assert!(docker.inspect_image(&reference).await.is_err());
+
+    let m = f
+        .create(MachineSpec::new(ImageSource::Archive(ImageArchive {
+            path: path.clone(),
+        })))
+        .await
+        .unwrap();
+    assert_eq!(text(&sh(&*m, "echo loaded").await.stdout), "loaded\n");
+    m.close().await.unwrap();
+    assert!(docker.inspect_image(&reference).await.is_ok());
+    remove_image(&docker, &reference).await;
+
+    let err = f
+        .create(MachineSpec::new(ImageSource::Archive(ImageArchive {
+            path: dir.path().join("missing.tar"),
+        })))
+        .await
+        .err()
+        .expect("expected an error");
+    assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+    std::fs::write(dir.path().join("junk.tar"), b"not a tarball").unwrap();
+    let err = f
+        .create(MachineSpec::new(ImageSource::Archive(ImageArchive {
+            path: dir.path().join("junk.tar"),
+        })))
+        .await
+        .err()
+        .expect("expected an error");
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn container_fields_name_labels_init_resources() {
+    let Some(f) = common::setup("container_fields_name_labels_init_resources").await else {
+        return;
+    };
+    let spec = common::spec()
+        .memory_mb(64)
+        .cpus(1)
+        .env("SPEC_VAR", "from-spec");
+    let m = f.create_machine(spec).await.unwrap();
+    let info = f
+        .docker()
+        .inspect_container(m.container_id(), None)
+        .await
+        .unwrap();
+    let name = info.name.clone().unwrap();
+    assert!(name.starts_with("/shellbox-"), "{name}");
+    let config = info.config.unwrap();
+    let labels = config.labels.unwrap();
+    assert_eq!(labels[labels::OWNER_PID], std::process::id().to_string());
+    assert!(!labels[labels::OWNER_HOST].is_empty());
+    assert!(config
+        .env
+        .unwrap()
+        .contains(&"SPEC_VAR=from-spec".to_string()));
+    let host = info.host_config.unwrap();
+    assert_eq!(host.init, Some(true));
+    assert_eq!(host.memory, Some(64 * 1024 * 1024));
+    assert_eq!(host.nano_cpus, Some(1_000_000_000));
+    // The engine enforces them: cgroup v1 files inside the container.
+    let r = sh(
+        &m,
+        "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max; \
+         echo $SPEC_VAR; cat /proc/1/comm",
+    )
+    .await;
+    let out = text(&r.stdout);
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("67108864"), "{out}");
+    assert_eq!(lines.next(), Some("from-spec"));
+    assert_eq!(lines.next(), Some("docker-init"), "{out}");
+    m.close().await.unwrap();
+    assert!(!common::container_exists(f.docker(), m.container_id()).await);
+}
+
+/// Creates `spec` (marked) and expects either an engine refusal naming `field`, or, on an
+/// engine that can honour it, a container whose config carries it.
+async fn refusal(f: &DockerMachineFactory, spec: MachineSpec, field: &str) -> Option<String> {
+    let mark = marker();
+    let spec = spec.env("SHELLBOX_TEST_MARK", &mark);
+    let result = f.create_machine(spec).await;
+    assert_eq!(
+        containers_with_marker(f.docker(), &mark).await,
+        0,
+        "a refused create left its container"
+    );
+    match result {
+        Err(Error::Unsupported(u)) => {
+            assert!(u.reason.contains(field), "{u:?}");
+            Some(u.reason)
+        }
+        Err(other) => panic!("{field}: expected Unsupported, got {other:?}"),
+        Ok(m) => {
+            m.close().await.unwrap();
+            None
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn engine_refusals_are_unsupported_with_the_engines_reason() {
+    let Some(f) = common::setup("engine_refusals_are_unsupported_with_the_engines_reason").await
+    else {
+        return;
+    };
+    let info = f.docker().info().await.unwrap();
+    let driver = info.driver.unwrap_or_default();
+    // Storage quotas need overlay2 on xfs with pquota (or btrfs/zfs/devicemapper).
+    let reason = refusal(&f, common::spec().storage_mb(100), "storage_mb").await;
+    if driver != "btrfs" && driver != "zfs" && driver != "devicemapper" {
+        let reason = reason.expect("this storage driver should refuse a size");
+        assert!(
+            reason.to_lowercase().contains("storage") || reason.contains("size"),
+            "{reason}"
+        );
+    }
+    // GPUs: only with a GPU device driver (nvidia) installed.
+    let runtimes = info.runtimes.unwrap_or_default();
+    let reason = refusal(&f, common::spec().gpus(1), "gpus").await;
+    if !runtimes.contains_key("nvidia") {
+        assert!(reason.is_some(), "an engine without nvidia accepted gpus");
+    }
+    // An unknown OCI runtime.
+    let with_runtime = f.clone().runtime("shellbox-no-such-runtime");
+    let reason = refusal(&with_runtime, common::spec(), "shellbox-no-such-runtime")
+        .await
+        .expect("an unknown runtime was accepted");
+    assert!(reason.contains("runtime"), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn network_deny_and_allow() {
+    let Some(f) = common::setup("network_deny_and_allow").await else {
+        return;
+    };
+    let deny = f.create(common::spec()).await.unwrap();
+    let allow = f
+        .create(common::spec().network(NetworkPolicy::Allow))
+        .await
+        .unwrap();
+    let r = sh(&*deny, "ls /sys/class/net").await;
+    assert_eq!(text(&r.stdout), "lo\n");
+    let r = sh(&*deny, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '").await;
+    assert_eq!(text(&r.stdout), "lo\n");
+    let r = sh(&*allow, "ls /sys/class/net").await;
+    let nets = text(&r.stdout);
+    assert!(
+        nets.lines().any(|l| l == "lo") && nets.lines().any(|l| l != "lo"),
+        "{nets}"
+    );
+    deny.close().await.unwrap();
+    allow.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn users_workdir_and_exec_failures() {
+    let Some(f) = common::setup("users_workdir_and_exec_failures").await else {
+        return;
+    };
+    let m = f
+        .create(common::spec().workdir("/srv/deep/work"))
+        .await
+        .unwrap();
+    let r = m.run(Command::new("pwd")).await.unwrap();
+    assert_eq!(text(&r.stdout), "/srv/deep/work\n");
+    for user in ["65534", "nobody"] {
+        let r = m
+            .run(Command::shell("id -u; touch /root/x 2>/dev/null || echo denied").user(user))
+            .await
+            .unwrap();
+        assert_eq!(text(&r.stdout), "65534\ndenied\n", "{user}: {r:?}");
+    }
+    let r = m.run(Command::shell("id -u")).await.unwrap();
+    assert_eq!(text(&r.stdout), "0\n");
+    // A timed-out command of another user is killed, group and all.
+    let r = m
+        .run(
+            Command::shell("sleep 3600 & echo started; wait")
+                .user("65534")
+                .timeout(Duration::from_millis(500)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.reason, shellbox_core::ExitReason::TimedOut);
+    assert_eq!(text(&r.stdout), "started\n");
+    let r = sh(&*m, "ps -o user,comm | grep -c '^65534 *sleep' || true").await;
+    assert_eq!(text(&r.stdout).trim(), "0", "{r:?}");
+    // Exec start failures are ordinary results (126) with the engine's message; the
+    // machine stays usable.
+    let r = m
+        .run(Command::new("id").user("shellbox-no-such-user"))
+        .await
+        .unwrap();
+    assert_eq!(r.exit_code, Some(126), "{r:?}");
+    assert!(text(&r.stderr).contains("shellbox-no-such-user"), "{r:?}");
+    let r = m
+        .run(Command::new("pwd").cwd("/no/such/dir"))
+        .await
+        .unwrap();
+    assert_ne!(r.exit_code, Some(0), "{r:?}");
+    assert_eq!(r.reason, shellbox_core::ExitReason::Exited);
+    // Not executable: 126.
+    let r = sh(&*m, "printf 'x' > /tmp/noexec; /tmp/noexec").await;
+    assert_eq!(r.exit_code, Some(126), "{r:?}");
+    m.close().await.unwrap();
+
+    // An empty workdir keeps the image's (here /).
+    let m = f.create(common::spec().workdir("")).await.unwrap();
+    assert_eq!(
+        text(&m.run(Command::new("pwd")).await.unwrap().stdout),
+        "/\n"
+    );
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_create_removes_its_container() {
+    let Some(f) = common::setup("failed_create_removes_its_container").await else {
+        return;
+    };
+    // The workdir cannot be created (a file is in the way): error, nothing left.
+    let mark = marker();
+    let err = f
+        .create(
+            common::spec()
+                .workdir("/etc/passwd/sub")
+                .env("SHELLBOX_TEST_MARK", &mark),
+        )
+        .await
+        .err()
+        .expect("expected an error");
+    assert!(matches!(err, Error::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("/etc/passwd/sub"), "{err}");
+    assert_eq!(containers_with_marker(f.docker(), &mark).await, 0);
+
+    // A create cancelled midway leaves nothing either.
+    let mark = marker();
+    let spec = common::spec().env("SHELLBOX_TEST_MARK", &mark);
+    for delay_ms in [5u64, 30, 80, 150] {
+        let _ = tokio::time::timeout(Duration::from_millis(delay_ms), f.create(spec.clone())).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(containers_with_marker(f.docker(), &mark).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn drop_and_close_remove_the_container() {
+    let Some(f) = common::setup("drop_and_close_remove_the_container").await else {
+        return;
+    };
+    let m = f.create_machine(common::spec()).await.unwrap();
+    let id = m.container_id().to_string();
+    assert!(common::container_exists(f.docker(), &id).await);
+    drop(m);
+    assert!(!common::container_exists(f.docker(), &id).await);
+
+    let m = f.create_machine(common::spec()).await.unwrap();
+    let id = m.container_id().to_string();
+    let (a, b) = futures::join!(m.close(), m.close());
+    a.unwrap();
+    b.unwrap();
+    assert!(!common::container_exists(f.docker(), &id).await);
+    assert!(matches!(
+        m.run(Command::new("true")).await,
+        Err(Error::Closed)
+    ));
+    let host = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        m.download("/etc/passwd", &host.path().join("p")).await,
+        Err(Error::Closed)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn background_processes_end_with_their_command() {
+    let Some(f) = common::setup("background_processes_end_with_their_command").await else {
+        return;
+    };
+    let m = f.create(common::spec()).await.unwrap();
+    let started = Instant::now();
+    let r = sh(&*m, "sleep 300 & echo bg").await;
+    assert_eq!(text(&r.stdout), "bg\n");
+    assert_eq!(r.exit_code, Some(0));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let r = sh(&*m, "ps -o comm | grep -c '^sleep' || true").await;
+    // Only the container's keep-alive sleep is left.
+    assert_eq!(text(&r.stdout).trim(), "1", "{r:?}");
+    // Dropping a stream kills its command.
+    let stream = m
+        .run_stream(Command::shell("echo go; exec sleep 200"))
+        .await
+        .unwrap();
+    let mut stream = stream;
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!(first, shellbox_core::Event::Stdout("go\n".into()));
+    drop(stream);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = sh(
+            &*m,
+            "ps -o comm,args | grep '^sleep' | grep -c 'sleep 200' || true",
+        )
+        .await;
+        if text(&r.stdout).trim() == "0" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the dropped command lives on: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn output_flood_and_large_transfers_stay_bounded_in_memory() {
+    let Some(f) = common::setup("output_flood_and_large_transfers_stay_bounded_in_memory").await
+    else {
+        return;
+    };
+    let m = f.create(common::spec()).await.unwrap();
+    let before = peak_rss_kib();
+    let r = m
+        .run(Command::shell(
+            "yes 0123456789abcdef | head -c 300000000; echo done >&2",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(r.stdout.len(), 1024 * 1024);
+    assert!(r.stdout_truncated);
+    assert_eq!(text(&r.stderr), "done\n");
+
+    // 1 GiB each way (a sparse host file; the guest copy is real).
+    let host = tempfile::tempdir().unwrap();
+    let big = host.path().join("big.bin");
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len(1 << 30).unwrap();
+    drop(file);
+    m.upload(&big, "/tmp/big.bin").await.unwrap();
+    let r = sh(&*m, "wc -c < /tmp/big.bin").await;
+    assert_eq!(text(&r.stdout).trim(), (1u64 << 30).to_string());
+    let back = host.path().join("back.bin");
+    m.download("/tmp/big.bin", &back).await.unwrap();
+    assert_eq!(std::fs::metadata(&back).unwrap().len(), 1 << 30);
+    let grown_mib = (peak_rss_kib().saturating_sub(before)) / 1024;
+    assert!(grown_mib < 200, "peak memory grew by {grown_mib} MiB");
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn downloads_refuse_entries_leaving_the_target() {
+    let Some(f) = common::setup("downloads_refuse_entries_leaving_the_target").await else {
+        return;
+    };
+    let m = f.create(common::spec()).await.unwrap();
+    let host = tempfile::tempdir().unwrap();
+    sh(
+        &*m,
+        "mkdir -p /tmp/abs /tmp/up/d /tmp/ok/d; echo x > /tmp/ok/f; \
+         ln -s /etc/passwd /tmp/abs/link; ln -s ../../../../outside /tmp/up/d/link; \
+         ln -s ../f /tmp/ok/d/link",
+    )
+    .await;
+    for (source, name) in [("/tmp/abs", "abs"), ("/tmp/up", "up")] {
+        let target = host.path().join(name);
+        let err = m
+            .download(source, &target)
+            .await
+            .err()
+            .expect("expected an error");
+        assert!(matches!(err, Error::Transfer { .. }), "{source}: {err:?}");
+        assert!(!host.path().join("outside").exists());
+    }
+    // Links that stay inside are kept as links.
+    let ok = host.path().join("ok");
+    m.download("/tmp/ok", &ok).await.unwrap();
+    assert_eq!(
+        std::fs::read_link(ok.join("d/link")).unwrap(),
+        Path::new("../f")
+    );
+    assert_eq!(std::fs::read(ok.join("d/link")).unwrap(), b"x\n");
+    // A file into an existing host directory lands inside it.
+    let dir = host.path().join("into");
+    std::fs::create_dir(&dir).unwrap();
+    m.download("/tmp/ok/f", &dir).await.unwrap();
+    assert_eq!(std::fs::read(dir.join("f")).unwrap(), b"x\n");
+    // A symlink given as the source is followed inside the container.
+    sh(&*m, "ln -s /tmp/ok /tmp/ok-link").await;
+    let via = host.path().join("via");
+    m.download("/tmp/ok-link", &via).await.unwrap();
+    assert_eq!(std::fs::read(via.join("f")).unwrap(), b"x\n");
+    let err = m
+        .download("/tmp/missing", &host.path().join("m"))
+        .await
+        .err()
+        .expect("expected an error");
+    assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gc_removes_containers_of_dead_owners_only() {
+    let Some(f) = common::setup("gc_removes_containers_of_dead_owners_only").await else {
+        return;
+    };
+    let docker = f.docker().clone();
+    let live = f.create_machine(common::spec()).await.unwrap();
+
+    // A container whose owner (a finished child of this test) is gone.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = child.id();
+    child.wait().unwrap();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string();
+    let make = |pid: String, owner_host: String, suffix: &'static str| {
+        let docker = docker.clone();
+        async move {
+            let labels = HashMap::from([
+                (labels::MACHINE.to_string(), "1".to_string()),
+                (labels::OWNER_PID.to_string(), pid),
+                (labels::OWNER_HOST.to_string(), owner_host),
+            ]);
+            let name = format!("shellbox-gc-test-{}-{suffix}", std::process::id());
+            docker
+                .create_container(
+                    Some(CreateContainerOptions {
+                        name: Some(name.clone()),
+                        ..Default::default()
+                    }),
+                    ContainerCreateBody {
+                        image: Some(BUSYBOX_TEST_IMAGE.to_string()),
+                        cmd: Some(vec!["true".to_string()]),
+                        labels: Some(labels),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
+            name
+        }
+    };
+    let dead = make(dead_pid.to_string(), host.clone(), "dead").await;
+    let elsewhere = make(dead_pid.to_string(), format!("{host}-elsewhere"), "other").await;
+
+    let report = gc(&docker).await.unwrap();
+    assert!(report.removed.contains(&dead), "{report:?}");
+    assert!(!common::container_exists(&docker, &dead).await);
+    assert!(common::container_exists(&docker, live.container_id()).await);
+    assert!(common::container_exists(&docker, &elsewhere).await);
+    assert!(!report.removed.iter().any(|n| n == live.container_name()));
+    assert!(report.failed.is_empty(), "{report:?}");
+
+    let _ = docker
+        .remove_container(
+            &elsewhere,
+            Some(
+                shellbox_docker::bollard::query_parameters::RemoveContainerOptions {
+                    force: true,
+                    ..Default::default()
+                },
+            ),
+        )
+        .await;
+    live.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn floor_exec_and_busybox_image_helpers() {
+    let Some(f) = common::setup("floor_exec_and_busybox_image_helpers").await else {
+        return;
+    };
+    let id = shellbox_docker::ensure_busybox_image(f.docker(), BUSYBOX_TEST_IMAGE)
+        .await
+        .unwrap();
+    assert!(id.starts_with("sha256:"), "{id}");
+    let m = f.create_machine(common::spec()).await.unwrap();
+    shellbox_docker::floor_exec_true(m.docker(), m.container_id())
+        .await
+        .unwrap();
+    m.close().await.unwrap();
+    assert!(
+        shellbox_docker::floor_exec_true(f.docker(), m.container_id())
+            .await
+            .is_err()
+    );
+}
