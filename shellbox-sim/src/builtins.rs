@@ -575,13 +575,26 @@ fn set_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         }
         if (a.starts_with('-') || a.starts_with('+')) && a.len() > 1 {
             let on = a.starts_with('-');
+            let mut consumed = 0;
             for c in a[1..].chars() {
+                if c == 'o' {
+                    consumed += 1;
+                    let Some(name) = args.get(i + consumed) else {
+                        it.err(sh, "bash: set: -o: option requires an argument");
+                        return Ok(2);
+                    };
+                    if !set_opt(sh, name, on) {
+                        it.err(sh, &format!("bash: set: {name}: invalid option name"));
+                        return Ok(2);
+                    }
+                    continue;
+                }
                 if !set_opt(sh, &c.to_string(), on) {
                     it.err(sh, &format!("bash: set: -{c}: invalid option"));
                     return Ok(2);
                 }
             }
-            i += 1;
+            i += 1 + consumed;
             continue;
         }
         if a == "-" {

@@ -345,7 +345,7 @@ pub fn printf_format(fmt: &str, args: &[String], errs: &mut Vec<String>) -> Vec<
                 }
                 prec = Some(p.parse().unwrap_or(0));
             }
-            while j < f.len() && "hlLqjzt".contains(f[j]) {
+            while j < f.len() && "hlLjzt".contains(f[j]) {
                 j += 1;
             }
             if j >= f.len() {
