@@ -49,4 +49,4 @@ pub use machine::{
     machine_bwrap_args, LocalMachine, LocalMachineFactory, LocalOptions, PROBE_TIMEOUT,
     SANDBOX_REQUIREMENTS,
 };
-pub use root::{ETC_COPIES, ROOT_PREFIX};
+pub use root::{ETC_BOUND_DIRS, ETC_COPIES, ROOT_PREFIX};

@@ -222,9 +222,10 @@ impl LocalMachineFactory {
         bin_dirs.extend(self.inner.bin_dirs.iter().cloned());
         let facts = self.inner.facts.clone();
         let (m, w) = (mounts.clone(), workdir.clone());
-        let root = tokio::task::spawn_blocking(move || root::create_root(&facts, &m, &w))
-            .await
-            .map_err(|e| Error::backend("create machine root", e))??;
+        let (root, etc_binds) =
+            tokio::task::spawn_blocking(move || root::create_root(&facts, &m, &w))
+                .await
+                .map_err(|e| Error::backend("create machine root", e))??;
         let (shutdown, _) = watch::channel(false);
         Ok(LocalMachine {
             factory: self.inner.clone(),
@@ -232,6 +233,7 @@ impl LocalMachineFactory {
                 root,
                 network: spec.network,
                 mounts,
+                etc_binds,
             },
             workdir,
             spec_env: spec.env.clone(),
@@ -254,11 +256,13 @@ fn probe(inner: &FactoryInner) -> Result<(), String> {
             guest: p.to_string_lossy().into_owned(),
         })
         .collect();
-    let root = root::create_root(&inner.facts, &mounts, "/").map_err(|e| e.to_string())?;
+    let (root, etc_binds) =
+        root::create_root(&inner.facts, &mounts, "/").map_err(|e| e.to_string())?;
     let layout = Layout {
         root: root.clone(),
         network: shellbox_core::NetworkPolicy::Deny,
         mounts,
+        etc_binds,
     };
     let result = probe_in(inner, &layout);
     if let Err(e) = root::remove_root(&root) {
@@ -451,10 +455,7 @@ impl LocalMachine {
         }
     }
 
-    fn plan_launch(
-        &self,
-        command: &Command,
-    ) -> Result<(Vec<u8>, Option<UserAndSetpriv>), Error> {
+    fn plan_launch(&self, command: &Command) -> Result<(Vec<u8>, Option<UserAndSetpriv>), Error> {
         let user = plan::plan_user(
             command.user.as_deref(),
             nix::unistd::geteuid().as_raw(),
@@ -535,6 +536,19 @@ impl LocalMachine {
     /// Where a guest path's content lives: a host path for mounts and host system dirs
     /// (read-only, commands cannot change them), otherwise inside the root.
     fn host_source(&self, guest: &str) -> Option<PathBuf> {
+        if let Some(bind) = self
+            .layout
+            .etc_binds
+            .iter()
+            .find(|b| b.to_str().is_some_and(|b| plan::is_within(guest, b)))
+        {
+            let rel = guest[bind.as_os_str().len()..].trim_start_matches('/');
+            return Some(if rel.is_empty() {
+                bind.clone()
+            } else {
+                bind.join(rel)
+            });
+        }
         if let Some(m) = self
             .layout
             .mounts

@@ -304,11 +304,14 @@ pub struct Layout {
     pub network: NetworkPolicy,
     /// Read-only mounts, in order.
     pub mounts: Vec<ReadOnlyMount>,
+    /// Host directories bound read-only at their own path over the private `/etc`
+    /// (see `ETC_BOUND_DIRS`).
+    pub etc_binds: Vec<PathBuf>,
 }
 
 /// The bwrap argument vector (without the program name) for one command (REFERENCE 4.3, in
 /// that order): namespaces and process options, the root bound at `/`, the system
-/// directories, fresh `/dev`, `/dev/shm` and `/proc`, the read-only mounts, then
+/// directories (with the `etc_binds` right after `/etc`), fresh `/dev`, `/dev/shm` and `/proc`, the read-only mounts, then
 /// `[setpriv ...] /bin/sh -c LAUNCH_SCRIPT sh CWD ARGV...`.
 ///
 /// Merged-`/usr` symlinks are not passed as `--symlink`: they were created in the root when
@@ -342,6 +345,11 @@ pub fn bwrap_args(layout: &Layout, facts: &HostFacts, launch: &Launch) -> Vec<Os
             a.push("--ro-bind".into());
             a.push(layout.root.join(&dir[1..]).into());
             a.push(dir.into());
+            if dir == "/etc" {
+                for bind in &layout.etc_binds {
+                    a.extend([OsString::from("--ro-bind"), bind.into(), bind.into()]);
+                }
+            }
             continue;
         }
         let kind = facts
@@ -403,11 +411,17 @@ pub fn limits(
     let mut wanted = vec![
         (Resource::RLIMIT_CORE, 0),
         (Resource::RLIMIT_FSIZE, FSIZE_LIMIT_BYTES),
-        (Resource::RLIMIT_NPROC, host_tasks + NPROC_HEADROOM),
+        (
+            Resource::RLIMIT_NPROC,
+            host_tasks.saturating_add(NPROC_HEADROOM),
+        ),
     ];
     if let Some(timeout) = timeout {
         let cpu_secs = (timeout.as_secs_f64() * cpus.max(1) as f64).ceil() as u64;
-        wanted.push((Resource::RLIMIT_CPU, cpu_secs + CPU_HEADROOM_SECS));
+        wanted.push((
+            Resource::RLIMIT_CPU,
+            cpu_secs.saturating_add(CPU_HEADROOM_SECS),
+        ));
     }
     wanted
         .into_iter()
@@ -494,6 +508,7 @@ mod tests {
                 host: "/opt/tools".into(),
                 guest: "/opt/tools".into(),
             }],
+            etc_binds: vec!["/etc/ssl/certs".into()],
         };
         let launch = Launch {
             argv: vec!["echo".into(), "hi there".into()],
@@ -522,6 +537,9 @@ mod tests {
             "--ro-bind",
             "/tmp/shellbox-local-x/etc",
             "/etc",
+            "--ro-bind",
+            "/etc/ssl/certs",
+            "/etc/ssl/certs",
             "--ro-bind",
             "/lib64",
             "/lib64",
@@ -558,6 +576,7 @@ mod tests {
             root: "/r".into(),
             network: NetworkPolicy::Allow,
             mounts: vec![],
+            etc_binds: vec![],
         };
         let launch = Launch {
             argv: vec!["id".into()],
@@ -686,6 +705,8 @@ mod tests {
                 value: 5 + 5
             }
         );
+        let huge = limits(1, Some(Duration::MAX), 64, &unlimited);
+        assert_eq!(huge[3].value, u64::MAX);
         let low = |r| (r == Resource::RLIMIT_FSIZE).then_some(4096);
         assert_eq!(limits(1, None, 1, &low)[1].value, 4096);
         assert_eq!(

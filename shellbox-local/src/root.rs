@@ -9,7 +9,10 @@ use shellbox_core::Error;
 use crate::fsops;
 use crate::plan::{HostDir, HostFacts, ReadOnlyMount, HOME};
 
-/// Host files and directories copied into the machine's private `/etc` when they exist.
+/// Host files and directories that make up the machine's private `/etc` when they exist
+/// (REFERENCE 4.2). Files are copied; the directories among them
+/// ([`ETC_BOUND_DIRS`]) are bound read-only instead of copied, which shows the same content
+/// (the private `/etc` is read-only) without hundreds of symlink copies per machine.
 pub const ETC_COPIES: [&str; 10] = [
     "/etc/alternatives",
     "/etc/group",
@@ -23,6 +26,11 @@ pub const ETC_COPIES: [&str; 10] = [
     "/etc/ssl/certs",
 ];
 
+/// The [`ETC_COPIES`] directories, bound read-only at their own path over the private `/etc`
+/// when they are real directories on the host (each holds hundreds of symlinks: copying them
+/// took most of a machine's creation time).
+pub const ETC_BOUND_DIRS: [&str; 2] = ["/etc/alternatives", "/etc/ssl/certs"];
+
 /// Prefix of every machine root in the host temp dir.
 pub const ROOT_PREFIX: &str = "shellbox-local-";
 
@@ -31,9 +39,11 @@ fn io(op: &str, path: &Path, e: std::io::Error) -> Error {
 }
 
 /// Creates a private root in the host temp dir: mode 0755 with `etc` (copies of
-/// [`ETC_COPIES`]), empty `sys` and `opt`, `tmp` and `home/shellbox` (mode 1777), the
+/// [`ETC_COPIES`], empty mount points for the [`ETC_BOUND_DIRS`] that are directories),
+/// empty `sys` and `opt`, `tmp` and `home/shellbox` (mode 1777), the
 /// merged-`/usr` symlinks of the host, mount points for the system directories, `/dev`,
-/// `/proc` and every mount, and the workdir. On error the partial root is removed.
+/// `/proc` and every mount, and the workdir. Returns the root and the host directories to
+/// bind read-only over the private `/etc`. On error the partial root is removed.
 ///
 /// # Errors
 /// [`Error::Io`] when the host refuses a step.
@@ -41,14 +51,14 @@ pub fn create_root(
     facts: &HostFacts,
     mounts: &[ReadOnlyMount],
     workdir: &str,
-) -> Result<PathBuf, Error> {
+) -> Result<(PathBuf, Vec<PathBuf>), Error> {
     let dir = tempfile::Builder::new()
         .prefix(ROOT_PREFIX)
         .tempdir()
         .map_err(|e| Error::io("create machine root in the host temp dir", e))?;
     let root = dir.keep();
     match fill_root(&root, facts, mounts, workdir) {
-        Ok(()) => Ok(root),
+        Ok(etc_binds) => Ok((root, etc_binds)),
         Err(e) => {
             if let Err(re) = remove_root(&root) {
                 tracing::warn!("removing partial machine root {}: {re}", root.display());
@@ -63,7 +73,7 @@ fn fill_root(
     facts: &HostFacts,
     mounts: &[ReadOnlyMount],
     workdir: &str,
-) -> Result<(), Error> {
+) -> Result<Vec<PathBuf>, Error> {
     fs::set_permissions(root, fs::Permissions::from_mode(0o755))
         .map_err(|e| io("chmod", root, e))?;
     let mut builder = fs::DirBuilder::new();
@@ -78,12 +88,18 @@ fn fill_root(
         fs::set_permissions(&p, fs::Permissions::from_mode(0o1777))
             .map_err(|e| io("chmod", &p, e))?;
     }
+    let mut etc_binds = Vec::new();
     for src in ETC_COPIES {
         let src = Path::new(src);
-        if fs::symlink_metadata(src).is_err() {
+        let Ok(meta) = fs::symlink_metadata(src) else {
+            continue;
+        };
+        let dst = root.join(src.strip_prefix("/").unwrap_or(src));
+        if meta.is_dir() && ETC_BOUND_DIRS.iter().any(|d| Path::new(d) == src) {
+            builder.create(&dst).map_err(|e| io("mkdir", &dst, e))?;
+            etc_binds.push(src.to_path_buf());
             continue;
         }
-        let dst = root.join(src.strip_prefix("/").unwrap_or(src));
         if let Some(parent) = dst.parent() {
             builder.create(parent).map_err(|e| io("mkdir", parent, e))?;
         }
@@ -112,7 +128,7 @@ fn fill_root(
         let p = root.join(&workdir[1..]);
         builder.create(&p).map_err(|e| io("mkdir", &p, e))?;
     }
-    Ok(())
+    Ok(etc_binds)
 }
 
 /// Mount points of this process's mount namespace at or below `dir`, from field 5 of
