@@ -1,0 +1,239 @@
+//! The simulator's own behaviour: spec checks, budgets, virtual time, the virtual
+//! filesystem, the unsupported-feature record.
+
+use std::time::{Duration, Instant};
+
+use shellbox_core::{Command, Error, ExitReason, Machine, MachineFactory, MachineSpec, NetworkPolicy};
+use shellbox_sim::{SimMachine, SimMachineFactory, SimOptions};
+
+fn machine() -> SimMachine {
+    SimMachineFactory::new().create_sim(MachineSpec::sim()).unwrap()
+}
+
+fn sh(m: &SimMachine, script: &str) -> shellbox_core::CommandResult {
+    m.run_sync(Command::shell(script)).unwrap()
+}
+
+fn out(m: &SimMachine, script: &str) -> String {
+    String::from_utf8_lossy(&sh(m, script).stdout).into_owned()
+}
+
+#[test]
+fn issue_example_prints_1_2_3() {
+    let m = machine();
+    let r = m
+        .run_sync(Command::from_argv(["sh", "-c", "for i in 1 2 3; do echo $i; done"]))
+        .unwrap();
+    assert_eq!(r.stdout, "1\n2\n3\n");
+    assert_eq!(r.exit_code, Some(0));
+}
+
+#[test]
+fn spec_rejections_are_unsupported() {
+    let f = SimMachineFactory::new();
+    for spec in [
+        MachineSpec::sim().cpus(1),
+        MachineSpec::sim().gpus(1),
+        MachineSpec::sim().network(NetworkPolicy::Allow),
+        MachineSpec::host(),
+        MachineSpec::docker("busybox"),
+    ] {
+        let e = f.create_sim(spec.clone()).unwrap_err();
+        assert!(e.is_unsupported(), "{spec:?}: {e:?}");
+    }
+    assert!(matches!(
+        f.create_sim(MachineSpec::sim().workdir("rel")),
+        Err(Error::InvalidInput(_))
+    ));
+    // workdir is created at create
+    let m = f.create_sim(MachineSpec::sim().workdir("/work/deep")).unwrap();
+    assert_eq!(out(&m, "pwd"), "/work/deep\n");
+}
+
+#[test]
+fn only_root_user() {
+    let m = machine();
+    for u in ["0", "root"] {
+        assert!(m.run_sync(Command::new("true").user(u)).unwrap().success());
+    }
+    let e = m.run_sync(Command::new("true").user("nobody")).unwrap_err();
+    assert!(e.is_unsupported(), "{e:?}");
+}
+
+#[test]
+fn default_environment_is_a_root_container() {
+    let m = machine();
+    let env = out(&m, "env");
+    for line in [
+        "HOME=/root",
+        "USER=root",
+        "LANG=C.UTF-8",
+        "SHELL=/bin/bash",
+        "HOSTNAME=sandbox",
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    ] {
+        assert!(env.lines().any(|l| l == line), "{line} missing from {env}");
+    }
+    let m = SimMachineFactory::new()
+        .create_sim(MachineSpec::sim().env("HOME", "/spec").env("X", "spec"))
+        .unwrap();
+    let r = m
+        .run_sync(Command::shell("echo $HOME $X").env("X", "cmd"))
+        .unwrap();
+    assert_eq!(r.stdout, "/spec cmd\n");
+}
+
+#[test]
+fn virtual_filesystem_has_bin_and_nothing_of_the_host() {
+    let m = machine();
+    let ls = out(&m, "ls /bin");
+    for u in ["bash", "cat", "ls", "sh", "sleep", "wc"] {
+        assert!(ls.lines().any(|l| l == u), "{u} missing from /bin: {ls}");
+    }
+    assert_eq!(out(&m, "command -v ls; command -v cd; type -t echo"), "/usr/bin/ls\ncd\nbuiltin\n");
+    assert_eq!(sh(&m, "test -e /etc/passwd || echo none").stdout, "none\n");
+    assert_eq!(sh(&m, "grep x /dev/null").exit_code, Some(127));
+    // scripts with the usual shebangs run
+    let r = sh(
+        &m,
+        "printf '#!/usr/bin/env bash\\necho env-bash $1\\n' > /tmp/a; chmod +x /tmp/a; /tmp/a x; \
+         printf '#!/bin/sh\\necho sh\\n' > /tmp/b; chmod 700 /tmp/b; /tmp/b",
+    );
+    assert_eq!(r.stdout, "env-bash x\nsh\n");
+    // symlinks, hard links, modes
+    let r = sh(
+        &m,
+        "cd /tmp && echo hi > f && ln -s f l && ln f h && cat l && stat -c '%h %a' f && \
+         test -L l && echo link; chmod 600 f; stat -c %A f",
+    );
+    assert_eq!(r.stdout, "hi\n2 644\nlink\n-rw-------\n");
+}
+
+#[test]
+fn unknown_command_is_127_with_bash_message() {
+    let m = machine();
+    let r = sh(&m, "foo");
+    assert_eq!(r.exit_code, Some(127));
+    assert_eq!(r.stderr, "bash: line 1: foo: command not found\n");
+}
+
+#[test]
+fn unsupported_features_fail_visibly_and_are_recorded() {
+    let m = machine();
+    let r = sh(&m, "ls --color=never -Z /");
+    assert_eq!(r.exit_code, Some(2));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("unsupported"), "{r:?}");
+    let r = sh(&m, "coproc cat");
+    assert_eq!(r.exit_code, Some(2));
+    let u = m.unsupported();
+    assert!(u.iter().any(|x| x.contains("ls option -Z")), "{u:?}");
+    assert!(u.iter().any(|x| x.contains("coproc")), "{u:?}");
+}
+
+#[test]
+fn sleep_uses_virtual_time() {
+    let m = machine();
+    let started = Instant::now();
+    let r = m
+        .run_sync(Command::shell("echo a; sleep 3600; echo b").timeout(Duration::from_secs(1)))
+        .unwrap();
+    assert_eq!(r.reason, ExitReason::TimedOut);
+    assert_eq!(r.stdout, "a\n");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // date reads the virtual clock: 2024-01-01 plus the 1 s the timed-out sleep took
+    let r = sh(&m, "date -u +%Y-%m-%dT%H:%M; sleep 90; date +%s");
+    assert_eq!(r.stdout, "2024-01-01T00:00\n1704067291\n");
+    // timeout(1) counts virtual time too
+    assert_eq!(out(&m, "timeout 1 sleep 5; echo $?"), "124\n");
+}
+
+#[test]
+fn wall_clock_guard_stops_a_busy_loop() {
+    let m = machine();
+    let started = Instant::now();
+    let r = m
+        .run_sync(Command::shell("echo start; while :; do :; done").timeout(Duration::from_millis(300)))
+        .unwrap();
+    assert_eq!(r.reason, ExitReason::TimedOut);
+    assert_eq!(r.stdout, "start\n");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(out(&m, "echo usable"), "usable\n");
+}
+
+#[test]
+fn fuel_exhaustion_terminates_and_closes() {
+    let f = SimMachineFactory::with_options(SimOptions {
+        cpu_fuel: 10_000,
+        ..SimOptions::default()
+    });
+    let m = f.create_sim(MachineSpec::sim()).unwrap();
+    let e = m.run_sync(Command::shell("while :; do :; done")).unwrap_err();
+    match &e {
+        Error::Terminated(reason) => assert!(reason.contains("fuel"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(m.is_closed());
+    assert!(matches!(m.run_sync(Command::new("true")), Err(Error::Closed)));
+}
+
+#[test]
+fn disk_output_and_memory_budgets() {
+    let m = SimMachineFactory::new()
+        .create_sim(MachineSpec::sim().storage_mb(1))
+        .unwrap();
+    let e = m
+        .run_sync(Command::shell("s=xxxxxxxxxxxxxxxx; while :; do echo $s$s$s$s >> /tmp/big; done"))
+        .unwrap_err();
+    assert!(matches!(&e, Error::Terminated(r) if r.contains("disk")), "{e:?}");
+    assert!(m.is_closed());
+
+    let f = SimMachineFactory::with_options(SimOptions {
+        output_bytes: 1000,
+        ..SimOptions::default()
+    });
+    let m = f.create_sim(MachineSpec::sim()).unwrap();
+    assert!(m.run_sync(Command::shell("echo small")).is_ok());
+    let e = m.run_sync(Command::shell("while :; do echo flood; done")).unwrap_err();
+    assert!(matches!(&e, Error::Terminated(r) if r.contains("output")), "{e:?}");
+
+    let m = SimMachineFactory::new()
+        .create_sim(MachineSpec::sim().memory_mb(1))
+        .unwrap();
+    let e = m
+        .run_sync(Command::shell("x=$(while :; do echo 0123456789abcdef; done)"))
+        .unwrap_err();
+    assert!(matches!(&e, Error::Terminated(r) if r.contains("memory")), "{e:?}");
+}
+
+#[test]
+fn deterministic_across_machines() {
+    let script = "echo $$ $RANDOM; sleep 1 & echo $!; wait; date +%s; (echo $BASHPID)";
+    let a = out(&machine(), script);
+    let b = out(&machine(), script);
+    assert_eq!(a, b);
+}
+
+#[tokio::test]
+async fn machine_trait_and_factory_trait() {
+    let f: Box<dyn MachineFactory> = Box::new(SimMachineFactory::new());
+    assert_eq!(f.backend(), "sim");
+    let m = f.create(MachineSpec::sim()).await.unwrap();
+    let r = m.run(Command::shell("echo hi")).await.unwrap();
+    assert_eq!(r.stdout, "hi\n");
+    m.close().await.unwrap();
+    assert!(matches!(m.run(Command::new("true")).await, Err(Error::Closed)));
+}
+
+#[test]
+fn upload_refuses_to_follow_guest_symlinks() {
+    let m = machine();
+    sh(&m, "mkdir -p /tmp/real && ln -s /tmp/real /tmp/link");
+    let host = tempfile::tempdir().unwrap();
+    let file = host.path().join("f");
+    std::fs::write(&file, b"x").unwrap();
+    let e = m.upload_sync(&file, "/tmp/link/f").unwrap_err();
+    assert!(matches!(e, Error::Transfer { .. }), "{e:?}");
+    let e = m.upload_sync(&file, "/tmp/link").unwrap_err();
+    assert!(matches!(e, Error::Transfer { .. }), "{e:?}");
+    assert_eq!(out(&m, "ls /tmp/real | wc -l"), "0\n");
+}
