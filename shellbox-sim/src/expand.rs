@@ -901,7 +901,13 @@ impl Interp<'_> {
                     T::ToUpperCase => map_pv(v, |s| s.to_uppercase()),
                     T::ToLowerCase => map_pv(v, |s| s.to_lowercase()),
                     T::CapitalizeInitial => map_pv(v, |s| cap_first(&s, true)),
-                    T::Quoted => map_pv(v, |s| format!("'{}'", s.replace('\'', "'\\''"))),
+                    T::Quoted => map_pv(v, |s| {
+                        if s.chars().any(|c| c.is_control()) {
+                            crate::utils::shell_quote(&s)
+                        } else {
+                            format!("'{}'", s.replace('\'', "'\\''"))
+                        }
+                    }),
                     T::ExpandEscapeSequences => map_pv(v, |s| ansi_c(&s)),
                     T::ToAssignmentLogic => {
                         let n = param_name(parameter);

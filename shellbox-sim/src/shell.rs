@@ -1335,6 +1335,7 @@ impl<'a> Interp<'a> {
         res?;
         let st = self.run_exit_trap(&mut sub, st)?;
         sh.subst_status = Some(st);
+        sh.status = st;
         if let Stream::Buf { data, .. } = &mut *out.borrow_mut() {
             all = std::mem::take(data);
         }

@@ -1,0 +1,79 @@
+//! Differential tests: the same scripts through the host's real `bash` and the simulator,
+//! compared byte for byte (stdout and exit status).
+
+use shellbox_core::{Command, MachineSpec};
+use shellbox_sim::SimMachineFactory;
+
+const SCRIPTS: &[&str] = &[
+    r#"x='a b  c'; set -- $x "$x"; echo $# "$2"; printf '[%s]' "$@"; echo"#,
+    r#"f() { local i=$1; (( i <= 1 )) && { echo 1; return; }; echo $(( i * $(f $((i-1))) )); }; f 10"#,
+    r#"a=(zero one two three); echo "${a[@]:1:2}" "${#a[@]}" "${!a[@]}"; a+=(x y); echo "${a[*]: -2}""#,
+    r#"declare -A m; m[k1]=v1; m[k2]=v2; echo "${m[k1]} ${#m[@]}"; for k in "${!m[@]}"; do echo "$k"; done | wc -l"#,
+    r#"s=path/to/file.tar.gz; echo ${s##*/} ${s%%.*} ${s/to/from} ${s//[aeiou]/_} ${s^^} ${#s}"#,
+    r#"i=0; out=; while (( i < 200 )); do (( i % 7 == 0 )) && out+="$i,"; ((i++)); done; echo "$out""#,
+    r#"printf '%5.2f|%-6s|%04d|%x|%o|%e\n' 3.14159 ab 42 255 8 12345.678; printf '%s-%s\n' a b c"#,
+    r#"set -e; trap 'echo "exit $?"' EXIT; f() { false; echo unreachable; }; echo start; f; echo never"#,
+    r#"case "$(echo hello)" in h*o) echo glob-ok ;; *) echo no ;; esac; [[ abc == a?c && ! -z x ]] && echo dbl"#,
+    r#"mkdir -p d/e; touch d/a.txt d/b.txt d/e/c.txt; echo d/*.txt; ls d; ls -R d; rm -r d; ls"#,
+    r#"{ echo one; echo two; } > f; while read -r l; do echo "<$l>"; done < f; wc -l < f; cat -n f; tail -n 1 f"#,
+    r#"echo $(( 2**40 )) $(( -17 / 5 )) $(( -17 % 5 )) $(( 1 << 10 )) $(( 0x1F + 010 )) $(( 7 > 3 ? 1 : 0 ))"#,
+    r#"x=5; y=${x:+set}; z=${u:-default}; : ${w:=assigned}; echo $y $z $w; echo ${#PATH} > /dev/null"#,
+    r#"for i in {1..3}; do for j in a b; do [ $j = b ] && continue; echo $i$j; done; done; echo {a..c}{1,2}"#,
+    r#"exec 3>&1; echo to-three >&3; exec 3>&-; echo "$(echo inner; exit 3)" $?; (exit 4); echo $?"#,
+    r#"seq 3 | while read n; do echo "n=$n"; done; seq -s, 1 2 9; seq 5 -2 1 | head -n 2"#,
+    r#"false | true; echo ${PIPESTATUS[@]}; set -o pipefail; false | true; echo $?"#,
+    r#"read -r a b rest <<< "one two three four"; echo "$a|$b|$rest"; IFS=: read -r x y <<< "p:q:r"; echo "$x|$y""#,
+    r#"getopts_test() { local OPTIND o; while getopts "ab:c" o; do echo "$o ${OPTARG:-}"; done; shift $((OPTIND-1)); echo "rest $*"; }; getopts_test -a -b val -c x y"#,
+    r#"v=$'tab\there'; printf '%q\n' "$v" 'a b' "it's"; echo "${v@Q}""#,
+];
+
+#[test]
+fn scripts_match_real_bash() {
+    let bash_ok = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("[ ${BASH_VERSINFO[0]} -ge 5 ]")
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !bash_ok {
+        eprintln!("SKIP scripts_match_real_bash: no bash 5 on this host");
+        return;
+    }
+    let env = [
+        ("HOME", "/root"),
+        ("HOSTNAME", "sandbox"),
+        ("LANG", "C.UTF-8"),
+        ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+        ("SHELL", "/bin/bash"),
+        ("USER", "root"),
+    ];
+    let mut failures = Vec::new();
+    for script in SCRIPTS {
+        let dir = tempfile::tempdir().unwrap();
+        let real = std::process::Command::new("bash")
+            .args(["--norc", "--noprofile", "-c", script])
+            .current_dir(dir.path())
+            .env_clear()
+            .envs(env)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let m = SimMachineFactory::new()
+            .create_sim(MachineSpec::sim().workdir("/work"))
+            .unwrap();
+        let sim = m
+            .run_sync(Command::from_argv(["bash", "-c", script]).envs(env))
+            .unwrap();
+        let real_out = String::from_utf8_lossy(&real.stdout);
+        let sim_out = String::from_utf8_lossy(&sim.stdout);
+        if real_out != sim_out || real.status.code() != sim.exit_code {
+            failures.push(format!(
+                "{script}\n  bash: {:?} {real_out:?}\n  sim:  {:?} {sim_out:?} (stderr {:?})",
+                real.status.code(),
+                sim.exit_code,
+                String::from_utf8_lossy(&sim.stderr)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+}
