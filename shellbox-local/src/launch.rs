@@ -142,36 +142,45 @@ pub(crate) fn prepare(
     })
 }
 
-/// Process groups of a machine's running commands, so `close` and `Drop` can kill them.
+/// Process groups of a machine's running commands, so `close` and `Drop` can kill them
+/// and `close` can wait until their drivers are done.
 #[derive(Default)]
 pub(crate) struct Registry {
     next: AtomicU64,
-    running: Mutex<HashMap<u64, i32>>,
+    /// Driver id -> process group, `None` once bwrap was reaped (its pid may be reused).
+    running: Mutex<HashMap<u64, Option<i32>>>,
 }
 
 impl Registry {
     fn add(&self, pgid: i32) -> u64 {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.lock().insert(id, pgid);
+        self.lock().insert(id, Some(pgid));
         id
+    }
+
+    /// Forgets the process group of a driver whose bwrap was reaped.
+    fn reaped(&self, id: u64) {
+        if let Some(entry) = self.lock().get_mut(&id) {
+            *entry = None;
+        }
     }
 
     fn remove(&self, id: u64) {
         self.lock().remove(&id);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, i32>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Option<i32>>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Number of commands still running.
+    /// Number of command drivers not yet finished.
     pub fn len(&self) -> usize {
         self.lock().len()
     }
 
-    /// SIGKILLs every running command's process group.
+    /// SIGKILLs the process group of every command whose bwrap is not yet reaped.
     pub fn kill_all(&self) {
-        for pgid in self.lock().values() {
+        for pgid in self.lock().values().flatten() {
             let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
         }
     }
@@ -337,6 +346,7 @@ pub(crate) fn spawn(prepared: Prepared, params: RunParams) -> Result<EventStream
             }
         };
         guard.armed = false;
+        registry.reaped(id);
         let mut truncated = [false, false];
         for (i, task) in [out_task, err_task].into_iter().enumerate() {
             if let Some(mut task) = task {
