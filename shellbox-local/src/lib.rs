@@ -24,6 +24,22 @@
 //! reference library's local backend (REFERENCE.md section 4) in its read-only mode.
 //! It isolates trusted commands; it is not a security boundary against hostile code.
 //!
+//! Where this backend differs from the reference:
+//!
+//! - a command that timed out keeps the output it wrote before the kill (DESIGN.md);
+//! - `/etc/alternatives` and `/etc/ssl/certs` (hundreds of symlinks each) are bound
+//!   read-only over the private `/etc` instead of copied into it: same content, and
+//!   creating a machine takes milliseconds instead of seconds;
+//! - the merged-`/usr` symlinks (`/bin -> usr/bin`, ...) are made once in the root when the
+//!   machine is created, not with `--symlink` per command (Debian's bwrap 0.8 refuses to
+//!   create one that exists, so the reference's second command on a machine fails there);
+//! - transfers never follow a symlink inside the machine, even one that stays inside it:
+//!   each guest path is opened component by component with `O_NOFOLLOW`, so a command
+//!   cannot race a check (the reference resolves the real path first, then copies);
+//! - host fds left inheritable by the calling program are not passed into sandboxes;
+//! - a mount at `/`, or in `/dev` or `/proc`, is refused like one in a system directory,
+//!   and uploads into `/dev` and `/proc` are refused like uploads into `/usr`.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), shellbox_core::Error> {
 //! use shellbox_core::{Command, Machine, MachineFactory, MachineSpec};
