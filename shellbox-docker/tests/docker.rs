@@ -100,8 +100,7 @@ fn peak_rss_kib() -> u64 {
 async fn unreachable_engine_names_where_it_looked() {
     let err = DockerMachineFactory::connect_to("unix:///nonexistent/shellbox/docker.sock")
         .await
-        .err()
-        .expect("expected an error");
+        .expect_err("expected an error");
     assert!(matches!(err, Error::Backend { .. }), "{err:?}");
     assert!(
         err.to_string()
@@ -110,13 +109,11 @@ async fn unreachable_engine_names_where_it_looked() {
     );
     let err = DockerMachineFactory::connect_to("tcp://127.0.0.1:1")
         .await
-        .err()
-        .expect("expected an error");
+        .expect_err("expected an error");
     assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
     let err = DockerMachineFactory::connect_to("ftp://nowhere")
         .await
-        .err()
-        .expect("expected an error");
+        .expect_err("expected an error");
     assert!(err.to_string().contains("ftp://nowhere"), "{err}");
 }
 
@@ -782,8 +779,7 @@ async fn downloads_refuse_entries_leaving_the_target() {
         let err = m
             .download(source, &target)
             .await
-            .err()
-            .expect("expected an error");
+            .expect_err("expected an error");
         assert!(matches!(err, Error::Transfer { .. }), "{source}: {err:?}");
         assert!(!host.path().join("outside").exists());
     }
@@ -808,8 +804,7 @@ async fn downloads_refuse_entries_leaving_the_target() {
     let err = m
         .download("/tmp/missing", &host.path().join("m"))
         .await
-        .err()
-        .expect("expected an error");
+        .expect_err("expected an error");
     assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
     m.close().await.unwrap();
 }
