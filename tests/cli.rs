@@ -29,7 +29,10 @@ fn local_available(test: &str) -> bool {
         eprintln!("SKIP {test}: no bubblewrap sandbox here: {}", stdout.trim());
         return false;
     }
-    panic!("shellbox run --backend local -- true failed: {stdout} {}", text(&out.stderr));
+    panic!(
+        "shellbox run --backend local -- true failed: {stdout} {}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -38,7 +41,10 @@ fn sim_is_the_default_backend() {
     assert_eq!(text(&out.stdout), "1\n2\n3\n", "{}", text(&out.stderr));
     assert_eq!(out.status.code(), Some(0));
     let out = run(&["run", "--", "sh", "-c", "echo hi; exit 3"]);
-    assert_eq!((text(&out.stdout), out.status.code()), ("hi\n".into(), Some(3)));
+    assert_eq!(
+        (text(&out.stdout), out.status.code()),
+        ("hi\n".into(), Some(3))
+    );
 }
 
 #[test]
@@ -54,10 +60,26 @@ fn local_exit_status_and_output() {
     if !local_available("local_exit_status_and_output") {
         return;
     }
-    let out = run(&["run", "--backend", "local", "--", "sh", "-c", "echo hi; exit 3"]);
+    let out = run(&[
+        "run",
+        "--backend",
+        "local",
+        "--",
+        "sh",
+        "-c",
+        "echo hi; exit 3",
+    ]);
     assert_eq!(text(&out.stdout), "hi\n");
     assert_eq!(out.status.code(), Some(3));
-    let out = run(&["run", "--backend", "local", "--", "sh", "-c", "echo err >&2; kill -9 $$"]);
+    let out = run(&[
+        "run",
+        "--backend",
+        "local",
+        "--",
+        "sh",
+        "-c",
+        "echo err >&2; kill -9 $$",
+    ]);
     assert_eq!(text(&out.stderr), "err\n");
     assert_eq!(out.status.code(), Some(137));
 }
@@ -69,14 +91,29 @@ fn local_timeout_exits_124_and_keeps_output() {
     }
     let start = Instant::now();
     let out = run(&[
-        "run", "--backend", "local", "--timeout", "1.5s", "--", "sh", "-c",
+        "run",
+        "--backend",
+        "local",
+        "--timeout",
+        "1.5s",
+        "--",
+        "sh",
+        "-c",
         "echo before; sleep 3600 & wait",
     ]);
     assert_eq!(out.status.code(), Some(124));
     assert_eq!(text(&out.stdout), "before\n");
     assert!(start.elapsed() < Duration::from_secs(30));
     let out = run(&[
-        "run", "--backend", "local", "--json", "--timeout", "500ms", "--", "sleep", "10",
+        "run",
+        "--backend",
+        "local",
+        "--json",
+        "--timeout",
+        "500ms",
+        "--",
+        "sleep",
+        "10",
     ]);
     assert_eq!(out.status.code(), Some(124));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -90,7 +127,15 @@ fn local_json_has_exact_bytes() {
         return;
     }
     let out = run(&[
-        "run", "--backend", "local", "--json", "--output-limit", "3", "--", "sh", "-c",
+        "run",
+        "--backend",
+        "local",
+        "--json",
+        "--output-limit",
+        "3",
+        "--",
+        "sh",
+        "-c",
         "printf 'a\\377bcdef'; printf 'E' >&2; exit 4",
     ]);
     assert_eq!(out.status.code(), Some(4));
@@ -136,7 +181,12 @@ fn local_upload_run_download_and_stdin() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"from stdin\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"from stdin\n")
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(text(&out.stdout), "done\n");
@@ -146,11 +196,20 @@ fn local_upload_run_download_and_stdin() {
     );
     // A failed transfer is shellbox's failure: 125 and one line.
     let out = run(&[
-        "run", "--backend", "local", "--download", &format!("/workspace/missing:{}", dir.path().join("m").display()),
-        "--", "true",
+        "run",
+        "--backend",
+        "local",
+        "--download",
+        &format!("/workspace/missing:{}", dir.path().join("m").display()),
+        "--",
+        "true",
     ]);
     assert_eq!(out.status.code(), Some(125));
-    assert!(text(&out.stderr).contains("missing"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("missing"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -160,7 +219,12 @@ fn local_output_streams_before_the_command_ends() {
     }
     let mut child = shellbox()
         .args([
-            "run", "--backend", "local", "--", "sh", "-c",
+            "run",
+            "--backend",
+            "local",
+            "--",
+            "sh",
+            "-c",
             "echo first; sleep 5; echo second",
         ])
         .stdout(Stdio::piped())
@@ -200,7 +264,12 @@ fn shellbox_failures_exit_125_with_one_line() {
         &["run", "--workdir", "relative", "--", "true"][..],
     ] {
         let out = run(args);
-        assert_eq!(out.status.code(), Some(125), "{args:?}: {}", text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(125),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
         assert!(text(&out.stderr).starts_with("shellbox: "), "{args:?}");
     }
     // An unsupported spec, with --json.
@@ -208,7 +277,10 @@ fn shellbox_failures_exit_125_with_one_line() {
     assert_eq!(out.status.code(), Some(125));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["error"]["kind"], "unsupported", "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("cpus"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("cpus"),
+        "{v}"
+    );
     // Missing argv.
     let out = run(&["run", "--json"]);
     assert_eq!(out.status.code(), Some(125));
@@ -238,13 +310,27 @@ fn compare_counts_corpus_cases() {
     let ids = dir.path().join("ids.txt");
     std::fs::write(&ids, "ok\npwd\n").unwrap();
     let out = run(&[
-        "compare", "--corpus", corpus.to_str().unwrap(), "--ids", ids.to_str().unwrap(), "--json",
+        "compare",
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--ids",
+        ids.to_str().unwrap(),
+        "--json",
     ]);
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!((v["passed"].as_u64(), v["failed"].as_u64()), (Some(2), Some(0)));
+    assert_eq!(
+        (v["passed"].as_u64(), v["failed"].as_u64()),
+        (Some(2), Some(0))
+    );
     assert_eq!(v["cases"].as_array().unwrap().len(), 2);
     std::fs::write(&ids, "nope\n").unwrap();
-    let out = run(&["compare", "--corpus", corpus.to_str().unwrap(), "--ids", ids.to_str().unwrap()]);
+    let out = run(&[
+        "compare",
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--ids",
+        ids.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(125));
 }

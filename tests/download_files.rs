@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use shellbox::{download_files, Command, DownloadLimits, Error, Machine, MachineFactory, MachineSpec};
+use shellbox::{
+    download_files, Command, DownloadLimits, Error, Machine, MachineFactory, MachineSpec,
+};
 
 async fn machine(test: &str) -> Option<Box<dyn Machine>> {
     match shellbox::factory(shellbox::Backend::Local).await {
@@ -59,12 +61,20 @@ async fn refuses_links_and_budgets() {
         return;
     };
     let r = m
-        .run(Command::shell(format!("{SETUP} && ln -s /app/submission /app/linkdir")))
+        .run(Command::shell(format!(
+            "{SETUP} && ln -s /app/submission /app/linkdir"
+        )))
         .await
         .unwrap();
     assert!(r.success(), "{r:?}");
-    for linked in ["/app/submission/private", "/app/linkdir/sub/n.txt", "/app/linkdir"] {
-        let err = download_files(&*m, &[linked], limits(10, 1000)).await.unwrap_err();
+    for linked in [
+        "/app/submission/private",
+        "/app/linkdir/sub/n.txt",
+        "/app/linkdir",
+    ] {
+        let err = download_files(&*m, &[linked], limits(10, 1000))
+            .await
+            .unwrap_err();
         assert!(
             matches!(&err, Error::Transfer { reason, .. } if reason.contains("links are not allowed")),
             "{linked}: {err:?}"
@@ -80,7 +90,9 @@ async fn refuses_links_and_budgets() {
     assert!(matches!(err, Error::DownloadLimitExceeded(_)), "{err:?}");
     let mut small = limits(10, 1000);
     small.max_file_bytes = 3;
-    let err = download_files(&*m, &["/app/submission"], small).await.unwrap_err();
+    let err = download_files(&*m, &["/app/submission"], small)
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Transfer { .. }), "{err:?}");
     let err = download_files(&*m, &["app/relative"], limits(10, 1000))
         .await
@@ -88,7 +100,9 @@ async fn refuses_links_and_budgets() {
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
     // A FIFO is neither file nor directory: skipped like a missing path.
     m.run(Command::shell("mkfifo /tmp/fifo")).await.unwrap();
-    let got = download_files(&*m, &["/tmp/fifo"], limits(10, 1000)).await.unwrap();
+    let got = download_files(&*m, &["/tmp/fifo"], limits(10, 1000))
+        .await
+        .unwrap();
     assert!(got.is_empty());
     m.close().await.unwrap();
     assert!(matches!(

@@ -17,10 +17,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     } else {
         (text, 1.0)
     };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?} (use e.g. 30s, 1.5s, 2m, 250ms or seconds)"))?;
+    let value: f64 = number.trim().parse().map_err(|_| {
+        format!("invalid duration {text:?} (use e.g. 30s, 1.5s, 2m, 250ms or seconds)")
+    })?;
     Duration::try_from_secs_f64(value * scale)
         .map_err(|_| format!("invalid duration {text:?}: must be finite and not negative"))
 }
@@ -68,7 +67,9 @@ pub fn parse_host_guest(text: &str) -> Result<HostGuest, String> {
         .rmatch_indices(":/")
         .next()
         .map(|(i, _)| i)
-        .ok_or_else(|| format!("expected HOST_PATH:MACHINE_PATH with an absolute machine path, got {text:?}"))?;
+        .ok_or_else(|| {
+            format!("expected HOST_PATH:MACHINE_PATH with an absolute machine path, got {text:?}")
+        })?;
     let (host, guest) = (&text[..at], &text[at + 1..]);
     if host.is_empty() {
         return Err(format!("empty host path in {text:?}"));
@@ -141,7 +142,10 @@ mod tests {
         assert!(parse_host_guest("noguest").is_err());
         assert!(parse_host_guest(":/x").is_err());
         let gh = parse_guest_host("/w/out.txt:./res:1").unwrap();
-        assert_eq!((gh.guest.as_str(), gh.host), ("/w/out.txt", PathBuf::from("./res:1")));
+        assert_eq!(
+            (gh.guest.as_str(), gh.host),
+            ("/w/out.txt", PathBuf::from("./res:1"))
+        );
         assert!(parse_guest_host("rel:x").is_err());
         assert!(parse_guest_host("/x:").is_err());
         assert_eq!(parse_env("A=b=c").unwrap(), ("A".into(), "b=c".into()));

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shellbox::{Backend, Command, Error, MachineFactory, MachineSpec};
+use shellbox::{Backend, Command, Error, Machine as _, MachineFactory, MachineSpec};
 
 use super::MachineArgs;
 
@@ -205,7 +205,12 @@ fn in_child(case: &str) -> Result<Measured, Error> {
         }
         cleaned.push(a);
     }
-    cleaned.extend(["--case".into(), case.into(), "--json".into(), "--in-process".into()]);
+    cleaned.extend([
+        "--case".into(),
+        case.into(),
+        "--json".into(),
+        "--in-process".into(),
+    ]);
     let output = std::process::Command::new(exe)
         .args(&cleaned)
         .stderr(std::process::Stdio::inherit())
@@ -294,7 +299,11 @@ async fn run_case(
             Ok(measured)
         }
         "flood_200mb_1mib" | "flood_1gb_1mib" => {
-            let bytes: u64 = if case == "flood_200mb_1mib" { 200 << 20 } else { 1 << 30 };
+            let bytes: u64 = if case == "flood_200mb_1mib" {
+                200 << 20
+            } else {
+                1 << 30
+            };
             let m = factory.create(spec.clone()).await?;
             let command = Command::from_argv(["head", "-c", &bytes.to_string(), "/dev/zero"])
                 .output_limit_bytes(1 << 20);
@@ -304,7 +313,11 @@ async fn run_case(
                 if r.stdout.len() != 1 << 20 || !r.stdout_truncated {
                     return Err(Error::backend(
                         "bench flood",
-                        format!("kept {} bytes, truncated {}", r.stdout.len(), r.stdout_truncated),
+                        format!(
+                            "kept {} bytes, truncated {}",
+                            r.stdout.len(),
+                            r.stdout_truncated
+                        ),
                     ));
                 }
                 Ok(())
@@ -313,7 +326,9 @@ async fn run_case(
             m.close().await?;
             let mut measured = r?;
             if let Some(kib) = proc_status_kib("VmHWM:") {
-                measured.extra.push(("peak_rss_kib", serde_json::json!(kib)));
+                measured
+                    .extra
+                    .push(("peak_rss_kib", serde_json::json!(kib)));
             }
             Ok(measured)
         }
@@ -431,17 +446,63 @@ fn count_files(dir: &Path, expected: usize) -> Result<(), Error> {
     }
 }
 
-#[allow(unused_variables)]
+/// `floor_bwrap_true`: the same bwrap flags a `run_true` gets, spawned directly.
+#[cfg(feature = "local")]
 async fn floor_bwrap_true(
-    factory: &Arc<dyn MachineFactory>,
+    _factory: &Arc<dyn MachineFactory>,
     spec: &MachineSpec,
     case: &str,
     runs: usize,
 ) -> Result<Measured, Error> {
-    Err(Error::unsupported("floor_bwrap_true is not wired yet"))
+    let factory = shellbox::local::LocalMachineFactory::new(Default::default())?;
+    let machine = factory.create_local(spec.clone()).await?;
+    let machine = &machine;
+    let r = time_runs(case, runs, || async move {
+        let mut command = tokio::process::Command::from(machine.floor_bwrap_true_command()?);
+        command.stdin(std::process::Stdio::null());
+        let status = command
+            .status()
+            .await
+            .map_err(|e| Error::io("spawn bwrap", e))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(Error::backend(
+                "floor_bwrap_true",
+                format!("bwrap exited with {status}"),
+            ))
+        }
+    })
+    .await;
+    machine.close().await?;
+    r
 }
 
-#[allow(unused_variables)]
+#[cfg(not(feature = "local"))]
+async fn floor_bwrap_true(
+    _: &Arc<dyn MachineFactory>,
+    _: &MachineSpec,
+    _: &str,
+    _: usize,
+) -> Result<Measured, Error> {
+    Err(Error::unsupported("this build has no local backend"))
+}
+
+/// `floor_exec_true`: a bare Engine API exec of `true` in a machine's container.
+#[cfg(feature = "docker")]
 async fn floor_exec_true(spec: &MachineSpec, case: &str, runs: usize) -> Result<Measured, Error> {
-    Err(Error::unsupported("floor_exec_true is not wired yet"))
+    let factory = shellbox::docker::DockerMachineFactory::connect().await?;
+    let machine = factory.create_machine(spec.clone()).await?;
+    let machine = &machine;
+    let r = time_runs(case, runs, || async move {
+        shellbox::docker::floor_exec_true(machine.docker(), machine.container_id()).await
+    })
+    .await;
+    machine.close().await?;
+    r
+}
+
+#[cfg(not(feature = "docker"))]
+async fn floor_exec_true(_: &MachineSpec, _: &str, _: usize) -> Result<Measured, Error> {
+    Err(Error::unsupported("this build has no docker backend"))
 }

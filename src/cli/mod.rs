@@ -122,7 +122,13 @@ impl MachineArgs {
                         Some(c) => c.clone(),
                         None => dockerfile
                             .parent()
-                            .map(|p| if p.as_os_str().is_empty() { PathBuf::from(".") } else { p.to_path_buf() })
+                            .map(|p| {
+                                if p.as_os_str().is_empty() {
+                                    PathBuf::from(".")
+                                } else {
+                                    p.to_path_buf()
+                                }
+                            })
                             .unwrap_or_else(|| PathBuf::from(".")),
                     };
                     ImageSource::Dockerfile(shellbox::DockerfileSource {
@@ -274,7 +280,14 @@ pub fn main() -> ExitCode {
         .build()
     {
         Ok(rt) => rt,
-        Err(e) => return fail(wants_json, "io", &format!("cannot start the async runtime: {e}"), None),
+        Err(e) => {
+            return fail(
+                wants_json,
+                "io",
+                &format!("cannot start the async runtime: {e}"),
+                None,
+            )
+        }
     };
     let outcome = runtime.block_on(async move {
         match cli.command {
@@ -499,8 +512,24 @@ async fn gc(args: GcArgs) -> Result<ExitCode, Error> {
     match backend {
         #[cfg(feature = "docker")]
         Backend::Docker => {
-            let report = shellbox::docker::gc_default().await?;
-            println!("{report}");
+            let factory = shellbox::docker::DockerMachineFactory::connect().await?;
+            let report = shellbox::docker::gc(factory.docker()).await?;
+            for name in &report.removed {
+                println!("removed {name}");
+            }
+            for (name, why) in &report.failed {
+                eprintln!("shellbox: could not remove {name}: {why}");
+            }
+            println!(
+                "{} removed, {} kept (owner alive), {} of other hosts, {} failed",
+                report.removed.len(),
+                report.kept,
+                report.other_hosts,
+                report.failed.len()
+            );
+            if !report.failed.is_empty() {
+                return Ok(ExitCode::from(1));
+            }
             Ok(ExitCode::SUCCESS)
         }
         other => Err(Error::unsupported(format!(
