@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsString};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -20,7 +20,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use shellbox_core::capture::{pump_reader, timed_out_status, OutputKind};
 use shellbox_core::{Error, Event, EventStream, ExitReason, ExitStatus};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::sync::{mpsc, watch};
 
 use crate::plan::Limit;
@@ -318,14 +318,6 @@ pub(crate) fn spawn(prepared: Prepared, params: RunParams) -> Result<EventStream
                 tx.clone(),
             ))
         });
-        let status_task = status.map(|fd| {
-            tokio::spawn(async move {
-                let mut file = tokio::fs::File::from_std(std::fs::File::from(fd));
-                let mut text = String::new();
-                let _ = file.read_to_string(&mut text).await;
-                text
-            })
-        });
         let deadline = async {
             match timeout {
                 Some(t) => tokio::time::sleep(t).await,
@@ -360,14 +352,20 @@ pub(crate) fn spawn(prepared: Prepared, params: RunParams) -> Result<EventStream
                 }
             }
         }
-        let status_json = match status_task {
-            Some(mut task) => match tokio::time::timeout(DRAIN_GRACE, &mut task).await {
-                Ok(Ok(text)) => text,
-                _ => {
-                    task.abort();
-                    String::new()
+        // bwrap is gone, so its status pipe holds everything it wrote (a few short lines,
+        // well within the pipe buffer) and reaches EOF at once.
+        let status_json = match status {
+            Some(fd) => {
+                let read = tokio::task::spawn_blocking(move || {
+                    let mut text = String::new();
+                    let _ = std::fs::File::from(fd).read_to_string(&mut text);
+                    text
+                });
+                match tokio::time::timeout(DRAIN_GRACE, read).await {
+                    Ok(Ok(text)) => text,
+                    _ => String::new(),
                 }
-            },
+            }
             None => String::new(),
         };
         registry.remove(id);
