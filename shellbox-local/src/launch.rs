@@ -375,7 +375,7 @@ pub(crate) fn spawn(prepared: Prepared, params: RunParams) -> Result<EventStream
             Ended::TimedOut => Ok(Event::Exit(timed_out_status(truncated[0], truncated[1]))),
             Ended::Exited(_) => {
                 let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                outcome(&status_json, wait_status, &seen, truncated)
+                outcome(&label, &status_json, wait_status, &seen, truncated)
             }
         };
         let _ = tx.send(item).await;
@@ -397,6 +397,7 @@ pub fn parse_exit_code(status_json: &str) -> Option<i32> {
 /// bwrap reported is the command's (bwrap maps a signal N to 128+N); a bwrap killed by a
 /// signal reports 128+N; anything else is bwrap's own failure to set up the sandbox.
 fn outcome(
+    label: &str,
     status_json: &str,
     wait: Option<std::process::ExitStatus>,
     stderr: &[u8],
@@ -424,7 +425,7 @@ fn outcome(
                 (true, None) => "bwrap could not be waited for".to_string(),
             };
             Err(Error::backend(
-                "set up the bwrap sandbox",
+                format!("set up the bwrap sandbox for {label}"),
                 std::io::Error::other(why),
             ))
         }
@@ -449,7 +450,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("Can't find source path"), "{e}");
-        let ok = outcome(json, None, b"", [true, false]).unwrap();
+        let ok = outcome("sh", json, None, b"", [true, false]).unwrap();
         assert_eq!(
             ok,
             Event::Exit(ExitStatus {

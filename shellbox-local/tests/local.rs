@@ -964,3 +964,49 @@ async fn unsupported_specs_are_refused() {
     // check that this test's refusals made none: they fail before any root is made).
     let _ = before;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfers_cannot_be_raced_through_a_swapped_symlink() {
+    let Some(m) = machine("transfers_cannot_be_raced_through_a_swapped_symlink").await else {
+        return;
+    };
+    // A host directory the racing command keeps pointing /workspace/d at.
+    let host = tempfile::tempdir().unwrap();
+    let outside = host.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("f"), b"host-secret").unwrap();
+    let script = format!(
+        "touch /tmp/racing; while [ ! -e /tmp/stop ]; do rm -rf /workspace/d; ln -s {} /workspace/d; \
+         rm -f /workspace/d; mkdir /workspace/d; echo inside > /workspace/d/f; done",
+        outside.display()
+    );
+    let racer = m.run(Command::shell(script).timeout(Duration::from_secs(60)));
+    let transfers = async {
+        wait_for(&m.root().join("tmp/racing")).await;
+        let payload = host.path().join("payload");
+        std::fs::write(&payload, b"payload").unwrap();
+        let (mut uploads, mut downloads) = (0, 0);
+        for i in 0..300 {
+            if m.upload(&payload, "/workspace/d/up").await.is_ok() {
+                uploads += 1;
+            }
+            let target = host.path().join(format!("down-{i}"));
+            if m.download("/workspace/d/f", &target).await.is_ok() {
+                downloads += 1;
+                assert_ne!(std::fs::read(&target).unwrap(), b"host-secret");
+            }
+        }
+        std::fs::write(m.root().join("tmp/stop"), b"").unwrap();
+        (uploads, downloads)
+    };
+    let (r, (uploads, downloads)) = tokio::join!(racer, transfers);
+    assert_eq!(r.unwrap().exit_code, Some(0));
+    let entries: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(entries, ["f"], "an upload went through the symlink");
+    assert_eq!(std::fs::read(outside.join("f")).unwrap(), b"host-secret");
+    eprintln!("race: {uploads} uploads and {downloads} downloads landed inside the machine");
+    m.close().await.unwrap();
+}
