@@ -443,6 +443,7 @@ mod tests {
         assert_eq!(parse_exit_code("{ \"child-pid\": 1 }\n"), None);
         assert_eq!(parse_exit_code(""), None);
         let e = outcome(
+            "sh",
             "",
             None,
             b"bwrap: Can't find source path /x\n",
@@ -450,6 +451,23 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("Can't find source path"), "{e}");
+        assert!(e.to_string().contains("for sh"), "{e}");
+        // A bwrap killed by a signal (not by us) reports 128+N like a shell.
+        use std::os::unix::process::ExitStatusExt;
+        let killed = outcome(
+            "sh",
+            "",
+            Some(std::process::ExitStatus::from_raw(9)),
+            b"",
+            [false, false],
+        );
+        assert!(matches!(
+            killed,
+            Ok(Event::Exit(ExitStatus {
+                exit_code: Some(137),
+                ..
+            }))
+        ));
         let ok = outcome("sh", json, None, b"", [true, false]).unwrap();
         assert_eq!(
             ok,
