@@ -364,11 +364,7 @@ struct Created {
 async fn create(backend: Backend, spec: MachineSpec) -> Result<Created, Error> {
     #[cfg(feature = "sim")]
     if backend == Backend::Sim {
-        let machine = Arc::new(
-            shellbox::sim::SimMachineFactory::default()
-                .create_sim(spec)
-                .await?,
-        );
+        let machine = Arc::new(shellbox::sim::SimMachineFactory::default().create_sim(spec)?);
         return Ok(Created {
             machine: Box::new(SharedMachine(machine.clone())),
             sim: Some(machine),
