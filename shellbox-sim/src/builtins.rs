@@ -8,10 +8,55 @@ use crate::shell::{AssignVal, Ctl, DeclArg, Interp, Shell, Value, Var, R};
 use crate::vfs::Kind;
 
 const BUILTINS: &[&str] = &[
-    ".", ":", "[", "alias", "bg", "break", "builtin", "cd", "command", "continue", "declare", "dirs", "echo", "eval",
-    "exec", "exit", "export", "false", "fg", "getopts", "hash", "jobs", "kill", "let", "local", "mapfile", "popd",
-    "printf", "pushd", "pwd", "read", "readarray", "readonly", "return", "set", "shift", "shopt", "source", "test",
-    "times", "trap", "true", "type", "typeset", "ulimit", "umask", "unalias", "unset", "wait",
+    ".",
+    ":",
+    "[",
+    "alias",
+    "bg",
+    "break",
+    "builtin",
+    "cd",
+    "command",
+    "continue",
+    "declare",
+    "dirs",
+    "echo",
+    "eval",
+    "exec",
+    "exit",
+    "export",
+    "false",
+    "fg",
+    "getopts",
+    "hash",
+    "jobs",
+    "kill",
+    "let",
+    "local",
+    "mapfile",
+    "popd",
+    "printf",
+    "pushd",
+    "pwd",
+    "read",
+    "readarray",
+    "readonly",
+    "return",
+    "set",
+    "shift",
+    "shopt",
+    "source",
+    "test",
+    "times",
+    "trap",
+    "true",
+    "type",
+    "typeset",
+    "ulimit",
+    "umask",
+    "unalias",
+    "unset",
+    "wait",
 ];
 
 pub fn is_builtin(name: &str) -> bool {
@@ -43,7 +88,10 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             let n = match num_arg(args.first(), sh.status as i64) {
                 Some(n) => n,
                 None => {
-                    it.err(sh, &format!("bash: exit: {}: numeric argument required", args[0]));
+                    it.err(
+                        sh,
+                        &format!("bash: exit: {}: numeric argument required", args[0]),
+                    );
                     2
                 }
             };
@@ -53,12 +101,18 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             let n = match num_arg(args.first(), sh.status as i64) {
                 Some(n) => n,
                 None => {
-                    it.err(sh, &format!("bash: return: {}: numeric argument required", args[0]));
+                    it.err(
+                        sh,
+                        &format!("bash: return: {}: numeric argument required", args[0]),
+                    );
                     2
                 }
             };
             if sh.funcdepth == 0 && !sh.in_trap {
-                it.err(sh, "bash: return: can only `return' from a function or sourced script");
+                it.err(
+                    sh,
+                    "bash: return: can only `return' from a function or sourced script",
+                );
                 return Ok(1);
             }
             Err(Ctl::Return((n & 255) as i32))
@@ -69,7 +123,11 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
                 return Ok(0);
             }
             let n = n.min(sh.loops);
-            Err(if name == "break" { Ctl::Break(n) } else { Ctl::Continue(n) })
+            Err(if name == "break" {
+                Ctl::Break(n)
+            } else {
+                Ctl::Continue(n)
+            })
         }
         "cd" => cd(it, sh, args),
         "pushd" => {
@@ -120,7 +178,9 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
                     _ => {
                         if funcs {
                             sh.funcs.remove(a);
-                        } else if let Some((n, idx)) = a.strip_suffix(']').and_then(|x| x.split_once('[')) {
+                        } else if let Some((n, idx)) =
+                            a.strip_suffix(']').and_then(|x| x.split_once('['))
+                        {
                             let idx = idx.to_string();
                             let key = match sh.vars.get(n).map(|v| &v.value) {
                                 Some(Value::Assoc(_)) => Some(idx),
@@ -164,7 +224,11 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
                 it.err(sh, "bash: source: filename argument required");
                 return Ok(2);
             };
-            let path = if f.contains('/') { Some(f.clone()) } else { it.find_program(sh, f).or_else(|| Some(f.clone())) };
+            let path = if f.contains('/') {
+                Some(f.clone())
+            } else {
+                it.find_program(sh, f).or_else(|| Some(f.clone()))
+            };
             let data = match it.read_file(sh, path.as_deref().unwrap_or(f)) {
                 Ok(d) => d,
                 Err(_) => match it.read_file(sh, f) {
@@ -176,7 +240,11 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
                 },
             };
             let text = String::from_utf8_lossy(&data).into_owned();
-            let saved = if args.len() > 1 { Some(std::mem::replace(&mut sh.pos, args[1..].to_vec())) } else { None };
+            let saved = if args.len() > 1 {
+                Some(std::mem::replace(&mut sh.pos, args[1..].to_vec()))
+            } else {
+                None
+            };
             sh.funcdepth += 1;
             let r = it.run_script(sh, &text);
             sh.funcdepth -= 1;
@@ -250,7 +318,10 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
                 return Ok(0);
             }
             if !is_builtin(&args[0]) {
-                it.err(sh, &format!("bash: builtin: {}: not a shell builtin", args[0]));
+                it.err(
+                    sh,
+                    &format!("bash: builtin: {}: not a shell builtin", args[0]),
+                );
                 return Ok(1);
             }
             run(it, sh, args.to_vec())
@@ -364,7 +435,9 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             for a in args {
                 if a == "-n" {
                     if !sh.jobs.is_empty() {
-                        let i = (0..sh.jobs.len()).min_by_key(|&i| sh.jobs[i].finish).unwrap_or(0);
+                        let i = (0..sh.jobs.len())
+                            .min_by_key(|&i| sh.jobs[i].finish)
+                            .unwrap_or(0);
                         st = it.wait_job(sh, i)?;
                         sh.jobs.remove(i);
                     } else {
@@ -374,14 +447,22 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
                 }
                 let pid = a.trim_start_matches('%');
                 let idx = if a.starts_with('%') {
-                    pid.parse::<usize>().ok().and_then(|n| n.checked_sub(1)).filter(|&n| n < sh.jobs.len())
+                    pid.parse::<usize>()
+                        .ok()
+                        .and_then(|n| n.checked_sub(1))
+                        .filter(|&n| n < sh.jobs.len())
                 } else {
-                    pid.parse::<u32>().ok().and_then(|p| sh.jobs.iter().position(|j| j.pid == p))
+                    pid.parse::<u32>()
+                        .ok()
+                        .and_then(|p| sh.jobs.iter().position(|j| j.pid == p))
                 };
                 match idx {
                     Some(i) => st = it.wait_job(sh, i)?,
                     None => {
-                        it.err(sh, &format!("bash: wait: pid {a} is not a child of this shell"));
+                        it.err(
+                            sh,
+                            &format!("bash: wait: pid {a} is not a child of this shell"),
+                        );
                         st = 127;
                     }
                 }
@@ -393,7 +474,13 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             let now = it.w.clock_ns;
             let n = sh.jobs.len();
             for (i, j) in sh.jobs.iter().enumerate() {
-                let mark = if i + 1 == n { '+' } else if i + 2 == n { '-' } else { ' ' };
+                let mark = if i + 1 == n {
+                    '+'
+                } else if i + 2 == n {
+                    '-'
+                } else {
+                    ' '
+                };
                 let state = if j.finish > now {
                     "Running".to_string()
                 } else {
@@ -453,7 +540,10 @@ pub fn normalize(p: &str) -> String {
 }
 
 fn cd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
-    let args: Vec<&String> = args.iter().filter(|a| *a != "-L" && *a != "-P" && *a != "--").collect();
+    let args: Vec<&String> = args
+        .iter()
+        .filter(|a| *a != "-L" && *a != "-P" && *a != "--")
+        .collect();
     let target = match args.first() {
         None => match sh.get("HOME") {
             Some(h) => h,
@@ -499,7 +589,9 @@ pub fn describe(it: &mut Interp<'_>, sh: &Shell, n: &str) -> Option<(String, Str
     if is_builtin(n) {
         return Some(("builtin".into(), String::new()));
     }
-    it.find_program(sh, n).filter(|p| it.w.vfs.resolve(&sh.cwd, p, true).is_ok()).map(|p| ("file".into(), p))
+    it.find_program(sh, n)
+        .filter(|p| it.w.vfs.resolve(&sh.cwd, p, true).is_ok())
+        .map(|p| ("file".into(), p))
 }
 
 fn describe_long(n: &str, kind: &str, text: &str) -> String {
@@ -521,7 +613,39 @@ fn set_opt(sh: &mut Shell, name: &str, on: bool) -> bool {
         "noglob" | "f" => o.noglob = on,
         "xtrace" | "x" => o.xtrace = on,
         "allexport" | "a" => o.allexport = on,
-        "verbose" | "v" | "monitor" | "m" | "hashall" | "h" | "braceexpand" | "B" | "posix" | "notify" | "b" | "interactive-comments" | "emacs" | "vi" | "ignoreeof" | "histexpand" | "H" | "history" | "functrace" | "T" | "errtrace" | "E" | "physical" | "P" | "nolog" | "onecmd" | "t" | "keyword" | "k" | "privileged" | "p" | "noexec" | "n" => {}
+        "verbose"
+        | "v"
+        | "monitor"
+        | "m"
+        | "hashall"
+        | "h"
+        | "braceexpand"
+        | "B"
+        | "posix"
+        | "notify"
+        | "b"
+        | "interactive-comments"
+        | "emacs"
+        | "vi"
+        | "ignoreeof"
+        | "histexpand"
+        | "H"
+        | "history"
+        | "functrace"
+        | "T"
+        | "errtrace"
+        | "E"
+        | "physical"
+        | "P"
+        | "nolog"
+        | "onecmd"
+        | "t"
+        | "keyword"
+        | "k"
+        | "privileged"
+        | "p"
+        | "noexec"
+        | "n" => {}
         _ => return false,
     }
     true
@@ -561,7 +685,14 @@ fn set_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                 None => {
                     let o = sh.opts.clone();
                     let mut out = String::new();
-                    for (n, v) in [("errexit", o.errexit), ("noclobber", o.noclobber), ("noglob", o.noglob), ("nounset", o.nounset), ("pipefail", o.pipefail), ("xtrace", o.xtrace)] {
+                    for (n, v) in [
+                        ("errexit", o.errexit),
+                        ("noclobber", o.noclobber),
+                        ("noglob", o.noglob),
+                        ("nounset", o.nounset),
+                        ("pipefail", o.pipefail),
+                        ("xtrace", o.xtrace),
+                    ] {
                         if on {
                             out.push_str(&format!("{n:<15}\t{}\n", if v { "on" } else { "off" }));
                         } else {
@@ -631,7 +762,23 @@ fn shopt(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             "dotglob" => Some(&mut o.dotglob),
             "nocasematch" => Some(&mut o.nocasematch),
             "lastpipe" => Some(&mut o.lastpipe),
-            "expand_aliases" | "inherit_errexit" | "nocaseglob" | "checkwinsize" | "sourcepath" | "globasciiranges" | "xpg_echo" | "huponexit" | "progcomp" | "promptvars" | "interactive_comments" | "extquote" | "cmdhist" | "histappend" | "direxpand" | "dirspell" | "cdspell" => None,
+            "expand_aliases"
+            | "inherit_errexit"
+            | "nocaseglob"
+            | "checkwinsize"
+            | "sourcepath"
+            | "globasciiranges"
+            | "xpg_echo"
+            | "huponexit"
+            | "progcomp"
+            | "promptvars"
+            | "interactive_comments"
+            | "extquote"
+            | "cmdhist"
+            | "histappend"
+            | "direxpand"
+            | "dirspell"
+            | "cdspell" => None,
             _ => {
                 it.err(sh, &format!("bash: shopt: {n}: invalid shell option name"));
                 st = 1;
@@ -656,7 +803,10 @@ fn shopt(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
 }
 
 fn shell_quote_value(v: &str) -> String {
-    if !v.is_empty() && v.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:,+=@%".contains(c)) {
+    if !v.is_empty()
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:,+=@%".contains(c))
+    {
         v.to_string()
     } else {
         format!("'{}'", v.replace('\'', "'\\''"))
@@ -683,7 +833,12 @@ fn decl_line(n: &str, v: &Var) -> String {
         flags.push('-');
     }
     match &v.value {
-        Value::Str(s) => format!("declare -{flags} {n}=\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\"").replace('$', "\\$")),
+        Value::Str(s) => format!(
+            "declare -{flags} {n}=\"{}\"",
+            s.replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('$', "\\$")
+        ),
         Value::Arr(m) => {
             let items: Vec<String> = m.iter().map(|(k, v)| format!("[{k}]=\"{v}\"")).collect();
             format!("declare -{flags} {n}=({})", items.join(" "))
@@ -703,7 +858,9 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
     let mut opts_done = false;
     for a in args {
         match a {
-            DeclArg::Word(w) if !opts_done && (w.starts_with('-') || w.starts_with('+')) && w.len() > 1 => {
+            DeclArg::Word(w)
+                if !opts_done && (w.starts_with('-') || w.starts_with('+')) && w.len() > 1 =>
+            {
                 if w == "--" {
                     opts_done = true;
                 } else if let Some(f) = w.strip_prefix('-') {
@@ -729,7 +886,8 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
     let integer = flags_on.contains('i');
     let func = flags_on.contains('f') || flags_on.contains('F');
     let print = flags_on.contains('p');
-    let local = cmd == "local" || ((cmd == "declare" || cmd == "typeset") && sh.funcdepth > 0 && !flags_on.contains('g'));
+    let local = cmd == "local"
+        || ((cmd == "declare" || cmd == "typeset") && sh.funcdepth > 0 && !flags_on.contains('g'));
     if items.is_empty() {
         // listing
         let mut names: Vec<String> = sh.vars.keys().cloned().collect();
@@ -767,7 +925,12 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
                         Some(x) => (x, true),
                         None => (n, false),
                     };
-                    (n.to_string(), Some(AssignVal::Scalar(v.to_string())), app, None)
+                    (
+                        n.to_string(),
+                        Some(AssignVal::Scalar(v.to_string())),
+                        app,
+                        None,
+                    )
                 }
                 None => (w.clone(), None, false, None),
             },
@@ -776,7 +939,12 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
                     ast::AssignmentName::ArrayElementName(_, i) => Some(i.clone()),
                     _ => None,
                 };
-                (crate::shell::assign_name(a).to_string(), Some(v.clone()), a.append, elem)
+                (
+                    crate::shell::assign_name(a).to_string(),
+                    Some(v.clone()),
+                    a.append,
+                    elem,
+                )
             }
         };
         if print {
@@ -803,7 +971,10 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
             continue;
         }
         if !valid_name(&name) {
-            it.err(sh, &format!("bash: {cmd}: `{name}': not a valid identifier"));
+            it.err(
+                sh,
+                &format!("bash: {cmd}: `{name}': not a valid identifier"),
+            );
             st = 1;
             continue;
         }
@@ -818,7 +989,11 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
                         sh.vars.insert(
                             name.clone(),
                             Var {
-                                value: if assoc { Value::Assoc(BTreeMap::new()) } else { Value::Arr(BTreeMap::new()) },
+                                value: if assoc {
+                                    Value::Assoc(BTreeMap::new())
+                                } else {
+                                    Value::Arr(BTreeMap::new())
+                                },
                                 exported: false,
                                 readonly: false,
                                 integer,
@@ -829,9 +1004,7 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
                     } else if let Some(k) = keep {
                         // `local x` keeps nothing of the outer value, but remains declared
                         let _ = k;
-                        sh.vars.insert(name.clone(), Var::s(String::new()));
-                        sh.vars.get_mut(&name).map(|v| v.integer = integer);
-                        // bash: declared but unset; approximate as empty
+                        // bash: declared but unset
                         sh.vars.remove(&name);
                     }
                 } else {
@@ -840,9 +1013,25 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
             }
         }
         if assoc && !matches!(sh.vars.get(&name).map(|v| &v.value), Some(Value::Assoc(_))) {
-            sh.vars.insert(name.clone(), Var { value: Value::Assoc(BTreeMap::new()), exported: false, readonly: false, integer: false });
+            sh.vars.insert(
+                name.clone(),
+                Var {
+                    value: Value::Assoc(BTreeMap::new()),
+                    exported: false,
+                    readonly: false,
+                    integer: false,
+                },
+            );
         } else if array && !sh.vars.contains_key(&name) {
-            sh.vars.insert(name.clone(), Var { value: Value::Arr(BTreeMap::new()), exported: false, readonly: false, integer: false });
+            sh.vars.insert(
+                name.clone(),
+                Var {
+                    value: Value::Arr(BTreeMap::new()),
+                    exported: false,
+                    readonly: false,
+                    integer: false,
+                },
+            );
         }
         if integer {
             if let Some(v) = sh.vars.get_mut(&name) {
@@ -901,7 +1090,8 @@ fn it_mark_export(_sh: &mut Shell, _name: &str) {}
 
 pub fn valid_name(n: &str) -> bool {
     let mut c = n.chars();
-    matches!(c.next(), Some(f) if f.is_ascii_alphabetic() || f == '_') && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
+    matches!(c.next(), Some(f) if f.is_ascii_alphabetic() || f == '_')
+        && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
 }
 
 fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
@@ -974,7 +1164,10 @@ fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         i += 1;
     }
     if sh.get_fd(fd).is_none() {
-        it.err(sh, &format!("bash: read: {fd}: invalid file descriptor: Bad file descriptor"));
+        it.err(
+            sh,
+            &format!("bash: read: {fd}: invalid file descriptor: Bad file descriptor"),
+        );
         return Ok(1);
     }
     // read a logical line
@@ -1033,7 +1226,7 @@ fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     if exact || nchars.is_some() && names.len() <= 1 && arr.is_none() {
         let n = names.first().cloned().unwrap_or_else(|| "REPLY".into());
         let _ = sh.set(&n, text.clone());
-        return Ok(if any && (got_delim || exact) { 0 } else if any { 1 } else { 1 });
+        return Ok(if any && (got_delim || exact) { 0 } else { 1 });
     }
     if let Some(a) = arr {
         let mut fields = Vec::new();
@@ -1059,11 +1252,27 @@ fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                 i += 1;
             }
         }
-        let m: BTreeMap<i64, String> = fields.into_iter().enumerate().map(|(i, f)| (i as i64, f)).collect();
-        sh.vars.insert(a, Var { value: Value::Arr(m), exported: false, readonly: false, integer: false });
+        let m: BTreeMap<i64, String> = fields
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| (i as i64, f))
+            .collect();
+        sh.vars.insert(
+            a,
+            Var {
+                value: Value::Arr(m),
+                exported: false,
+                readonly: false,
+                integer: false,
+            },
+        );
         return Ok(if got_delim { 0 } else { 1 });
     }
-    let names = if names.is_empty() { vec!["REPLY".to_string()] } else { names };
+    let names = if names.is_empty() {
+        vec!["REPLY".to_string()]
+    } else {
+        names
+    };
     if names.len() == 1 && names[0] == "REPLY" && args.iter().all(|a| a.starts_with('-')) {
         let _ = sh.set("REPLY", text.clone());
         return Ok(if got_delim { 0 } else { 1 });
@@ -1135,7 +1344,10 @@ fn mapfile(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             }
             "-n" => {
                 i += 1;
-                count = args.get(i).and_then(|d| d.parse().ok()).filter(|&n: &usize| n > 0);
+                count = args
+                    .get(i)
+                    .and_then(|d| d.parse().ok())
+                    .filter(|&n: &usize| n > 0);
             }
             "-s" => {
                 i += 1;
@@ -1149,7 +1361,9 @@ fn mapfile(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let mut k = 0i64;
     let mut seen = 0usize;
     while count.is_none_or(|c| (k as usize) < c) {
-        let Some((mut chunk, found)) = it.read_until(sh, fd, delim, None) else { break };
+        let Some((mut chunk, found)) = it.read_until(sh, fd, delim, None) else {
+            break;
+        };
         seen += 1;
         if seen <= skip {
             continue;
@@ -1160,7 +1374,15 @@ fn mapfile(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         m.insert(k, String::from_utf8_lossy(&chunk).into_owned());
         k += 1;
     }
-    sh.vars.insert(name, Var { value: Value::Arr(m), exported: false, readonly: false, integer: false });
+    sh.vars.insert(
+        name,
+        Var {
+            value: Value::Arr(m),
+            exported: false,
+            readonly: false,
+            integer: false,
+        },
+    );
     Ok(0)
 }
 
@@ -1170,28 +1392,42 @@ fn trap(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         keys.sort();
         let mut out = String::new();
         for k in keys {
-            out.push_str(&format!("trap -- '{}' {k}\n", sh.traps[k].replace('\'', "'\\''")));
+            out.push_str(&format!(
+                "trap -- '{}' {k}\n",
+                sh.traps[k].replace('\'', "'\\''")
+            ));
         }
         it.out(sh, &out)?;
         return Ok(0);
     }
     if args[0] == "-l" {
-        it.out(sh, " 1) SIGHUP\t 2) SIGINT\t 3) SIGQUIT\t 9) SIGKILL\t15) SIGTERM\n")?;
+        it.out(
+            sh,
+            " 1) SIGHUP\t 2) SIGINT\t 3) SIGQUIT\t 9) SIGKILL\t15) SIGTERM\n",
+        )?;
         return Ok(0);
     }
-    let (action, sigs) = if args.len() == 1 || args[0] == "-" || args[0].parse::<u32>().is_ok() && args.len() == 1 {
-        (None, &args[..])
-    } else {
-        let a = if args[0] == "-" { None } else { Some(args[0].clone()) };
-        (a, &args[1..])
-    };
+    let (action, sigs) =
+        if args.len() == 1 || args[0] == "-" || args[0].parse::<u32>().is_ok() && args.len() == 1 {
+            (None, args)
+        } else {
+            let a = if args[0] == "-" {
+                None
+            } else {
+                Some(args[0].clone())
+            };
+            (a, &args[1..])
+        };
     let action = if args[0] == "-" { None } else { action };
     let sigs = if args[0] == "-" { &args[1..] } else { sigs };
     for s in sigs {
         let name = match crate::utils::signal_name(s) {
             Some(n) => n,
             None => {
-                it.err(sh, &format!("bash: trap: {s}: invalid signal specification"));
+                it.err(
+                    sh,
+                    &format!("bash: trap: {s}: invalid signal specification"),
+                );
                 return Ok(1);
             }
         };
@@ -1214,9 +1450,17 @@ fn getopts(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     }
     let spec = args[0].clone();
     let var = args[1].clone();
-    let params: Vec<String> = if args.len() > 2 { args[2..].to_vec() } else { sh.pos.clone() };
+    let params: Vec<String> = if args.len() > 2 {
+        args[2..].to_vec()
+    } else {
+        sh.pos.clone()
+    };
     let silent = spec.starts_with(':');
-    let mut optind: usize = sh.get("OPTIND").and_then(|s| s.parse().ok()).unwrap_or(1).max(1);
+    let mut optind: usize = sh
+        .get("OPTIND")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     if optind == 1 && sh.getopts_sub > 0 && sh.get("OPTIND").as_deref() == Some("1") {
         // reset
     }
@@ -1235,7 +1479,11 @@ fn getopts(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         }
     };
     let chars: Vec<char> = arg.chars().collect();
-    let mut sub = if sh.getopts_sub == 0 { 1 } else { sh.getopts_sub };
+    let mut sub = if sh.getopts_sub == 0 {
+        1
+    } else {
+        sh.getopts_sub
+    };
     if sub >= chars.len() {
         sub = 1;
     }
@@ -1345,30 +1593,50 @@ fn eval_test(it: &mut Interp<'_>, sh: &mut Shell, e: &ast::TestExpr) -> Result<b
     }
 }
 
-pub fn unary_test(it: &mut Interp<'_>, sh: &mut Shell, p: &ast::UnaryPredicate, s: &str) -> Result<bool, String> {
+pub fn unary_test(
+    it: &mut Interp<'_>,
+    sh: &mut Shell,
+    p: &ast::UnaryPredicate,
+    s: &str,
+) -> Result<bool, String> {
     use ast::UnaryPredicate as U;
     let stat = |it: &mut Interp<'_>, follow: bool| -> Option<crate::vfs::Inode> {
         if s.is_empty() {
             return None;
         }
-        it.w.vfs.resolve(&sh.cwd, s, follow).ok().map(|i| it.w.vfs.get(i).clone())
+        it.w.vfs
+            .resolve(&sh.cwd, s, follow)
+            .ok()
+            .map(|i| it.w.vfs.get(i).clone())
     };
     Ok(match p {
         U::StringHasZeroLength => s.is_empty(),
         U::StringHasNonZeroLength => !s.is_empty(),
         U::FileExists => stat(it, true).is_some(),
         U::FileExistsAndIsDir => stat(it, true).is_some_and(|n| n.is_dir()),
-        U::FileExistsAndIsRegularFile => stat(it, true).is_some_and(|n| matches!(n.kind, Kind::File(_) | Kind::Exe(_))),
-        U::FileExistsAndIsSymlink => stat(it, false).is_some_and(|n| matches!(n.kind, Kind::Symlink(_))),
+        U::FileExistsAndIsRegularFile => {
+            stat(it, true).is_some_and(|n| matches!(n.kind, Kind::File(_) | Kind::Exe(_)))
+        }
+        U::FileExistsAndIsSymlink => {
+            stat(it, false).is_some_and(|n| matches!(n.kind, Kind::Symlink(_)))
+        }
         U::FileExistsAndIsNotZeroLength => stat(it, true).is_some_and(|n| n.size() > 0),
         U::FileExistsAndIsReadable | U::FileExistsAndIsWritable => stat(it, true).is_some(),
-        U::FileExistsAndIsExecutable => stat(it, true).is_some_and(|n| n.is_dir() || n.mode & 0o111 != 0),
-        U::FileExistsAndIsCharSpecialFile => stat(it, true).is_some_and(|n| matches!(n.kind, Kind::Dev(_))),
-        U::FileExistsAndOwnedByEffectiveUserId | U::FileExistsAndOwnedByEffectiveGroupId => stat(it, true).is_some(),
+        U::FileExistsAndIsExecutable => {
+            stat(it, true).is_some_and(|n| n.is_dir() || n.mode & 0o111 != 0)
+        }
+        U::FileExistsAndIsCharSpecialFile => {
+            stat(it, true).is_some_and(|n| matches!(n.kind, Kind::Dev(_)))
+        }
+        U::FileExistsAndOwnedByEffectiveUserId | U::FileExistsAndOwnedByEffectiveGroupId => {
+            stat(it, true).is_some()
+        }
         U::FileExistsAndIsSetuid => stat(it, true).is_some_and(|n| n.mode & 0o4000 != 0),
         U::FileExistsAndIsSetgid => stat(it, true).is_some_and(|n| n.mode & 0o2000 != 0),
         U::FileExistsAndHasStickyBit => stat(it, true).is_some_and(|n| n.mode & 0o1000 != 0),
-        U::FileExistsAndIsBlockSpecialFile | U::FileExistsAndIsFifo | U::FileExistsAndIsSocket => false,
+        U::FileExistsAndIsBlockSpecialFile | U::FileExistsAndIsFifo | U::FileExistsAndIsSocket => {
+            false
+        }
         U::FileExistsAndModifiedSinceLastRead => false,
         U::FdIsOpenTerminal => false,
         U::ShellOptionEnabled => {
@@ -1385,7 +1653,10 @@ pub fn unary_test(it: &mut Interp<'_>, sh: &mut Shell, p: &ast::UnaryPredicate, 
             if let Some((n, idx)) = s.strip_suffix(']').and_then(|x| x.split_once('[')) {
                 match sh.vars.get(n).map(|v| &v.value) {
                     Some(Value::Assoc(m)) => m.contains_key(idx),
-                    Some(Value::Arr(m)) => idx.parse::<i64>().is_ok_and(|i| m.contains_key(&i)) || idx == "@" && !m.is_empty(),
+                    Some(Value::Arr(m)) => {
+                        idx.parse::<i64>().is_ok_and(|i| m.contains_key(&i))
+                            || idx == "@" && !m.is_empty()
+                    }
                     Some(Value::Str(_)) => idx == "0",
                     None => false,
                 }
@@ -1399,12 +1670,24 @@ pub fn unary_test(it: &mut Interp<'_>, sh: &mut Shell, p: &ast::UnaryPredicate, 
 
 fn test_int(s: &str) -> Result<i64, String> {
     let t = s.trim();
-    t.parse::<i64>().map_err(|_| format!("{s}: integer expression expected"))
+    t.parse::<i64>()
+        .map_err(|_| format!("{s}: integer expression expected"))
 }
 
-pub fn binary_test(it: &mut Interp<'_>, sh: &mut Shell, p: &ast::BinaryPredicate, a: &str, b: &str) -> R<Result<bool, String>> {
+pub fn binary_test(
+    it: &mut Interp<'_>,
+    sh: &mut Shell,
+    p: &ast::BinaryPredicate,
+    a: &str,
+    b: &str,
+) -> R<Result<bool, String>> {
     use ast::BinaryPredicate as P;
-    let mtime = |it: &mut Interp<'_>, s: &str| it.w.vfs.resolve(&sh.cwd, s, true).ok().map(|i| it.w.vfs.get(i).mtime);
+    let mtime = |it: &mut Interp<'_>, s: &str| {
+        it.w.vfs
+            .resolve(&sh.cwd, s, true)
+            .ok()
+            .map(|i| it.w.vfs.get(i).mtime)
+    };
     let arith = |it: &mut Interp<'_>, sh: &mut Shell, s: &str| -> R<Result<i64, String>> {
         // [[ ]] evaluates operands arithmetically; test/[ requires integers
         match test_int(s) {

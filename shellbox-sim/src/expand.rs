@@ -2,7 +2,10 @@
 //! splitting, pathname expansion and quote removal; `[[ ]]` evaluation.
 
 use brush_parser::ast;
-use brush_parser::word::{self, Parameter, ParameterExpr, ParameterTestType, SpecialParameter, WordPiece, WordPieceWithSource};
+use brush_parser::word::{
+    self, Parameter, ParameterExpr, ParameterTestType, SpecialParameter, WordPiece,
+    WordPieceWithSource,
+};
 
 use crate::shell::{get_elem, Ctl, Interp, Shell, Value, R};
 
@@ -150,7 +153,11 @@ pub fn brace_expand(s: &str) -> Vec<String> {
             dq = !dq;
         } else if c == '$' && !sq && i + 1 < b.len() && (b[i + 1] == '{' || b[i + 1] == '(') {
             // skip ${...} / $(...)
-            let (open, close) = if b[i + 1] == '{' { ('{', '}') } else { ('(', ')') };
+            let (open, close) = if b[i + 1] == '{' {
+                ('{', '}')
+            } else {
+                ('(', ')')
+            };
             let mut depth = 0;
             let mut j = i + 1;
             while j < b.len() {
@@ -261,7 +268,11 @@ fn seq_expand(inner: &str) -> Option<Vec<String>> {
     if parts.len() != 2 && parts.len() != 3 {
         return None;
     }
-    let step: i64 = if parts.len() == 3 { parts[2].parse().ok()? } else { 1 };
+    let step: i64 = if parts.len() == 3 {
+        parts[2].parse().ok()?
+    } else {
+        1
+    };
     let step = if step == 0 { 1 } else { step.abs() };
     if let (Ok(a), Ok(z)) = (parts[0].parse::<i64>(), parts[1].parse::<i64>()) {
         let pad = |s: &str| {
@@ -298,7 +309,8 @@ fn seq_expand(inner: &str) -> Option<Vec<String>> {
     }
     let ca: Vec<char> = parts[0].chars().collect();
     let cz: Vec<char> = parts[1].chars().collect();
-    if ca.len() == 1 && cz.len() == 1 && ca[0].is_ascii_alphabetic() && cz[0].is_ascii_alphabetic() {
+    if ca.len() == 1 && cz.len() == 1 && ca[0].is_ascii_alphabetic() && cz[0].is_ascii_alphabetic()
+    {
         let (a, z) = (ca[0] as i64, cz[0] as i64);
         let mut v = Vec::new();
         let mut x = a;
@@ -325,7 +337,14 @@ fn split_fields(fields: Vec<Field>, ifs: &str) -> Vec<Field> {
             }
             continue;
         }
-        let mut cur: Option<Field> = if f.q { Some(Field { q: true, ..Default::default() }) } else { None };
+        let mut cur: Option<Field> = if f.q {
+            Some(Field {
+                q: true,
+                ..Default::default()
+            })
+        } else {
+            None
+        };
         let mut pending_ws = false;
         let bytes = f.s.as_bytes();
         let mut i = 0;
@@ -433,10 +452,18 @@ impl Interp<'_> {
     /// Full expansion of one raw word into fields.
     pub fn expand_word(&mut self, sh: &mut Shell, raw: &str) -> R<Result<Vec<String>, i32>> {
         // fast path: plain literal
-        if !raw.is_empty() && raw.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+%@".contains(&b)) {
+        if !raw.is_empty()
+            && raw
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+%@".contains(&b))
+        {
             return Ok(Ok(vec![raw.to_string()]));
         }
-        let words = if raw.contains('{') { brace_expand(raw) } else { vec![raw.to_string()] };
+        let words = if raw.contains('{') {
+            brace_expand(raw)
+        } else {
+            vec![raw.to_string()]
+        };
         let mut out = Vec::new();
         for w in words {
             let fields = self.expand_fields(sh, &w, false)?;
@@ -471,7 +498,10 @@ impl Interp<'_> {
 
     /// Expansion without splitting or globbing (assignments, case words, here-strings).
     pub fn expand_nosplit(&mut self, sh: &mut Shell, raw: &str) -> R<Result<String, i32>> {
-        if raw.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+%@ ".contains(&b)) {
+        if raw
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+%@ ".contains(&b))
+        {
             return Ok(Ok(raw.to_string()));
         }
         let fields = self.expand_fields(sh, raw, false)?;
@@ -513,10 +543,20 @@ impl Interp<'_> {
         let mut fb = Fb::default();
         self.expand_pieces(sh, &pieces, true, &mut fb)?;
         let fields = fb.finish();
-        Ok(Ok(fields.into_iter().map(|f| f.s).collect::<Vec<_>>().join(" ")))
+        Ok(Ok(fields
+            .into_iter()
+            .map(|f| f.s)
+            .collect::<Vec<_>>()
+            .join(" ")))
     }
 
-    fn expand_pieces(&mut self, sh: &mut Shell, pieces: &[WordPieceWithSource], in_dq: bool, fb: &mut Fb) -> R<()> {
+    fn expand_pieces(
+        &mut self,
+        sh: &mut Shell,
+        pieces: &[WordPieceWithSource],
+        in_dq: bool,
+        fb: &mut Fb,
+    ) -> R<()> {
         for p in pieces {
             match &p.piece {
                 WordPiece::Text(t) => fb.push(t, if in_dq { QUO } else { LIT }),
@@ -528,7 +568,8 @@ impl Interp<'_> {
                     fb.cur.q = true;
                     fb.push(&ansi_c(t), QUO);
                 }
-                WordPiece::DoubleQuotedSequence(inner) | WordPiece::GettextDoubleQuotedSequence(inner) => {
+                WordPiece::DoubleQuotedSequence(inner)
+                | WordPiece::GettextDoubleQuotedSequence(inner) => {
                     let q_before = fb.cur.q;
                     fb.cur.q = true;
                     let empty_at = self.expand_pieces_dq(sh, inner, fb)?;
@@ -594,7 +635,12 @@ impl Interp<'_> {
     }
 
     /// Double-quoted sequence; returns whether it was a lone `"$@"` with no elements.
-    fn expand_pieces_dq(&mut self, sh: &mut Shell, inner: &[WordPieceWithSource], fb: &mut Fb) -> R<bool> {
+    fn expand_pieces_dq(
+        &mut self,
+        sh: &mut Shell,
+        inner: &[WordPieceWithSource],
+        fb: &mut Fb,
+    ) -> R<bool> {
         if inner.len() == 1 {
             if let WordPiece::ParameterExpansion(pe) = &inner[0].piece {
                 return self.expand_param(sh, pe, true, fb);
@@ -633,7 +679,9 @@ impl Interp<'_> {
                 }
             }
             Parameter::Special(sp) => match sp {
-                SpecialParameter::AllPositionalParameters { concatenate } => PV::L(sh.pos.clone(), *concatenate),
+                SpecialParameter::AllPositionalParameters { concatenate } => {
+                    PV::L(sh.pos.clone(), *concatenate)
+                }
                 SpecialParameter::PositionalParameterCount => PV::S(sh.pos.len().to_string()),
                 SpecialParameter::LastExitStatus => PV::S(sh.status.to_string()),
                 SpecialParameter::CurrentOptionFlags => {
@@ -658,12 +706,13 @@ impl Interp<'_> {
             Parameter::Named(n) => self.named_value(sh, n),
             Parameter::NamedWithIndex { name, index } => {
                 let is_assoc = matches!(sh.vars.get(name).map(|v| &v.value), Some(Value::Assoc(_)));
-                let key = if is_assoc { self.expand_nosplit_str(sh, index)? } else { index.clone() };
+                let key = if is_assoc {
+                    self.expand_nosplit_str(sh, index)?
+                } else {
+                    index.clone()
+                };
                 if name == "PIPESTATUS" {
-                    let i = match self.eval_arith_str(sh, &key)? {
-                        Ok(i) => i,
-                        Err(_) => 0,
-                    };
+                    let i = self.eval_arith_str(sh, &key)?.unwrap_or_default();
                     return Ok(match sh.pipestatus.get(i as usize) {
                         Some(s) => PV::S(s.to_string()),
                         None => PV::Unset,
@@ -683,11 +732,12 @@ impl Interp<'_> {
                             let cur = sh.vars.get(name).map(|v| v.value.clone());
                             let present = match cur {
                                 Some(Value::Arr(m)) => {
-                                    let i = match self.eval_arith_str(sh, &key)? {
-                                        Ok(i) => i,
-                                        Err(_) => 0,
+                                    let i = self.eval_arith_str(sh, &key)?.unwrap_or_default();
+                                    let i = if i < 0 {
+                                        m.keys().next_back().map(|k| k + 1).unwrap_or(0) + i
+                                    } else {
+                                        i
                                     };
-                                    let i = if i < 0 { m.keys().next_back().map(|k| k + 1).unwrap_or(0) + i } else { i };
                                     m.contains_key(&i)
                                 }
                                 Some(Value::Str(_)) => key == "0",
@@ -704,7 +754,10 @@ impl Interp<'_> {
             }
             Parameter::NamedWithAllIndices { name, concatenate } => {
                 if name == "PIPESTATUS" {
-                    return Ok(PV::L(sh.pipestatus.iter().map(|s| s.to_string()).collect(), *concatenate));
+                    return Ok(PV::L(
+                        sh.pipestatus.iter().map(|s| s.to_string()).collect(),
+                        *concatenate,
+                    ));
                 }
                 match sh.vars.get(name).map(|v| &v.value) {
                     None => PV::L(vec![], *concatenate),
@@ -748,23 +801,48 @@ impl Interp<'_> {
 
     /// Expands one parameter expression into `fb`; returns whether it was a list with no
     /// elements (for `"$@"`).
-    fn expand_param(&mut self, sh: &mut Shell, pe: &ParameterExpr, in_dq: bool, fb: &mut Fb) -> R<bool> {
+    fn expand_param(
+        &mut self,
+        sh: &mut Shell,
+        pe: &ParameterExpr,
+        in_dq: bool,
+        fb: &mut Fb,
+    ) -> R<bool> {
         let flag = if in_dq { QUO } else { EXP };
         let is_null = |v: &PV, tt: &ParameterTestType| match v {
             PV::Unset => true,
             PV::S(s) => matches!(tt, ParameterTestType::UnsetOrNull) && s.is_empty(),
-            PV::L(l, _) => l.is_empty() || (matches!(tt, ParameterTestType::UnsetOrNull) && l.iter().all(|s| s.is_empty()) && l.len() == 1),
+            PV::L(l, _) => {
+                l.is_empty()
+                    || (matches!(tt, ParameterTestType::UnsetOrNull)
+                        && l.iter().all(|s| s.is_empty())
+                        && l.len() == 1)
+            }
         };
         let v = match pe {
-            ParameterExpr::Parameter { parameter, indirect } => {
+            ParameterExpr::Parameter {
+                parameter,
+                indirect,
+            } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
-                if matches!(v, PV::Unset) && sh.opts.nounset && !matches!(parameter, Parameter::Special(_)) {
-                    self.err(sh, &format!("bash: {}: unbound variable", param_name(parameter)));
+                if matches!(v, PV::Unset)
+                    && sh.opts.nounset
+                    && !matches!(parameter, Parameter::Special(_))
+                {
+                    self.err(
+                        sh,
+                        &format!("bash: {}: unbound variable", param_name(parameter)),
+                    );
                     return Err(Ctl::Exit(127));
                 }
                 v
             }
-            ParameterExpr::UseDefaultValues { parameter, indirect, test_type, default_value } => {
+            ParameterExpr::UseDefaultValues {
+                parameter,
+                indirect,
+                test_type,
+                default_value,
+            } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
                 if is_null(&v, test_type) {
                     if let Some(d) = default_value {
@@ -775,7 +853,12 @@ impl Interp<'_> {
                 }
                 v
             }
-            ParameterExpr::AssignDefaultValues { parameter, indirect, test_type, default_value } => {
+            ParameterExpr::AssignDefaultValues {
+                parameter,
+                indirect,
+                test_type,
+                default_value,
+            } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
                 if is_null(&v, test_type) {
                     let d = match default_value {
@@ -790,7 +873,12 @@ impl Interp<'_> {
                     v
                 }
             }
-            ParameterExpr::IndicateErrorIfNullOrUnset { parameter, indirect, test_type, error_message } => {
+            ParameterExpr::IndicateErrorIfNullOrUnset {
+                parameter,
+                indirect,
+                test_type,
+                error_message,
+            } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
                 if is_null(&v, test_type) {
                     let msg = match error_message {
@@ -802,7 +890,12 @@ impl Interp<'_> {
                 }
                 v
             }
-            ParameterExpr::UseAlternativeValue { parameter, indirect, test_type, alternative_value } => {
+            ParameterExpr::UseAlternativeValue {
+                parameter,
+                indirect,
+                test_type,
+                alternative_value,
+            } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
                 if !is_null(&v, test_type) {
                     if let Some(d) = alternative_value {
@@ -812,12 +905,18 @@ impl Interp<'_> {
                 }
                 return Ok(false);
             }
-            ParameterExpr::ParameterLength { parameter, indirect } => {
+            ParameterExpr::ParameterLength {
+                parameter,
+                indirect,
+            } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
                 let n = match v {
                     PV::Unset => {
                         if sh.opts.nounset {
-                            self.err(sh, &format!("bash: {}: unbound variable", param_name(parameter)));
+                            self.err(
+                                sh,
+                                &format!("bash: {}: unbound variable", param_name(parameter)),
+                            );
                             return Err(Ctl::Exit(127));
                         }
                         0
@@ -827,10 +926,26 @@ impl Interp<'_> {
                 };
                 PV::S(n.to_string())
             }
-            ParameterExpr::RemoveSmallestSuffixPattern { parameter, indirect, pattern }
-            | ParameterExpr::RemoveLargestSuffixPattern { parameter, indirect, pattern }
-            | ParameterExpr::RemoveSmallestPrefixPattern { parameter, indirect, pattern }
-            | ParameterExpr::RemoveLargestPrefixPattern { parameter, indirect, pattern } => {
+            ParameterExpr::RemoveSmallestSuffixPattern {
+                parameter,
+                indirect,
+                pattern,
+            }
+            | ParameterExpr::RemoveLargestSuffixPattern {
+                parameter,
+                indirect,
+                pattern,
+            }
+            | ParameterExpr::RemoveSmallestPrefixPattern {
+                parameter,
+                indirect,
+                pattern,
+            }
+            | ParameterExpr::RemoveLargestPrefixPattern {
+                parameter,
+                indirect,
+                pattern,
+            } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
                 let pat = self.pattern_of(sh, pattern)?;
                 let ext = sh.opts.extglob;
@@ -842,7 +957,12 @@ impl Interp<'_> {
                 };
                 map_pv(v, |s| remove_pattern(&s, &pat, suffix, largest, ext))
             }
-            ParameterExpr::Substring { parameter, indirect, offset, length } => {
+            ParameterExpr::Substring {
+                parameter,
+                indirect,
+                offset,
+                length,
+            } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
                 let off = match self.arith_text(sh, &offset.value)? {
                     Ok(o) => o,
@@ -861,7 +981,10 @@ impl Interp<'_> {
                     },
                     None => None,
                 };
-                let is_pos = matches!(parameter, Parameter::Special(SpecialParameter::AllPositionalParameters { .. }));
+                let is_pos = matches!(
+                    parameter,
+                    Parameter::Special(SpecialParameter::AllPositionalParameters { .. })
+                );
                 match v {
                     PV::Unset => PV::Unset,
                     PV::S(s) => {
@@ -869,7 +992,9 @@ impl Interp<'_> {
                         match slice_range(chars.len(), off, len) {
                             Some((a, b)) => PV::S(chars[a..b].iter().collect()),
                             None => {
-                                if len.is_some_and(|l| l < 0) && slice_neg_err(chars.len(), off, len) {
+                                if len.is_some_and(|l| l < 0)
+                                    && slice_neg_err(chars.len(), off, len)
+                                {
                                     self.err(sh, "bash: substring expression < 0");
                                     return Err(Ctl::Exit(1));
                                 }
@@ -894,7 +1019,11 @@ impl Interp<'_> {
                     }
                 }
             }
-            ParameterExpr::Transform { parameter, indirect, op } => {
+            ParameterExpr::Transform {
+                parameter,
+                indirect,
+                op,
+            } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
                 use word::ParameterTransformOp as T;
                 match op {
@@ -919,23 +1048,45 @@ impl Interp<'_> {
                     }
                 }
             }
-            ParameterExpr::UppercaseFirstChar { parameter, indirect, .. } => {
+            ParameterExpr::UppercaseFirstChar {
+                parameter,
+                indirect,
+                ..
+            } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
                 map_pv(v, |s| cap_first(&s, true))
             }
-            ParameterExpr::LowercaseFirstChar { parameter, indirect, .. } => {
+            ParameterExpr::LowercaseFirstChar {
+                parameter,
+                indirect,
+                ..
+            } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
                 map_pv(v, |s| cap_first(&s, false))
             }
-            ParameterExpr::UppercasePattern { parameter, indirect, .. } => {
+            ParameterExpr::UppercasePattern {
+                parameter,
+                indirect,
+                ..
+            } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
                 map_pv(v, |s| s.to_uppercase())
             }
-            ParameterExpr::LowercasePattern { parameter, indirect, .. } => {
+            ParameterExpr::LowercasePattern {
+                parameter,
+                indirect,
+                ..
+            } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
                 map_pv(v, |s| s.to_lowercase())
             }
-            ParameterExpr::ReplaceSubstring { parameter, indirect, pattern, replacement, match_kind } => {
+            ParameterExpr::ReplaceSubstring {
+                parameter,
+                indirect,
+                pattern,
+                replacement,
+                match_kind,
+            } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
                 let pat = self.expand_pattern(sh, pattern)?.unwrap_or_default();
                 let rep = match replacement {
@@ -945,15 +1096,28 @@ impl Interp<'_> {
                 let ext = sh.opts.extglob;
                 map_pv(v, |s| replace_pattern(&s, &pat, &rep, match_kind, ext))
             }
-            ParameterExpr::VariableNames { prefix, concatenate } => {
-                let mut names: Vec<String> = sh.vars.keys().filter(|k| k.starts_with(prefix.as_str())).cloned().collect();
+            ParameterExpr::VariableNames {
+                prefix,
+                concatenate,
+            } => {
+                let mut names: Vec<String> = sh
+                    .vars
+                    .keys()
+                    .filter(|k| k.starts_with(prefix.as_str()))
+                    .cloned()
+                    .collect();
                 names.sort();
                 PV::L(names, *concatenate)
             }
-            ParameterExpr::MemberKeys { variable_name, concatenate } => match sh.vars.get(variable_name).map(|v| &v.value) {
+            ParameterExpr::MemberKeys {
+                variable_name,
+                concatenate,
+            } => match sh.vars.get(variable_name).map(|v| &v.value) {
                 None => PV::L(vec![], *concatenate),
                 Some(Value::Str(_)) => PV::L(vec!["0".into()], *concatenate),
-                Some(Value::Arr(m)) => PV::L(m.keys().map(|k| k.to_string()).collect(), *concatenate),
+                Some(Value::Arr(m)) => {
+                    PV::L(m.keys().map(|k| k.to_string()).collect(), *concatenate)
+                }
                 Some(Value::Assoc(m)) => PV::L(m.keys().cloned().collect(), *concatenate),
             },
         };
@@ -999,7 +1163,11 @@ impl Interp<'_> {
             let mut next = Vec::new();
             let is_meta = crate::glob::has_meta(comp, sh.opts.extglob);
             for base in &results {
-                let dir_path = if base.is_empty() { ".".to_string() } else { base.clone() };
+                let dir_path = if base.is_empty() {
+                    ".".to_string()
+                } else {
+                    base.clone()
+                };
                 if !is_meta {
                     let lit = crate::glob::unescape(comp);
                     let p = format!("{base}{lit}");
@@ -1015,9 +1183,17 @@ impl Interp<'_> {
                         if !last {
                             next.push(b.clone());
                         }
-                        let dp = if b.is_empty() { ".".to_string() } else { b.clone() };
-                        let Ok(d) = self.w.vfs.resolve(&sh.cwd, &dp, true) else { continue };
-                        let Ok(entries) = self.w.vfs.list(d) else { continue };
+                        let dp = if b.is_empty() {
+                            ".".to_string()
+                        } else {
+                            b.clone()
+                        };
+                        let Ok(d) = self.w.vfs.resolve(&sh.cwd, &dp, true) else {
+                            continue;
+                        };
+                        let Ok(entries) = self.w.vfs.list(d) else {
+                            continue;
+                        };
                         let mut subs = Vec::new();
                         for (n, ino) in entries {
                             if n.starts_with('.') && !sh.opts.dotglob {
@@ -1036,10 +1212,18 @@ impl Interp<'_> {
                     }
                     continue;
                 }
-                let Ok(d) = self.w.vfs.resolve(&sh.cwd, &dir_path, true) else { continue };
-                let Ok(entries) = self.w.vfs.list(d) else { continue };
+                let Ok(d) = self.w.vfs.resolve(&sh.cwd, &dir_path, true) else {
+                    continue;
+                };
+                let Ok(entries) = self.w.vfs.list(d) else {
+                    continue;
+                };
                 for (n, ino) in entries {
-                    if n.starts_with('.') && !comp.starts_with('.') && !comp.starts_with("\\.") && !sh.opts.dotglob {
+                    if n.starts_with('.')
+                        && !comp.starts_with('.')
+                        && !comp.starts_with("\\.")
+                        && !sh.opts.dotglob
+                    {
                         continue;
                     }
                     if crate::glob::matches(comp, &n, sh.opts.extglob) {
@@ -1047,7 +1231,11 @@ impl Interp<'_> {
                             let node = self.w.vfs.get(ino);
                             node.is_dir()
                                 || (matches!(node.kind, crate::vfs::Kind::Symlink(_))
-                                    && self.w.vfs.resolve(&sh.cwd, &format!("{base}{n}"), true).is_ok_and(|i| self.w.vfs.get(i).is_dir()))
+                                    && self
+                                        .w
+                                        .vfs
+                                        .resolve(&sh.cwd, &format!("{base}{n}"), true)
+                                        .is_ok_and(|i| self.w.vfs.get(i).is_dir()))
                         };
                         if last {
                             if trailing && !is_dir {
@@ -1077,7 +1265,7 @@ impl Interp<'_> {
                 p
             })
             .collect();
-        r.sort_by(|a, b| collate(a).cmp(&collate(b)));
+        r.sort_by(|a, b| collate(a).cmp(collate(b)));
         r.dedup();
         r
     }
@@ -1088,7 +1276,11 @@ impl Interp<'_> {
     pub fn arith_text(&mut self, sh: &mut Shell, text: &str) -> R<Result<i64, String>> {
         let expanded = if text.contains('$') || text.contains('`') {
             let fields = self.expand_fields(sh, text, true)?;
-            fields.into_iter().map(|f| f.s).collect::<Vec<_>>().join(" ")
+            fields
+                .into_iter()
+                .map(|f| f.s)
+                .collect::<Vec<_>>()
+                .join(" ")
         } else {
             text.to_string()
         };
@@ -1104,7 +1296,8 @@ impl Interp<'_> {
             Ok(e) => e,
             Err(_) => return Ok(Err(format!("{t}: syntax error in expression"))),
         };
-        self.eval_arith(sh, &expr, 0).map(|r| r.map_err(|m| format!("{t}: {m}")))
+        self.eval_arith(sh, &expr, 0)
+            .map(|r| r.map_err(|m| format!("{t}: {m}")))
     }
 
     fn arith_var(&mut self, sh: &mut Shell, name: &str, depth: u32) -> R<Result<i64, String>> {
@@ -1137,11 +1330,18 @@ impl Interp<'_> {
         }
         match brush_parser::arithmetic::parse(t) {
             Ok(e) => self.eval_arith(sh, &e, depth + 1),
-            Err(_) => Ok(Err(format!("syntax error: operand expected (error token is \"{t}\")"))),
+            Err(_) => Ok(Err(format!(
+                "syntax error: operand expected (error token is \"{t}\")"
+            ))),
         }
     }
 
-    fn arith_get(&mut self, sh: &mut Shell, t: &ast::ArithmeticTarget, depth: u32) -> R<Result<i64, String>> {
+    fn arith_get(
+        &mut self,
+        sh: &mut Shell,
+        t: &ast::ArithmeticTarget,
+        depth: u32,
+    ) -> R<Result<i64, String>> {
         match t {
             ast::ArithmeticTarget::Variable(n) => self.arith_var(sh, n, depth),
             ast::ArithmeticTarget::ArrayElement(n, idx) => {
@@ -1160,10 +1360,18 @@ impl Interp<'_> {
         }
     }
 
-    fn arith_set(&mut self, sh: &mut Shell, t: &ast::ArithmeticTarget, v: i64, depth: u32) -> R<Result<(), String>> {
+    fn arith_set(
+        &mut self,
+        sh: &mut Shell,
+        t: &ast::ArithmeticTarget,
+        v: i64,
+        depth: u32,
+    ) -> R<Result<(), String>> {
         match t {
             ast::ArithmeticTarget::Variable(n) => {
-                if let Some(Var2 { arr: true }) = sh.vars.get(n).map(|x| Var2 { arr: !matches!(x.value, Value::Str(_)) }) {
+                if let Some(Var2 { arr: true }) = sh.vars.get(n).map(|x| Var2 {
+                    arr: !matches!(x.value, Value::Str(_)),
+                }) {
                     crate::shell::set_elem(sh, n, "0", v.to_string()).ok();
                     return Ok(Ok(()));
                 }
@@ -1184,7 +1392,12 @@ impl Interp<'_> {
         }
     }
 
-    fn eval_arith(&mut self, sh: &mut Shell, e: &ast::ArithmeticExpr, depth: u32) -> R<Result<i64, String>> {
+    fn eval_arith(
+        &mut self,
+        sh: &mut Shell,
+        e: &ast::ArithmeticExpr,
+        depth: u32,
+    ) -> R<Result<i64, String>> {
         use ast::ArithmeticExpr as A;
         use ast::BinaryOperator as B;
         macro_rules! tryv {
@@ -1268,7 +1481,11 @@ impl Interp<'_> {
 
     // ---------- [[ ]] ----------
 
-    pub fn eval_ext_test(&mut self, sh: &mut Shell, e: &ast::ExtendedTestExpr) -> R<Result<bool, String>> {
+    pub fn eval_ext_test(
+        &mut self,
+        sh: &mut Shell,
+        e: &ast::ExtendedTestExpr,
+    ) -> R<Result<bool, String>> {
         use ast::ExtendedTestExpr as E;
         Ok(Ok(match e {
             E::And(a, b) => {
@@ -1305,24 +1522,38 @@ impl Interp<'_> {
                     }
                     P::StringMatchesRegex => {
                         let fields = self.expand_fields(sh, &r.value, false)?;
-                        let re: String = fields.iter().map(field_regex).collect::<Vec<_>>().join(" ");
+                        let re: String =
+                            fields.iter().map(field_regex).collect::<Vec<_>>().join(" ");
                         match regex::Regex::new(&re) {
                             Ok(rx) => match rx.captures(&ls) {
                                 Some(c) => {
                                     let mut m = std::collections::BTreeMap::new();
                                     for (i, g) in c.iter().enumerate() {
-                                        m.insert(i as i64, g.map(|g| g.as_str().to_string()).unwrap_or_default());
+                                        m.insert(
+                                            i as i64,
+                                            g.map(|g| g.as_str().to_string()).unwrap_or_default(),
+                                        );
                                     }
                                     sh.vars.insert(
                                         "BASH_REMATCH".into(),
-                                        crate::shell::Var { value: Value::Arr(m), exported: false, readonly: false, integer: false },
+                                        crate::shell::Var {
+                                            value: Value::Arr(m),
+                                            exported: false,
+                                            readonly: false,
+                                            integer: false,
+                                        },
                                     );
                                     true
                                 }
                                 None => {
                                     sh.vars.insert(
                                         "BASH_REMATCH".into(),
-                                        crate::shell::Var { value: Value::Arr(Default::default()), exported: false, readonly: false, integer: false },
+                                        crate::shell::Var {
+                                            value: Value::Arr(Default::default()),
+                                            exported: false,
+                                            readonly: false,
+                                            integer: false,
+                                        },
                                     );
                                     false
                                 }
@@ -1462,7 +1693,11 @@ fn cap_first(s: &str, upper: bool) -> String {
     let mut c = s.chars();
     match c.next() {
         Some(f) => {
-            let first: String = if upper { f.to_uppercase().collect() } else { f.to_lowercase().collect() };
+            let first: String = if upper {
+                f.to_uppercase().collect()
+            } else {
+                f.to_lowercase().collect()
+            };
             first + c.as_str()
         }
         None => String::new(),
@@ -1496,16 +1731,28 @@ fn slice_neg_err(n: usize, off: i64, len: Option<i64>) -> bool {
 }
 
 fn remove_pattern(s: &str, pat: &str, suffix: bool, largest: bool, ext: bool) -> String {
-    let idx: Vec<usize> = s.char_indices().map(|(i, _)| i).chain(std::iter::once(s.len())).collect();
+    let idx: Vec<usize> = s
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain(std::iter::once(s.len()))
+        .collect();
     if suffix {
-        let iter: Box<dyn Iterator<Item = &usize>> = if largest { Box::new(idx.iter()) } else { Box::new(idx.iter().rev()) };
+        let iter: Box<dyn Iterator<Item = &usize>> = if largest {
+            Box::new(idx.iter())
+        } else {
+            Box::new(idx.iter().rev())
+        };
         for &i in iter {
             if crate::glob::matches(pat, &s[i..], ext) {
                 return s[..i].to_string();
             }
         }
     } else {
-        let iter: Box<dyn Iterator<Item = &usize>> = if largest { Box::new(idx.iter().rev()) } else { Box::new(idx.iter()) };
+        let iter: Box<dyn Iterator<Item = &usize>> = if largest {
+            Box::new(idx.iter().rev())
+        } else {
+            Box::new(idx.iter())
+        };
         for &i in iter {
             if crate::glob::matches(pat, &s[..i], ext) {
                 return s[i..].to_string();
@@ -1515,9 +1762,19 @@ fn remove_pattern(s: &str, pat: &str, suffix: bool, largest: bool, ext: bool) ->
     s.to_string()
 }
 
-fn replace_pattern(s: &str, pat: &str, rep: &str, kind: &word::SubstringMatchKind, ext: bool) -> String {
+fn replace_pattern(
+    s: &str,
+    pat: &str,
+    rep: &str,
+    kind: &word::SubstringMatchKind,
+    ext: bool,
+) -> String {
     use word::SubstringMatchKind as K;
-    let idx: Vec<usize> = s.char_indices().map(|(i, _)| i).chain(std::iter::once(s.len())).collect();
+    let idx: Vec<usize> = s
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain(std::iter::once(s.len()))
+        .collect();
     match kind {
         K::Prefix => {
             for &j in idx.iter().rev() {

@@ -17,11 +17,7 @@ pub fn has_meta(p: &str, extglob: bool) -> bool {
         match c[i] {
             '\\' => i += 1,
             '*' | '?' => return true,
-            '[' => {
-                if bracket_end(&c, i).is_some() {
-                    return true;
-                }
-            }
+            '[' if bracket_end(&c, i).is_some() => return true,
             '@' | '!' | '+' if extglob && c.get(i + 1) == Some(&'(') => return true,
             _ => {}
         }
@@ -50,7 +46,10 @@ pub fn unescape(p: &str) -> String {
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '(' | ')' | '|' | '@' | '!' | '+') {
+        if matches!(
+            c,
+            '*' | '?' | '[' | ']' | '\\' | '(' | ')' | '|' | '@' | '!' | '+'
+        ) {
             out.push('\\');
         }
         out.push(c);
@@ -217,10 +216,7 @@ fn m(p: &[char], s: &[char], ext: bool, d: u32) -> bool {
     loop {
         if pi < p.len() {
             let c = p[pi];
-            if ext
-                && matches!(c, '@' | '!' | '+' | '*' | '?')
-                && p.get(pi + 1) == Some(&'(')
-            {
+            if ext && matches!(c, '@' | '!' | '+' | '*' | '?') && p.get(pi + 1) == Some(&'(') {
                 if let Some((end, alts)) = group_end(p, pi + 1) {
                     let rest = &p[end + 1..];
                     let tail = &s[si..];
@@ -273,12 +269,10 @@ fn m(p: &[char], s: &[char], ext: bool, d: u32) -> bool {
                         continue;
                     }
                 }
-                '\\' if pi + 1 < p.len() => {
-                    if si < s.len() && s[si] == p[pi + 1] {
-                        pi += 2;
-                        si += 1;
-                        continue;
-                    }
+                '\\' if pi + 1 < p.len() && si < s.len() && s[si] == p[pi + 1] => {
+                    pi += 2;
+                    si += 1;
+                    continue;
                 }
                 _ if c != '?' && c != '[' && c != '\\' && si < s.len() && s[si] == c => {
                     pi += 1;

@@ -120,9 +120,14 @@ impl SimMachineFactory {
             return Err(Error::unsupported("the sim backend has no gpus"));
         }
         if spec.network == NetworkPolicy::Allow {
-            return Err(Error::unsupported("the sim backend has no network (network allow)"));
+            return Err(Error::unsupported(
+                "the sim backend has no network (network allow)",
+            ));
         }
-        let disk = spec.storage_mb.map(|m| m * 1024 * 1024).unwrap_or(self.options.disk_bytes);
+        let disk = spec
+            .storage_mb
+            .map(|m| m * 1024 * 1024)
+            .unwrap_or(self.options.disk_bytes);
         let memory = self
             .options
             .memory_bytes
@@ -138,7 +143,11 @@ impl SimMachineFactory {
             unsupported: Vec::new(),
             rng: 42,
         };
-        let workdir = if spec.workdir.is_empty() { "/".to_string() } else { spec.workdir.clone() };
+        let workdir = if spec.workdir.is_empty() {
+            "/".to_string()
+        } else {
+            spec.workdir.clone()
+        };
         world
             .vfs
             .mkdir_p(&workdir, 0o755)
@@ -181,7 +190,9 @@ pub struct SimMachine {
 
 impl std::fmt::Debug for SimMachine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SimMachine").field("workdir", &self.inner.workdir).finish()
+        f.debug_struct("SimMachine")
+            .field("workdir", &self.inner.workdir)
+            .finish()
     }
 }
 
@@ -338,41 +349,66 @@ fn guest_dir_in(vfs: &mut Vfs, dir: usize, name: &str, target: &str) -> Result<u
     if let Some(i) = vfs.child(dir, name) {
         match vfs.get(i).kind {
             Kind::Symlink(_) => {
-                return Err(Error::transfer(target, format!("{name} is a symlink; refusing to follow it")))
+                return Err(Error::transfer(
+                    target,
+                    format!("{name} is a symlink; refusing to follow it"),
+                ))
             }
             Kind::Dir(..) => return Ok(i),
-            _ => return Err(Error::transfer(target, format!("{name} is not a directory"))),
+            _ => {
+                return Err(Error::transfer(
+                    target,
+                    format!("{name} is not a directory"),
+                ))
+            }
         }
     }
-    vfs.ensure_dir_in(dir, name, 0o755).map_err(|e| vfs_err(target, e))
+    vfs.ensure_dir_in(dir, name, 0o755)
+        .map_err(|e| vfs_err(target, e))
 }
 
-fn upload_one(vfs: &mut Vfs, src: &Path, meta: &std::fs::Metadata, dir: usize, name: &str, target: &str) -> Result<(), Error> {
+fn upload_one(
+    vfs: &mut Vfs,
+    src: &Path,
+    meta: &std::fs::Metadata,
+    dir: usize,
+    name: &str,
+    target: &str,
+) -> Result<(), Error> {
     if let Some(i) = vfs.child(dir, name) {
         match vfs.get(i).kind {
-            Kind::Symlink(_) => return Err(Error::transfer(target, "target is a symlink; refusing to follow it")),
+            Kind::Symlink(_) => {
+                return Err(Error::transfer(
+                    target,
+                    "target is a symlink; refusing to follow it",
+                ))
+            }
             Kind::Dir(..) => return Err(Error::transfer(target, "target is a directory")),
             _ => {}
         }
     }
     if meta.file_type().is_symlink() {
-        let t = std::fs::read_link(src).map_err(|e| Error::io(format!("readlink {}", src.display()), e))?;
+        let t = std::fs::read_link(src)
+            .map_err(|e| Error::io(format!("readlink {}", src.display()), e))?;
         vfs.put_symlink(dir, name, &t.to_string_lossy());
         return Ok(());
     }
     let data = std::fs::read(src).map_err(|e| Error::io(format!("read {}", src.display()), e))?;
-    vfs.put_file(dir, name, data, mode_of(meta)).map_err(|e| vfs_err(target, e))?;
+    vfs.put_file(dir, name, data, mode_of(meta))
+        .map_err(|e| vfs_err(target, e))?;
     Ok(())
 }
 
 fn upload_tree(vfs: &mut Vfs, src: &Path, dir: usize, target: &str) -> Result<(), Error> {
-    let rd = std::fs::read_dir(src).map_err(|e| Error::io(format!("read dir {}", src.display()), e))?;
+    let rd =
+        std::fs::read_dir(src).map_err(|e| Error::io(format!("read dir {}", src.display()), e))?;
     let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).collect();
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
         let p = e.path();
         let name = e.file_name().to_string_lossy().into_owned();
-        let meta = std::fs::symlink_metadata(&p).map_err(|er| Error::io(format!("stat {}", p.display()), er))?;
+        let meta = std::fs::symlink_metadata(&p)
+            .map_err(|er| Error::io(format!("stat {}", p.display()), er))?;
         if meta.is_dir() {
             let d = guest_dir_in(vfs, dir, &name, target)?;
             upload_tree(vfs, &p, d, target)?;
@@ -392,11 +428,18 @@ fn set_host_mode(p: &Path, mode: u32) -> Result<(), Error> {
         .map_err(|e| Error::io(format!("chmod {}", p.display()), e))
 }
 
-fn download_node(vfs: &mut Vfs, ino: usize, target: &Path, source: &str, top: bool) -> Result<(), Error> {
+fn download_node(
+    vfs: &mut Vfs,
+    ino: usize,
+    target: &Path,
+    source: &str,
+    top: bool,
+) -> Result<(), Error> {
     let node = vfs.get(ino).clone();
     match &node.kind {
         Kind::Dir(map, _) => {
-            std::fs::create_dir_all(target).map_err(|e| Error::io(format!("create {}", target.display()), e))?;
+            std::fs::create_dir_all(target)
+                .map_err(|e| Error::io(format!("create {}", target.display()), e))?;
             let entries: Vec<(String, usize)> = map.iter().map(|(k, v)| (k.clone(), *v)).collect();
             for (name, child) in entries {
                 download_node(vfs, child, &target.join(&name), source, false)?;
@@ -415,7 +458,10 @@ fn download_node(vfs: &mut Vfs, ino: usize, target: &Path, source: &str, top: bo
                 _ => Vec::new(),
             };
             if top && target.is_dir() {
-                return Err(Error::transfer(source, format!("{} is a directory", target.display())));
+                return Err(Error::transfer(
+                    source,
+                    format!("{} is a directory", target.display()),
+                ));
             }
             if let Some(parent) = target.parent() {
                 if !parent.as_os_str().is_empty() {
@@ -426,7 +472,8 @@ fn download_node(vfs: &mut Vfs, ino: usize, target: &Path, source: &str, top: bo
             if std::fs::symlink_metadata(target).is_ok_and(|m| m.file_type().is_symlink()) {
                 let _ = std::fs::remove_file(target);
             }
-            std::fs::write(target, data).map_err(|e| Error::io(format!("write {}", target.display()), e))?;
+            std::fs::write(target, data)
+                .map_err(|e| Error::io(format!("write {}", target.display()), e))?;
             set_host_mode(target, node.mode)?;
         }
     }
@@ -434,7 +481,12 @@ fn download_node(vfs: &mut Vfs, ino: usize, target: &Path, source: &str, top: bo
 }
 
 /// Runs one command over the world; `Err(reason)` when a budget ran out.
-fn execute(world: &mut World, workdir: &str, spec_env: &BTreeMap<String, String>, cmd: &Command) -> Result<CommandResult, String> {
+fn execute(
+    world: &mut World,
+    workdir: &str,
+    spec_env: &BTreeMap<String, String>,
+    cmd: &Command,
+) -> Result<CommandResult, String> {
     let limit = usize::try_from(cmd.output_limit_bytes).unwrap_or(usize::MAX);
     let pid = world.new_pid();
     let cwd = cmd.cwd.clone().unwrap_or_else(|| workdir.to_string());
@@ -462,8 +514,16 @@ fn execute(world: &mut World, workdir: &str, spec_env: &BTreeMap<String, String>
     }
     let out = Arc::new(());
     drop(out);
-    let stdout = std::rc::Rc::new(std::cell::RefCell::new(Stream::Cap { data: Vec::new(), limit, total: 0 }));
-    let stderr = std::rc::Rc::new(std::cell::RefCell::new(Stream::Cap { data: Vec::new(), limit, total: 0 }));
+    let stdout = std::rc::Rc::new(std::cell::RefCell::new(Stream::Cap {
+        data: Vec::new(),
+        limit,
+        total: 0,
+    }));
+    let stderr = std::rc::Rc::new(std::cell::RefCell::new(Stream::Cap {
+        data: Vec::new(),
+        limit,
+        total: 0,
+    }));
     sh.set_fd(0, Some(shell::buf_fd(cmd.stdin.to_vec())));
     sh.set_fd(1, Some(stdout.clone()));
     sh.set_fd(2, Some(stderr.clone()));
@@ -477,11 +537,17 @@ fn execute(world: &mut World, workdir: &str, spec_env: &BTreeMap<String, String>
         it.wall = Some((Instant::now() + t.max(Duration::from_millis(1)), id));
         top = Some(id);
     }
-    let cwd_ok = it.w.vfs.resolve("/", &cwd, true).is_ok_and(|i| it.w.vfs.get(i).is_dir());
+    let cwd_ok =
+        it.w.vfs
+            .resolve("/", &cwd, true)
+            .is_ok_and(|i| it.w.vfs.get(i).is_dir());
     let r = if cwd_ok {
         it.dispatch(&mut sh, cmd.argv.clone())
     } else {
-        it.err(&sh, &format!("bash: line 1: cd: {cwd}: No such file or directory"));
+        it.err(
+            &sh,
+            &format!("bash: line 1: cd: {cwd}: No such file or directory"),
+        );
         Ok(1)
     };
     let (code, reason) = match r {

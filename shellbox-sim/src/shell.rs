@@ -28,9 +28,20 @@ pub type R<T> = Result<T, Ctl>;
 /// An open file description.
 #[derive(Debug)]
 pub enum Stream {
-    Buf { data: Vec<u8>, pos: usize },
-    Cap { data: Vec<u8>, limit: usize, total: u64 },
-    File { ino: usize, pos: usize, append: bool },
+    Buf {
+        data: Vec<u8>,
+        pos: usize,
+    },
+    Cap {
+        data: Vec<u8>,
+        limit: usize,
+        total: u64,
+    },
+    File {
+        ino: usize,
+        pos: usize,
+        append: bool,
+    },
     Null,
     Zero,
 }
@@ -410,7 +421,11 @@ impl<'a> Interp<'a> {
                 }
                 d.extend_from_slice(data);
             }
-            Stream::Cap { data: d, limit, total } => {
+            Stream::Cap {
+                data: d,
+                limit,
+                total,
+            } => {
                 let n = data.len() as u64;
                 if self.w.output_left < n {
                     return Err(Ctl::Budget("output limit exceeded".into()));
@@ -420,11 +435,13 @@ impl<'a> Interp<'a> {
                 let room = limit.saturating_sub(d.len());
                 d.extend_from_slice(&data[..room.min(data.len())]);
             }
-            Stream::File { ino, pos, append } => match self.w.vfs.write_at(*ino, *pos, data, *append) {
-                Ok(p) => *pos = p,
-                Err(Errno::NoSpc) => return Err(Ctl::Budget("disk limit exceeded".into())),
-                Err(_) => return Ok(false),
-            },
+            Stream::File { ino, pos, append } => {
+                match self.w.vfs.write_at(*ino, *pos, data, *append) {
+                    Ok(p) => *pos = p,
+                    Err(Errno::NoSpc) => return Err(Ctl::Budget("disk limit exceeded".into())),
+                    Err(_) => return Ok(false),
+                }
+            }
             Stream::Null => {}
             Stream::Zero => return Ok(false),
         }
@@ -465,7 +482,13 @@ impl<'a> Interp<'a> {
     }
 
     /// Reads up to and including `delim` (None at EOF with nothing read).
-    pub fn read_until(&mut self, sh: &Shell, n: i32, delim: u8, max: Option<usize>) -> Option<(Vec<u8>, bool)> {
+    pub fn read_until(
+        &mut self,
+        sh: &Shell,
+        n: i32,
+        delim: u8,
+        max: Option<usize>,
+    ) -> Option<(Vec<u8>, bool)> {
         let f = sh.get_fd(n)?;
         let mut st = f.borrow_mut();
         let (data, pos): (&[u8], &mut usize) = match &mut *st {
@@ -512,7 +535,15 @@ impl<'a> Interp<'a> {
     }
 
     /// Opens a path for a redirection.
-    pub fn open(&mut self, sh: &Shell, path: &str, write: bool, append: bool, truncate: bool, noclobber: bool) -> Result<Fd, Errno> {
+    pub fn open(
+        &mut self,
+        sh: &Shell,
+        path: &str,
+        write: bool,
+        append: bool,
+        truncate: bool,
+        noclobber: bool,
+    ) -> Result<Fd, Errno> {
         match self.w.vfs.resolve(&sh.cwd, path, true) {
             Ok(ino) => {
                 let node = self.w.vfs.get(ino);
@@ -532,12 +563,20 @@ impl<'a> Interp<'a> {
                 if write && truncate {
                     self.w.vfs.truncate(ino);
                 }
-                Ok(Rc::new(RefCell::new(Stream::File { ino, pos: 0, append })))
+                Ok(Rc::new(RefCell::new(Stream::File {
+                    ino,
+                    pos: 0,
+                    append,
+                })))
             }
             Err(Errno::NoEnt) if write => {
                 let mode = 0o666 & !sh.umask;
                 let ino = self.w.vfs.create(&sh.cwd, path, mode, truncate)?;
-                Ok(Rc::new(RefCell::new(Stream::File { ino, pos: 0, append })))
+                Ok(Rc::new(RefCell::new(Stream::File {
+                    ino,
+                    pos: 0,
+                    append,
+                })))
             }
             Err(e) => Err(e),
         }
@@ -613,7 +652,11 @@ impl<'a> Interp<'a> {
             Some(s) => Some(self.run_exit_trap(&mut sub, s)?),
             None => None,
         };
-        let finish = if status.is_none() { u64::MAX } else { self.w.clock_ns };
+        let finish = if status.is_none() {
+            u64::MAX
+        } else {
+            self.w.clock_ns
+        };
         self.w.clock_ns = start;
         self.w.sync_time();
         sh.jobs.push(Job {
@@ -757,7 +800,12 @@ impl<'a> Interp<'a> {
             input = out;
         }
         let st = if sh.opts.pipefail {
-            statuses.iter().rev().find(|s| **s != 0).copied().unwrap_or(0)
+            statuses
+                .iter()
+                .rev()
+                .find(|s| **s != 0)
+                .copied()
+                .unwrap_or(0)
         } else {
             *statuses.last().unwrap_or(&0)
         };
@@ -1097,7 +1145,11 @@ impl<'a> Interp<'a> {
     // ---------- redirections ----------
 
     /// Applies redirections; `Ok(Err(status))` when one fails (message printed).
-    pub fn apply_redirs(&mut self, sh: &mut Shell, redirs: &[ast::IoRedirect]) -> R<Result<(), i32>> {
+    pub fn apply_redirs(
+        &mut self,
+        sh: &mut Shell,
+        redirs: &[ast::IoRedirect],
+    ) -> R<Result<(), i32>> {
         use ast::IoFileRedirectKind as K;
         use ast::IoRedirect as IR;
         for r in redirs {
@@ -1157,7 +1209,8 @@ impl<'a> Interp<'a> {
                         }
                         ast::IoFileRedirectTarget::ProcessSubstitution(kind, sub) => {
                             if matches!(kind, ast::ProcessSubstitutionKind::Write) {
-                                let st = self.unsupported(sh, "output process substitution >(...)")?;
+                                let st =
+                                    self.unsupported(sh, "output process substitution >(...)")?;
                                 return Ok(Err(st));
                             }
                             let data = self.capture_subshell(sh, &sub.list)?;
@@ -1426,7 +1479,13 @@ impl<'a> Interp<'a> {
         Ok(st)
     }
 
-    fn procsubst_file(&mut self, sh: &mut Shell, k: &ast::ProcessSubstitutionKind, s: &ast::SubshellCommand, files: &mut Vec<String>) -> R<String> {
+    fn procsubst_file(
+        &mut self,
+        sh: &mut Shell,
+        k: &ast::ProcessSubstitutionKind,
+        s: &ast::SubshellCommand,
+        files: &mut Vec<String>,
+    ) -> R<String> {
         if matches!(k, ast::ProcessSubstitutionKind::Write) {
             let _ = self.unsupported(sh, "output process substitution >(...)")?;
             return Ok("/dev/null".into());
@@ -1504,7 +1563,7 @@ impl<'a> Interp<'a> {
                 }
             }
         };
-        let keep_fds = is_exec && matches!(r, Ok(_));
+        let keep_fds = is_exec && r.is_ok();
         if !keep_fds {
             sh.fds = saved_fds;
         }
@@ -1521,9 +1580,15 @@ impl<'a> Interp<'a> {
         r
     }
 
-    pub fn assignment_value(&mut self, sh: &mut Shell, a: &ast::Assignment) -> R<Result<AssignVal, i32>> {
+    pub fn assignment_value(
+        &mut self,
+        sh: &mut Shell,
+        a: &ast::Assignment,
+    ) -> R<Result<AssignVal, i32>> {
         match &a.value {
-            ast::AssignmentValue::Scalar(w) => Ok(self.expand_nosplit(sh, &w.value)?.map(AssignVal::Scalar)),
+            ast::AssignmentValue::Scalar(w) => {
+                Ok(self.expand_nosplit(sh, &w.value)?.map(AssignVal::Scalar))
+            }
             ast::AssignmentValue::Array(items) => {
                 let mut out = Vec::new();
                 for (k, v) in items {
@@ -1552,12 +1617,22 @@ impl<'a> Interp<'a> {
     }
 
     /// Performs an assignment (`local_scope`: declare in the current function frame).
-    pub fn assign(&mut self, sh: &mut Shell, a: &ast::Assignment, val: AssignVal, _local: bool) -> Result<(), String> {
+    pub fn assign(
+        &mut self,
+        sh: &mut Shell,
+        a: &ast::Assignment,
+        val: AssignVal,
+        _local: bool,
+    ) -> Result<(), String> {
         match (&a.name, val) {
             (ast::AssignmentName::VariableName(n), AssignVal::Scalar(s)) => {
                 let is_int = sh.vars.get(n).is_some_and(|v| v.integer);
                 let s = if is_int {
-                    let expr = if a.append { format!("{}+({})", sh.getv(n), s) } else { s };
+                    let expr = if a.append {
+                        format!("{}+({})", sh.getv(n), s)
+                    } else {
+                        s
+                    };
                     match self.eval_arith_str(sh, &expr) {
                         Ok(Ok(v)) => v.to_string(),
                         _ => "0".into(),
@@ -1577,7 +1652,13 @@ impl<'a> Interp<'a> {
                 sh.set(n, s)
             }
             (ast::AssignmentName::VariableName(n), AssignVal::Array(items)) => {
-                let assoc = matches!(sh.vars.get(n), Some(Var { value: Value::Assoc(_), .. }));
+                let assoc = matches!(
+                    sh.vars.get(n),
+                    Some(Var {
+                        value: Value::Assoc(_),
+                        ..
+                    })
+                );
                 if let Some(v) = sh.vars.get(n) {
                     if v.readonly {
                         return Err(format!("{n}: readonly variable"));
@@ -1646,7 +1727,13 @@ impl<'a> Interp<'a> {
                 } else {
                     s
                 };
-                let is_assoc = matches!(sh.vars.get(n), Some(Var { value: Value::Assoc(_), .. }));
+                let is_assoc = matches!(
+                    sh.vars.get(n),
+                    Some(Var {
+                        value: Value::Assoc(_),
+                        ..
+                    })
+                );
                 if is_assoc {
                     set_elem(sh, n, &key, s)
                 } else {
@@ -1684,7 +1771,12 @@ impl<'a> Interp<'a> {
         self.exec_external(sh, argv)
     }
 
-    pub fn call_function(&mut self, sh: &mut Shell, body: &ast::FunctionBody, argv: Vec<String>) -> R<i32> {
+    pub fn call_function(
+        &mut self,
+        sh: &mut Shell,
+        body: &ast::FunctionBody,
+        argv: Vec<String>,
+    ) -> R<i32> {
         if sh.funcdepth > 1000 {
             self.err(sh, "bash: maximum function nesting level exceeded (1000)");
             return Err(Ctl::Exit(1));
@@ -1776,14 +1868,24 @@ impl<'a> Interp<'a> {
                         let mut parts = interp.split_whitespace();
                         let prog = parts.next().unwrap_or("");
                         let base = prog.rsplit('/').next().unwrap_or("");
-                        let base = if base == "env" { parts.next().unwrap_or("") } else { base };
+                        let base = if base == "env" {
+                            parts.next().unwrap_or("")
+                        } else {
+                            base
+                        };
                         if !matches!(base, "sh" | "bash" | "dash") {
                             self.err(sh, &format!("bash: line 1: {name}: {prog}: bad interpreter: No such file or directory"));
                             return Ok(126);
                         }
                     }
                 }
-                self.run_child_script(sh, &text, path.clone(), argv[1..].to_vec(), &Opts::default())
+                self.run_child_script(
+                    sh,
+                    &text,
+                    path.clone(),
+                    argv[1..].to_vec(),
+                    &Opts::default(),
+                )
             }
             _ => {
                 self.err(sh, &format!("bash: line 1: {name}: Permission denied"));
@@ -1793,7 +1895,14 @@ impl<'a> Interp<'a> {
     }
 
     /// A new shell process running `script` with exported variables inherited.
-    pub fn run_child_script(&mut self, sh: &mut Shell, script: &str, arg0: String, args: Vec<String>, opts: &Opts) -> R<i32> {
+    pub fn run_child_script(
+        &mut self,
+        sh: &mut Shell,
+        script: &str,
+        arg0: String,
+        args: Vec<String>,
+        opts: &Opts,
+    ) -> R<i32> {
         let pid = self.w.new_pid();
         let mut child = self.child_shell(sh, pid);
         child.arg0 = arg0;
@@ -1824,7 +1933,11 @@ impl<'a> Interp<'a> {
         child.umask = sh.umask;
         let ppid = sh.pid.to_string();
         child.vars.insert("PPID".into(), Var::s(ppid));
-        let sh_lvl = sh.get("SHLVL").and_then(|s| s.parse::<i64>().ok()).unwrap_or(0) + 1;
+        let sh_lvl = sh
+            .get("SHLVL")
+            .and_then(|s| s.parse::<i64>().ok())
+            .unwrap_or(0)
+            + 1;
         let mut v = Var::s(sh_lvl.to_string());
         v.exported = true;
         child.vars.insert("SHLVL".into(), v);
@@ -1902,7 +2015,11 @@ pub fn get_elem(it: &mut Interp<'_>, sh: &mut Shell, name: &str, key: &str) -> S
                 Ok(Ok(i)) => i,
                 _ => 0,
             };
-            let i = if i < 0 { m.keys().next_back().map(|k| k + 1).unwrap_or(0) + i } else { i };
+            let i = if i < 0 {
+                m.keys().next_back().map(|k| k + 1).unwrap_or(0) + i
+            } else {
+                i
+            };
             m.get(&i).cloned().unwrap_or_default()
         }
         Some(Value::Str(s)) => {

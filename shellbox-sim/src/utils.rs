@@ -89,7 +89,8 @@ pub fn echo(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let mut i = 0;
     while i < args.len() {
         let a = &args[i];
-        if a.len() > 1 && a.starts_with('-') && a[1..].chars().all(|c| matches!(c, 'n' | 'e' | 'E')) {
+        if a.len() > 1 && a.starts_with('-') && a[1..].chars().all(|c| matches!(c, 'n' | 'e' | 'E'))
+        {
             for c in a[1..].chars() {
                 match c {
                     'n' => newline = false,
@@ -278,7 +279,7 @@ pub fn printf_format(fmt: &str, args: &[String], errs: &mut Vec<String>) -> Vec<
                     s.push(f[j]);
                     j += 1;
                     if matches!(f[j - 1], '0'..='7' | 'x') {
-                        let maxn = if f[j - 1] == 'x' { 2 } else { 2 };
+                        let maxn = 2;
                         let mut n = 0;
                         while n < maxn && j < f.len() && f[j].is_ascii_hexdigit() {
                             s.push(f[j]);
@@ -370,7 +371,11 @@ pub fn printf_format(fmt: &str, args: &[String], errs: &mut Vec<String>) -> Vec<
                 if left {
                     format!("{s}{}", " ".repeat(fill))
                 } else if zero && numeric {
-                    let (sign, digits) = if s.starts_with('-') || s.starts_with('+') { (s[..1].to_string(), s[1..].to_string()) } else { (String::new(), s.clone()) };
+                    let (sign, digits) = if s.starts_with('-') || s.starts_with('+') {
+                        (s[..1].to_string(), s[1..].to_string())
+                    } else {
+                        (String::new(), s.clone())
+                    };
                     format!("{sign}{}{digits}", "0".repeat(fill))
                 } else {
                     format!("{}{s}", " ".repeat(fill))
@@ -395,7 +400,14 @@ pub fn printf_format(fmt: &str, args: &[String], errs: &mut Vec<String>) -> Vec<
                     }
                     s
                 }
-                'c' => pad(arg.unwrap_or_default().chars().next().map(String::from).unwrap_or_default(), false),
+                'c' => pad(
+                    arg.unwrap_or_default()
+                        .chars()
+                        .next()
+                        .map(String::from)
+                        .unwrap_or_default(),
+                    false,
+                ),
                 'd' | 'i' | 'u' | 'x' | 'X' | 'o' => {
                     let a = arg.unwrap_or_default();
                     let v = match printf_num(&a) {
@@ -403,7 +415,11 @@ pub fn printf_format(fmt: &str, args: &[String], errs: &mut Vec<String>) -> Vec<
                         Err(e) => {
                             errs.push(e);
                             // GNU: leading digits are used
-                            let d: String = a.trim().chars().take_while(|c| c.is_ascii_digit() || *c == '-').collect();
+                            let d: String = a
+                                .trim()
+                                .chars()
+                                .take_while(|c| c.is_ascii_digit() || *c == '-')
+                                .collect();
                             d.parse().unwrap_or(0)
                         }
                     };
@@ -426,7 +442,12 @@ pub fn printf_format(fmt: &str, args: &[String], errs: &mut Vec<String>) -> Vec<
                         let neg = s.starts_with('-');
                         let digits = s.trim_start_matches('-');
                         if digits.len() < p {
-                            s = format!("{}{}{}", if neg { "-" } else { "" }, "0".repeat(p - digits.len()), digits);
+                            s = format!(
+                                "{}{}{}",
+                                if neg { "-" } else { "" },
+                                "0".repeat(p - digits.len()),
+                                digits
+                            );
                         }
                     }
                     if flags.contains('+') && v >= 0 && matches!(conv, 'd' | 'i') {
@@ -460,11 +481,19 @@ pub fn printf_format(fmt: &str, args: &[String], errs: &mut Vec<String>) -> Vec<
                         }
                         _ => {
                             let p = if p == 0 { 1 } else { p };
-                            let exp = if v == 0.0 { 0 } else { v.abs().log10().floor() as i32 };
+                            let exp = if v == 0.0 {
+                                0
+                            } else {
+                                v.abs().log10().floor() as i32
+                            };
                             if exp < -4 || exp >= p as i32 {
                                 let s = format!("{:.*e}", p - 1, v);
                                 let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
-                                let m = if m.contains('.') { m.trim_end_matches('0').trim_end_matches('.') } else { m };
+                                let m = if m.contains('.') {
+                                    m.trim_end_matches('0').trim_end_matches('.')
+                                } else {
+                                    m
+                                };
                                 let e: i32 = e.parse().unwrap_or(0);
                                 format!("{m}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs())
                             } else {
@@ -512,7 +541,10 @@ pub fn printf_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32
         args = &args[1..];
     }
     let Some(fmt) = args.first() else {
-        it.err(sh, "bash: printf: usage: printf [-v var] format [arguments]");
+        it.err(
+            sh,
+            "bash: printf: usage: printf [-v var] format [arguments]",
+        );
         return Ok(2);
     };
     let mut errs = Vec::new();
@@ -565,7 +597,8 @@ pub fn signal_name(s: &str) -> Option<String> {
         return by_num(n).map(String::from);
     }
     match u.as_str() {
-        "EXIT" | "ERR" | "DEBUG" | "RETURN" | "HUP" | "INT" | "QUIT" | "ABRT" | "KILL" | "USR1" | "USR2" | "PIPE" | "ALRM" | "TERM" | "CHLD" | "CONT" | "STOP" | "TSTP" => Some(u),
+        "EXIT" | "ERR" | "DEBUG" | "RETURN" | "HUP" | "INT" | "QUIT" | "ABRT" | "KILL" | "USR1"
+        | "USR2" | "PIPE" | "ALRM" | "TERM" | "CHLD" | "CONT" | "STOP" | "TSTP" => Some(u),
         _ => None,
     }
 }
@@ -596,11 +629,17 @@ pub fn kill(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let mut i = 0;
     if let Some(a) = args.first() {
         if a == "-l" || a == "-L" {
-            it.out(sh, "HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM\n")?;
+            it.out(
+                sh,
+                "HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM\n",
+            )?;
             return Ok(0);
         }
         if a == "-s" || a == "-n" {
-            let n = args.get(1).and_then(|s| signal_name(s)).and_then(|n| signal_number(&n));
+            let n = args
+                .get(1)
+                .and_then(|s| signal_name(s))
+                .and_then(|n| signal_number(&n));
             match n {
                 Some(n) => sig = n,
                 None => {
@@ -613,7 +652,10 @@ pub fn kill(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             match signal_name(s).and_then(|n| signal_number(&n)) {
                 Some(n) => sig = n,
                 None => {
-                    it.err(sh, &format!("bash: kill: {s}: invalid signal specification"));
+                    it.err(
+                        sh,
+                        &format!("bash: kill: {s}: invalid signal specification"),
+                    );
                     return Ok(1);
                 }
             }
@@ -627,9 +669,14 @@ pub fn kill(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let mut st = 0;
     for a in &args[i..] {
         let idx = if let Some(j) = a.strip_prefix('%') {
-            j.parse::<usize>().ok().and_then(|n| n.checked_sub(1)).filter(|&n| n < sh.jobs.len())
+            j.parse::<usize>()
+                .ok()
+                .and_then(|n| n.checked_sub(1))
+                .filter(|&n| n < sh.jobs.len())
         } else {
-            a.parse::<u32>().ok().and_then(|p| sh.jobs.iter().position(|j| j.pid == p))
+            a.parse::<u32>()
+                .ok()
+                .and_then(|p| sh.jobs.iter().position(|j| j.pid == p))
         };
         if let Some(idx) = idx {
             let now = it.w.clock_ns;
@@ -649,10 +696,13 @@ pub fn kill(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                 if sig == 0 {
                     continue;
                 }
-                let name = ["", "HUP", "INT", "QUIT", "", "", "ABRT", "", "", "KILL", "USR1", "", "USR2", "PIPE", "ALRM", "TERM"]
-                    .get(sig as usize)
-                    .copied()
-                    .unwrap_or("");
+                let name = [
+                    "", "HUP", "INT", "QUIT", "", "", "ABRT", "", "", "KILL", "USR1", "", "USR2",
+                    "PIPE", "ALRM", "TERM",
+                ]
+                .get(sig as usize)
+                .copied()
+                .unwrap_or("");
                 if let Some(t) = sh.traps.get(name).cloned() {
                     if !t.is_empty() {
                         it.run_script(sh, &t)?;
@@ -695,7 +745,14 @@ fn shell_prog(it: &mut Interp<'_>, sh: &mut Shell, name: &str, args: &[String]) 
             i += 2;
             continue;
         }
-        if a == "--norc" || a == "--noprofile" || a == "--posix" || a == "-l" || a == "--login" || a == "-i" || a == "-s" {
+        if a == "--norc"
+            || a == "--noprofile"
+            || a == "--posix"
+            || a == "-l"
+            || a == "--login"
+            || a == "-i"
+            || a == "-s"
+        {
             i += 1;
             continue;
         }
@@ -726,11 +783,19 @@ fn shell_prog(it: &mut Interp<'_>, sh: &mut Shell, name: &str, args: &[String]) 
         };
         script = Some(s.clone());
         let arg0 = rest.get(1).cloned().unwrap_or_else(|| name.to_string());
-        let params = if rest.len() > 2 { rest[2..].to_vec() } else { Vec::new() };
+        let params = if rest.len() > 2 {
+            rest[2..].to_vec()
+        } else {
+            Vec::new()
+        };
         (script.clone().unwrap_or_default(), arg0, params)
     } else if let Some(f) = rest.first() {
         match it.read_file(sh, f) {
-            Ok(d) => (String::from_utf8_lossy(&d).into_owned(), f.clone(), rest[1..].to_vec()),
+            Ok(d) => (
+                String::from_utf8_lossy(&d).into_owned(),
+                f.clone(),
+                rest[1..].to_vec(),
+            ),
             Err(e) => {
                 it.err(sh, &format!("{name}: {f}: {}", e.msg()));
                 return Ok(127);
@@ -738,7 +803,11 @@ fn shell_prog(it: &mut Interp<'_>, sh: &mut Shell, name: &str, args: &[String]) 
         }
     } else {
         let d = it.read_all(sh, 0);
-        (String::from_utf8_lossy(&d).into_owned(), name.to_string(), Vec::new())
+        (
+            String::from_utf8_lossy(&d).into_owned(),
+            name.to_string(),
+            Vec::new(),
+        )
     };
     let _ = script;
     it.run_child_script(sh, &text, arg0, params, &opts)
@@ -786,7 +855,11 @@ fn cat(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         let mut prev_blank = false;
         for line in data.split_inclusive(|b| *b == b'\n') {
             let has_nl = line.last() == Some(&b'\n');
-            let body = if has_nl { &line[..line.len() - 1] } else { line };
+            let body = if has_nl {
+                &line[..line.len() - 1]
+            } else {
+                line
+            };
             let blank = body.is_empty();
             if squeeze && blank && prev_blank {
                 continue;
@@ -819,7 +892,10 @@ fn mode_string(n: &crate::vfs::Inode) -> String {
     let mut s = String::new();
     s.push(n.type_char());
     let m = n.mode;
-    for (i, c) in ['r', 'w', 'x', 'r', 'w', 'x', 'r', 'w', 'x'].iter().enumerate() {
+    for (i, c) in ['r', 'w', 'x', 'r', 'w', 'x', 'r', 'w', 'x']
+        .iter()
+        .enumerate()
+    {
         let bit = 1 << (8 - i);
         let mut ch = if m & bit != 0 { *c } else { '-' };
         if i == 2 && m & 0o4000 != 0 {
@@ -836,10 +912,33 @@ fn mode_string(n: &crate::vfs::Inode) -> String {
     s
 }
 
-const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
 const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-const LONG_MONTHS: [&str; 12] = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
-const LONG_DAYS: [&str; 7] = ["Thursday", "Friday", "Saturday", "Sunday", "Monday", "Tuesday", "Wednesday"];
+const LONG_MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+const LONG_DAYS: [&str; 7] = [
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+];
 
 /// (year, month 1-12, day, hour, min, sec, weekday index from Thursday, yday 0-based)
 fn civil(t: i64) -> (i64, u32, u32, u32, u32, u32, usize, u32) {
@@ -858,7 +957,16 @@ fn civil(t: i64) -> (i64, u32, u32, u32, u32, u32, usize, u32) {
     let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
     let cum = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
     let yday = cum[(m - 1) as usize] + d - 1 + if leap && m > 2 { 1 } else { 0 };
-    (y, m, d, (secs / 3600) as u32, ((secs % 3600) / 60) as u32, (secs % 60) as u32, days.rem_euclid(7) as usize, yday)
+    (
+        y,
+        m,
+        d,
+        (secs / 3600) as u32,
+        ((secs % 3600) / 60) as u32,
+        (secs % 60) as u32,
+        days.rem_euclid(7) as usize,
+        yday,
+    )
 }
 
 fn strftime(fmt: &str, t: i64, ns: u64) -> String {
@@ -874,7 +982,11 @@ fn strftime(fmt: &str, t: i64, ns: u64) -> String {
             out.push('%');
             break;
         };
-        let f = if f == '-' || f == '_' || f == '0' { it.next().unwrap_or('%') } else { f };
+        let f = if f == '-' || f == '_' || f == '0' {
+            it.next().unwrap_or('%')
+        } else {
+            f
+        };
         match f {
             'Y' => out.push_str(&y.to_string()),
             'C' => out.push_str(&format!("{:02}", y / 100)),
@@ -934,7 +1046,14 @@ fn date(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                 fmt = "%a, %d %b %Y %H:%M:%S %z".into();
             }
         } else if a == "-I" || a.starts_with("--iso-8601") || a.starts_with("-I") {
-            let kind = a.split('=').nth(1).unwrap_or(if a.len() > 2 && a.starts_with("-I") { &a[2..] } else { "date" });
+            let kind = a
+                .split('=')
+                .nth(1)
+                .unwrap_or(if a.len() > 2 && a.starts_with("-I") {
+                    &a[2..]
+                } else {
+                    "date"
+                });
             fmt = match kind {
                 "seconds" => "%Y-%m-%dT%H:%M:%S+00:00".into(),
                 "minutes" => "%Y-%m-%dT%H:%M+00:00".into(),
@@ -983,7 +1102,20 @@ struct LsOpts {
 
 fn ls(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let (fl, mut ops) = flags(args);
-    let mut o = LsOpts { long: false, all: false, almost: false, recursive: false, dir: false, classify: false, one: false, reverse: false, time: false, size: false, human: false, inode: false };
+    let mut o = LsOpts {
+        long: false,
+        all: false,
+        almost: false,
+        recursive: false,
+        dir: false,
+        classify: false,
+        one: false,
+        reverse: false,
+        time: false,
+        size: false,
+        human: false,
+        inode: false,
+    };
     for c in fl {
         match c {
             'l' => o.long = true,
@@ -1077,7 +1209,10 @@ fn ls(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         }
         sort_entries(it, &mut entries, &o);
         if o.long {
-            let blocks: u64 = entries.iter().map(|(_, i)| blocks_of(it.w.vfs.get(*i))).sum();
+            let blocks: u64 = entries
+                .iter()
+                .map(|(_, i)| blocks_of(it.w.vfs.get(*i)))
+                .sum();
             out.push_str(&format!("total {blocks}\n"));
         }
         out.push_str(&format_entries(it, sh, &entries, &o, true));
@@ -1108,11 +1243,23 @@ fn blocks_of(n: &crate::vfs::Inode) -> u64 {
 
 fn sort_entries(it: &mut Interp<'_>, e: &mut [(String, usize)], o: &LsOpts) {
     if o.time {
-        e.sort_by(|a, b| it.w.vfs.get(b.1).mtime.cmp(&it.w.vfs.get(a.1).mtime).then(a.0.cmp(&b.0)));
+        e.sort_by(|a, b| {
+            it.w.vfs
+                .get(b.1)
+                .mtime
+                .cmp(&it.w.vfs.get(a.1).mtime)
+                .then(a.0.cmp(&b.0))
+        });
     } else if o.size {
-        e.sort_by(|a, b| it.w.vfs.get(b.1).size().cmp(&it.w.vfs.get(a.1).size()).then(a.0.cmp(&b.0)));
+        e.sort_by(|a, b| {
+            it.w.vfs
+                .get(b.1)
+                .size()
+                .cmp(&it.w.vfs.get(a.1).size())
+                .then(a.0.cmp(&b.0))
+        });
     } else {
-        e.sort_by(|a, b| ls_key(&a.0).cmp(&ls_key(&b.0)));
+        e.sort_by_key(|a| ls_key(&a.0));
     }
     if o.reverse {
         e.reverse();
@@ -1142,14 +1289,24 @@ fn human(n: u64) -> String {
     }
 }
 
-fn format_entries(it: &mut Interp<'_>, _sh: &Shell, e: &[(String, usize)], o: &LsOpts, _in_dir: bool) -> String {
+fn format_entries(
+    it: &mut Interp<'_>,
+    _sh: &Shell,
+    e: &[(String, usize)],
+    o: &LsOpts,
+    _in_dir: bool,
+) -> String {
     let mut out = String::new();
     if o.long {
         let rows: Vec<(String, String, String, String, String)> = e
             .iter()
             .map(|(n, i)| {
                 let node = it.w.vfs.get(*i).clone();
-                let size = if o.human { human(node.size()) } else { node.size().to_string() };
+                let size = if o.human {
+                    human(node.size())
+                } else {
+                    node.size().to_string()
+                };
                 let (_, mo, d, h, mi, _, _, _) = civil(node.mtime);
                 let date = format!("{} {:>2} {:02}:{:02}", MONTHS[(mo - 1) as usize], d, h, mi);
                 let mut name = n.clone();
@@ -1164,7 +1321,10 @@ fn format_entries(it: &mut Interp<'_>, _sh: &Shell, e: &[(String, usize)], o: &L
         let wl = rows.iter().map(|r| r.1.len()).max().unwrap_or(1);
         let ws = rows.iter().map(|r| r.2.len()).max().unwrap_or(1);
         for r in rows {
-            out.push_str(&format!("{} {:>wl$} root root {:>ws$} {} {}\n", r.0, r.1, r.2, r.3, r.4));
+            out.push_str(&format!(
+                "{} {:>wl$} root root {:>ws$} {} {}\n",
+                r.0, r.1, r.2, r.3, r.4
+            ));
         }
     } else {
         for (n, i) in e {
@@ -1239,7 +1399,11 @@ fn mkdir(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                 }
             }
             Err(e) => {
-                fail(it, sh, format!("mkdir: cannot create directory '{p}': {}", e.msg()));
+                fail(
+                    it,
+                    sh,
+                    format!("mkdir: cannot create directory '{p}': {}", e.msg()),
+                );
                 st = 1;
             }
         }
@@ -1255,7 +1419,11 @@ fn rmdir(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         let mut cur = p.trim_end_matches('/').to_string();
         loop {
             if let Err(e) = it.w.vfs.rmdir(&sh.cwd, &cur) {
-                fail(it, sh, format!("rmdir: failed to remove '{cur}': {}", e.msg()));
+                fail(
+                    it,
+                    sh,
+                    format!("rmdir: failed to remove '{cur}': {}", e.msg()),
+                );
                 st = 1;
                 break;
             }
@@ -1286,7 +1454,11 @@ fn rm(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         let p = p.as_str();
         let base = p.trim_end_matches('/').rsplit('/').next().unwrap_or("");
         if base == "." || base == ".." {
-            fail(it, sh, format!("rm: refusing to remove '.' or '..' directory: skipping '{p}'"));
+            fail(
+                it,
+                sh,
+                format!("rm: refusing to remove '.' or '..' directory: skipping '{p}'"),
+            );
             st = 1;
             continue;
         }
@@ -1327,7 +1499,14 @@ fn rm(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     Ok(st)
 }
 
-fn copy_node(it: &mut Interp<'_>, sh: &Shell, src: usize, dst_path: &str, rec: bool, preserve: bool) -> Result<(), String> {
+fn copy_node(
+    it: &mut Interp<'_>,
+    sh: &Shell,
+    src: usize,
+    dst_path: &str,
+    rec: bool,
+    preserve: bool,
+) -> Result<(), String> {
     let node = it.w.vfs.get(src).clone();
     match &node.kind {
         Kind::Dir(map, _) => {
@@ -1337,18 +1516,31 @@ fn copy_node(it: &mut Interp<'_>, sh: &Shell, src: usize, dst_path: &str, rec: b
             let d = match it.w.vfs.resolve(&sh.cwd, dst_path, true) {
                 Ok(d) if it.w.vfs.get(d).is_dir() => d,
                 Ok(_) => return Err("Not a directory".into()),
-                Err(_) => it.w.vfs.mkdir(&sh.cwd, dst_path, node.mode).map_err(|e| e.msg().to_string())?,
+                Err(_) => {
+                    it.w.vfs
+                        .mkdir(&sh.cwd, dst_path, node.mode)
+                        .map_err(|e| e.msg().to_string())?
+                }
             };
             let _ = d;
             let entries: Vec<(String, usize)> = map.iter().map(|(k, v)| (k.clone(), *v)).collect();
             for (n, i) in entries {
-                copy_node(it, sh, i, &format!("{}/{}", dst_path.trim_end_matches('/'), n), rec, preserve)?;
+                copy_node(
+                    it,
+                    sh,
+                    i,
+                    &format!("{}/{}", dst_path.trim_end_matches('/'), n),
+                    rec,
+                    preserve,
+                )?;
             }
             Ok(())
         }
         Kind::Symlink(t) if rec => {
             let t = t.clone();
-            it.w.vfs.symlink(&sh.cwd, &t, dst_path).map_err(|e| e.msg().to_string())
+            it.w.vfs
+                .symlink(&sh.cwd, &t, dst_path)
+                .map_err(|e| e.msg().to_string())
         }
         _ => {
             let data = match &node.kind {
@@ -1357,8 +1549,13 @@ fn copy_node(it: &mut Interp<'_>, sh: &Shell, src: usize, dst_path: &str, rec: b
                 _ => Vec::new(),
             };
             let mode = node.mode & !sh.umask;
-            let ino = it.w.vfs.create(&sh.cwd, dst_path, mode, true).map_err(|e| e.msg().to_string())?;
-            it.w.vfs.set_data(ino, data).map_err(|e| e.msg().to_string())?;
+            let ino =
+                it.w.vfs
+                    .create(&sh.cwd, dst_path, mode, true)
+                    .map_err(|e| e.msg().to_string())?;
+            it.w.vfs
+                .set_data(ino, data)
+                .map_err(|e| e.msg().to_string())?;
             if preserve {
                 let now = node.mtime;
                 if let Some(n) = it.w.vfs.get_mut(ino) {
@@ -1382,7 +1579,10 @@ fn cp(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     }
     let (srcs, dst) = ops.split_at(ops.len() - 1);
     let dst = &dst[0];
-    let dst_is_dir = it.w.vfs.resolve(&sh.cwd, dst, true).is_ok_and(|i| it.w.vfs.get(i).is_dir());
+    let dst_is_dir =
+        it.w.vfs
+            .resolve(&sh.cwd, dst, true)
+            .is_ok_and(|i| it.w.vfs.get(i).is_dir());
     if srcs.len() > 1 && !dst_is_dir {
         fail(it, sh, format!("cp: target '{dst}' is not a directory"));
         return Ok(1);
@@ -1408,7 +1608,11 @@ fn cp(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         }
         if let Ok(t) = it.w.vfs.resolve(&sh.cwd, &target, true) {
             if t == src {
-                fail(it, sh, format!("cp: '{s}' and '{target}' are the same file"));
+                fail(
+                    it,
+                    sh,
+                    format!("cp: '{s}' and '{target}' are the same file"),
+                );
                 st = 1;
                 continue;
             }
@@ -1434,7 +1638,10 @@ fn mv(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     }
     let (srcs, dst) = ops.split_at(ops.len() - 1);
     let dst = &dst[0];
-    let dst_is_dir = it.w.vfs.resolve(&sh.cwd, dst, true).is_ok_and(|i| it.w.vfs.get(i).is_dir());
+    let dst_is_dir =
+        it.w.vfs
+            .resolve(&sh.cwd, dst, true)
+            .is_ok_and(|i| it.w.vfs.get(i).is_dir());
     if srcs.len() > 1 && !dst_is_dir {
         fail(it, sh, format!("mv: target '{dst}' is not a directory"));
         return Ok(1);
@@ -1442,19 +1649,29 @@ fn mv(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let mut st = 0;
     for s in srcs {
         if it.w.vfs.resolve(&sh.cwd, s, false).is_err() {
-            fail(it, sh, format!("mv: cannot stat '{s}': No such file or directory"));
+            fail(
+                it,
+                sh,
+                format!("mv: cannot stat '{s}': No such file or directory"),
+            );
             st = 1;
             continue;
         }
         if no_clobber {
-            let target = if dst_is_dir { format!("{}/{}", dst, s.rsplit('/').next().unwrap_or(s)) } else { dst.clone() };
+            let target = if dst_is_dir {
+                format!("{}/{}", dst, s.rsplit('/').next().unwrap_or(s))
+            } else {
+                dst.clone()
+            };
             if it.w.vfs.resolve(&sh.cwd, &target, false).is_ok() {
                 continue;
             }
         }
         if let Err(e) = it.w.vfs.rename(&sh.cwd, s.trim_end_matches('/'), dst) {
             let msg = match e {
-                Errno::Inval => format!("mv: cannot move '{s}' to a subdirectory of itself, '{dst}'"),
+                Errno::Inval => {
+                    format!("mv: cannot move '{s}' to a subdirectory of itself, '{dst}'")
+                }
                 _ => format!("mv: cannot move '{s}' to '{dst}': {}", e.msg()),
             };
             fail(it, sh, msg);
@@ -1477,7 +1694,11 @@ fn touch(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             i += 1;
             let v = args.get(i).cloned().unwrap_or_default();
             if a == "-r" {
-                when = it.w.vfs.resolve(&sh.cwd, &v, true).ok().map(|x| it.w.vfs.get(x).mtime);
+                when =
+                    it.w.vfs
+                        .resolve(&sh.cwd, &v, true)
+                        .ok()
+                        .map(|x| it.w.vfs.get(x).mtime);
             } else if let Some(n) = v.strip_prefix('@').and_then(|n| n.parse().ok()) {
                 when = Some(n);
             } else {
@@ -1531,7 +1752,12 @@ fn ln(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         return Ok(1);
     }
     let (target, link) = if ops.len() == 1 {
-        let base = ops[0].trim_end_matches('/').rsplit('/').next().unwrap_or(&ops[0]).to_string();
+        let base = ops[0]
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or(&ops[0])
+            .to_string();
         (ops[0].clone(), base)
     } else {
         (ops[0].clone(), ops[1].clone())
@@ -1540,7 +1766,15 @@ fn ln(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         link
     } else {
         match it.w.vfs.resolve(&sh.cwd, &link, true) {
-            Ok(i) if it.w.vfs.get(i).is_dir() => format!("{}/{}", link.trim_end_matches('/'), target.trim_end_matches('/').rsplit('/').next().unwrap_or(&target)),
+            Ok(i) if it.w.vfs.get(i).is_dir() => format!(
+                "{}/{}",
+                link.trim_end_matches('/'),
+                target
+                    .trim_end_matches('/')
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or(&target)
+            ),
             _ => link,
         }
     };
@@ -1551,15 +1785,30 @@ fn ln(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             }
         }
     }
-    let r = if sym { it.w.vfs.symlink(&sh.cwd, &target, &link) } else { it.w.vfs.hard_link(&sh.cwd, &target, &link) };
+    let r = if sym {
+        it.w.vfs.symlink(&sh.cwd, &target, &link)
+    } else {
+        it.w.vfs.hard_link(&sh.cwd, &target, &link)
+    };
     match r {
         Ok(()) => Ok(0),
         Err(Errno::Exist) => {
-            fail(it, sh, format!("ln: failed to create {}link '{link}': File exists", if sym { "symbolic " } else { "hard " }));
+            fail(
+                it,
+                sh,
+                format!(
+                    "ln: failed to create {}link '{link}': File exists",
+                    if sym { "symbolic " } else { "hard " }
+                ),
+            );
             Ok(1)
         }
         Err(e) => {
-            fail(it, sh, format!("ln: failed to access '{target}': {}", e.msg()));
+            fail(
+                it,
+                sh,
+                format!("ln: failed to access '{target}': {}", e.msg()),
+            );
             Ok(1)
         }
     }
@@ -1921,7 +2170,11 @@ fn timeout(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         let a = &args[i];
         if a == "-s" || a == "-k" {
             if a == "-s" {
-                sig = args.get(i + 1).and_then(|s| signal_name(s)).and_then(|n| signal_number(&n)).unwrap_or(15);
+                sig = args
+                    .get(i + 1)
+                    .and_then(|s| signal_name(s))
+                    .and_then(|n| signal_number(&n))
+                    .unwrap_or(15);
             }
             i += 2;
             continue;
@@ -1946,7 +2199,11 @@ fn timeout(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         return Ok(125);
     }
     let at = it.w.clock_ns.saturating_add(d);
-    let id = if d == 0 { None } else { Some(it.push_deadline(at)) };
+    let id = if d == 0 {
+        None
+    } else {
+        Some(it.push_deadline(at))
+    };
     let mut child = sh.clone();
     child.funcs.clear();
     let r = it.exec_external(&mut child, args[i + 1..].to_vec());
@@ -1990,7 +2247,11 @@ fn basename(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let mut out = String::new();
     for p in ops {
         let t = p.trim_end_matches('/');
-        let mut b = if t.is_empty() && p.starts_with('/') { "/".to_string() } else { t.rsplit('/').next().unwrap_or("").to_string() };
+        let mut b = if t.is_empty() && p.starts_with('/') {
+            "/".to_string()
+        } else {
+            t.rsplit('/').next().unwrap_or("").to_string()
+        };
         if let Some(s) = &suffix {
             if b.len() > s.len() && b.ends_with(s.as_str()) {
                 b.truncate(b.len() - s.len());
@@ -2075,7 +2336,11 @@ fn seq(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         fail(it, sh, "seq: invalid Zero increment value: '0'".into());
         return Ok(1);
     }
-    let prec = nums.iter().map(|s| s.split_once('.').map(|(_, f)| f.len()).unwrap_or(0)).max().unwrap_or(0);
+    let prec = nums
+        .iter()
+        .map(|s| s.split_once('.').map(|(_, f)| f.len()).unwrap_or(0))
+        .max()
+        .unwrap_or(0);
     let mut out = String::new();
     let mut items = Vec::new();
     let mut k = 0u64;
@@ -2085,7 +2350,10 @@ fn seq(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             break;
         }
         items.push(match &fmt {
-            Some(f) => String::from_utf8_lossy(&printf_format(f, &[format!("{v}")], &mut Vec::new())).into_owned(),
+            Some(f) => {
+                String::from_utf8_lossy(&printf_format(f, &[format!("{v}")], &mut Vec::new()))
+                    .into_owned()
+            }
             None => format!("{v:.prec$}"),
         });
         k += 1;
@@ -2101,7 +2369,12 @@ fn seq(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         for s in items.iter_mut() {
             let neg = s.starts_with('-');
             let digits = s.trim_start_matches('-').to_string();
-            *s = format!("{}{:0>w$}", if neg { "-" } else { "" }, digits, w = if neg { w - 1 } else { w });
+            *s = format!(
+                "{}{:0>w$}",
+                if neg { "-" } else { "" },
+                digits,
+                w = if neg { w - 1 } else { w }
+            );
         }
     }
     for (j, s) in items.iter().enumerate() {
@@ -2179,7 +2452,11 @@ fn head_tail(it: &mut Interp<'_>, sh: &mut Shell, args: &[String], head: bool) -
         let data = match read_input(it, sh, f) {
             Ok(d) => d,
             Err(e) => {
-                fail(it, sh, format!("{prog}: cannot open '{f}' for reading: {}", e.msg()));
+                fail(
+                    it,
+                    sh,
+                    format!("{prog}: cannot open '{f}' for reading: {}", e.msg()),
+                );
                 st = 1;
                 continue;
             }
@@ -2204,7 +2481,12 @@ fn head_tail(it: &mut Interp<'_>, sh: &mut Shell, args: &[String], head: bool) -
                 &data[(n - b.abs()).max(0) as usize..]
             }
         } else {
-            let mut ends: Vec<usize> = data.iter().enumerate().filter(|(_, c)| **c == b'\n').map(|(i, _)| i + 1).collect();
+            let mut ends: Vec<usize> = data
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c == b'\n')
+                .map(|(i, _)| i + 1)
+                .collect();
             if data.last().is_some_and(|c| *c != b'\n') {
                 ends.push(data.len());
             }
@@ -2256,7 +2538,7 @@ fn wc(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         files.push("-".into());
     }
     let mut rows: Vec<(Vec<u64>, String)> = Vec::new();
-    let mut total = vec![0u64; 5];
+    let mut total = [0u64; 5];
     let mut st = 0;
     let mut nonregular = false;
     for f in &files {
@@ -2281,15 +2563,31 @@ fn wc(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         ];
         let mut row = Vec::new();
         for (k, on) in [l, w, m, c, big_l].iter().enumerate() {
-            total[k] = if k == 4 { total[k].max(counts[k]) } else { total[k] + counts[k] };
+            total[k] = if k == 4 {
+                total[k].max(counts[k])
+            } else {
+                total[k] + counts[k]
+            };
             if *on {
                 row.push(counts[k]);
             }
         }
-        rows.push((row, if f == "-" && stdin { String::new() } else { f.clone() }));
+        rows.push((
+            row,
+            if f == "-" && stdin {
+                String::new()
+            } else {
+                f.clone()
+            },
+        ));
     }
     if files.len() > 1 {
-        let row: Vec<u64> = [l, w, m, c, big_l].iter().enumerate().filter(|(_, on)| **on).map(|(k, _)| total[k]).collect();
+        let row: Vec<u64> = [l, w, m, c, big_l]
+            .iter()
+            .enumerate()
+            .filter(|(_, on)| **on)
+            .map(|(k, _)| total[k])
+            .collect();
         rows.push((row, "total".into()));
     }
     let ncols = rows.first().map(|r| r.0.len()).unwrap_or(0);

@@ -198,7 +198,10 @@ impl Vfs {
             nlink: 0,
             mtime: 0,
         };
-        self.nodes.get(ino).and_then(|n| n.as_ref()).unwrap_or(&DEAD)
+        self.nodes
+            .get(ino)
+            .and_then(|n| n.as_ref())
+            .unwrap_or(&DEAD)
     }
 
     /// Mutable inode access.
@@ -395,7 +398,13 @@ impl Vfs {
     }
 
     /// Opens a file for writing, creating it (with `mode`) when missing; truncates when asked.
-    pub fn create(&mut self, cwd: &str, path: &str, mode: u32, truncate: bool) -> Result<usize, Errno> {
+    pub fn create(
+        &mut self,
+        cwd: &str,
+        path: &str,
+        mode: u32,
+        truncate: bool,
+    ) -> Result<usize, Errno> {
         match self.resolve(cwd, path, true) {
             Ok(ino) => {
                 match self.get(ino).kind {
@@ -445,7 +454,13 @@ impl Vfs {
     }
 
     /// Writes `data` at `pos` (or at the end when `append`), returning the new position.
-    pub fn write_at(&mut self, ino: usize, pos: usize, data: &[u8], append: bool) -> Result<usize, Errno> {
+    pub fn write_at(
+        &mut self,
+        ino: usize,
+        pos: usize,
+        data: &[u8],
+        append: bool,
+    ) -> Result<usize, Errno> {
         let now = self.now;
         let limit = self.disk_limit;
         let used = self.used_bytes;
@@ -480,7 +495,8 @@ impl Vfs {
         }
         let len = data.len() as u64;
         if let Some(Inode {
-            kind: Kind::File(d), ..
+            kind: Kind::File(d),
+            ..
         }) = self.get_mut(ino)
         {
             *d = data;
@@ -643,7 +659,11 @@ impl Vfs {
     fn link_target(&mut self, cwd: &str, to: &str, from: &str) -> Result<(usize, String), Errno> {
         let (d, name) = match self.resolve(cwd, to, true) {
             Ok(t) if self.get(t).is_dir() => {
-                let base = from.trim_end_matches('/').rsplit('/').next().unwrap_or(from);
+                let base = from
+                    .trim_end_matches('/')
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or(from);
                 (t, base.to_string())
             }
             _ => self.resolve_parent(cwd, to)?,
@@ -669,7 +689,13 @@ impl Vfs {
     }
 
     /// Creates a regular file with these bytes and mode directly under `dir`.
-    pub fn put_file(&mut self, dir: usize, name: &str, data: Vec<u8>, mode: u32) -> Result<usize, Errno> {
+    pub fn put_file(
+        &mut self,
+        dir: usize,
+        name: &str,
+        data: Vec<u8>,
+        mode: u32,
+    ) -> Result<usize, Errno> {
         if self.used_bytes + data.len() as u64 > self.disk_limit {
             return Err(Errno::NoSpc);
         }

@@ -10,7 +10,10 @@ use shellbox_sim::SimMachineFactory;
 const WHOLE_CORPUS_FLOOR: usize = 98;
 
 fn corpus_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/sim-corpus"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/sim-corpus"
+    ))
 }
 
 struct Case {
@@ -49,7 +52,10 @@ fn run_case(case: &Case) -> Result<(), String> {
             ("HOME", "/root"),
             ("HOSTNAME", "sandbox"),
             ("LANG", "C.UTF-8"),
-            ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+            (
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            ),
             ("SHELL", "/bin/bash"),
             ("TERM", "xterm-256color"),
             ("USER", "root"),
@@ -71,7 +77,10 @@ fn run_case(case: &Case) -> Result<(), String> {
     }
 }
 
-fn run_all(filter: impl Fn(&Case) -> bool) -> Option<(usize, usize, Vec<(String, String)>)> {
+/// (passed, run, failures as (id, why)).
+type Outcome = (usize, usize, Vec<(String, String)>);
+
+fn run_all(filter: impl Fn(&Case) -> bool) -> Option<Outcome> {
     let cases = load()?;
     let only = std::env::var("SIM_CASE").ok();
     let mut pass = 0;
@@ -120,5 +129,8 @@ fn whole_corpus_does_not_regress() {
     let failing: Vec<&str> = fails.iter().map(|f| f.0.as_str()).collect();
     eprintln!("whole corpus: {pass}/{total} passed; failing: {failing:?}");
     println!("whole corpus: {pass}/{total} passed");
-    assert!(pass >= WHOLE_CORPUS_FLOOR, "whole-corpus pass count regressed: {pass} < {WHOLE_CORPUS_FLOOR}");
+    assert!(
+        pass >= WHOLE_CORPUS_FLOOR,
+        "whole-corpus pass count regressed: {pass} < {WHOLE_CORPUS_FLOOR}"
+    );
 }

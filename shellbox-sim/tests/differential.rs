@@ -43,7 +43,10 @@ fn scripts_match_real_bash() {
         ("HOME", "/root"),
         ("HOSTNAME", "sandbox"),
         ("LANG", "C.UTF-8"),
-        ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+        (
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ),
         ("SHELL", "/bin/bash"),
         ("USER", "root"),
     ];
@@ -75,5 +78,10 @@ fn scripts_match_real_bash() {
             ));
         }
     }
-    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} differences:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -3,11 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use shellbox_core::{Command, Error, ExitReason, Machine, MachineFactory, MachineSpec, NetworkPolicy};
+use shellbox_core::{Command, Error, ExitReason, MachineFactory, MachineSpec, NetworkPolicy};
 use shellbox_sim::{SimMachine, SimMachineFactory, SimOptions};
 
 fn machine() -> SimMachine {
-    SimMachineFactory::new().create_sim(MachineSpec::sim()).unwrap()
+    SimMachineFactory::new()
+        .create_sim(MachineSpec::sim())
+        .unwrap()
 }
 
 fn sh(m: &SimMachine, script: &str) -> shellbox_core::CommandResult {
@@ -22,7 +24,11 @@ fn out(m: &SimMachine, script: &str) -> String {
 fn issue_example_prints_1_2_3() {
     let m = machine();
     let r = m
-        .run_sync(Command::from_argv(["sh", "-c", "for i in 1 2 3; do echo $i; done"]))
+        .run_sync(Command::from_argv([
+            "sh",
+            "-c",
+            "for i in 1 2 3; do echo $i; done",
+        ]))
         .unwrap();
     assert_eq!(r.stdout, "1\n2\n3\n");
     assert_eq!(r.exit_code, Some(0));
@@ -46,7 +52,9 @@ fn spec_rejections_are_unsupported() {
         Err(Error::InvalidInput(_))
     ));
     // workdir is created at create
-    let m = f.create_sim(MachineSpec::sim().workdir("/work/deep")).unwrap();
+    let m = f
+        .create_sim(MachineSpec::sim().workdir("/work/deep"))
+        .unwrap();
     assert_eq!(out(&m, "pwd"), "/work/deep\n");
 }
 
@@ -90,7 +98,10 @@ fn virtual_filesystem_has_bin_and_nothing_of_the_host() {
     for u in ["bash", "cat", "ls", "sh", "sleep", "wc"] {
         assert!(ls.lines().any(|l| l == u), "{u} missing from /bin: {ls}");
     }
-    assert_eq!(out(&m, "command -v ls; command -v cd; type -t echo"), "/usr/bin/ls\ncd\nbuiltin\n");
+    assert_eq!(
+        out(&m, "command -v ls; command -v cd; type -t echo"),
+        "/usr/bin/ls\ncd\nbuiltin\n"
+    );
     assert_eq!(sh(&m, "test -e /etc/passwd || echo none").stdout, "none\n");
     assert_eq!(sh(&m, "grep x /dev/null").exit_code, Some(127));
     // scripts with the usual shebangs run
@@ -122,7 +133,10 @@ fn unsupported_features_fail_visibly_and_are_recorded() {
     let m = machine();
     let r = sh(&m, "ls --color=never -Z /");
     assert_eq!(r.exit_code, Some(2));
-    assert!(String::from_utf8_lossy(&r.stderr).contains("unsupported"), "{r:?}");
+    assert!(
+        String::from_utf8_lossy(&r.stderr).contains("unsupported"),
+        "{r:?}"
+    );
     let r = sh(&m, "coproc cat");
     assert_eq!(r.exit_code, Some(2));
     let u = m.unsupported();
@@ -152,7 +166,9 @@ fn wall_clock_guard_stops_a_busy_loop() {
     let m = machine();
     let started = Instant::now();
     let r = m
-        .run_sync(Command::shell("echo start; while :; do :; done").timeout(Duration::from_millis(300)))
+        .run_sync(
+            Command::shell("echo start; while :; do :; done").timeout(Duration::from_millis(300)),
+        )
         .unwrap();
     assert_eq!(r.reason, ExitReason::TimedOut);
     assert_eq!(r.stdout, "start\n");
@@ -167,13 +183,18 @@ fn fuel_exhaustion_terminates_and_closes() {
         ..SimOptions::default()
     });
     let m = f.create_sim(MachineSpec::sim()).unwrap();
-    let e = m.run_sync(Command::shell("while :; do :; done")).unwrap_err();
+    let e = m
+        .run_sync(Command::shell("while :; do :; done"))
+        .unwrap_err();
     match &e {
         Error::Terminated(reason) => assert!(reason.contains("fuel"), "{reason}"),
         other => panic!("{other:?}"),
     }
     assert!(m.is_closed());
-    assert!(matches!(m.run_sync(Command::new("true")), Err(Error::Closed)));
+    assert!(matches!(
+        m.run_sync(Command::new("true")),
+        Err(Error::Closed)
+    ));
 }
 
 #[test]
@@ -182,9 +203,14 @@ fn disk_output_and_memory_budgets() {
         .create_sim(MachineSpec::sim().storage_mb(1))
         .unwrap();
     let e = m
-        .run_sync(Command::shell("s=xxxxxxxxxxxxxxxx; while :; do echo $s$s$s$s >> /tmp/big; done"))
+        .run_sync(Command::shell(
+            "s=xxxxxxxxxxxxxxxx; while :; do echo $s$s$s$s >> /tmp/big; done",
+        ))
         .unwrap_err();
-    assert!(matches!(&e, Error::Terminated(r) if r.contains("disk")), "{e:?}");
+    assert!(
+        matches!(&e, Error::Terminated(r) if r.contains("disk")),
+        "{e:?}"
+    );
     assert!(m.is_closed());
 
     let f = SimMachineFactory::with_options(SimOptions {
@@ -193,16 +219,26 @@ fn disk_output_and_memory_budgets() {
     });
     let m = f.create_sim(MachineSpec::sim()).unwrap();
     assert!(m.run_sync(Command::shell("echo small")).is_ok());
-    let e = m.run_sync(Command::shell("while :; do echo flood; done")).unwrap_err();
-    assert!(matches!(&e, Error::Terminated(r) if r.contains("output")), "{e:?}");
+    let e = m
+        .run_sync(Command::shell("while :; do echo flood; done"))
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Terminated(r) if r.contains("output")),
+        "{e:?}"
+    );
 
     let m = SimMachineFactory::new()
         .create_sim(MachineSpec::sim().memory_mb(1))
         .unwrap();
     let e = m
-        .run_sync(Command::shell("x=$(while :; do echo 0123456789abcdef; done)"))
+        .run_sync(Command::shell(
+            "x=$(while :; do echo 0123456789abcdef; done)",
+        ))
         .unwrap_err();
-    assert!(matches!(&e, Error::Terminated(r) if r.contains("memory")), "{e:?}");
+    assert!(
+        matches!(&e, Error::Terminated(r) if r.contains("memory")),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -221,7 +257,10 @@ async fn machine_trait_and_factory_trait() {
     let r = m.run(Command::shell("echo hi")).await.unwrap();
     assert_eq!(r.stdout, "hi\n");
     m.close().await.unwrap();
-    assert!(matches!(m.run(Command::new("true")).await, Err(Error::Closed)));
+    assert!(matches!(
+        m.run(Command::new("true")).await,
+        Err(Error::Closed)
+    ));
 }
 
 #[test]
