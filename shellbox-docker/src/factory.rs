@@ -107,9 +107,23 @@ impl DockerMachineFactory {
     /// (`storage_mb`, `gpus`, `cpus`, `memory_mb`, the runtime; the reason quotes the
     /// engine); [`Error::NotFound`] for a missing Dockerfile, context or archive;
     /// [`Error::Backend`] for other engine failures (a missing Docker image, a failed pull or
-    /// build, a workdir that cannot be created). Whatever was created is removed first.
+    /// build, a workdir that cannot be created); [`Error::TimedOut`] when the spec's
+    /// `startup_timeout` (which bounds everything here, image preparation included) runs
+    /// out. Whatever was created is removed first.
     pub async fn create_machine(&self, spec: MachineSpec) -> Result<DockerMachine, Error> {
         spec.validate()?;
+        match spec.startup_timeout {
+            Some(limit) => tokio::time::timeout(limit, self.create_unbounded(spec))
+                .await
+                .map_err(|_| Error::TimedOut {
+                    operation: "create a docker machine (the spec's startup_timeout)".into(),
+                    after: limit,
+                })?,
+            None => self.create_unbounded(spec).await,
+        }
+    }
+
+    async fn create_unbounded(&self, spec: MachineSpec) -> Result<DockerMachine, Error> {
         let image = crate::image::resolve(&self.docker, &spec.source).await?;
         let name = container_name();
         let config = container_config(&spec, &image, self.runtime.as_deref(), &self.owner);

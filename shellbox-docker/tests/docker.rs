@@ -645,6 +645,15 @@ async fn failed_create_removes_its_container() {
     assert!(err.to_string().contains("/etc/passwd/sub"), "{err}");
     assert_eq!(containers_with_marker(f.docker(), &mark).await, 0);
 
+    // A startup_timeout that runs out is a timeout error, and leaves nothing.
+    let mark = marker();
+    let mut spec = common::spec().env("SHELLBOX_TEST_MARK", &mark);
+    spec.startup_timeout = Some(Duration::from_millis(1));
+    let err = f.create(spec).await.err().expect("expected an error");
+    assert!(err.is_timeout(), "{err:?}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(containers_with_marker(f.docker(), &mark).await, 0);
+
     // A create cancelled midway leaves nothing either.
     let mark = marker();
     let spec = common::spec().env("SHELLBOX_TEST_MARK", &mark);
@@ -896,4 +905,40 @@ async fn floor_exec_and_busybox_image_helpers() {
             .await
             .is_err()
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_timeout_that_cannot_kill_disposes_of_the_machine() {
+    let Some(f) = common::setup("a_timeout_that_cannot_kill_disposes_of_the_machine").await else {
+        return;
+    };
+    let m = f.create_machine(common::spec()).await.unwrap();
+    let docker = f.docker().clone();
+    let id = m.container_id().to_string();
+    // A paused container accepts no exec, so the kill after the deadline cannot be done.
+    let pauser = {
+        let docker = docker.clone();
+        let id = id.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            docker.pause_container(&id).await.unwrap();
+        })
+    };
+    let started = Instant::now();
+    let err = m
+        .run(Command::shell("echo started; sleep 100").timeout(Duration::from_millis(1500)))
+        .await
+        .expect_err("expected an error");
+    pauser.await.unwrap();
+    assert!(matches!(err, Error::Terminated(_)), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(
+        !common::container_exists(&docker, &id).await,
+        "the machine was not disposed of"
+    );
+    assert!(matches!(
+        m.run(Command::new("true")).await,
+        Err(Error::Closed)
+    ));
+    m.close().await.unwrap();
 }
