@@ -36,6 +36,9 @@
 //!   back as a first stdout line the host strips (the reference's `SHELLBOX_PGID` header).
 //!   When the command ends, what it left in the background is killed (as on local). On
 //!   timeout the whole group is killed inside the container and the partial output kept.
+//! - **Start**: `startup_timeout` in the spec bounds the whole create (image preparation
+//!   included) and gives [`Error::TimedOut`](shellbox_core::Error::TimedOut); a failed or
+//!   cancelled create removes its container.
 //! - **Transfers**: tar streams through `PUT`/`GET /containers/{id}/archive`, never whole
 //!   in memory; downloads are unpacked with [`shellbox_core::archive::unpack_safe`].
 //!

@@ -36,8 +36,18 @@ const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
 /// [`DockerMachineFactory`](crate::DockerMachineFactory); implements
 /// [`Machine`](shellbox_core::Machine).
 ///
-/// Dropping it without [`Machine::close`] removes the container in the background (best
-/// effort, logged).
+/// Dropping it without [`Machine::close`] still removes the container (best effort, a
+/// failure is logged): on a multi-threaded Tokio runtime the drop blocks its thread
+/// (`block_in_place`) until the engine confirms, so a runtime shutting down right after
+/// cannot cancel it; on a current-thread runtime the removal is spawned; outside any runtime
+/// a short-lived thread does it.
+///
+/// Commands: see the crate docs for the exec protocol. A command's exit code comes from the
+/// exec's inspect; an exec the engine cannot start (unknown user, missing cwd) is an
+/// ordinary result with exit code 126 and the engine's message on stderr, as in the
+/// reference. A timed-out command's process group is killed inside the container as root
+/// and confirmed gone (within 10 s); if that cannot be done the machine is closed (its
+/// container removed) and the run returns [`Error::Terminated`].
 pub struct DockerMachine {
     pub(crate) inner: Arc<Inner>,
 }
