@@ -28,6 +28,11 @@ fn engine_message(e: &BollardError) -> String {
     }
 }
 
+/// The packer's error when the engine stopped reading the archive (its own error says why).
+fn is_broken_pipe(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
 /// Host `source` → guest `target`: one tar stream `PUT` at `/` whose entries are named by
 /// the target path, so missing parents are created by the engine and a directory's entry
 /// gives `target` the source directory's mode.
@@ -74,6 +79,9 @@ pub(crate) async fn upload(inner: &Inner, source: &Path, target: &str) -> Result
     });
     let options = UploadToContainerOptions {
         path: "/".to_string(),
+        // Refuse to replace a directory with a file or a file with a directory (the engine
+        // would otherwise delete what is there).
+        no_overwrite_dir_non_dir: Some("true".to_string()),
         ..Default::default()
     };
     let put = inner
@@ -85,14 +93,13 @@ pub(crate) async fn upload(inner: &Inner, source: &Path, target: &str) -> Result
         )
         .await;
     let packed = packer.await.map_err(|e| Error::backend("pack upload", e))?;
-    packed?;
-    match put {
-        Ok(()) => Ok(()),
-        Err(e) if inner.closed.load(std::sync::atomic::Ordering::SeqCst) => {
-            let _ = e;
-            Err(Error::Closed)
-        }
-        Err(e) => Err(Error::transfer(target, engine_message(&e))),
+    match (packed, put) {
+        // The host side failed (unreadable file, ...): that is the cause.
+        (Err(e), _) if !is_broken_pipe(&e) => Err(e),
+        (_, Err(_)) if inner.closed.load(std::sync::atomic::Ordering::SeqCst) => Err(Error::Closed),
+        (_, Err(e)) => Err(Error::transfer(target, engine_message(&e))),
+        (Err(e), Ok(())) => Err(e),
+        (Ok(()), Ok(())) => Ok(()),
     }
 }
 

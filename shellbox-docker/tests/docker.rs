@@ -810,6 +810,27 @@ async fn downloads_refuse_entries_leaving_the_target() {
     let via = host.path().join("via");
     m.download("/tmp/ok-link", &via).await.unwrap();
     assert_eq!(std::fs::read(via.join("f")).unwrap(), b"x\n");
+    // Uploads never replace a directory with a file, or a file with a directory.
+    let file = host.path().join("plain.txt");
+    std::fs::write(&file, b"p").unwrap();
+    sh(
+        &*m,
+        "mkdir -p /tmp/keepdir && echo kept > /tmp/keepdir/inside",
+    )
+    .await;
+    let err = m
+        .upload(&file, "/tmp/keepdir")
+        .await
+        .expect_err("expected an error");
+    assert!(matches!(err, Error::Transfer { .. }), "{err:?}");
+    let dir_src = host.path().join("ok");
+    let err = m
+        .upload(&dir_src, "/tmp/ok/f")
+        .await
+        .expect_err("expected an error");
+    assert!(matches!(err, Error::Transfer { .. }), "{err:?}");
+    let r = sh(&*m, "cat /tmp/keepdir/inside /tmp/ok/f").await;
+    assert_eq!(text(&r.stdout), "kept\nx\n");
     let err = m
         .download("/tmp/missing", &host.path().join("m"))
         .await

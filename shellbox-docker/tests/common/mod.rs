@@ -36,12 +36,15 @@ pub fn spec() -> MachineSpec {
 
 /// The registries `scripts/setup-docker` started, from /tmp/shellbox-registry-env:
 /// (plain, auth, user, password).
+/// Variables set in the environment win over the file.
 pub fn registries() -> Option<(String, String, String, String)> {
-    let text = std::fs::read_to_string("/tmp/shellbox-registry-env").ok()?;
+    let text = std::fs::read_to_string("/tmp/shellbox-registry-env").unwrap_or_default();
     let get = |k: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{k}=")))
-            .map(str::to_string)
+        std::env::var(k).ok().filter(|v| !v.is_empty()).or_else(|| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{k}=")))
+                .map(str::to_string)
+        })
     };
     Some((
         get("SHELLBOX_TEST_REGISTRY")?,
