@@ -120,6 +120,46 @@ fn credentials_for(reference: &str, c: &RegistryCredentials) -> DockerCredential
     }
 }
 
+/// Credentials for `host` stored by `docker login` in a Docker client config
+/// (`{"auths": {"<host>": {"auth": base64("user:password")}}}`; Docker Hub is also looked up
+/// as `https://index.docker.io/v1/`). Credential helpers (`credsStore`) are not consulted.
+pub(crate) fn config_credentials(config_json: &str, host: &str) -> Option<DockerCredentials> {
+    use base64::Engine as _;
+    let config: serde_json::Value = serde_json::from_str(config_json).ok()?;
+    let auths = config.get("auths")?.as_object()?;
+    let mut keys = vec![
+        host.to_string(),
+        format!("https://{host}"),
+        format!("http://{host}"),
+    ];
+    if host == "docker.io" {
+        keys.push("https://index.docker.io/v1/".to_string());
+        keys.push("index.docker.io".to_string());
+    }
+    let entry = keys.iter().find_map(|k| auths.get(k))?;
+    let auth = entry.get("auth")?.as_str()?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(auth)
+        .ok()?;
+    let decoded = String::from_utf8(decoded).ok()?;
+    let (user, password) = decoded.split_once(':')?;
+    Some(DockerCredentials {
+        username: Some(user.to_string()),
+        password: Some(password.to_string()),
+        serveraddress: Some(host.to_string()),
+        ..Default::default()
+    })
+}
+
+/// The Docker client config of this user: `$DOCKER_CONFIG/config.json`, else
+/// `$HOME/.docker/config.json`.
+fn docker_config() -> Option<String> {
+    let dir = std::env::var_os("DOCKER_CONFIG")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker")))?;
+    std::fs::read_to_string(dir.join("config.json")).ok()
+}
+
 /// Logs engine progress lines: each new status at debug, a summary at info every 5 s.
 struct Progress {
     what: String,
@@ -173,10 +213,11 @@ async fn pull(docker: &Docker, image: &RegistryImage) -> Result<String, Error> {
         platform: "linux/amd64".to_string(),
         ..Default::default()
     };
-    let credentials = image
-        .credentials
-        .as_ref()
-        .map(|c| credentials_for(&reference, c));
+    let credentials = match &image.credentials {
+        Some(c) => Some(credentials_for(&reference, c)),
+        None => docker_config()
+            .and_then(|config| config_credentials(&config, &registry_host(&reference))),
+    };
     let mut progress = Progress::new(format!("pull {reference}"));
     let mut stream = docker.create_image(Some(options), None, credentials);
     while let Some(item) = stream.next().await {
@@ -648,6 +689,19 @@ mod tests {
         assert_eq!(registry_host("library/busybox"), "docker.io");
         assert_eq!(registry_host("busybox"), "docker.io");
         assert_eq!(registry_host("ghcr.io/o/i"), "ghcr.io");
+    }
+
+    #[test]
+    fn login_config_credentials() {
+        let config = r#"{"auths": {"127.0.0.1:5000": {"auth": "dTpw"},
+            "https://index.docker.io/v1/": {"auth": "aHViOnNlY3JldA=="}}}"#;
+        let c = config_credentials(config, "127.0.0.1:5000").unwrap();
+        assert_eq!(c.username.as_deref(), Some("u"));
+        assert_eq!(c.password.as_deref(), Some("p"));
+        let hub = config_credentials(config, "docker.io").unwrap();
+        assert_eq!(hub.username.as_deref(), Some("hub"));
+        assert!(config_credentials(config, "ghcr.io").is_none());
+        assert!(config_credentials("not json", "ghcr.io").is_none());
     }
 
     #[test]

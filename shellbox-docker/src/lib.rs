@@ -20,8 +20,8 @@
 //! # What the backend does
 //!
 //! - **Images** ([`shellbox_core::ImageSource`]): `Docker` (must exist locally, never
-//!   pulled), `Registry` (pulled through the engine when missing, optional credentials,
-//!   digests honoured), `Dockerfile` (built through the engine from a tar of the context,
+//!   pulled), `Registry` (pulled through the engine when missing, with the spec's
+//!   credentials or else those `docker login` stored in the client config; digests honoured), `Dockerfile` (built through the engine from a tar of the context,
 //!   tagged `shellbox-build:<fingerprint>` so an unchanged context is built once), `Archive`
 //!   (a `docker save` tarball loaded through the engine). Others are
 //!   [`Error::Unsupported`](shellbox_core::Error::Unsupported).
