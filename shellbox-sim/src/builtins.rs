@@ -367,7 +367,13 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             }
             Ok(st)
         }
-        "hash" | "alias" | "unalias" | "ulimit" | "times" => Ok(0),
+        "hash" => {
+            if args.is_empty() {
+                it.out(sh, "hash: hash table empty\n")?;
+            }
+            Ok(0)
+        }
+        "alias" | "unalias" | "ulimit" | "times" => Ok(0),
         "umask" => {
             match args.first() {
                 None => {
@@ -1388,12 +1394,14 @@ fn mapfile(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
 
 fn trap(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     if args.is_empty() || args[0] == "-p" {
-        let mut keys: Vec<&String> = sh.traps.keys().collect();
+        let wanted: Vec<String> = args.iter().skip(1).filter_map(|a| crate::utils::signal_name(a)).collect();
+        let mut keys: Vec<&String> = sh.traps.keys().filter(|k| wanted.is_empty() || wanted.contains(k)).collect();
         keys.sort();
         let mut out = String::new();
         for k in keys {
+            let shown = if matches!(k.as_str(), "EXIT" | "ERR" | "DEBUG" | "RETURN") { k.to_string() } else { format!("SIG{k}") };
             out.push_str(&format!(
-                "trap -- '{}' {k}\n",
+                "trap -- '{}' {shown}\n",
                 sh.traps[k].replace('\'', "'\\''")
             ));
         }

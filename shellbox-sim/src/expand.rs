@@ -443,6 +443,10 @@ impl Interp<'_> {
     }
 
     fn expand_fields(&mut self, sh: &mut Shell, raw: &str, in_dq: bool) -> R<Vec<Field>> {
+        stacker::maybe_grow(256 * 1024, 4 * 1024 * 1024, || self.expand_fields_inner(sh, raw, in_dq))
+    }
+
+    fn expand_fields_inner(&mut self, sh: &mut Shell, raw: &str, in_dq: bool) -> R<Vec<Field>> {
         let pieces = self.parse_word(sh, raw)?;
         let mut fb = Fb::default();
         self.expand_pieces(sh, &pieces, in_dq, &mut fb)?;
@@ -1289,7 +1293,7 @@ impl Interp<'_> {
 
     pub fn eval_arith_str(&mut self, sh: &mut Shell, s: &str) -> R<Result<i64, String>> {
         let t = s.trim();
-        if let Ok(v) = t.parse::<i64>() {
+        if let Some(v) = parse_int(t) {
             return Ok(Ok(v));
         }
         let expr = match brush_parser::arithmetic::parse(t) {
@@ -1392,12 +1396,11 @@ impl Interp<'_> {
         }
     }
 
-    fn eval_arith(
-        &mut self,
-        sh: &mut Shell,
-        e: &ast::ArithmeticExpr,
-        depth: u32,
-    ) -> R<Result<i64, String>> {
+    fn eval_arith(&mut self, sh: &mut Shell, e: &ast::ArithmeticExpr, depth: u32) -> R<Result<i64, String>> {
+        stacker::maybe_grow(128 * 1024, 2 * 1024 * 1024, || self.eval_arith_inner(sh, e, depth))
+    }
+
+    fn eval_arith_inner(&mut self, sh: &mut Shell, e: &ast::ArithmeticExpr, depth: u32) -> R<Result<i64, String>> {
         use ast::ArithmeticExpr as A;
         use ast::BinaryOperator as B;
         macro_rules! tryv {

@@ -231,7 +231,28 @@ impl SimMachine {
         let Some(world) = guard.as_mut() else {
             return Err(Error::Closed);
         };
-        let outcome = execute(world, &self.inner.workdir, &self.inner.env, &command);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            execute(world, &self.inner.workdir, &self.inner.env, &command)
+        }))
+        .unwrap_or_else(|panic| {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            let mut stderr = format!("shellbox-sim: internal error (simulator panicked): {msg}\n").into_bytes();
+            let limit = usize::try_from(command.output_limit_bytes).unwrap_or(usize::MAX);
+            let truncated = stderr.len() > limit;
+            stderr.truncate(limit);
+            Ok(CommandResult {
+                exit_code: Some(1),
+                stdout: Bytes::new(),
+                stderr: Bytes::from(stderr),
+                stdout_truncated: false,
+                stderr_truncated: truncated,
+                reason: ExitReason::Exited,
+            })
+        });
         let new_unsupported = std::mem::take(&mut world.unsupported);
         if !new_unsupported.is_empty() {
             let mut u = lock(&self.inner.unsupported);
@@ -562,6 +583,9 @@ fn execute(
         }
         Err(Ctl::Budget(reason)) => return Err(reason),
     };
+    if let Err(Ctl::Budget(reason)) = it.flush_pending(|_| true) {
+        return Err(reason);
+    }
     drop(it);
     world.sync_time();
     let take = |s: &std::rc::Rc<std::cell::RefCell<Stream>>| -> (Bytes, bool) {

@@ -44,6 +44,9 @@ pub enum Stream {
     },
     Null,
     Zero,
+    /// A background job's view of an inherited stream: writes are queued with their
+    /// virtual time and reach the stream in time order with the foreground's.
+    Timed(Fd),
 }
 
 pub type Fd = Rc<RefCell<Stream>>;
@@ -289,6 +292,9 @@ pub struct Interp<'a> {
     pub wall: Option<(Instant, u32)>,
     pub ticks: u64,
     pub bg_depth: u32,
+    /// Background writes not yet delivered: (virtual time, sequence, stream, bytes).
+    pub pending: Vec<(u64, u64, Fd, Vec<u8>)>,
+    pub seq: u64,
 }
 
 const KEYWORDS: &[&str] = &[
@@ -333,6 +339,8 @@ impl<'a> Interp<'a> {
             wall: None,
             ticks: 0,
             bg_depth: 0,
+            pending: Vec::new(),
+            seq: 0,
         }
     }
 
@@ -392,6 +400,9 @@ impl<'a> Interp<'a> {
         }
         self.w.clock_ns = target;
         self.w.sync_time();
+        if self.bg_depth == 0 && !self.pending.is_empty() {
+            self.flush_pending(|t| t <= target)?;
+        }
         self.tick()
     }
 
@@ -413,8 +424,35 @@ impl<'a> Interp<'a> {
         let Some(f) = sh.get_fd(fd) else {
             return Ok(false);
         };
+        if self.bg_depth == 0 && !self.pending.is_empty() {
+            let now = self.w.clock_ns;
+            self.flush_pending(|t| t < now)?;
+        }
+        self.write_fd(&f, data)
+    }
+
+    /// Delivers queued background writes whose time passes `due`, in time order.
+    pub fn flush_pending(&mut self, due: impl Fn(u64) -> bool) -> R<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let all = std::mem::take(&mut self.pending);
+        let (mut now, later): (Vec<_>, Vec<_>) = all.into_iter().partition(|p| due(p.0));
+        self.pending = later;
+        now.sort_by_key(|p| (p.0, p.1));
+        for (_, _, f, data) in now {
+            self.write_fd(&f, &data)?;
+        }
+        Ok(())
+    }
+
+    fn write_fd(&mut self, f: &Fd, data: &[u8]) -> R<bool> {
         let mut st = f.borrow_mut();
         match &mut *st {
+            Stream::Timed(inner) => {
+                self.seq += 1;
+                self.pending.push((self.w.clock_ns, self.seq, inner.clone(), data.to_vec()));
+            }
             Stream::Buf { data: d, .. } => {
                 if (d.len() + data.len()) as u64 > self.w.memory_limit {
                     return Err(Ctl::Budget("memory limit exceeded".into()));
@@ -624,6 +662,14 @@ impl<'a> Interp<'a> {
         let pid = self.w.new_pid();
         let mut sub = sh.subshell(pid);
         sub.set_fd(0, Some(Rc::new(RefCell::new(Stream::Null))));
+        for n in [1, 2] {
+            if let Some(f) = sub.get_fd(n) {
+                let timed = matches!(&*f.borrow(), Stream::Timed(_));
+                if !timed {
+                    sub.set_fd(n, Some(Rc::new(RefCell::new(Stream::Timed(f)))));
+                }
+            }
+        }
         let start = self.w.clock_ns;
         let cap = self.deadlines.iter().map(|d| d.1).min();
         let cap_id = cap.map(|at| self.push_deadline(at));
@@ -678,6 +724,10 @@ impl<'a> Interp<'a> {
             self.sleep_ns(ns)?;
         }
         sh.jobs[idx].reported = true;
+        if self.bg_depth == 0 {
+            let until = job.finish.min(self.w.clock_ns);
+            self.flush_pending(|t| t <= until)?;
+        }
         Ok(job.status.unwrap_or(143))
     }
 
@@ -829,6 +879,10 @@ impl<'a> Interp<'a> {
     }
 
     pub fn exec_command(&mut self, sh: &mut Shell, cmd: &ast::Command) -> R<i32> {
+        stacker::maybe_grow(256 * 1024, 4 * 1024 * 1024, || self.exec_command_inner(sh, cmd))
+    }
+
+    fn exec_command_inner(&mut self, sh: &mut Shell, cmd: &ast::Command) -> R<i32> {
         match cmd {
             ast::Command::Simple(s) => self.exec_simple(sh, s),
             ast::Command::Compound(c, redirs) => {
@@ -1518,7 +1572,7 @@ impl<'a> Interp<'a> {
                 };
                 if let Err(m) = self.assign(sh, a, val, false) {
                     self.err(sh, &format!("bash: {m}"));
-                    return Ok(1);
+                    return Err(Ctl::Exit(1));
                 }
             }
             let st = sh.subst_status.unwrap_or(0);
@@ -1779,7 +1833,7 @@ impl<'a> Interp<'a> {
     ) -> R<i32> {
         if sh.funcdepth > 1000 {
             self.err(sh, "bash: maximum function nesting level exceeded (1000)");
-            return Err(Ctl::Exit(1));
+            return Ok(1);
         }
         let saved_pos = std::mem::replace(&mut sh.pos, argv[1..].to_vec());
         sh.locals.push(Vec::new());
@@ -1820,7 +1874,7 @@ impl<'a> Interp<'a> {
         if name.contains('/') {
             return Some(name.to_string());
         }
-        let path = sh.get("PATH").unwrap_or_default();
+        let path = sh.get("PATH").unwrap_or_else(|| crate::DEFAULT_PATH.to_string());
         for dir in path.split(':') {
             let dir = if dir.is_empty() { "." } else { dir };
             let p = format!("{}/{}", dir.trim_end_matches('/'), name);

@@ -25,6 +25,10 @@ const SCRIPTS: &[&str] = &[
     r#"read -r a b rest <<< "one two three four"; echo "$a|$b|$rest"; IFS=: read -r x y <<< "p:q:r"; echo "$x|$y""#,
     r#"getopts_test() { local OPTIND o; while getopts "ab:c" o; do echo "$o ${OPTARG:-}"; done; shift $((OPTIND-1)); echo "rest $*"; }; getopts_test -a -b val -c x y"#,
     r#"v=$'tab\there'; printf '%q\n' "$v" 'a b' "it's"; echo "${v@Q}""#,
+    r#"f() { sleep 0.2; echo bg-done; }; f & echo fg-first; wait; echo end"#,
+    r#"for i in 0.3 0.1 0.2; do (sleep $i; echo $i) & done; wait; echo all"#,
+    r#"trap 'echo int' INT; trap -p INT; echo $(( 010 + 0x10 + 2#11 )); hash"#,
+    r#"set -e; trap 'echo "exit $?"' EXIT; readonly R=1; echo set; R=2; echo never"#,
 ];
 
 #[test]
