@@ -280,7 +280,7 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
                 }
                 i += 1;
             }
-            let rest = &args[i..];
+            let rest = args.get(i..).unwrap_or(&[]);
             if v || vv {
                 let mut st = 0;
                 for n in rest {

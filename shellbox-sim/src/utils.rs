@@ -74,8 +74,7 @@ fn flags(args: &[String]) -> (Vec<char>, Vec<String>) {
         if !done && a.starts_with('-') && a.len() > 1 && !a.starts_with("--") {
             f.extend(a[1..].chars());
         } else if !done && a.starts_with("--") {
-            f.push('\u{0}');
-            ops.push(a.clone());
+            // long options are accepted and ignored (callers look for the ones they honour)
         } else {
             ops.push(a.clone());
         }
@@ -260,6 +259,9 @@ fn printf_num(s: &str) -> Result<i64, String> {
     crate::expand::parse_int(t).ok_or_else(|| format!("{s}: invalid number"))
 }
 
+/// The widest printf field the simulator pads (bigger widths are an error).
+const MAX_FIELD_WIDTH: usize = 1 << 20;
+
 /// Formats `fmt` with `args` as printf(1) does (the format reused until args run out).
 pub fn printf_format(fmt: &str, args: &[String], errs: &mut Vec<String>) -> Vec<u8> {
     let mut out = Vec::new();
@@ -359,7 +361,12 @@ pub fn printf_format(fmt: &str, args: &[String], errs: &mut Vec<String>) -> Vec<
             if !matches!(conv, '%') {
                 ai += 1;
             }
-            let w: usize = width.parse().unwrap_or(0);
+            let mut w: usize = width.parse().unwrap_or(0);
+            if w > MAX_FIELD_WIDTH || prec.is_some_and(|p| p > MAX_FIELD_WIDTH) {
+                errs.push(format!("field width or precision over {MAX_FIELD_WIDTH} is not supported"));
+                w = 0;
+                prec = prec.map(|p| p.min(MAX_FIELD_WIDTH));
+            }
             let left = flags.contains('-');
             let zero = flags.contains('0') && !left;
             let pad = |s: String, numeric: bool| -> String {
@@ -667,7 +674,7 @@ pub fn kill(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         return Ok(2);
     }
     let mut st = 0;
-    for a in &args[i..] {
+    for a in args.get(i..).unwrap_or(&[]) {
         let idx = if let Some(j) = a.strip_prefix('%') {
             j.parse::<usize>()
                 .ok()
@@ -775,7 +782,7 @@ fn shell_prog(it: &mut Interp<'_>, sh: &mut Shell, name: &str, args: &[String]) 
         }
         break;
     }
-    let rest = &args[i..];
+    let rest = args.get(i..).unwrap_or(&[]);
     let (text, arg0, params) = if from_c {
         let Some(s) = rest.first() else {
             it.err(sh, &format!("{name}: -c: option requires an argument"));
@@ -1450,8 +1457,14 @@ fn rm(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         fail(it, sh, "rm: missing operand".into());
         return Ok(1);
     }
+    let preserve_root = !args.iter().any(|a| a == "--no-preserve-root");
     for p in ops {
         let p = p.as_str();
+        if rec && preserve_root && normalize(&Vfs::absolute(&sh.cwd, p)) == "/" {
+            fail(it, sh, "rm: it is dangerous to operate recursively on '/'\nrm: use --no-preserve-root to override this failsafe".into());
+            st = 1;
+            continue;
+        }
         let base = p.trim_end_matches('/').rsplit('/').next().unwrap_or("");
         if base == "." || base == ".." {
             fail(
@@ -1667,7 +1680,11 @@ fn mv(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                 continue;
             }
         }
-        if let Err(e) = it.w.vfs.rename(&sh.cwd, s.trim_end_matches('/'), dst) {
+        let from = match s.trim_end_matches('/') {
+            "" => "/",
+            t => t,
+        };
+        if let Err(e) = it.w.vfs.rename(&sh.cwd, from, dst) {
             let msg = match e {
                 Errno::Inval => {
                     format!("mv: cannot move '{s}' to a subdirectory of itself, '{dst}'")
