@@ -9,11 +9,19 @@ fn main() {
     let m = SimMachineFactory::new()
         .create_sim(MachineSpec::sim().workdir("/work"))
         .expect("create");
-    match m.run_sync(Command::from_argv(["bash", "-c", script.as_str()]).timeout(std::time::Duration::from_secs(10))) {
+    match m.run_sync(
+        Command::from_argv(["bash", "-c", script.as_str()])
+            .timeout(std::time::Duration::from_secs(10)),
+    ) {
         Ok(r) => {
             print!("{}", String::from_utf8_lossy(&r.stdout));
             eprint!("{}", String::from_utf8_lossy(&r.stderr));
-            eprintln!("[exit {:?} {:?}] unsupported: {:?}", r.exit_code, r.reason, m.unsupported());
+            eprintln!(
+                "[exit {:?} {:?}] unsupported: {:?}",
+                r.exit_code,
+                r.reason,
+                m.unsupported()
+            );
         }
         Err(e) => eprintln!("[error {e}]"),
     }

@@ -747,13 +747,14 @@ fn set_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
 fn shopt(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let mut mode = None;
     let mut quiet = false;
+    let mut print = false;
     let mut names = Vec::new();
     for a in args {
         match a.as_str() {
             "-s" => mode = Some(true),
             "-u" => mode = Some(false),
             "-q" => quiet = true,
-            "-p" => {}
+            "-p" => print = true,
             _ => names.push(a.clone()),
         }
     }
@@ -799,7 +800,9 @@ fn shopt(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                 if !on {
                     st = 1;
                 }
-                if !quiet {
+                if print {
+                    it.out(sh, &format!("shopt {} {n}\n", if on { "-s" } else { "-u" }))?;
+                } else if !quiet {
                     it.out(sh, &format!("{n:<15}\t{}\n", if on { "on" } else { "off" }))?;
                 }
             }
@@ -892,6 +895,9 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
     let integer = flags_on.contains('i');
     let func = flags_on.contains('f') || flags_on.contains('F');
     let print = flags_on.contains('p');
+    if flags_on.contains('n') {
+        return it.unsupported(sh, &format!("{cmd} -n (namerefs)"));
+    }
     let local = cmd == "local"
         || ((cmd == "declare" || cmd == "typeset") && sh.funcdepth > 0 && !flags_on.contains('g'));
     if items.is_empty() {
@@ -1394,12 +1400,24 @@ fn mapfile(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
 
 fn trap(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     if args.is_empty() || args[0] == "-p" {
-        let wanted: Vec<String> = args.iter().skip(1).filter_map(|a| crate::utils::signal_name(a)).collect();
-        let mut keys: Vec<&String> = sh.traps.keys().filter(|k| wanted.is_empty() || wanted.contains(k)).collect();
+        let wanted: Vec<String> = args
+            .iter()
+            .skip(1)
+            .filter_map(|a| crate::utils::signal_name(a))
+            .collect();
+        let mut keys: Vec<&String> = sh
+            .traps
+            .keys()
+            .filter(|k| wanted.is_empty() || wanted.contains(k))
+            .collect();
         keys.sort();
         let mut out = String::new();
         for k in keys {
-            let shown = if matches!(k.as_str(), "EXIT" | "ERR" | "DEBUG" | "RETURN") { k.to_string() } else { format!("SIG{k}") };
+            let shown = if matches!(k.as_str(), "EXIT" | "ERR" | "DEBUG" | "RETURN") {
+                k.to_string()
+            } else {
+                format!("SIG{k}")
+            };
             out.push_str(&format!(
                 "trap -- '{}' {shown}\n",
                 sh.traps[k].replace('\'', "'\\''")
@@ -1594,7 +1612,7 @@ fn eval_test(it: &mut Interp<'_>, sh: &mut Shell, e: &ast::TestExpr) -> Result<b
         T::Not(a) => Ok(!eval_test(it, sh, a)?),
         T::Parenthesized(a) => eval_test(it, sh, a),
         T::UnaryTest(p, s) => unary_test(it, sh, p, s),
-        T::BinaryTest(p, a, b) => match binary_test(it, sh, p, a, b) {
+        T::BinaryTest(p, a, b) => match binary_test_mode(it, sh, p, a, b, true) {
             Ok(r) => r,
             Err(_) => Err("error".into()),
         },
@@ -1689,6 +1707,18 @@ pub fn binary_test(
     a: &str,
     b: &str,
 ) -> R<Result<bool, String>> {
+    binary_test_mode(it, sh, p, a, b, false)
+}
+
+/// `strict`: `test`/`[` (operands of -eq etc. must be integers); else `[[ ]]` (arithmetic).
+pub fn binary_test_mode(
+    it: &mut Interp<'_>,
+    sh: &mut Shell,
+    p: &ast::BinaryPredicate,
+    a: &str,
+    b: &str,
+    strict: bool,
+) -> R<Result<bool, String>> {
     use ast::BinaryPredicate as P;
     let mtime = |it: &mut Interp<'_>, s: &str| {
         it.w.vfs
@@ -1700,6 +1730,7 @@ pub fn binary_test(
         // [[ ]] evaluates operands arithmetically; test/[ requires integers
         match test_int(s) {
             Ok(v) => Ok(Ok(v)),
+            Err(e) if strict => Ok(Err(e)),
             Err(e) => match it.eval_arith_str(sh, s)? {
                 Ok(v) => Ok(Ok(v)),
                 Err(_) => Ok(Err(e)),

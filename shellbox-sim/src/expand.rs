@@ -443,7 +443,9 @@ impl Interp<'_> {
     }
 
     fn expand_fields(&mut self, sh: &mut Shell, raw: &str, in_dq: bool) -> R<Vec<Field>> {
-        stacker::maybe_grow(256 * 1024, 4 * 1024 * 1024, || self.expand_fields_inner(sh, raw, in_dq))
+        stacker::maybe_grow(256 * 1024, 4 * 1024 * 1024, || {
+            self.expand_fields_inner(sh, raw, in_dq)
+        })
     }
 
     fn expand_fields_inner(&mut self, sh: &mut Shell, raw: &str, in_dq: bool) -> R<Vec<Field>> {
@@ -715,6 +717,17 @@ impl Interp<'_> {
                 } else {
                     index.clone()
                 };
+                if name == "FUNCNAME" && !sh.vars.contains_key("FUNCNAME") {
+                    let i = self.eval_arith_str(sh, &key)?.unwrap_or_default();
+                    let mut v: Vec<String> = sh.funcnames.iter().rev().cloned().collect();
+                    if !v.is_empty() {
+                        v.push("main".into());
+                    }
+                    return Ok(match v.get(i as usize) {
+                        Some(s) => PV::S(s.clone()),
+                        None => PV::Unset,
+                    });
+                }
                 if name == "PIPESTATUS" {
                     let i = self.eval_arith_str(sh, &key)?.unwrap_or_default();
                     return Ok(match sh.pipestatus.get(i as usize) {
@@ -757,6 +770,13 @@ impl Interp<'_> {
                 }
             }
             Parameter::NamedWithAllIndices { name, concatenate } => {
+                if name == "FUNCNAME" && !sh.vars.contains_key("FUNCNAME") {
+                    let mut v: Vec<String> = sh.funcnames.iter().rev().cloned().collect();
+                    if !v.is_empty() {
+                        v.push("main".into());
+                    }
+                    return Ok(PV::L(v, *concatenate));
+                }
                 if name == "PIPESTATUS" {
                     return Ok(PV::L(
                         sh.pipestatus.iter().map(|s| s.to_string()).collect(),
@@ -786,7 +806,10 @@ impl Interp<'_> {
             "EPOCHSECONDS" => PV::S(self.w.vfs.now.to_string()),
             "BASHPID" => PV::S(sh.bashpid.to_string()),
             "LINENO" => PV::S("1".into()),
-            "FUNCNAME" => PV::Unset,
+            "FUNCNAME" => match sh.funcnames.last() {
+                Some(f) => PV::S(f.clone()),
+                None => PV::Unset,
+            },
             "PIPESTATUS" => PV::S(sh.pipestatus.first().copied().unwrap_or(0).to_string()),
             "BASH_VERSION" => PV::S("5.2.15(1)-release".into()),
             "OSTYPE" => PV::S("linux-gnu".into()),
@@ -1071,18 +1094,35 @@ impl Interp<'_> {
             ParameterExpr::UppercasePattern {
                 parameter,
                 indirect,
-                ..
-            } => {
-                let v = self.param_value(sh, parameter, *indirect)?;
-                map_pv(v, |s| s.to_uppercase())
+                pattern,
             }
-            ParameterExpr::LowercasePattern {
+            | ParameterExpr::LowercasePattern {
                 parameter,
                 indirect,
-                ..
+                pattern,
             } => {
+                let upper = matches!(pe, ParameterExpr::UppercasePattern { .. });
                 let v = self.param_value(sh, parameter, *indirect)?;
-                map_pv(v, |s| s.to_lowercase())
+                let pat = match pattern {
+                    Some(p) if !p.is_empty() => {
+                        Some(self.expand_pattern(sh, p)?.unwrap_or_default())
+                    }
+                    _ => None,
+                };
+                map_pv(v, |s| {
+                    s.chars()
+                        .map(|c| {
+                            let hit = pat
+                                .as_ref()
+                                .is_none_or(|p| crate::glob::matches(p, &c.to_string(), true));
+                            match (hit, upper) {
+                                (false, _) => c.to_string(),
+                                (true, true) => c.to_uppercase().collect(),
+                                (true, false) => c.to_lowercase().collect(),
+                            }
+                        })
+                        .collect()
+                })
             }
             ParameterExpr::ReplaceSubstring {
                 parameter,
@@ -1182,6 +1222,9 @@ impl Interp<'_> {
                 }
                 if *comp == "**" && sh.opts.globstar {
                     // zero or more directories
+                    if last && !base.is_empty() {
+                        next.push(base.clone());
+                    }
                     let mut stack = vec![base.clone()];
                     while let Some(b) = stack.pop() {
                         if !last {
@@ -1396,11 +1439,23 @@ impl Interp<'_> {
         }
     }
 
-    fn eval_arith(&mut self, sh: &mut Shell, e: &ast::ArithmeticExpr, depth: u32) -> R<Result<i64, String>> {
-        stacker::maybe_grow(128 * 1024, 2 * 1024 * 1024, || self.eval_arith_inner(sh, e, depth))
+    fn eval_arith(
+        &mut self,
+        sh: &mut Shell,
+        e: &ast::ArithmeticExpr,
+        depth: u32,
+    ) -> R<Result<i64, String>> {
+        stacker::maybe_grow(128 * 1024, 2 * 1024 * 1024, || {
+            self.eval_arith_inner(sh, e, depth)
+        })
     }
 
-    fn eval_arith_inner(&mut self, sh: &mut Shell, e: &ast::ArithmeticExpr, depth: u32) -> R<Result<i64, String>> {
+    fn eval_arith_inner(
+        &mut self,
+        sh: &mut Shell,
+        e: &ast::ArithmeticExpr,
+        depth: u32,
+    ) -> R<Result<i64, String>> {
         use ast::ArithmeticExpr as A;
         use ast::BinaryOperator as B;
         macro_rules! tryv {

@@ -240,7 +240,8 @@ impl SimMachine {
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            let mut stderr = format!("shellbox-sim: internal error (simulator panicked): {msg}\n").into_bytes();
+            let mut stderr =
+                format!("shellbox-sim: internal error (simulator panicked): {msg}\n").into_bytes();
             let limit = usize::try_from(command.output_limit_bytes).unwrap_or(usize::MAX);
             let truncated = stderr.len() > limit;
             stderr.truncate(limit);

@@ -140,6 +140,8 @@ pub struct Shell {
     pub funcdepth: u32,
     pub in_trap: bool,
     pub getopts_sub: usize,
+    /// Names of the functions being run, innermost last.
+    pub funcnames: Vec<String>,
 }
 
 impl Shell {
@@ -168,6 +170,7 @@ impl Shell {
             funcdepth: 0,
             in_trap: false,
             getopts_sub: 0,
+            funcnames: Vec::new(),
         }
     }
 
@@ -451,7 +454,8 @@ impl<'a> Interp<'a> {
         match &mut *st {
             Stream::Timed(inner) => {
                 self.seq += 1;
-                self.pending.push((self.w.clock_ns, self.seq, inner.clone(), data.to_vec()));
+                self.pending
+                    .push((self.w.clock_ns, self.seq, inner.clone(), data.to_vec()));
             }
             Stream::Buf { data: d, .. } => {
                 if (d.len() + data.len()) as u64 > self.w.memory_limit {
@@ -879,7 +883,9 @@ impl<'a> Interp<'a> {
     }
 
     pub fn exec_command(&mut self, sh: &mut Shell, cmd: &ast::Command) -> R<i32> {
-        stacker::maybe_grow(256 * 1024, 4 * 1024 * 1024, || self.exec_command_inner(sh, cmd))
+        stacker::maybe_grow(256 * 1024, 4 * 1024 * 1024, || {
+            self.exec_command_inner(sh, cmd)
+        })
     }
 
     fn exec_command_inner(&mut self, sh: &mut Shell, cmd: &ast::Command) -> R<i32> {
@@ -1838,6 +1844,7 @@ impl<'a> Interp<'a> {
         let saved_pos = std::mem::replace(&mut sh.pos, argv[1..].to_vec());
         sh.locals.push(Vec::new());
         sh.funcdepth += 1;
+        sh.funcnames.push(argv[0].clone());
         let saved_fds = sh.fds.clone();
         let r = match &body.1 {
             Some(redirs) => match self.apply_redirs(sh, &redirs.0) {
@@ -1849,6 +1856,7 @@ impl<'a> Interp<'a> {
         };
         sh.fds = saved_fds;
         sh.funcdepth -= 1;
+        sh.funcnames.pop();
         if let Some(frame) = sh.locals.pop() {
             for (n, old) in frame.into_iter().rev() {
                 match old {
@@ -1874,7 +1882,9 @@ impl<'a> Interp<'a> {
         if name.contains('/') {
             return Some(name.to_string());
         }
-        let path = sh.get("PATH").unwrap_or_else(|| crate::DEFAULT_PATH.to_string());
+        let path = sh
+            .get("PATH")
+            .unwrap_or_else(|| crate::DEFAULT_PATH.to_string());
         for dir in path.split(':') {
             let dir = if dir.is_empty() { "." } else { dir };
             let p = format!("{}/{}", dir.trim_end_matches('/'), name);

@@ -130,6 +130,12 @@ pub fn echo(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
 
 /// `echo -e` / `%b` escapes; the bool is true at `\c`.
 fn backslash_b(s: &str) -> (Vec<u8>, bool) {
+    backslash_escapes(s, false)
+}
+
+/// Backslash escapes of `echo -e` and `%b` (`octal_any`: also `\NNN` without a leading 0,
+/// as in a printf format).
+fn backslash_escapes(s: &str, octal_any: bool) -> (Vec<u8>, bool) {
     let mut out = Vec::new();
     let b = s.as_bytes();
     let mut i = 0;
@@ -163,7 +169,7 @@ fn backslash_b(s: &str) -> (Vec<u8>, bool) {
                 }
                 out.push(v as u8);
             }
-            b'1'..=b'7' => {
+            b'1'..=b'7' if octal_any => {
                 let mut v = (c - b'0') as u32;
                 let mut n = 1;
                 while n < 3 && i < b.len() && (b'0'..=b'7').contains(&b[i]) {
@@ -290,7 +296,7 @@ pub fn printf_format(fmt: &str, args: &[String], errs: &mut Vec<String>) -> Vec<
                         }
                     }
                 }
-                let (b, st) = backslash_b(&s);
+                let (b, st) = backslash_escapes(&s, true);
                 out.extend(b);
                 if st {
                     return out;
@@ -363,7 +369,9 @@ pub fn printf_format(fmt: &str, args: &[String], errs: &mut Vec<String>) -> Vec<
             }
             let mut w: usize = width.parse().unwrap_or(0);
             if w > MAX_FIELD_WIDTH || prec.is_some_and(|p| p > MAX_FIELD_WIDTH) {
-                errs.push(format!("field width or precision over {MAX_FIELD_WIDTH} is not supported"));
+                errs.push(format!(
+                    "field width or precision over {MAX_FIELD_WIDTH} is not supported"
+                ));
                 w = 0;
                 prec = prec.map(|p| p.min(MAX_FIELD_WIDTH));
             }
@@ -693,9 +701,14 @@ pub fn kill(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                     job.finish = now;
                     job.status = Some(128 + sig);
                 }
-            } else if job.status.is_some() && job.finish <= now && !job.reported && sig != 0 {
-                // already finished: bash reports no such process only after reaping
+                continue;
             }
+            if !job.reported && sig != 0 {
+                // finished but not yet waited for: a zombie takes the signal silently
+                continue;
+            }
+            fail(it, sh, format!("bash: kill: ({a}) - No such process"));
+            st = 1;
             continue;
         }
         if let Ok(p) = a.parse::<u32>() {

@@ -89,7 +89,10 @@ fn odd_scripts_never_panic() {
             .run_sync(Command::shell(*script).timeout(Duration::from_secs(10)))
             .unwrap_or_else(|e| panic!("{script:?}: {e}"));
         let err = String::from_utf8_lossy(&r.stderr);
-        assert!(!err.contains("internal error"), "{script:?} panicked: {err}");
+        assert!(
+            !err.contains("internal error"),
+            "{script:?} panicked: {err}"
+        );
         // the machine stays usable
         let r = m.run_sync(Command::shell("echo ok")).unwrap();
         assert_eq!(r.stdout, "ok\n", "{script:?}");
