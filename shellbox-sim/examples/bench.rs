@@ -64,6 +64,28 @@ fn main() {
         t.elapsed().as_secs_f64() * 1e3 / reps as f64
     );
 
+    for script in [
+        "i=0; while [ $i -lt 1000 ]; do i=$((i+1)); done; echo $i",
+        "for ((i=0; i<1000; i++)); do x=$((x+i)); done; echo $x",
+        "i=0; while (( i < 1000 )); do (( i++ )); done; echo $i",
+    ] {
+        let t = Instant::now();
+        for _ in 0..reps {
+            m.run_sync(Command::shell(script)).unwrap();
+        }
+        let sim = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
+        let t = Instant::now();
+        for _ in 0..reps {
+            std::process::Command::new("bash")
+                .arg("-c")
+                .arg(script)
+                .output()
+                .unwrap();
+        }
+        let real = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
+        println!("{script:?}: sim {sim:.2} ms, real bash {real:.2} ms");
+    }
+
     let before = rss_kib();
     let machines: Vec<_> = (0..10_000)
         .map(|_| f.create_sim(MachineSpec::sim()).unwrap())

@@ -1587,6 +1587,18 @@ fn test_cmd(it: &mut Interp<'_>, sh: &mut Shell, name: &str, args: &[String]) ->
         0 => Ok(false),
         1 => Ok(!args[0].is_empty()),
         2 if args[0] == "!" => Ok(args[1].is_empty()),
+        2 if unary_op(&args[0]).is_some() => {
+            let op = unary_op(&args[0]).unwrap_or(ast::UnaryPredicate::StringHasNonZeroLength);
+            unary_test(it, sh, &op, &args[1])
+        }
+        3 if binary_op(&args[1]).is_some() => {
+            let op =
+                binary_op(&args[1]).unwrap_or(ast::BinaryPredicate::StringExactlyMatchesString);
+            match binary_test_mode(it, sh, &op, &args[0], &args[2], true) {
+                Ok(r) => r,
+                Err(_) => Err("error".into()),
+            }
+        }
         _ => match brush_parser::test_command::parse(&args) {
             Ok(e) => eval_test(it, sh, &e),
             Err(_) => Err(format!("{}: syntax error", args.join(" "))),
@@ -1600,6 +1612,49 @@ fn test_cmd(it: &mut Interp<'_>, sh: &mut Shell, name: &str, args: &[String]) ->
             2
         }
     }
+}
+
+fn unary_op(s: &str) -> Option<ast::UnaryPredicate> {
+    use ast::UnaryPredicate as U;
+    Some(match s {
+        "-z" => U::StringHasZeroLength,
+        "-n" => U::StringHasNonZeroLength,
+        "-e" | "-a" => U::FileExists,
+        "-f" => U::FileExistsAndIsRegularFile,
+        "-d" => U::FileExistsAndIsDir,
+        "-L" | "-h" => U::FileExistsAndIsSymlink,
+        "-s" => U::FileExistsAndIsNotZeroLength,
+        "-r" => U::FileExistsAndIsReadable,
+        "-w" => U::FileExistsAndIsWritable,
+        "-x" => U::FileExistsAndIsExecutable,
+        "-c" => U::FileExistsAndIsCharSpecialFile,
+        "-b" => U::FileExistsAndIsBlockSpecialFile,
+        "-p" => U::FileExistsAndIsFifo,
+        "-S" => U::FileExistsAndIsSocket,
+        "-t" => U::FdIsOpenTerminal,
+        "-v" => U::ShellVariableIsSetAndAssigned,
+        _ => return None,
+    })
+}
+
+fn binary_op(s: &str) -> Option<ast::BinaryPredicate> {
+    use ast::BinaryPredicate as P;
+    Some(match s {
+        "=" | "==" => P::StringExactlyMatchesString,
+        "!=" => P::StringDoesNotExactlyMatchString,
+        "<" => P::LeftSortsBeforeRight,
+        ">" => P::LeftSortsAfterRight,
+        "-eq" => P::ArithmeticEqualTo,
+        "-ne" => P::ArithmeticNotEqualTo,
+        "-lt" => P::ArithmeticLessThan,
+        "-le" => P::ArithmeticLessThanOrEqualTo,
+        "-gt" => P::ArithmeticGreaterThan,
+        "-ge" => P::ArithmeticGreaterThanOrEqualTo,
+        "-nt" => P::LeftFileIsNewerOrExistsWhenRightDoesNot,
+        "-ot" => P::LeftFileIsOlderOrDoesNotExistWhenRightDoes,
+        "-ef" => P::FilesReferToSameDeviceAndInodeNumbers,
+        _ => return None,
+    })
 }
 
 fn eval_test(it: &mut Interp<'_>, sh: &mut Shell, e: &ast::TestExpr) -> Result<bool, String> {

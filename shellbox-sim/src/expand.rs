@@ -9,6 +9,31 @@ use brush_parser::word::{
 
 use crate::shell::{get_elem, Ctl, Interp, Shell, Value, R};
 
+thread_local! {
+    static WORD_CACHE: std::cell::RefCell<std::collections::HashMap<String, std::rc::Rc<Vec<WordPieceWithSource>>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+    static ARITH_CACHE: std::cell::RefCell<std::collections::HashMap<String, Option<std::rc::Rc<ast::ArithmeticExpr>>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// Parses an arithmetic expression once per text (per thread).
+fn parse_arith(t: &str) -> Option<std::rc::Rc<ast::ArithmeticExpr>> {
+    if let Some(hit) = ARITH_CACHE.with(|c| c.borrow().get(t).cloned()) {
+        return hit;
+    }
+    let parsed = brush_parser::arithmetic::parse(t)
+        .ok()
+        .map(std::rc::Rc::new);
+    ARITH_CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() > 4096 {
+            c.clear();
+        }
+        c.insert(t.to_string(), parsed.clone());
+    });
+    parsed
+}
+
 const LIT: u8 = 0;
 const QUO: u8 = 1;
 const EXP: u8 = 2;
@@ -432,9 +457,26 @@ fn field_regex(f: &Field) -> String {
 }
 
 impl Interp<'_> {
-    fn parse_word(&mut self, sh: &mut Shell, raw: &str) -> R<Vec<WordPieceWithSource>> {
+    fn parse_word(
+        &mut self,
+        sh: &mut Shell,
+        raw: &str,
+    ) -> R<std::rc::Rc<Vec<WordPieceWithSource>>> {
+        if let Some(hit) = WORD_CACHE.with(|c| c.borrow().get(raw).cloned()) {
+            return Ok(hit);
+        }
         match word::parse(raw, &opts()) {
-            Ok(p) => Ok(p),
+            Ok(p) => {
+                let p = std::rc::Rc::new(p);
+                WORD_CACHE.with(|c| {
+                    let mut c = c.borrow_mut();
+                    if c.len() > 4096 {
+                        c.clear();
+                    }
+                    c.insert(raw.to_string(), p.clone());
+                });
+                Ok(p)
+            }
             Err(e) => {
                 self.err(sh, &format!("bash: {raw}: bad substitution ({e})"));
                 Err(Ctl::Exit(1))
@@ -1339,9 +1381,9 @@ impl Interp<'_> {
         if let Some(v) = parse_int(t) {
             return Ok(Ok(v));
         }
-        let expr = match brush_parser::arithmetic::parse(t) {
-            Ok(e) => e,
-            Err(_) => return Ok(Err(format!("{t}: syntax error in expression"))),
+        let expr = match parse_arith(t) {
+            Some(e) => e,
+            None => return Ok(Err(format!("{t}: syntax error in expression"))),
         };
         self.eval_arith(sh, &expr, 0)
             .map(|r| r.map_err(|m| format!("{t}: {m}")))
@@ -1375,9 +1417,9 @@ impl Interp<'_> {
         if depth > 64 {
             return Ok(Err("expression recursion level exceeded".into()));
         }
-        match brush_parser::arithmetic::parse(t) {
-            Ok(e) => self.eval_arith(sh, &e, depth + 1),
-            Err(_) => Ok(Err(format!(
+        match parse_arith(t) {
+            Some(e) => self.eval_arith(sh, &e, depth + 1),
+            None => Ok(Err(format!(
                 "syntax error: operand expected (error token is \"{t}\")"
             ))),
         }

@@ -411,11 +411,16 @@ impl<'a> Interp<'a> {
 
     pub fn unsupported(&mut self, sh: &mut Shell, what: &str) -> R<i32> {
         let msg = format!("unsupported: {what}");
-        if !self.w.unsupported.contains(&msg) {
-            self.w.unsupported.push(msg.clone());
-        }
+        self.record(&msg);
         self.err(sh, &format!("bash: {msg} (shellbox-sim)"));
         Ok(2)
+    }
+
+    /// Notes something that crossed the simulator's boundary (see `SimMachine::unsupported`).
+    pub fn record(&mut self, msg: &str) {
+        if !self.w.unsupported.iter().any(|m| m == msg) && self.w.unsupported.len() < 1000 {
+            self.w.unsupported.push(msg.to_string());
+        }
     }
 
     // ---------- I/O ----------
@@ -639,6 +644,7 @@ impl<'a> Interp<'a> {
         match parse_program(script) {
             Ok(p) => self.run_program(sh, &p),
             Err(e) => {
+                self.record(&format!("syntax: {e}"));
                 self.err(sh, &format!("bash: {e}"));
                 sh.status = 2;
                 Ok(2)
@@ -1399,6 +1405,7 @@ impl<'a> Interp<'a> {
         let prog = match parse_program(script) {
             Ok(p) => p,
             Err(e) => {
+                self.record(&format!("syntax: {e}"));
                 self.err(sh, &format!("bash: {e}"));
                 sh.subst_status = Some(2);
                 return Ok(String::new());
@@ -1901,6 +1908,7 @@ impl<'a> Interp<'a> {
     pub fn exec_external(&mut self, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
         let name = argv[0].clone();
         let Some(path) = self.find_program(sh, &name) else {
+            self.record(&format!("command not found: {name}"));
             self.err(sh, &format!("bash: line 1: {name}: command not found"));
             return Ok(127);
         };

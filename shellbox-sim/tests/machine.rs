@@ -139,9 +139,13 @@ fn unsupported_features_fail_visibly_and_are_recorded() {
     );
     let r = sh(&m, "coproc cat");
     assert_eq!(r.exit_code, Some(2));
+    sh(&m, "grep x /dev/null");
+    sh(&m, "if then");
     let u = m.unsupported();
     assert!(u.iter().any(|x| x.contains("ls option -Z")), "{u:?}");
     assert!(u.iter().any(|x| x.contains("coproc")), "{u:?}");
+    assert!(u.iter().any(|x| x == "command not found: grep"), "{u:?}");
+    assert!(u.iter().any(|x| x.starts_with("syntax: ")), "{u:?}");
 }
 
 #[test]
