@@ -644,6 +644,18 @@ impl<'a> Interp<'a> {
         match parse_program(script) {
             Ok(p) => self.run_program(sh, &p),
             Err(e) => {
+                // bash reads and runs complete commands one at a time: what precedes the
+                // bad line still runs
+                let lines: Vec<&str> = script.split_inclusive('\n').collect();
+                if lines.len() > 1 && lines.len() <= 400 {
+                    for k in (1..lines.len()).rev() {
+                        let prefix: String = lines[..k].concat();
+                        if let Ok(p) = parse_program(&prefix) {
+                            self.run_program(sh, &p)?;
+                            break;
+                        }
+                    }
+                }
                 self.record(&format!("syntax: {e}"));
                 self.err(sh, &format!("bash: {e}"));
                 sh.status = 2;
@@ -798,11 +810,25 @@ impl<'a> Interp<'a> {
         if p.bang {
             sh.cond += 1;
         }
+        let started = self.w.clock_ns;
         let r = self.exec_pipeline_inner(sh, p);
         if p.bang {
             sh.cond -= 1;
         }
         let mut st = r?;
+        if let Some(t) = &p.timed {
+            // `time`: elapsed virtual time; the simulator spends no user or system time
+            let ns = self.w.clock_ns.saturating_sub(started);
+            let secs = ns as f64 / 1e9;
+            let text = if t.is_posix_output() {
+                format!("real {secs:.2}\nuser 0.00\nsys 0.00\n")
+            } else {
+                let m = (secs / 60.0).floor();
+                let s = secs - m * 60.0;
+                format!("\nreal\t{m}m{s:.3}s\nuser\t0m0.000s\nsys\t0m0.000s\n")
+            };
+            let _ = self.write(sh, 2, text.as_bytes())?;
+        }
         if p.bang {
             st = if st == 0 { 1 } else { 0 };
         }
@@ -811,9 +837,6 @@ impl<'a> Interp<'a> {
     }
 
     fn exec_pipeline_inner(&mut self, sh: &mut Shell, p: &ast::Pipeline) -> R<i32> {
-        if p.timed.is_some() {
-            let _ = self.unsupported(sh, "time")?;
-        }
         if p.seq.len() == 1 {
             let st = self.exec_command(sh, &p.seq[0])?;
             sh.pipestatus = vec![st];

@@ -270,6 +270,11 @@ const MAX_FIELD_WIDTH: usize = 1 << 20;
 
 /// Formats `fmt` with `args` as printf(1) does (the format reused until args run out).
 pub fn printf_format(fmt: &str, args: &[String], errs: &mut Vec<String>) -> Vec<u8> {
+    printf_format_at(fmt, args, errs, crate::CLOCK_START_EPOCH_SECS)
+}
+
+/// [`printf_format`] with `now` (seconds since the epoch) for `%(fmt)T`.
+pub fn printf_format_at(fmt: &str, args: &[String], errs: &mut Vec<String>, now: i64) -> Vec<u8> {
     let mut out = Vec::new();
     let f: Vec<char> = fmt.chars().collect();
     let mut ai = 0;
@@ -360,6 +365,29 @@ pub fn printf_format(fmt: &str, args: &[String], errs: &mut Vec<String>) -> Vec<
             if j >= f.len() {
                 out.extend(f[i..].iter().collect::<String>().bytes());
                 break;
+            }
+            if f[j] == '(' {
+                if let Some(close) = f[j..].iter().position(|c| *c == ')').map(|p| p + j) {
+                    if f.get(close + 1) == Some(&'T') {
+                        let tf: String = f[j + 1..close].iter().collect();
+                        let arg = args.get(ai).cloned().unwrap_or_default();
+                        ai += 1;
+                        let t = match arg.trim() {
+                            "" | "-1" | "-2" => now,
+                            a => a.parse().unwrap_or(now),
+                        };
+                        let s = strftime(if tf.is_empty() { "%X" } else { &tf }, t, 0);
+                        let w: usize = width.parse().unwrap_or(0).min(MAX_FIELD_WIDTH);
+                        let s = if flags.contains('-') {
+                            format!("{s:<w$}")
+                        } else {
+                            format!("{s:>w$}")
+                        };
+                        out.extend(s.bytes());
+                        i = close + 2;
+                        continue;
+                    }
+                }
             }
             let conv = f[j];
             i = j + 1;
@@ -563,7 +591,8 @@ pub fn printf_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32
         return Ok(2);
     };
     let mut errs = Vec::new();
-    let out = printf_format(fmt, &args[1..], &mut errs);
+    let now = it.w.vfs.now;
+    let out = printf_format_at(fmt, &args[1..], &mut errs, now);
     for e in &errs {
         it.err(sh, &format!("bash: printf: {e}"));
     }
