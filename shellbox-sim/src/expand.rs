@@ -494,7 +494,12 @@ impl Interp<'_> {
         let pieces = self.parse_word(sh, raw)?;
         let mut fb = Fb::default();
         self.expand_pieces(sh, &pieces, in_dq, &mut fb)?;
-        Ok(fb.finish())
+        let fields = fb.finish();
+        let bytes: usize = fields.iter().map(|f| f.s.len()).sum();
+        if bytes as u64 > self.w.memory_limit {
+            return Err(Ctl::Budget("memory limit exceeded".into()));
+        }
+        Ok(fields)
     }
 
     /// Full expansion of one raw word into fields.

@@ -243,6 +243,16 @@ fn disk_output_and_memory_budgets() {
         matches!(&e, Error::Terminated(r) if r.contains("memory")),
         "{e:?}"
     );
+    let m = SimMachineFactory::new()
+        .create_sim(MachineSpec::sim().memory_mb(1))
+        .unwrap();
+    let e = m
+        .run_sync(Command::shell("s=x; while :; do s=$s$s; done"))
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Terminated(r) if r.contains("memory")),
+        "{e:?}"
+    );
 }
 
 #[test]
