@@ -895,6 +895,12 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
     let integer = flags_on.contains('i');
     let func = flags_on.contains('f') || flags_on.contains('F');
     let print = flags_on.contains('p');
+    let unexport = cmd == "export" && flags_on.contains('n');
+    if unexport {
+        flags_off.push('x');
+        flags_on = flags_on.replace('n', "");
+    }
+    let export = export && !unexport;
     if flags_on.contains('n') {
         return it.unsupported(sh, &format!("{cmd} -n (namerefs)"));
     }
@@ -1051,9 +1057,12 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
             } else {
                 let mut v = Var::s(String::new());
                 v.integer = true;
-                if val.is_some() {
-                    sh.vars.insert(name.clone(), v);
-                }
+                sh.vars.insert(name.clone(), v);
+            }
+        }
+        if flags_off.contains('i') {
+            if let Some(v) = sh.vars.get_mut(&name) {
+                v.integer = false;
             }
         }
         if let Some(val) = val {

@@ -764,6 +764,14 @@ impl Interp<'_> {
                 } else {
                     index.clone()
                 };
+                if name == "BASH_VERSINFO" && !sh.vars.contains_key(name) {
+                    let i = self.eval_arith_str(sh, &key)?.unwrap_or_default();
+                    let v = ["5", "2", "15", "1", "release", "x86_64-pc-linux-gnu"];
+                    return Ok(match v.get(i as usize) {
+                        Some(s) => PV::S(s.to_string()),
+                        None => PV::Unset,
+                    });
+                }
                 if name == "FUNCNAME" && !sh.vars.contains_key("FUNCNAME") {
                     let i = self.eval_arith_str(sh, &key)?.unwrap_or_default();
                     let mut v: Vec<String> = sh.funcnames.iter().rev().cloned().collect();
@@ -817,6 +825,13 @@ impl Interp<'_> {
                 }
             }
             Parameter::NamedWithAllIndices { name, concatenate } => {
+                if name == "BASH_VERSINFO" && !sh.vars.contains_key(name) {
+                    let v = ["5", "2", "15", "1", "release", "x86_64-pc-linux-gnu"];
+                    return Ok(PV::L(
+                        v.iter().map(|s| s.to_string()).collect(),
+                        *concatenate,
+                    ));
+                }
                 if name == "FUNCNAME" && !sh.vars.contains_key("FUNCNAME") {
                     let mut v: Vec<String> = sh.funcnames.iter().rev().cloned().collect();
                     if !v.is_empty() {
@@ -860,6 +875,9 @@ impl Interp<'_> {
             "PIPESTATUS" => PV::S(sh.pipestatus.first().copied().unwrap_or(0).to_string()),
             "BASH_VERSION" => PV::S("5.2.15(1)-release".into()),
             "OSTYPE" => PV::S("linux-gnu".into()),
+            "HOSTTYPE" => PV::S("x86_64".into()),
+            "MACHTYPE" => PV::S("x86_64-pc-linux-gnu".into()),
+            "BASH_VERSINFO" => PV::S("5".into()),
             "UID" | "EUID" => PV::S("0".into()),
             "PWD" => PV::S(sh.cwd.clone()),
             _ => PV::Unset,

@@ -1643,6 +1643,7 @@ impl<'a> Interp<'a> {
         }
         let saved_fds = sh.fds.clone();
         let is_exec = argv[0] == "exec";
+        let last_arg = argv.last().cloned();
         let r = match self.apply_redirs(sh, &redirs)? {
             Err(st) => Ok(st),
             Ok(()) => {
@@ -1654,6 +1655,14 @@ impl<'a> Interp<'a> {
             }
         };
         let keep_fds = is_exec && r.is_ok();
+        if let Some(last) = last_arg {
+            match sh.vars.get_mut("_") {
+                Some(v) => v.value = Value::Str(last),
+                None => {
+                    sh.vars.insert("_".into(), Var::s(last));
+                }
+            }
+        }
         if !keep_fds {
             sh.fds = saved_fds;
         }

@@ -1147,6 +1147,7 @@ struct LsOpts {
     size: bool,
     human: bool,
     inode: bool,
+    blocks: bool,
 }
 
 fn ls(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
@@ -1164,6 +1165,7 @@ fn ls(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         size: false,
         human: false,
         inode: false,
+        blocks: false,
     };
     for c in fl {
         match c {
@@ -1179,6 +1181,7 @@ fn ls(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             'S' => o.size = true,
             'h' => o.human = true,
             'i' => o.inode = true,
+            's' => o.blocks = true,
             'n' | 'o' | 'g' | 'G' => o.long = true,
             'C' | 'x' | 'U' | 'f' | 'L' | 'H' => {}
             '\u{0}' => {
@@ -1257,7 +1260,7 @@ fn ls(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             entries.push((n, i));
         }
         sort_entries(it, &mut entries, &o);
-        if o.long {
+        if o.long || o.blocks {
             let blocks: u64 = entries
                 .iter()
                 .map(|(_, i)| blocks_of(it.w.vfs.get(*i)))
@@ -1380,6 +1383,9 @@ fn format_entries(
             if o.inode {
                 out.push_str(&format!("{} ", i + 1000));
             }
+            if o.blocks {
+                out.push_str(&format!("{} ", blocks_of(it.w.vfs.get(*i))));
+            }
             out.push_str(n);
             if o.classify {
                 let node = it.w.vfs.get(*i).clone();
@@ -1494,6 +1500,7 @@ fn rm(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let rec = fl.contains(&'r') || fl.contains(&'R');
     let dirs = fl.contains(&'d');
     let verbose = fl.contains(&'v');
+    let interactive = fl.contains(&'i') && !force;
     let mut st = 0;
     if ops.is_empty() && !force {
         fail(it, sh, "rm: missing operand".into());
@@ -1519,6 +1526,23 @@ fn rm(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         }
         match it.w.vfs.resolve(&sh.cwd, p, false) {
             Ok(ino) => {
+                if interactive {
+                    let node = it.w.vfs.get(ino);
+                    let kind = match &node.kind {
+                        Kind::Dir(..) => "directory",
+                        Kind::Symlink(_) => "symbolic link",
+                        _ if node.size() == 0 => "regular empty file",
+                        _ => "regular file",
+                    };
+                    let _ = it.write(sh, 2, format!("rm: remove {kind} '{p}'? ").as_bytes())?;
+                    let answer = it
+                        .read_until(sh, 0, b'\n', None)
+                        .map(|(l, _)| l)
+                        .unwrap_or_default();
+                    if !matches!(answer.first(), Some(b'y' | b'Y')) {
+                        continue;
+                    }
+                }
                 if it.w.vfs.get(ino).is_dir() {
                     if rec {
                         if let Ok((d, name)) = it.w.vfs.resolve_parent(&sh.cwd, p) {
