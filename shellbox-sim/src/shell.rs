@@ -1644,6 +1644,10 @@ impl<'a> Interp<'a> {
         let saved_fds = sh.fds.clone();
         let is_exec = argv[0] == "exec";
         let last_arg = argv.last().cloned();
+        if sh.opts.xtrace {
+            let line: Vec<String> = argv.iter().map(|a| xtrace_quote(a)).collect();
+            let _ = self.write(sh, 2, format!("+ {}\n", line.join(" ")).as_bytes())?;
+        }
         let r = match self.apply_redirs(sh, &redirs)? {
             Err(st) => Ok(st),
             Ok(()) => {
@@ -2064,6 +2068,18 @@ pub enum DeclArg {
 pub enum AssignVal {
     Scalar(String),
     Array(Vec<(Option<String>, String)>),
+}
+
+/// How `set -x` shows one word: as is when plain, else in single quotes.
+fn xtrace_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+%@".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }
 
 pub fn assign_name(a: &ast::Assignment) -> &str {

@@ -406,7 +406,8 @@ pub fn printf_format_at(fmt: &str, args: &[String], errs: &mut Vec<String>, now:
             let left = flags.contains('-');
             let zero = flags.contains('0') && !left;
             let pad = |s: String, numeric: bool| -> String {
-                let len = s.chars().count();
+                // bash pads by bytes, not characters
+                let len = s.len();
                 if len >= w {
                     return s;
                 }
@@ -448,7 +449,7 @@ pub fn printf_format_at(fmt: &str, args: &[String], errs: &mut Vec<String>, now:
                         .chars()
                         .next()
                         .map(String::from)
-                        .unwrap_or_default(),
+                        .unwrap_or_else(|| "\0".to_string()),
                     false,
                 ),
                 'd' | 'i' | 'u' | 'x' | 'X' | 'o' => {
@@ -538,7 +539,13 @@ pub fn printf_format_at(fmt: &str, args: &[String], errs: &mut Vec<String>, now:
                                     m
                                 };
                                 let e: i32 = e.parse().unwrap_or(0);
-                                format!("{m}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs())
+                                let s =
+                                    format!("{m}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs());
+                                if conv == 'G' {
+                                    s.to_uppercase()
+                                } else {
+                                    s
+                                }
                             } else {
                                 let dec = (p as i32 - 1 - exp).max(0) as usize;
                                 let s = format!("{v:.dec$}");
