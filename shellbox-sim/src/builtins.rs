@@ -619,6 +619,7 @@ fn set_opt(sh: &mut Shell, name: &str, on: bool) -> bool {
         "noglob" | "f" => o.noglob = on,
         "xtrace" | "x" => o.xtrace = on,
         "allexport" | "a" => o.allexport = on,
+        "errtrace" | "E" => o.errtrace = on,
         "verbose"
         | "v"
         | "monitor"
@@ -639,8 +640,6 @@ fn set_opt(sh: &mut Shell, name: &str, on: bool) -> bool {
         | "history"
         | "functrace"
         | "T"
-        | "errtrace"
-        | "E"
         | "physical"
         | "P"
         | "nolog"

@@ -104,6 +104,7 @@ pub struct Opts {
     pub dotglob: bool,
     pub nocasematch: bool,
     pub lastpipe: bool,
+    pub errtrace: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -791,7 +792,8 @@ impl<'a> Interp<'a> {
     }
 
     fn on_failure(&mut self, sh: &mut Shell, st: i32) -> R<()> {
-        if let Some(t) = sh.traps.get("ERR").cloned() {
+        let trap_applies = sh.funcdepth == 0 || sh.opts.errtrace;
+        if let Some(t) = sh.traps.get("ERR").cloned().filter(|_| trap_applies) {
             if !t.is_empty() && !sh.in_trap {
                 sh.in_trap = true;
                 let r = self.run_script(sh, &t);
