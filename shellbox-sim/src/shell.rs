@@ -47,6 +47,69 @@ pub enum Stream {
     /// A background job's view of an inherited stream: writes are queued with their
     /// virtual time and reach the stream in time order with the foreground's.
     Timed(Fd),
+    /// The write end of a pipe into `head`: once the reader has what it needs and the pipe
+    /// buffer (64 KiB) is full, further writes get SIGPIPE (exit 141), as with a real pipe.
+    Pipe {
+        data: Vec<u8>,
+        lines: usize,
+        need: HeadNeed,
+    },
+}
+
+/// What a `head` reading a pipe consumes before it exits.
+#[derive(Debug, Clone, Copy)]
+pub enum HeadNeed {
+    Lines(usize),
+    Bytes(usize),
+}
+
+/// The capacity of a Linux pipe.
+const PIPE_CAPACITY: usize = 64 * 1024;
+
+/// What `cmd` consumes from stdin when it is a plain `head` reading only stdin.
+fn head_need(cmd: &ast::Command) -> Option<HeadNeed> {
+    let ast::Command::Simple(s) = cmd else {
+        return None;
+    };
+    if s.prefix.is_some() || s.word_or_name.as_ref()?.value != "head" {
+        return None;
+    }
+    let mut words = Vec::new();
+    if let Some(suf) = &s.suffix {
+        for it in &suf.0 {
+            match it {
+                ast::CommandPrefixOrSuffixItem::Word(w) => words.push(w.value.as_str()),
+                _ => return None,
+            }
+        }
+    }
+    let plain = |w: &str| w.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    let mut need = HeadNeed::Lines(10);
+    let mut i = 0;
+    while i < words.len() {
+        let w = words[i];
+        if !plain(w) {
+            return None;
+        }
+        let num = |v: &str| v.parse::<usize>().ok();
+        match w {
+            "-q" | "-v" => {}
+            "-n" => {
+                i += 1;
+                need = HeadNeed::Lines(num(words.get(i)?)?);
+            }
+            "-c" => {
+                i += 1;
+                need = HeadNeed::Bytes(num(words.get(i)?)?);
+            }
+            _ if w.starts_with("-n") => need = HeadNeed::Lines(num(&w[2..])?),
+            _ if w.starts_with("-c") => need = HeadNeed::Bytes(num(&w[2..])?),
+            _ if w.len() > 1 && w.starts_with('-') => need = HeadNeed::Lines(num(&w[1..])?),
+            _ => return None,
+        }
+        i += 1;
+    }
+    Some(need)
 }
 
 pub type Fd = Rc<RefCell<Stream>>;
@@ -458,6 +521,30 @@ impl<'a> Interp<'a> {
     fn write_fd(&mut self, f: &Fd, data: &[u8]) -> R<bool> {
         let mut st = f.borrow_mut();
         match &mut *st {
+            Stream::Pipe {
+                data: d,
+                lines,
+                need,
+            } => {
+                let satisfied = match *need {
+                    HeadNeed::Lines(n) => *lines >= n,
+                    HeadNeed::Bytes(n) => d.len() >= n,
+                };
+                if satisfied && d.len() >= PIPE_CAPACITY {
+                    // the reader has exited: SIGPIPE
+                    return Err(Ctl::Exit(128 + 13));
+                }
+                *lines += data.iter().filter(|b| **b == b'\n').count();
+                d.extend_from_slice(data);
+                let satisfied = match *need {
+                    HeadNeed::Lines(n) => *lines >= n,
+                    HeadNeed::Bytes(n) => d.len() >= n,
+                };
+                if satisfied && d.len() > PIPE_CAPACITY {
+                    // the write filled the pipe; the reader took its part and exited
+                    return Err(Ctl::Exit(128 + 13));
+                }
+            }
             Stream::Timed(inner) => {
                 self.seq += 1;
                 self.pending
@@ -524,7 +611,7 @@ impl<'a> Interp<'a> {
                 *pos = d.len().max(*pos);
                 out
             }
-            Stream::Zero => vec![0; 65536],
+            Stream::Zero => vec![0; 128 * 1024],
             _ => Vec::new(),
         }
     }
@@ -573,7 +660,7 @@ impl<'a> Interp<'a> {
             Kind::Dir(..) => Err(Errno::IsDir),
             Kind::Exe(n) => Ok(format!("#!/bin/sh\n# shellbox-sim built-in {n}\n").into_bytes()),
             Kind::Dev(Dev::Null) => Ok(Vec::new()),
-            Kind::Dev(Dev::Zero) => Ok(vec![0; 65536]),
+            Kind::Dev(Dev::Zero) => Ok(vec![0; 128 * 1024]),
             Kind::Dev(Dev::Fd(n)) => {
                 let n = *n;
                 Ok(self.read_all(sh, n))
@@ -850,7 +937,18 @@ impl<'a> Interp<'a> {
         for (i, cmd) in p.seq.iter().enumerate() {
             let last = i + 1 == n;
             let pid = self.w.new_pid();
-            let out = if last { None } else { Some(buf_fd(Vec::new())) };
+            let out = if last {
+                None
+            } else {
+                Some(match head_need(&p.seq[i + 1]) {
+                    Some(need) => Rc::new(RefCell::new(Stream::Pipe {
+                        data: Vec::new(),
+                        lines: 0,
+                        need,
+                    })),
+                    None => buf_fd(Vec::new()),
+                })
+            };
             let lastpipe = last && sh.opts.lastpipe;
             let mut sub_owned;
             let target: &mut Shell = if lastpipe {
@@ -882,6 +980,13 @@ impl<'a> Interp<'a> {
                 let _ = self.run_exit_trap(target, st)?;
             }
             statuses.push(st);
+            if let Some(o) = &out {
+                let mut s = o.borrow_mut();
+                if let Stream::Pipe { data, .. } = &mut *s {
+                    let data = std::mem::take(data);
+                    *s = Stream::Buf { data, pos: 0 };
+                }
+            }
             input = out;
         }
         let st = if sh.opts.pipefail {

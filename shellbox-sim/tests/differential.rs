@@ -29,6 +29,9 @@ const SCRIPTS: &[&str] = &[
     r#"for i in 0.3 0.1 0.2; do (sleep $i; echo $i) & done; wait; echo all"#,
     r#"trap 'echo int' INT; trap -p INT; echo $(( 010 + 0x10 + 2#11 )); hash"#,
     r#"set -e; trap 'echo "exit $?"' EXIT; readonly R=1; echo set; R=2; echo never"#,
+    r#"while :; do echo y; done | head -n 3; echo "${PIPESTATUS[@]}"; seq 10 | head -2; echo "${PIPESTATUS[@]}""#,
+    r#"set -o pipefail; seq 100000 | head -1; echo $?; seq 1000 | head -1; echo $?; cat /dev/zero | head -c 3 | wc -c"#,
+    r#"trap 'echo ERR' ERR; f() { false; echo in-f; }; f; (false; echo sub); x=$(false); echo end"#,
 ];
 
 #[test]
