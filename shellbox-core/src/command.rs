@@ -238,8 +238,10 @@ impl CommandResult {
     }
 }
 
-/// One item of a command's output stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One item of a command's output stream. In JSON: `{"stdout": [bytes]}`,
+/// `{"stderr": [bytes]}` or `{"exit": {...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Event {
     /// Bytes the command wrote to stdout, within its output limit, in arrival order.
     Stdout(Bytes),
@@ -311,5 +313,13 @@ mod tests {
         };
         let json = serde_json::to_string(&status).unwrap();
         assert_eq!(serde_json::from_str::<ExitStatus>(&json).unwrap(), status);
+        for event in [
+            Event::Stdout(Bytes::from_static(b"o\xff")),
+            Event::Stderr(Bytes::new()),
+            Event::Exit(status),
+        ] {
+            let json = serde_json::to_string(&event).unwrap();
+            assert_eq!(serde_json::from_str::<Event>(&json).unwrap(), event, "{json}");
+        }
     }
 }

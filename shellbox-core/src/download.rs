@@ -11,8 +11,8 @@ use std::time::Duration;
 use crate::validate::validate_guest_path;
 use crate::{Command, Error, ExitReason, Machine};
 
-/// Budgets of [`download_files`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Budgets of [`download_files`]. In JSON the timeout is in (fractional) seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DownloadLimits {
     /// Most entries in the result.
     pub max_files: usize,
@@ -21,6 +21,7 @@ pub struct DownloadLimits {
     /// Most bytes of any one file.
     pub max_file_bytes: u64,
     /// Deadline of each guest command (the inspection and the archive of each path).
+    #[serde(with = "crate::serde_secs::required")]
     pub timeout: Duration,
 }
 
@@ -293,6 +294,14 @@ fn read_archive(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_json_round_trip() {
+        let limits = DownloadLimits::default();
+        let json = serde_json::to_string(&limits).unwrap();
+        assert!(json.contains(r#""timeout":60.0"#), "{json}");
+        assert_eq!(serde_json::from_str::<DownloadLimits>(&json).unwrap(), limits);
+    }
 
     #[test]
     fn member_keys() {

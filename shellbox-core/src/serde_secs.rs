@@ -23,3 +23,19 @@ pub mod option {
         }
     }
 }
+
+/// `Duration` as seconds.
+pub mod required {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    /// Writes `d.as_secs_f64()`.
+    pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(value.as_secs_f64())
+    }
+
+    /// Reads a non-negative, finite number of seconds.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Duration::try_from_secs_f64(f64::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
