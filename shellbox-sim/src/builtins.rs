@@ -1007,7 +1007,7 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
                             name.clone(),
                             Var {
                                 value: if assoc {
-                                    Value::Assoc(BTreeMap::new())
+                                    Value::Assoc(crate::shell::AssocMap::new())
                                 } else {
                                     Value::Arr(BTreeMap::new())
                                 },
@@ -1033,7 +1033,7 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
             sh.vars.insert(
                 name.clone(),
                 Var {
-                    value: Value::Assoc(BTreeMap::new()),
+                    value: Value::Assoc(crate::shell::AssocMap::new()),
                     exported: false,
                     readonly: false,
                     integer: false,

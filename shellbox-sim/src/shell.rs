@@ -122,7 +122,67 @@ pub fn buf_fd(data: Vec<u8>) -> Fd {
 pub enum Value {
     Str(String),
     Arr(BTreeMap<i64, String>),
-    Assoc(BTreeMap<String, String>),
+    Assoc(AssocMap),
+}
+
+/// An associative array that iterates in bash's order: bash keeps the keys in a hash table
+/// of 1,024 buckets (FNV-1 hash of the key), and lists them bucket by bucket, the most
+/// recently added first within a bucket.
+#[derive(Debug, Clone, Default)]
+pub struct AssocMap {
+    map: HashMap<String, (String, u64)>,
+    seq: u64,
+}
+
+fn bash_bucket(key: &str) -> u32 {
+    let mut h: u32 = 2_166_136_261;
+    for b in key.bytes() {
+        h = h.wrapping_mul(16_777_619);
+        // C's `char` is signed: bytes over 127 are sign-extended before the xor
+        h ^= b as i8 as i32 as u32;
+    }
+    h & 1023
+}
+
+impl AssocMap {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    fn ordered(&self) -> Vec<(&String, &String)> {
+        let mut v: Vec<(&String, &String, u64, u32)> = self
+            .map
+            .iter()
+            .map(|(k, (val, seq))| (k, val, *seq, bash_bucket(k)))
+            .collect();
+        v.sort_by_key(|e| (e.3, std::cmp::Reverse(e.2)));
+        v.into_iter().map(|(k, val, _, _)| (k, val)).collect()
+    }
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &String)> {
+        self.ordered().into_iter()
+    }
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.ordered().into_iter().map(|(k, _)| k)
+    }
+    pub fn values(&self) -> impl Iterator<Item = &String> {
+        self.ordered().into_iter().map(|(_, v)| v)
+    }
+    pub fn get(&self, k: &str) -> Option<&String> {
+        self.map.get(k).map(|e| &e.0)
+    }
+    pub fn insert(&mut self, k: String, v: String) {
+        if let Some(e) = self.map.get_mut(&k) {
+            e.0 = v;
+        } else {
+            self.seq += 1;
+            self.map.insert(k, (v, self.seq));
+        }
+    }
+    pub fn remove(&mut self, k: &str) -> Option<String> {
+        self.map.remove(k).map(|e| e.0)
+    }
+    pub fn contains_key(&self, k: &str) -> bool {
+        self.map.contains_key(k)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -1878,10 +1938,10 @@ impl<'a> Interp<'a> {
                     let mut m = if a.append {
                         match sh.vars.get(n).map(|v| &v.value) {
                             Some(Value::Assoc(m)) => m.clone(),
-                            _ => BTreeMap::new(),
+                            _ => AssocMap::new(),
                         }
                     } else {
-                        BTreeMap::new()
+                        AssocMap::new()
                     };
                     for (k, v) in items {
                         m.insert(k.unwrap_or_default(), v);
