@@ -1404,7 +1404,13 @@ impl Interp<'_> {
         if let Some(v) = parse_int(t) {
             return Ok(Ok(v));
         }
-        let expr = match parse_arith(t) {
+        let expr = match parse_arith(t).or_else(|| {
+            // the arithmetic grammar is ASCII-only: carry other characters (in associative
+            // array subscripts) through as tokens that `arith_expr_text` turns back
+            (!t.is_ascii())
+                .then(|| parse_arith(&encode_non_ascii(t)))
+                .flatten()
+        }) {
             Some(e) => e,
             None => return Ok(Err(format!("{t}: syntax error in expression"))),
         };
@@ -1699,11 +1705,55 @@ struct Var2 {
 }
 
 fn arith_expr_text(e: &ast::ArithmeticExpr) -> String {
-    match e {
+    let s = match e {
         ast::ArithmeticExpr::Reference(ast::ArithmeticTarget::Variable(n)) => n.clone(),
         ast::ArithmeticExpr::Literal(v) => v.to_string(),
         other => format!("{other}"),
+    };
+    if s.contains("__U") {
+        decode_non_ascii(&s)
+    } else {
+        s
     }
+}
+
+fn encode_non_ascii(t: &str) -> String {
+    let mut out = String::with_capacity(t.len() * 2);
+    for c in t.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            out.push_str(&format!("__U{:x}__", c as u32));
+        }
+    }
+    out
+}
+
+fn decode_non_ascii(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find("__U") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 3..];
+        let hex_len = after.bytes().take_while(|b| b.is_ascii_hexdigit()).count();
+        match (
+            after[hex_len..].starts_with("__"),
+            u32::from_str_radix(&after[..hex_len], 16)
+                .ok()
+                .and_then(char::from_u32),
+        ) {
+            (true, Some(c)) if hex_len > 0 => {
+                out.push(c);
+                rest = &after[hex_len + 2..];
+            }
+            _ => {
+                out.push_str("__U");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 pub fn parse_int(t: &str) -> Option<i64> {
