@@ -44,9 +44,16 @@ fn file_type(st: &FileStat) -> SFlag {
     SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
 }
 
+/// The permission bits a copy gets: the source's, without setuid and setgid, so neither a
+/// command (through a download) nor an upload can hand anyone a set-id file.
 fn mode_of(st: &FileStat) -> Mode {
-    Mode::from_bits_truncate(st.st_mode & 0o7777)
+    Mode::from_bits_truncate(st.st_mode & 0o1777)
 }
+
+/// Deepest directory nesting a transfer copies; deeper trees are refused with an error
+/// rather than exhausting the thread's stack or the process's descriptors (a command can
+/// nest directories without bound).
+pub const MAX_TREE_DEPTH: usize = 256;
 
 fn child_guest(parent: &str, name: &OsStr) -> String {
     let name = name.to_string_lossy();
@@ -173,6 +180,22 @@ fn ensure_dir(dst_dir: &OwnedFd, name: &OsStr, path: &str) -> Result<OwnedFd, Er
 /// Copies the contents of directory `src` into directory `dst`, entry by entry, with
 /// `check(guest path)` called before each entry is written.
 fn copy_tree(src: &OwnedFd, dst: &OwnedFd, path: &str, check: GuestCheck) -> Result<(), Error> {
+    copy_tree_at(src, dst, path, check, 0)
+}
+
+fn copy_tree_at(
+    src: &OwnedFd,
+    dst: &OwnedFd,
+    path: &str,
+    check: GuestCheck,
+    depth: usize,
+) -> Result<(), Error> {
+    if depth >= MAX_TREE_DEPTH {
+        return Err(Error::transfer(
+            path,
+            format!("directories nest deeper than {MAX_TREE_DEPTH} levels"),
+        ));
+    }
     for name in read_names(src, path)? {
         let child = child_guest(path, &name);
         let st = match fstatat(
@@ -189,7 +212,7 @@ fn copy_tree(src: &OwnedFd, dst: &OwnedFd, path: &str, check: GuestCheck) -> Res
         if kind == SFlag::S_IFDIR {
             let s = step(src, &name, false, &child)?;
             let d = ensure_dir(dst, &name, &child)?;
-            copy_tree(&s, &d, &child, check)?;
+            copy_tree_at(&s, &d, &child, check, depth + 1)?;
             fchmod(&d, mode_of(&st)).map_err(|e| io_err("chmod", &child, e))?;
             set_times(&d, &st, &child)?;
         } else if kind == SFlag::S_IFREG {

@@ -23,6 +23,7 @@ use shellbox_core::{Error, Event, EventStream, ExitReason, ExitStatus};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::sync::{mpsc, watch};
 
+use crate::ns::MachineNamespaces;
 use crate::plan::Limit;
 
 /// The fixed environment bwrap itself runs with (REFERENCE 4.4); the sandbox clears it.
@@ -53,12 +54,14 @@ fn errno_io(e: nix::errno::Errno) -> std::io::Error {
 /// (so each spawn reads it from offset 0) at the fd number given to `args`. In the child,
 /// before exec: a new session and process group, `limits`, niceness +10, default SIGPIPE
 /// and SIGXFSZ dispositions, and every fd but stdio and those two marked close-on-exec.
-/// No helper process is involved.
+/// First of all it joins the machine's shared namespaces (`setns(2)`), which `namespaces`
+/// keeps open for as long as the command exists. No helper process is involved.
 pub(crate) fn prepare(
     bwrap: &Path,
     env_options: &[u8],
     limits: Vec<Limit>,
     with_status: bool,
+    namespaces: Option<Arc<MachineNamespaces>>,
     args: impl FnOnce(i32, Option<i32>) -> Vec<OsString>,
 ) -> Result<Prepared, Error> {
     use nix::sys::memfd::{memfd_create, MFdFlags};
@@ -89,9 +92,17 @@ pub(crate) fn prepare(
         .env_clear()
         .envs(CONTROL_ENV)
         .current_dir("/");
+    let joins = namespaces.as_ref().map(|n| n.joins()).unwrap_or_default();
     let pre_exec = move || -> std::io::Result<()> {
         // Keep the fds alive in the Command; only their numbers are used here.
-        let _keep = (&memfd, &status_write);
+        let _keep = (&memfd, &status_write, &namespaces);
+        for &(fd, nstype) in &joins {
+            // SAFETY: setns on an fd kept open by `namespaces`, in the single-threaded
+            // forked child.
+            if unsafe { libc::setns(fd, nstype) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
         nix::unistd::setsid().map_err(errno_io)?;
         for limit in &limits {
             nix::sys::resource::setrlimit(limit.resource, limit.value, limit.value)

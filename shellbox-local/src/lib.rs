@@ -57,6 +57,7 @@
 mod fsops;
 mod launch;
 mod machine;
+mod ns;
 pub mod plan;
 mod root;
 
@@ -65,4 +66,4 @@ pub use machine::{
     machine_bwrap_args, LocalMachine, LocalMachineFactory, LocalOptions, PROBE_TIMEOUT,
     SANDBOX_REQUIREMENTS,
 };
-pub use root::{ETC_BOUND_DIRS, ETC_COPIES, ROOT_PREFIX};
+pub use root::{ETC_BOUND_DIRS, ETC_COPIES, ROOT_DIR_NAME, ROOT_PREFIX};

@@ -45,6 +45,9 @@ struct FactoryInner {
     bin_dirs: Vec<String>,
     hash_seed: Option<String>,
     facts: HostFacts,
+    /// Machines make their namespaces once and commands join them (see the `ns` module);
+    /// false when this process may not (not root), so bwrap makes them per command.
+    share_ns: bool,
 }
 
 /// Creates [`LocalMachine`]s: commands on this host in bubblewrap sandboxes, each machine
@@ -132,6 +135,15 @@ impl LocalMachineFactory {
             .map(|p| absolute(p).and_then(|p| path_string(&p, "bin dir")))
             .collect::<Result<Vec<_>, _>>()?;
         let facts = HostFacts::probe();
+        let share_ns = match crate::ns::loopback_netns() {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!(
+                    "per-machine network namespaces unavailable ({e}); bwrap makes one per command"
+                );
+                false
+            }
+        };
         let candidates = bwrap_candidates(options.bwrap.as_deref());
         if candidates.is_empty() {
             return Err(Error::SandboxUnavailable {
@@ -148,6 +160,7 @@ impl LocalMachineFactory {
                 bin_dirs: bin_dirs.clone(),
                 hash_seed: options.hash_seed.clone(),
                 facts: facts.clone(),
+                share_ns,
             };
             match probe(&inner) {
                 Ok(()) => {
@@ -226,6 +239,16 @@ impl LocalMachineFactory {
             tokio::task::spawn_blocking(move || root::create_root(&facts, &m, &w))
                 .await
                 .map_err(|e| Error::backend("create machine root", e))??;
+        let namespaces = match make_namespaces(&self.inner, spec.network).await {
+            Ok(n) => n,
+            Err(e) => {
+                if let Err(re) = root::remove_root(&root) {
+                    tracing::warn!("removing machine root {}: {re}", root.display());
+                }
+                return Err(e);
+            }
+        };
+        let shared = namespaces.shared();
         let (shutdown, _) = watch::channel(false);
         Ok(LocalMachine {
             factory: self.inner.clone(),
@@ -234,7 +257,9 @@ impl LocalMachineFactory {
                 network: spec.network,
                 mounts,
                 etc_binds,
+                shared,
             },
+            namespaces: std::sync::Mutex::new(Some(Arc::new(namespaces))),
             workdir,
             spec_env: spec.env.clone(),
             bin_dirs,
@@ -244,6 +269,26 @@ impl LocalMachineFactory {
             shutdown,
         })
     }
+}
+
+/// The namespaces a machine with this network policy makes once (none when the factory
+/// cannot share namespaces).
+///
+/// # Errors
+/// [`Error::Io`] when making one fails although the factory could make one at its start.
+async fn make_namespaces(
+    inner: &FactoryInner,
+    network: shellbox_core::NetworkPolicy,
+) -> Result<crate::ns::MachineNamespaces, Error> {
+    let mut namespaces = crate::ns::MachineNamespaces::default();
+    if inner.share_ns && network == shellbox_core::NetworkPolicy::Deny {
+        let fd = tokio::task::spawn_blocking(crate::ns::loopback_netns)
+            .await
+            .map_err(|e| Error::backend("create the machine's network namespace", e))?
+            .map_err(|e| Error::io("create the machine's network namespace", e))?;
+        namespaces.net = Some(fd);
+    }
+    Ok(namespaces)
 }
 
 /// Runs the full sandbox line of a throwaway machine on `/bin/sh -c 'exit 0'`.
@@ -258,20 +303,35 @@ fn probe(inner: &FactoryInner) -> Result<(), String> {
         .collect();
     let (root, etc_binds) =
         root::create_root(&inner.facts, &mounts, "/").map_err(|e| e.to_string())?;
+    let mut namespaces = crate::ns::MachineNamespaces::default();
+    if inner.share_ns {
+        match crate::ns::loopback_netns() {
+            Ok(fd) => namespaces.net = Some(fd),
+            Err(e) => {
+                let _ = root::remove_root(&root);
+                return Err(format!("create a network namespace: {e}"));
+            }
+        }
+    }
     let layout = Layout {
         root: root.clone(),
         network: shellbox_core::NetworkPolicy::Deny,
         mounts,
         etc_binds,
+        shared: namespaces.shared(),
     };
-    let result = probe_in(inner, &layout);
+    let result = probe_in(inner, &layout, Arc::new(namespaces));
     if let Err(e) = root::remove_root(&root) {
         tracing::warn!("removing probe root: {e}");
     }
     result
 }
 
-fn probe_in(inner: &FactoryInner, layout: &Layout) -> Result<(), String> {
+fn probe_in(
+    inner: &FactoryInner,
+    layout: &Layout,
+    namespaces: Arc<crate::ns::MachineNamespaces>,
+) -> Result<(), String> {
     let env = plan::command_env(&[], None, &BTreeMap::new(), &BTreeMap::new());
     let env_options = plan::env_args(&env).map_err(|e| e.to_string())?;
     let prepared = launch::prepare(
@@ -279,6 +339,7 @@ fn probe_in(inner: &FactoryInner, layout: &Layout) -> Result<(), String> {
         &env_options,
         Vec::new(),
         false,
+        Some(namespaces),
         |env_fd, _| {
             plan::bwrap_args(
                 layout,
@@ -366,6 +427,8 @@ impl MachineFactory for LocalMachineFactory {
 pub struct LocalMachine {
     factory: Arc<FactoryInner>,
     layout: Layout,
+    /// The namespaces commands join; taken (and so released) by close and drop.
+    namespaces: std::sync::Mutex<Option<Arc<crate::ns::MachineNamespaces>>>,
     workdir: String,
     spec_env: BTreeMap<String, String>,
     bin_dirs: Vec<String>,
@@ -447,6 +510,23 @@ impl LocalMachine {
         &self.workdir
     }
 
+    /// The machine's shared namespaces, or [`Error::Closed`] once they were released.
+    fn namespaces(&self) -> Result<Arc<crate::ns::MachineNamespaces>, Error> {
+        self.namespaces
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(Error::Closed)
+    }
+
+    /// Releases the shared namespaces (commands already started keep theirs).
+    fn release_namespaces(&self) {
+        self.namespaces
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+    }
+
     fn check_open(&self) -> Result<(), Error> {
         if self.closed.load(Ordering::SeqCst) {
             Err(Error::Closed)
@@ -499,6 +579,7 @@ impl LocalMachine {
             &env_options,
             limits,
             false,
+            Some(self.namespaces()?),
             |env_fd, status_fd| {
                 plan::bwrap_args(
                     &self.layout,
@@ -595,6 +676,7 @@ impl Machine for LocalMachine {
             &env_options,
             limits,
             true,
+            Some(self.namespaces()?),
             |env_fd, status_fd| {
                 plan::bwrap_args(
                     &self.layout,
@@ -667,6 +749,7 @@ impl Machine for LocalMachine {
         while self.registry.len() > 0 && started.elapsed() < Duration::from_secs(10) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        self.release_namespaces();
         let root = self.layout.root.clone();
         tokio::task::spawn_blocking(move || root::remove_root(&root))
             .await
@@ -680,6 +763,7 @@ impl Drop for LocalMachine {
             return;
         }
         self.shutdown_now();
+        self.release_namespaces();
         if let Err(e) = root::remove_root(&self.layout.root) {
             tracing::warn!("dropping an unclosed local machine: {e}");
         }

@@ -307,6 +307,17 @@ pub struct Layout {
     /// Host directories bound read-only at their own path over the private `/etc`
     /// (see `ETC_BOUND_DIRS`).
     pub etc_binds: Vec<PathBuf>,
+    /// What the machine prepared once and every command joins instead.
+    pub shared: Shared,
+}
+
+/// Namespaces a machine prepared once (when it was created) that every command's launcher
+/// joins before it execs bwrap, so bwrap does not make them per command.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shared {
+    /// The machine's own loopback-only network namespace (under
+    /// [`NetworkPolicy::Deny`]) is joined: no `--unshare-net`.
+    pub net: bool,
 }
 
 /// The bwrap argument vector (without the program name) for one command (REFERENCE 4.3, in
@@ -327,7 +338,7 @@ pub fn bwrap_args(layout: &Layout, facts: &HostFacts, launch: &Launch) -> Vec<Os
         "--unshare-uts",
         "--unshare-cgroup-try",
     ]);
-    if layout.network == NetworkPolicy::Deny {
+    if layout.network == NetworkPolicy::Deny && !layout.shared.net {
         push(&["--unshare-net"]);
     }
     push(&["--new-session", "--die-with-parent", "--cap-drop", "ALL"]);
@@ -361,10 +372,27 @@ pub fn bwrap_args(layout: &Layout, facts: &HostFacts, launch: &Launch) -> Vec<Os
             a.extend([OsString::from("--ro-bind"), dir.into(), dir.into()]);
         }
     }
+    // bwrap covers /proc/irq and /proc/bus read-only but leaves /proc/sys and
+    // /proc/sysrq-trigger writable for a uid-0 command (no user namespace): a command could
+    // change host kernel settings (e.g. kernel.core_pattern). Bind both read-only over the
+    // fresh /proc (the sources resolve inside it, so net.* shows the sandbox's namespace).
     a.extend(
-        ["--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
-            .iter()
-            .map(OsString::from),
+        [
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/dev/shm",
+            "--proc",
+            "/proc",
+            "--ro-bind",
+            "/proc/sys",
+            "/proc/sys",
+            "--ro-bind-try",
+            "/proc/sysrq-trigger",
+            "/proc/sysrq-trigger",
+        ]
+        .iter()
+        .map(OsString::from),
     );
     for m in &layout.mounts {
         a.push("--ro-bind".into());
@@ -509,6 +537,7 @@ mod tests {
                 guest: "/opt/tools".into(),
             }],
             etc_binds: vec!["/etc/ssl/certs".into()],
+            shared: Shared::default(),
         };
         let launch = Launch {
             argv: vec!["echo".into(), "hi there".into()],
@@ -556,6 +585,12 @@ mod tests {
             "--proc",
             "/proc",
             "--ro-bind",
+            "/proc/sys",
+            "/proc/sys",
+            "--ro-bind-try",
+            "/proc/sysrq-trigger",
+            "/proc/sysrq-trigger",
+            "--ro-bind",
             "/opt/tools",
             "/opt/tools",
             "--",
@@ -577,6 +612,7 @@ mod tests {
             network: NetworkPolicy::Allow,
             mounts: vec![],
             etc_binds: vec![],
+            shared: Shared::default(),
         };
         let launch = Launch {
             argv: vec!["id".into()],
@@ -627,6 +663,12 @@ mod tests {
             "/dev/shm",
             "--proc",
             "/proc",
+            "--ro-bind",
+            "/proc/sys",
+            "/proc/sys",
+            "--ro-bind-try",
+            "/proc/sysrq-trigger",
+            "/proc/sysrq-trigger",
             "--",
             "/usr/bin/setpriv",
             "--reuid=65534",
@@ -641,6 +683,32 @@ mod tests {
             "id",
         ];
         assert_eq!(strs(&bwrap_args(&layout, &facts(), &launch)), expected);
+    }
+
+    #[test]
+    fn joined_network_namespace_drops_unshare_net() {
+        let mut layout = Layout {
+            root: "/r".into(),
+            network: NetworkPolicy::Deny,
+            mounts: vec![],
+            etc_binds: vec![],
+            shared: Shared { net: true },
+        };
+        let launch = Launch {
+            argv: vec!["true".into()],
+            cwd: "/".into(),
+            user: None,
+            env_fd: 3,
+            status_fd: None,
+        };
+        let has_net = |layout: &Layout| {
+            strs(&bwrap_args(layout, &facts(), &launch)).contains(&"--unshare-net")
+        };
+        assert!(!has_net(&layout));
+        layout.shared.net = false;
+        assert!(has_net(&layout));
+        layout.network = NetworkPolicy::Allow;
+        assert!(!has_net(&layout));
     }
 
     #[test]

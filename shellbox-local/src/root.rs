@@ -31,14 +31,19 @@ pub const ETC_COPIES: [&str; 10] = [
 /// took most of a machine's creation time).
 pub const ETC_BOUND_DIRS: [&str; 2] = ["/etc/alternatives", "/etc/ssl/certs"];
 
-/// Prefix of every machine root in the host temp dir.
+/// Prefix of every machine's private directory in the host temp dir (mode 0700); the machine
+/// root is [`ROOT_DIR_NAME`] inside it.
 pub const ROOT_PREFIX: &str = "shellbox-local-";
+
+/// Name of the machine root inside its private `shellbox-local-*` directory.
+pub const ROOT_DIR_NAME: &str = "root";
 
 fn io(op: &str, path: &Path, e: std::io::Error) -> Error {
     Error::io(format!("{op} {}", path.display()), e)
 }
 
-/// Creates a private root in the host temp dir: mode 0755 with `etc` (copies of
+/// Creates a private root `shellbox-local-*/root` in the host temp dir (the outer directory
+/// mode 0700, the root itself 0755) with `etc` (copies of
 /// [`ETC_COPIES`], empty mount points for the [`ETC_BOUND_DIRS`] that are directories),
 /// empty `sys` and `opt`, `tmp` and `home/shellbox` (mode 1777), the
 /// merged-`/usr` symlinks of the host, mount points for the system directories, `/dev`,
@@ -52,11 +57,20 @@ pub fn create_root(
     mounts: &[ReadOnlyMount],
     workdir: &str,
 ) -> Result<(PathBuf, Vec<PathBuf>), Error> {
+    // The root lives inside a 0700 directory of its own, so no other host user can reach
+    // into a running machine (plant files in its /tmp, or run a setuid file a command made
+    // there), while `/` inside the sandbox stays 0755 for any `user` a command runs as.
     let dir = tempfile::Builder::new()
         .prefix(ROOT_PREFIX)
+        .permissions(fs::Permissions::from_mode(0o700))
         .tempdir()
         .map_err(|e| Error::io("create machine root in the host temp dir", e))?;
-    let root = dir.keep();
+    let private = dir.keep();
+    let root = private.join(ROOT_DIR_NAME);
+    if let Err(e) = fs::create_dir(&root) {
+        let _ = fs::remove_dir(&private);
+        return Err(io("mkdir", &root, e));
+    }
     match fill_root(&root, facts, mounts, workdir) {
         Ok(etc_binds) => Ok((root, etc_binds)),
         Err(e) => {
@@ -169,7 +183,7 @@ pub fn decode_mountinfo(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Removes a machine root. Refuses when anything is mounted below it in this process's
+/// Removes a machine root and the private directory around it. Refuses when anything is mounted below it in this process's
 /// mount namespace (sandbox mounts live in their own namespaces, so this never happens
 /// unless something else mounted there), so a removal can never reach host files through a
 /// bind mount. Retries briefly while killed sandbox processes finish dying. A missing root
@@ -192,9 +206,21 @@ pub fn remove_root(root: &Path) -> Result<(), Error> {
             )),
         ));
     }
+    // Remove the private 0700 directory around the root too (see `create_root`).
+    let target = match root.parent() {
+        Some(parent)
+            if root.file_name() == Some(std::ffi::OsStr::new(ROOT_DIR_NAME))
+                && parent
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(ROOT_PREFIX)) =>
+        {
+            parent
+        }
+        _ => root,
+    };
     let mut last = None;
     for attempt in 0..20 {
-        match fs::remove_dir_all(root) {
+        match fs::remove_dir_all(target) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => last = Some(e),

@@ -361,6 +361,78 @@ async fn network_deny_has_only_loopback() {
     m.close().await.unwrap();
 }
 
+/// Every fd of this process and namespace of its threads, as `readlink` shows them
+/// (`net:[4026532...]`).
+fn own_namespace_links() -> Vec<String> {
+    let mut links = Vec::new();
+    for dir in ["/proc/self/fd".to_string()].into_iter().chain(
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .map(|t| format!("{}/ns", t.path().display())),
+    ) {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if let Ok(target) = std::fs::read_link(entry.path()) {
+                links.push(target.to_string_lossy().into_owned());
+            }
+        }
+    }
+    links
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_network_namespace_is_its_own_and_released_on_close() {
+    let test = "machine_network_namespace_is_its_own_and_released_on_close";
+    let Some(factory) = common::factory(test) else {
+        return;
+    };
+    let a = factory.create_local(MachineSpec::host()).await.unwrap();
+    let b = factory.create_local(MachineSpec::host()).await.unwrap();
+    let host_netns = std::fs::read_link("/proc/self/ns/net").unwrap();
+    async fn netns(m: &LocalMachine) -> String {
+        out(&sh(m, "readlink /proc/self/ns/net").await)
+            .trim()
+            .to_string()
+    }
+    let a1 = netns(&a).await;
+    let b1 = netns(&b).await;
+    assert!(a1.starts_with("net:["), "{a1}");
+    assert_ne!(a1, host_netns.to_str().unwrap());
+    assert_ne!(a1, b1, "two machines share a network namespace");
+    // Loopback is up (127.0.0.1 is routed) and is the only interface.
+    let r = sh(
+        &a,
+        "grep -c 127.0.0.1 /proc/net/fib_trie; cat /proc/net/dev",
+    )
+    .await;
+    assert!(
+        out(&r).lines().next().unwrap().parse::<u32>().unwrap() > 0,
+        "{r:?}"
+    );
+    assert_eq!(
+        interfaces(&out(&r).split_once('\n').unwrap().1),
+        ["lo"],
+        "{r:?}"
+    );
+    // Every command of a machine sees the same namespace, also concurrently.
+    let (a2, a3) = tokio::join!(netns(&a), netns(&a));
+    assert_eq!((a2.as_str(), a3.as_str()), (a1.as_str(), a1.as_str()));
+    a.close().await.unwrap();
+    // Closed: this process holds no fd to it and none of its threads is in it.
+    let links = own_namespace_links();
+    assert!(!links.contains(&a1), "{a1} still held: {links:?}");
+    if nix::unistd::geteuid().is_root() {
+        // The open machine holds its namespace (so the check above can see one).
+        assert!(links.contains(&b1), "{b1} not held while open: {links:?}");
+    }
+    drop(b);
+    let links = own_namespace_links();
+    assert!(
+        !links.contains(&b1),
+        "{b1} still held after drop: {links:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_etc_and_read_only_system_dirs() {
     let Some(m) = machine("private_etc_and_read_only_system_dirs").await else {
@@ -524,13 +596,23 @@ async fn root_is_removed_by_close_and_by_drop() {
     let m = factory.create_local(MachineSpec::host()).await.unwrap();
     let root: PathBuf = m.root().to_path_buf();
     assert!(root.join("workspace").is_dir());
-    assert!(root
+    let private = root.parent().unwrap().to_path_buf();
+    assert!(private
         .file_name()
         .unwrap()
         .to_string_lossy()
         .starts_with("shellbox-local-"));
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // No other host user can reach into the machine; `/` inside stays 0755.
+        let mode =
+            |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&private), 0o700);
+        assert_eq!(mode(&root), 0o755);
+    }
     m.close().await.unwrap();
     assert!(!root.exists());
+    assert!(!private.exists());
 
     let m = factory.create_local(MachineSpec::host()).await.unwrap();
     let root = m.root().to_path_buf();
@@ -1008,5 +1090,73 @@ async fn transfers_cannot_be_raced_through_a_swapped_symlink() {
     assert_eq!(entries, ["f"], "an upload went through the symlink");
     assert_eq!(std::fs::read(outside.join("f")).unwrap(), b"host-secret");
     eprintln!("race: {uploads} uploads and {downloads} downloads landed inside the machine");
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn host_kernel_settings_are_read_only() {
+    let Some(m) = machine("host_kernel_settings_are_read_only").await else {
+        return;
+    };
+    let before = std::fs::read_to_string("/proc/sys/kernel/printk_ratelimit").unwrap();
+    // Writes back the value it read (harmless even if the write got through).
+    let r = sh(
+        &m,
+        "v=$(cat /proc/sys/kernel/printk_ratelimit) && echo \"$v\" > /proc/sys/kernel/printk_ratelimit",
+    )
+    .await;
+    assert_ne!(r.exit_code, Some(0), "/proc/sys must be read-only: {r:?}");
+    assert!(out(&r).is_empty());
+    assert!(
+        String::from_utf8_lossy(&r.stderr).contains("Read-only"),
+        "{r:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/kernel/printk_ratelimit").unwrap(),
+        before
+    );
+    let r = sh(
+        &m,
+        "test -w /proc/sysrq-trigger && echo writable || echo no",
+    )
+    .await;
+    assert_eq!(out(&r), "no\n");
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn transfers_drop_setid_bits_and_refuse_bottomless_trees() {
+    let Some(m) = machine("transfers_drop_setid_bits_and_refuse_bottomless_trees").await else {
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let host = tempfile::tempdir().unwrap();
+    let r = sh(
+        &m,
+        "mkdir -p d && cp /bin/true d/s && chmod 6755 d/s && chmod 2775 d && \
+         mkdir deep && cd deep && i=0; while [ $i -lt 300 ]; do mkdir a; cd a; i=$((i+1)); done",
+    )
+    .await;
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    m.download("/workspace/d/s", &host.path().join("s"))
+        .await
+        .unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&host.path().join("s")), 0o755);
+    m.download("/workspace/d", &host.path().join("d"))
+        .await
+        .unwrap();
+    assert_eq!(mode(&host.path().join("d/s")), 0o755);
+    assert_eq!(mode(&host.path().join("d")), 0o775);
+    let err = m
+        .download("/workspace/deep", &host.path().join("deep"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Transfer { reason, .. } if reason.contains("deeper than")),
+        "{err:?}"
+    );
+    // The machine is fine afterwards.
+    assert_eq!(out(&sh(&m, "echo ok").await), "ok\n");
     m.close().await.unwrap();
 }
