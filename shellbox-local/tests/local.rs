@@ -410,7 +410,7 @@ async fn machine_network_namespace_is_its_own_and_released_on_close() {
         "{r:?}"
     );
     assert_eq!(
-        interfaces(&out(&r).split_once('\n').unwrap().1),
+        interfaces(out(&r).split_once('\n').unwrap().1),
         ["lo"],
         "{r:?}"
     );
