@@ -925,7 +925,7 @@ impl Interp<'_> {
                         sh,
                         &format!("bash: {}: unbound variable", param_name(parameter)),
                     );
-                    return Err(Ctl::Exit(127));
+                    return Err(Ctl::Exit(expansion_error_status(sh)));
                 }
                 v
             }
@@ -978,7 +978,7 @@ impl Interp<'_> {
                         None => "parameter null or not set".into(),
                     };
                     self.err(sh, &format!("bash: {}: {msg}", param_name(parameter)));
-                    return Err(Ctl::Exit(127));
+                    return Err(Ctl::Exit(expansion_error_status(sh)));
                 }
                 v
             }
@@ -1009,7 +1009,7 @@ impl Interp<'_> {
                                 sh,
                                 &format!("bash: {}: unbound variable", param_name(parameter)),
                             );
-                            return Err(Ctl::Exit(127));
+                            return Err(Ctl::Exit(expansion_error_status(sh)));
                         }
                         0
                     }
@@ -1386,7 +1386,7 @@ impl Interp<'_> {
 
     /// Expands `$...` inside an arithmetic text and evaluates it.
     pub fn arith_text(&mut self, sh: &mut Shell, text: &str) -> R<Result<i64, String>> {
-        let expanded = if text.contains('$') || text.contains('`') {
+        let expanded = if text.contains('$') || text.contains('`') || text.contains('"') {
             let fields = self.expand_fields(sh, text, true)?;
             fields
                 .into_iter()
@@ -1426,7 +1426,7 @@ impl Interp<'_> {
                 _ => {
                     if sh.opts.nounset {
                         self.err(sh, &format!("bash: {name}: unbound variable"));
-                        return Err(Ctl::Exit(127));
+                        return Err(Ctl::Exit(expansion_error_status(sh)));
                     }
                     String::new()
                 }
@@ -2026,4 +2026,14 @@ fn unbackslash_backquote(s: &str) -> String {
         out.push(c);
     }
     out
+}
+
+/// The status a fatal expansion error (`${x:?}`, an unbound variable under `set -u`) exits
+/// with: bash's main shell exits 127, a subshell 1.
+fn expansion_error_status(sh: &Shell) -> i32 {
+    if sh.bashpid == sh.pid {
+        127
+    } else {
+        1
+    }
 }
