@@ -900,11 +900,58 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
         flags_on = flags_on.replace('n', "");
     }
     let export = export && !unexport;
-    if flags_on.contains('n') {
-        return it.unsupported(sh, &format!("{cmd} -n (namerefs)"));
-    }
     let local = cmd == "local"
         || ((cmd == "declare" || cmd == "typeset") && sh.funcdepth > 0 && !flags_on.contains('g'));
+    if flags_on.contains('n') {
+        // namerefs: the variable's value names the variable it stands for
+        let mut st = 0;
+        for item in items {
+            let (name, target) = match &item {
+                DeclArg::Word(w) => match w.split_once('=') {
+                    Some((n, v)) => (n.to_string(), v.to_string()),
+                    None => (w.clone(), String::new()),
+                },
+                DeclArg::Assign(a, AssignVal::Scalar(v)) => {
+                    (crate::shell::assign_name(a).to_string(), v.clone())
+                }
+                DeclArg::Assign(a, _) => {
+                    it.err(
+                        sh,
+                        &format!(
+                            "bash: {cmd}: {}: reference variable cannot be an array",
+                            crate::shell::assign_name(a)
+                        ),
+                    );
+                    st = 1;
+                    continue;
+                }
+            };
+            if !valid_name(&name)
+                || (!target.is_empty() && !valid_name(target.split('[').next().unwrap_or("")))
+            {
+                it.err(
+                    sh,
+                    &format!("bash: {cmd}: `{target}': invalid variable name for name reference"),
+                );
+                st = 1;
+                continue;
+            }
+            if local {
+                sh.make_local(&name);
+            }
+            sh.vars.insert(
+                name,
+                Var {
+                    value: Value::Str(target),
+                    exported: false,
+                    readonly,
+                    integer: false,
+                    nameref: true,
+                },
+            );
+        }
+        return Ok(st);
+    }
     if items.is_empty() {
         // listing
         let mut names: Vec<String> = sh.vars.keys().cloned().collect();
@@ -1014,6 +1061,7 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
                                 exported: false,
                                 readonly: false,
                                 integer,
+                                nameref: false,
                             },
                         );
                     } else if cmd != "local" {
@@ -1037,6 +1085,7 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
                     exported: false,
                     readonly: false,
                     integer: false,
+                    nameref: false,
                 },
             );
         } else if array && !sh.vars.contains_key(&name) {
@@ -1047,6 +1096,7 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
                     exported: false,
                     readonly: false,
                     integer: false,
+                    nameref: false,
                 },
             );
         }
@@ -1284,6 +1334,7 @@ fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                 exported: false,
                 readonly: false,
                 integer: false,
+                nameref: false,
             },
         );
         return Ok(if got_delim { 0 } else { 1 });
@@ -1401,6 +1452,7 @@ fn mapfile(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             exported: false,
             readonly: false,
             integer: false,
+            nameref: false,
         },
     );
     Ok(0)

@@ -758,6 +758,8 @@ impl Interp<'_> {
             },
             Parameter::Named(n) => self.named_value(sh, n),
             Parameter::NamedWithIndex { name, index } => {
+                let resolved = sh.resolve(name);
+                let name = resolved.as_ref().unwrap_or(name);
                 let is_assoc = matches!(sh.vars.get(name).map(|v| &v.value), Some(Value::Assoc(_)));
                 let key = if is_assoc {
                     self.expand_nosplit_str(sh, index)?
@@ -825,6 +827,8 @@ impl Interp<'_> {
                 }
             }
             Parameter::NamedWithAllIndices { name, concatenate } => {
+                let resolved = sh.resolve(name);
+                let name = resolved.as_ref().unwrap_or(name);
                 if name == "BASH_VERSINFO" && !sh.vars.contains_key(name) {
                     let v = ["5", "2", "15", "1", "release", "x86_64-pc-linux-gnu"];
                     return Ok(PV::L(
@@ -856,6 +860,12 @@ impl Interp<'_> {
     }
 
     fn named_value(&mut self, sh: &mut Shell, n: &str) -> PV {
+        if let Some(t) = sh.resolve(n) {
+            return match sh.vars.get(&t) {
+                Some(v) => PV::S(v.as_str()),
+                None => PV::Unset,
+            };
+        }
         if let Some(v) = sh.vars.get(n) {
             return PV::S(v.as_str());
         }
@@ -1221,7 +1231,14 @@ impl Interp<'_> {
             ParameterExpr::MemberKeys {
                 variable_name,
                 concatenate,
-            } => match sh.vars.get(variable_name).map(|v| &v.value) {
+            } => match sh
+                .vars
+                .get(
+                    &sh.resolve(variable_name)
+                        .unwrap_or_else(|| variable_name.clone()),
+                )
+                .map(|v| &v.value)
+            {
                 None => PV::L(vec![], *concatenate),
                 Some(Value::Str(_)) => PV::L(vec!["0".into()], *concatenate),
                 Some(Value::Arr(m)) => {
@@ -1419,6 +1436,8 @@ impl Interp<'_> {
     }
 
     fn arith_var(&mut self, sh: &mut Shell, name: &str, depth: u32) -> R<Result<i64, String>> {
+        let resolved = sh.resolve(name);
+        let name = resolved.as_deref().unwrap_or(name);
         let v = match sh.vars.get(name) {
             Some(v) => v.as_str(),
             None => match self.named_value(sh, name) {
@@ -1463,6 +1482,8 @@ impl Interp<'_> {
         match t {
             ast::ArithmeticTarget::Variable(n) => self.arith_var(sh, n, depth),
             ast::ArithmeticTarget::ArrayElement(n, idx) => {
+                let resolved = sh.resolve(n);
+                let n = resolved.as_ref().unwrap_or(n);
                 let is_assoc = matches!(sh.vars.get(n).map(|v| &v.value), Some(Value::Assoc(_)));
                 let key = if is_assoc {
                     arith_expr_text(idx)
@@ -1487,6 +1508,8 @@ impl Interp<'_> {
     ) -> R<Result<(), String>> {
         match t {
             ast::ArithmeticTarget::Variable(n) => {
+                let resolved = sh.resolve(n);
+                let n = resolved.as_ref().unwrap_or(n);
                 if let Some(Var2 { arr: true }) = sh.vars.get(n).map(|x| Var2 {
                     arr: !matches!(x.value, Value::Str(_)),
                 }) {
@@ -1496,6 +1519,8 @@ impl Interp<'_> {
                 Ok(sh.set(n, v.to_string()))
             }
             ast::ArithmeticTarget::ArrayElement(n, idx) => {
+                let resolved = sh.resolve(n);
+                let n = resolved.as_ref().unwrap_or(n);
                 let is_assoc = matches!(sh.vars.get(n).map(|v| &v.value), Some(Value::Assoc(_)));
                 let key = if is_assoc {
                     arith_expr_text(idx)
@@ -1670,6 +1695,7 @@ impl Interp<'_> {
                                             exported: false,
                                             readonly: false,
                                             integer: false,
+                                            nameref: false,
                                         },
                                     );
                                     true
@@ -1682,6 +1708,7 @@ impl Interp<'_> {
                                             exported: false,
                                             readonly: false,
                                             integer: false,
+                                            nameref: false,
                                         },
                                     );
                                     false

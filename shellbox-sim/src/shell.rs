@@ -191,6 +191,8 @@ pub struct Var {
     pub exported: bool,
     pub readonly: bool,
     pub integer: bool,
+    /// `declare -n`: the value names the variable this one stands for.
+    pub nameref: bool,
 }
 
 impl Var {
@@ -200,6 +202,7 @@ impl Var {
             exported: false,
             readonly: false,
             integer: false,
+            nameref: false,
         }
     }
     pub fn as_str(&self) -> String {
@@ -313,7 +316,25 @@ impl Shell {
         self.fds[n] = fd;
     }
 
+    /// The variable `name` stands for, following namerefs (`None` when it is no nameref).
+    pub fn resolve(&self, name: &str) -> Option<String> {
+        let mut cur = match self.vars.get(name) {
+            Some(v) if v.nameref => v.as_str(),
+            _ => return None,
+        };
+        for _ in 0..8 {
+            match self.vars.get(&cur) {
+                Some(v) if v.nameref => cur = v.as_str(),
+                _ => break,
+            }
+        }
+        Some(cur)
+    }
+
     pub fn get(&self, name: &str) -> Option<String> {
+        if let Some(t) = self.resolve(name) {
+            return self.vars.get(&t).map(|v| v.as_str());
+        }
         self.vars.get(name).map(|v| v.as_str())
     }
 
@@ -322,6 +343,11 @@ impl Shell {
     }
 
     pub fn set(&mut self, name: &str, value: String) -> Result<(), String> {
+        if let Some(t) = self.resolve(name) {
+            if t != name && !t.is_empty() {
+                return self.set(&t, value);
+            }
+        }
         if let Some(v) = self.vars.get_mut(name) {
             if v.readonly {
                 return Err(format!("{name}: readonly variable"));
@@ -347,6 +373,11 @@ impl Shell {
     }
 
     pub fn unset(&mut self, name: &str) -> Result<(), String> {
+        if let Some(t) = self.resolve(name) {
+            if t != name {
+                return self.unset(&t);
+            }
+        }
         if let Some(v) = self.vars.get(name) {
             if v.readonly {
                 return Err(format!("{name}: cannot unset: readonly variable"));
@@ -1894,6 +1925,18 @@ impl<'a> Interp<'a> {
         val: AssignVal,
         _local: bool,
     ) -> Result<(), String> {
+        if let Some(t) = sh.resolve(assign_name(a)) {
+            if !t.is_empty() && t != assign_name(a) {
+                let mut a2 = a.clone();
+                a2.name = match &a.name {
+                    ast::AssignmentName::VariableName(_) => ast::AssignmentName::VariableName(t),
+                    ast::AssignmentName::ArrayElementName(_, i) => {
+                        ast::AssignmentName::ArrayElementName(t, i.clone())
+                    }
+                };
+                return self.assign(sh, &a2, val, _local);
+            }
+        }
         match (&a.name, val) {
             (ast::AssignmentName::VariableName(n), AssignVal::Scalar(s)) => {
                 let is_int = sh.vars.get(n).is_some_and(|v| v.integer);
@@ -1979,6 +2022,7 @@ impl<'a> Interp<'a> {
                                     exported: false,
                                     readonly: false,
                                     integer: false,
+                                    nameref: false,
                                 },
                             );
                         }
@@ -2287,6 +2331,7 @@ pub fn set_elem(sh: &mut Shell, name: &str, key: &str, val: String) -> Result<()
                     exported: false,
                     readonly: false,
                     integer: false,
+                    nameref: false,
                 },
             );
         }
