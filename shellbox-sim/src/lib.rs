@@ -23,7 +23,36 @@
 //! closes the machine.
 //!
 //! What the simulator cannot do fails visibly: an unsupported option or syntax exits 2 with
-//! a diagnostic naming it, and is recorded in [`SimMachine::unsupported`].
+//! a diagnostic naming it, and is recorded in [`SimMachine::unsupported`] (so are syntax
+//! errors and commands that were not found).
+//!
+//! # What is simulated
+//!
+//! The shell: simple commands, pipelines (stages run one after another over buffered pipes;
+//! a producer piped into `head` gets SIGPIPE once the reader is satisfied and the 64 KiB
+//! pipe is full), `&&`/`||`/`;`/`&`, subshells, `{ }`, `if`/`case` (with `;&` and `;;&`),
+//! `for` (both forms), `while`/`until`, functions with `local`, redirections (`<`, `>`,
+//! `>>`, `>|`, `<>`, `2>&1`, `&>`, `N>&M`, `N>&-`, here-documents, here-strings, process
+//! substitution `<(...)`), every parameter expansion, command substitution, arithmetic,
+//! globbing (with `extglob`, `globstar`, `nullglob`, `dotglob`), brace expansion, word
+//! splitting, quoting including `$'...'`, indexed and associative arrays (associative ones
+//! iterate in bash's hash order), namerefs, `set -e`/`-u`/`-x`/`-o pipefail`/`-C`/`-f`,
+//! `$?`, `PIPESTATUS`, traps (`EXIT`, `ERR`, signals sent with `kill`), background jobs
+//! (each runs to completion, or to the command's deadline, when started; their output is
+//! merged by virtual time) with `wait`/`kill`/`jobs`, `read`, `mapfile`, `eval`, `source`,
+//! `exec`, `shift`, `getopts`, `printf` (with `-v`, `%q`, `%b`, `%(fmt)T`), `command -v`,
+//! `type`, `time`, `pushd`/`popd`, `umask`, `shopt`.
+//!
+//! The programs under `/bin` and `/usr/bin`: `[ basename bash cat chmod cp date dirname echo
+//! env false head kill ln ls mkdir mv printf pwd rm rmdir seq sh sleep stat tail tee test
+//! timeout touch true wc`. Any other program is not found (exit 127), as on a machine
+//! without it.
+//!
+//! # Not simulated
+//!
+//! `select`, `coproc`, output process substitution `>(...)`, job control (`fg`, `bg`),
+//! aliases, `RETURN`/`DEBUG` traps, the `-l`/`-u` case attributes of `declare`, users other
+//! than root, and real concurrency between pipeline stages.
 
 #![warn(missing_docs)]
 
