@@ -763,6 +763,15 @@ impl Interp<'_> {
                 let is_assoc = matches!(sh.vars.get(name).map(|v| &v.value), Some(Value::Assoc(_)));
                 let key = if is_assoc {
                     self.expand_nosplit_str(sh, index)?
+                } else if index.contains('$') || index.contains('`') {
+                    // an indexed subscript is arithmetic over the expanded text
+                    match self.arith_text(sh, index)? {
+                        Ok(i) => i.to_string(),
+                        Err(m) => {
+                            self.err(sh, &format!("bash: {m}"));
+                            return Err(Ctl::Exit(1));
+                        }
+                    }
                 } else {
                     index.clone()
                 };
