@@ -261,6 +261,8 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
                 return Ok(0);
             }
             let st = it.dispatch(sh, args.to_vec())?;
+            // the shell process is replaced: its EXIT trap never runs
+            sh.traps.remove("EXIT");
             Err(Ctl::Exit(st))
         }
         "command" => {
