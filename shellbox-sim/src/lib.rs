@@ -248,18 +248,28 @@ impl SimMachine {
     /// root (`None`, `"0"`, `"root"`), [`Error::Closed`] after close, and
     /// [`Error::Terminated`] when a budget ran out (the machine is then closed).
     pub fn run_sync(&self, command: Command) -> Result<CommandResult, Error> {
-        command.validate()?;
-        if let Some(u) = &command.user {
-            if u != "0" && u != "root" {
-                return Err(Error::unsupported(format!(
-                    "the sim backend runs commands as root only, not user {u:?}"
-                )));
-            }
-        }
-        let mut guard = lock(&self.inner.world);
+        check_command(&command)?;
+        let guard = lock(&self.inner.world);
+        self.run_locked(guard, command, Duration::ZERO)
+    }
+
+    /// Runs `command` holding the machine's lock; `queued` is how long it waited for it
+    /// (a command's timeout counts that time, as in the reference).
+    fn run_locked(
+        &self,
+        mut guard: std::sync::MutexGuard<'_, Option<World>>,
+        mut command: Command,
+        queued: Duration,
+    ) -> Result<CommandResult, Error> {
         let Some(world) = guard.as_mut() else {
             return Err(Error::Closed);
         };
+        if let Some(t) = command.timeout {
+            match t.checked_sub(queued) {
+                Some(left) if !left.is_zero() => command.timeout = Some(left),
+                _ => return Ok(timed_out_before_start()),
+            }
+        }
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             execute(world, &self.inner.workdir, &self.inner.env, &command)
         }))
@@ -298,6 +308,14 @@ impl SimMachine {
                 *guard = None;
                 Err(Error::Terminated(reason))
             }
+        }
+    }
+
+    fn try_world(&self) -> Option<std::sync::MutexGuard<'_, Option<World>>> {
+        match self.inner.world.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
         }
     }
 
@@ -372,6 +390,45 @@ impl SimMachine {
     pub fn close_sync(&self) {
         *lock(&self.inner.world) = None;
     }
+}
+
+/// Checks what the simulator requires of a command before it queues.
+fn check_command(command: &Command) -> Result<(), Error> {
+    command.validate()?;
+    if let Some(u) = &command.user {
+        if u != "0" && u != "root" {
+            return Err(Error::unsupported(format!(
+                "the sim backend runs commands as root only, not user {u:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A command whose deadline passed while it waited for the machine.
+fn timed_out_before_start() -> CommandResult {
+    CommandResult {
+        exit_code: None,
+        stdout: Bytes::new(),
+        stderr: Bytes::new(),
+        stdout_truncated: false,
+        stderr_truncated: false,
+        reason: ExitReason::TimedOut,
+    }
+}
+
+/// Gives the executor one turn (runtime-agnostic `yield_now`).
+fn yield_once() -> impl std::future::Future<Output = ()> {
+    let mut yielded = false;
+    std::future::poll_fn(move |cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
 }
 
 fn mode_of(meta: &std::fs::Metadata) -> u32 {
@@ -642,11 +699,24 @@ fn execute(
 #[async_trait]
 impl Machine for SimMachine {
     async fn run(&self, command: Command) -> Result<CommandResult, Error> {
-        self.run_sync(command)
+        check_command(&command)?;
+        // wait for the machine without blocking the executor; the wait counts against
+        // the command's timeout
+        let started = Instant::now();
+        let guard = loop {
+            if let Some(g) = self.try_world() {
+                break g;
+            }
+            if command.timeout.is_some_and(|t| started.elapsed() >= t) {
+                return Ok(timed_out_before_start());
+            }
+            yield_once().await;
+        };
+        self.run_locked(guard, command, started.elapsed())
     }
 
     async fn run_stream(&self, command: Command) -> Result<EventStream, Error> {
-        let r = self.run_sync(command)?;
+        let r = self.run(command).await?;
         Ok(result_stream(r))
     }
 

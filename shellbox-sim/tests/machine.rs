@@ -290,3 +290,28 @@ fn upload_refuses_to_follow_guest_symlinks() {
     assert!(matches!(e, Error::Transfer { .. }), "{e:?}");
     assert_eq!(out(&m, "ls /tmp/real | wc -l"), "0\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_command_times_out_while_waiting() {
+    use shellbox_core::Machine;
+    let m = std::sync::Arc::new(machine());
+    let busy = {
+        let m = m.clone();
+        tokio::spawn(async move {
+            m.run(Command::shell("while :; do :; done").timeout(Duration::from_millis(800)))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let r = m
+        .run(Command::shell("echo late").timeout(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    assert_eq!(r.reason, ExitReason::TimedOut, "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let busy = busy.await.unwrap().unwrap();
+    assert_eq!(busy.reason, ExitReason::TimedOut);
+    let r = m.run(Command::shell("echo free")).await.unwrap();
+    assert_eq!(r.stdout, "free\n");
+}
