@@ -233,32 +233,36 @@ impl LocalMachineFactory {
             .map(|p| absolute(p).and_then(|p| path_string(&p, "bin dir")))
             .collect::<Result<Vec<_>, _>>()?;
         bin_dirs.extend(self.inner.bin_dirs.iter().cloned());
-        let facts = self.inner.facts.clone();
-        let (m, w) = (mounts.clone(), workdir.clone());
-        let (root, etc_binds) =
-            tokio::task::spawn_blocking(move || root::create_root(&facts, &m, &w))
-                .await
-                .map_err(|e| Error::backend("create machine root", e))??;
-        let namespaces = match make_namespaces(&self.inner, spec.network).await {
-            Ok(n) => n,
-            Err(e) => {
-                if let Err(re) = root::remove_root(&root) {
-                    tracing::warn!("removing machine root {}: {re}", root.display());
+        let inner = self.inner.clone();
+        let (w, network) = (workdir.clone(), spec.network);
+        let (layout, namespaces) = tokio::task::spawn_blocking(move || {
+            let (root, etc_binds) = root::create_root(&inner.facts, &mounts, &w)?;
+            let mut layout = Layout {
+                root,
+                network,
+                mounts,
+                etc_binds,
+                shared: plan::Shared::default(),
+            };
+            match make_namespaces(&inner, &layout) {
+                Ok(namespaces) => {
+                    layout.shared = namespaces.shared();
+                    Ok((layout, namespaces))
                 }
-                return Err(e);
+                Err(e) => {
+                    if let Err(re) = root::remove_root(&layout.root) {
+                        tracing::warn!("removing machine root {}: {re}", layout.root.display());
+                    }
+                    Err(e)
+                }
             }
-        };
-        let shared = namespaces.shared();
+        })
+        .await
+        .map_err(|e| Error::backend("create machine root", e))??;
         let (shutdown, _) = watch::channel(false);
         Ok(LocalMachine {
             factory: self.inner.clone(),
-            layout: Layout {
-                root,
-                network: spec.network,
-                mounts,
-                etc_binds,
-                shared,
-            },
+            layout,
             namespaces: std::sync::Mutex::new(Some(Arc::new(namespaces))),
             workdir,
             spec_env: spec.env.clone(),
@@ -271,20 +275,31 @@ impl LocalMachineFactory {
     }
 }
 
-/// The namespaces a machine with this network policy makes once (none when the factory
-/// cannot share namespaces).
+/// The namespaces a machine with this layout makes once: none when the factory cannot
+/// share namespaces; otherwise its mount namespace with the root's read-only binds (when
+/// that fails, e.g. on a kernel without `mount_setattr`, bwrap binds per command) and,
+/// when its network is denied, its loopback-only network namespace. Blocks briefly.
 ///
 /// # Errors
-/// [`Error::Io`] when making one fails although the factory could make one at its start.
-async fn make_namespaces(
+/// [`Error::Io`] when the network namespace cannot be made although the factory could
+/// make one at its start.
+fn make_namespaces(
     inner: &FactoryInner,
-    network: shellbox_core::NetworkPolicy,
+    layout: &Layout,
 ) -> Result<crate::ns::MachineNamespaces, Error> {
     let mut namespaces = crate::ns::MachineNamespaces::default();
-    if inner.share_ns && network == shellbox_core::NetworkPolicy::Deny {
-        let fd = tokio::task::spawn_blocking(crate::ns::loopback_netns)
-            .await
-            .map_err(|e| Error::backend("create the machine's network namespace", e))?
+    if !inner.share_ns {
+        return Ok(namespaces);
+    }
+    match crate::ns::machine_mountns(plan::root_binds(layout, &inner.facts)) {
+        Ok(fd) => namespaces.mnt = Some(fd),
+        Err(e) => tracing::debug!(
+            "machine mount namespace for {}: {e}; bwrap binds per command",
+            layout.root.display()
+        ),
+    }
+    if layout.network == shellbox_core::NetworkPolicy::Deny {
+        let fd = crate::ns::loopback_netns()
             .map_err(|e| Error::io("create the machine's network namespace", e))?;
         namespaces.net = Some(fd);
     }
@@ -303,23 +318,21 @@ fn probe(inner: &FactoryInner) -> Result<(), String> {
         .collect();
     let (root, etc_binds) =
         root::create_root(&inner.facts, &mounts, "/").map_err(|e| e.to_string())?;
-    let mut namespaces = crate::ns::MachineNamespaces::default();
-    if inner.share_ns {
-        match crate::ns::loopback_netns() {
-            Ok(fd) => namespaces.net = Some(fd),
-            Err(e) => {
-                let _ = root::remove_root(&root);
-                return Err(format!("create a network namespace: {e}"));
-            }
-        }
-    }
-    let layout = Layout {
+    let mut layout = Layout {
         root: root.clone(),
         network: shellbox_core::NetworkPolicy::Deny,
         mounts,
         etc_binds,
-        shared: namespaces.shared(),
+        shared: plan::Shared::default(),
     };
+    let namespaces = match make_namespaces(inner, &layout) {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = root::remove_root(&root);
+            return Err(e.to_string());
+        }
+    };
+    layout.shared = namespaces.shared();
     let result = probe_in(inner, &layout, Arc::new(namespaces));
     if let Err(e) = root::remove_root(&root) {
         tracing::warn!("removing probe root: {e}");
@@ -508,6 +521,23 @@ impl LocalMachine {
     /// workdir).
     pub fn workdir(&self) -> &str {
         &self.workdir
+    }
+
+    /// The namespaces this machine made once and its commands join, as `readlink` shows
+    /// their fds (`mnt:[4026532...]`, `net:[...]`); empty once closed, or when this process
+    /// may not make them (not root). For tests and diagnostics.
+    #[doc(hidden)]
+    pub fn shared_namespace_links(&self) -> Vec<String> {
+        use std::os::fd::AsRawFd;
+        let Ok(namespaces) = self.namespaces() else {
+            return Vec::new();
+        };
+        [&namespaces.mnt, &namespaces.net]
+            .into_iter()
+            .flatten()
+            .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok())
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect()
     }
 
     /// The machine's shared namespaces, or [`Error::Closed`] once they were released.

@@ -5,11 +5,23 @@
 //! serialised `cleanup_net`). A machine whose network is denied instead gets one network
 //! namespace holding only loopback, made when the machine is created and held by an fd;
 //! each command's launcher joins it with `setns(2)` before it execs bwrap. It is released
-//! (the fd closed) when the machine is closed or dropped. This needs `CAP_SYS_ADMIN` (a
-//! root host process); elsewhere the machine falls back to `--unshare-net` per command.
+//! (the fd closed) when the machine is closed or dropped.
+//!
+//! Likewise every `--ro-bind` costs bwrap a bind mount, a remount and a full read of
+//! `/proc/self/mountinfo`. A machine makes its own mount namespace once, private to it, in
+//! which the read-only binds of its system directories (`plan::root_binds`) are mounted in
+//! its root; commands join it, and bwrap binds the root with those submounts at `/` in one
+//! step (its own new mount namespace per command, fresh `/dev`, `/dev/shm` and `/proc`, and
+//! the spec's read-only mounts are unchanged). The binds are invisible in the host's mount
+//! namespace: the host sees the root's plain directories.
+//!
+//! Both need `CAP_SYS_ADMIN` (a root host process); elsewhere bwrap does the work per
+//! command, as before.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 
 /// Runs `f` on a short-lived thread of its own, so namespace changes made by `f` (which
 /// apply to the calling thread only) never reach a thread of the caller's pool.
@@ -77,6 +89,100 @@ pub(crate) fn loopback_netns() -> std::io::Result<OwnedFd> {
     })
 }
 
+fn cstring(path: &std::path::Path) -> std::io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::other(format!("{} holds a NUL byte", path.display())))
+}
+
+/// `struct mount_attr` of `mount_setattr(2)`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+
+/// Binds `src` at `dst` with every submount, then makes the whole tree read-only, nosuid
+/// and nodev (bwrap's `--ro-bind`).
+fn ro_bind(src: &std::path::Path, dst: &std::path::Path) -> std::io::Result<()> {
+    let (csrc, cdst) = (cstring(src)?, cstring(dst)?);
+    let fail = |op: &str| {
+        let e = std::io::Error::last_os_error();
+        std::io::Error::new(
+            e.kind(),
+            format!("{op} {} at {}: {e}", src.display(), dst.display()),
+        )
+    };
+    // SAFETY: mount(2) and mount_setattr(2) on NUL-terminated paths and a live struct.
+    unsafe {
+        if libc::mount(
+            csrc.as_ptr(),
+            cdst.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND | libc::MS_REC,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(fail("bind"));
+        }
+        let attr = MountAttr {
+            attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        if libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            cdst.as_ptr(),
+            (libc::AT_RECURSIVE | libc::AT_SYMLINK_NOFOLLOW) as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        ) != 0
+        {
+            return Err(fail("make read-only"));
+        }
+    }
+    Ok(())
+}
+
+/// A new mount namespace, private (no mount events propagate in or out), in which each
+/// `(source, target)` of `binds` is bound read-only in order; held by the returned fd.
+///
+/// # Errors
+/// The failing `unshare(2)`, `mount(2)` or `mount_setattr(2)` (kernels before 5.12 lack
+/// it), or opening the namespace file.
+pub(crate) fn machine_mountns(binds: Vec<(PathBuf, PathBuf)>) -> std::io::Result<OwnedFd> {
+    on_own_thread(move || {
+        // SAFETY: unshare and mount change only this thread's (unshared) mount namespace
+        // and filesystem context; the thread ends next.
+        unsafe {
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        for (src, dst) in &binds {
+            ro_bind(src, dst)?;
+        }
+        open_cloexec(c"/proc/thread-self/ns/mnt")
+    })
+}
+
 /// The namespaces a machine made once; each command's launcher joins them (`setns(2)`)
 /// before it execs bwrap. Dropping the value closes the fds, which releases the
 /// namespaces once no process is in them.
@@ -84,6 +190,8 @@ pub(crate) fn loopback_netns() -> std::io::Result<OwnedFd> {
 pub(crate) struct MachineNamespaces {
     /// The loopback-only network namespace of a machine whose network is denied.
     pub net: Option<OwnedFd>,
+    /// The mount namespace with the root's read-only binds in place.
+    pub mnt: Option<OwnedFd>,
 }
 
 impl MachineNamespaces {
@@ -91,15 +199,21 @@ impl MachineNamespaces {
     pub fn shared(&self) -> crate::plan::Shared {
         crate::plan::Shared {
             net: self.net.is_some(),
+            system: self.mnt.is_some(),
         }
     }
 
     /// `(fd, nstype)` pairs to `setns(2)` in the launcher, in order.
     pub fn joins(&self) -> Vec<(std::os::fd::RawFd, libc::c_int)> {
         use std::os::fd::AsRawFd;
-        self.net
+        let mnt = self
+            .mnt
             .iter()
-            .map(|fd| (fd.as_raw_fd(), libc::CLONE_NEWNET))
-            .collect()
+            .map(|fd| (fd.as_raw_fd(), libc::CLONE_NEWNS));
+        let net = self
+            .net
+            .iter()
+            .map(|fd| (fd.as_raw_fd(), libc::CLONE_NEWNET));
+        mnt.chain(net).collect()
     }
 }

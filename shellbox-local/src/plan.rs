@@ -318,6 +318,41 @@ pub struct Shared {
     /// The machine's own loopback-only network namespace (under
     /// [`NetworkPolicy::Deny`]) is joined: no `--unshare-net`.
     pub net: bool,
+    /// The machine's own mount namespace, in which [`root_binds`] (the system directories
+    /// and the private `/etc` and `/sys`) are already mounted read-only in the root, is
+    /// joined: bwrap binds the root with those submounts at `/` in one step. The read-only
+    /// mounts of the spec are still bound per command, so each command sees the host path
+    /// as it is then (a host directory replaced or removed since is not shown stale).
+    pub system: bool,
+}
+
+/// The read-only binds of a machine's system directories, in bwrap's mount order
+/// (REFERENCE 4.3), as `(host source, path inside the root on the host)`: the private
+/// `/etc` (the root's own `etc` over itself, a snapshot copied at creation anyway), the
+/// `etc_binds` over it, each host system directory and the private `/sys`.
+pub fn root_binds(layout: &Layout, facts: &HostFacts) -> Vec<(PathBuf, PathBuf)> {
+    let mut binds = Vec::new();
+    let inside = |guest: &str| layout.root.join(guest.trim_start_matches('/'));
+    for dir in SYSTEM_DIRS {
+        if is_private_system_dir(dir) {
+            binds.push((inside(dir), inside(dir)));
+            if dir == "/etc" {
+                for bind in &layout.etc_binds {
+                    binds.push((bind.clone(), inside(&bind.to_string_lossy())));
+                }
+            }
+            continue;
+        }
+        let kind = facts
+            .system_dirs
+            .iter()
+            .find(|(d, _)| d == dir)
+            .map(|(_, k)| k);
+        if kind == Some(&HostDir::Dir) {
+            binds.push((PathBuf::from(dir), inside(dir)));
+        }
+    }
+    binds
 }
 
 /// The bwrap argument vector (without the program name) for one command (REFERENCE 4.3, in
@@ -351,7 +386,7 @@ pub fn bwrap_args(layout: &Layout, facts: &HostFacts, launch: &Launch) -> Vec<Os
     a.push("--bind".into());
     a.push(layout.root.clone().into());
     a.push("/".into());
-    for dir in SYSTEM_DIRS {
+    for dir in SYSTEM_DIRS.into_iter().filter(|_| !layout.shared.system) {
         if is_private_system_dir(dir) {
             a.push("--ro-bind".into());
             a.push(layout.root.join(&dir[1..]).into());
@@ -692,7 +727,10 @@ mod tests {
             network: NetworkPolicy::Deny,
             mounts: vec![],
             etc_binds: vec![],
-            shared: Shared { net: true },
+            shared: Shared {
+                net: true,
+                system: false,
+            },
         };
         let launch = Launch {
             argv: vec!["true".into()],
@@ -709,6 +747,94 @@ mod tests {
         assert!(has_net(&layout));
         layout.network = NetworkPolicy::Allow;
         assert!(!has_net(&layout));
+    }
+
+    #[test]
+    fn joined_mount_namespace_binds_only_the_root() {
+        let mut layout = Layout {
+            root: "/r".into(),
+            network: NetworkPolicy::Deny,
+            mounts: vec![ReadOnlyMount {
+                host: "/opt/tools".into(),
+                guest: "/tools".into(),
+            }],
+            etc_binds: vec!["/etc/ssl/certs".into()],
+            shared: Shared {
+                net: true,
+                system: true,
+            },
+        };
+        let launch = Launch {
+            argv: vec!["true".into()],
+            cwd: "/".into(),
+            user: None,
+            env_fd: 3,
+            status_fd: None,
+        };
+        let args = bwrap_args(&layout, &facts(), &launch);
+        let expected = [
+            "--args",
+            "3",
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--new-session",
+            "--die-with-parent",
+            "--cap-drop",
+            "ALL",
+            "--bind",
+            "/r",
+            "/",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/dev/shm",
+            "--proc",
+            "/proc",
+            "--ro-bind",
+            "/proc/sys",
+            "/proc/sys",
+            "--ro-bind-try",
+            "/proc/sysrq-trigger",
+            "/proc/sysrq-trigger",
+            "--ro-bind",
+            "/opt/tools",
+            "/tools",
+            "--",
+            "/bin/sh",
+            "-c",
+            LAUNCH_SCRIPT,
+            "sh",
+            "/",
+            "true",
+        ];
+        assert_eq!(strs(&args), expected);
+        let binds: Vec<(String, String)> = root_binds(&layout, &facts())
+            .into_iter()
+            .map(|(h, g)| (h.display().to_string(), g.display().to_string()))
+            .collect();
+        let pairs = [
+            ("/r/etc", "/r/etc"),
+            ("/etc/ssl/certs", "/r/etc/ssl/certs"),
+            ("/lib64", "/r/lib64"),
+            ("/r/sys", "/r/sys"),
+            ("/usr", "/r/usr"),
+        ];
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        assert_eq!(binds, pairs);
+        // The same binds, in the same order, as the per-command line makes.
+        layout.shared.system = false;
+        let full = bwrap_args(&layout, &facts(), &launch);
+        let per_command: Vec<(String, String)> = strs(&full)
+            .windows(3)
+            .filter(|w| w[0] == "--ro-bind" && !w[1].starts_with("/proc/") && w[1] != "/opt/tools")
+            .map(|w| (w[1].to_string(), format!("/r{}", w[2])))
+            .collect();
+        assert_eq!(per_command, pairs);
     }
 
     #[test]

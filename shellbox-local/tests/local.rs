@@ -381,8 +381,8 @@ fn own_namespace_links() -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn machine_network_namespace_is_its_own_and_released_on_close() {
-    let test = "machine_network_namespace_is_its_own_and_released_on_close";
+async fn machine_namespaces_are_its_own_and_released_on_close() {
+    let test = "machine_namespaces_are_its_own_and_released_on_close";
     let Some(factory) = common::factory(test) else {
         return;
     };
@@ -396,6 +396,16 @@ async fn machine_network_namespace_is_its_own_and_released_on_close() {
     }
     let a1 = netns(&a).await;
     let b1 = netns(&b).await;
+    let (held_a, held_b) = (a.shared_namespace_links(), b.shared_namespace_links());
+    if nix::unistd::geteuid().is_root() {
+        // A root process makes them: the machine's mount namespace and the one its
+        // commands' network is in.
+        assert_eq!(held_a.len(), 2, "{held_a:?}");
+        assert!(held_a[0].starts_with("mnt:["), "{held_a:?}");
+        assert_eq!(held_a[1], a1);
+        assert_eq!(held_b[1], b1);
+        assert_ne!(held_a[0], held_b[0]);
+    }
     assert!(a1.starts_with("net:["), "{a1}");
     assert_ne!(a1, host_netns.to_str().unwrap());
     assert_ne!(a1, b1, "two machines share a network namespace");
@@ -417,10 +427,32 @@ async fn machine_network_namespace_is_its_own_and_released_on_close() {
     // Every command of a machine sees the same namespace, also concurrently.
     let (a2, a3) = tokio::join!(netns(&a), netns(&a));
     assert_eq!((a2.as_str(), a3.as_str()), (a1.as_str(), a1.as_str()));
+    // System directories are bound read-only, nosuid and nodev (as bwrap's --ro-bind does).
+    let r = sh(
+        &a,
+        "awk '$5 == \"/usr\" || $5 == \"/etc\" || $5 == \"/sys\" {print $5, $6}' /proc/self/mountinfo",
+    )
+    .await;
+    let lines: Vec<String> = out(&r).lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 3, "{r:?}");
+    for line in &lines {
+        let opts: Vec<&str> = line.split(' ').nth(1).unwrap().split(',').collect();
+        for want in ["ro", "nosuid", "nodev"] {
+            assert!(opts.contains(&want), "{line}: {r:?}");
+        }
+    }
+    // The host's mount namespace shows none of the machine's mounts.
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let root = a.root().to_str().unwrap().to_string();
+    assert!(!mountinfo.contains(&root), "{mountinfo}");
     a.close().await.unwrap();
-    // Closed: this process holds no fd to it and none of its threads is in it.
+    assert!(a.shared_namespace_links().is_empty());
+    // Closed: this process holds no fd to them and none of its threads is in them.
     let links = own_namespace_links();
     assert!(!links.contains(&a1), "{a1} still held: {links:?}");
+    for held in &held_a {
+        assert!(!links.contains(held), "{held} still held: {links:?}");
+    }
     if nix::unistd::geteuid().is_root() {
         // The open machine holds its namespace (so the check above can see one).
         assert!(links.contains(&b1), "{b1} not held while open: {links:?}");
@@ -431,6 +463,12 @@ async fn machine_network_namespace_is_its_own_and_released_on_close() {
         !links.contains(&b1),
         "{b1} still held after drop: {links:?}"
     );
+    for held in &held_b {
+        assert!(
+            !links.contains(held),
+            "{held} still held after drop: {links:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
