@@ -1757,6 +1757,31 @@ fn mv(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             "" => "/",
             t => t,
         };
+        let target = if dst_is_dir {
+            format!(
+                "{}/{}",
+                dst.trim_end_matches('/'),
+                from.rsplit('/').next().unwrap_or(from)
+            )
+        } else {
+            dst.clone()
+        };
+        let same = match (
+            it.w.vfs.resolve(&sh.cwd, from, false),
+            it.w.vfs.resolve(&sh.cwd, &target, false),
+        ) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        };
+        if same {
+            fail(
+                it,
+                sh,
+                format!("mv: '{s}' and '{target}' are the same file"),
+            );
+            st = 1;
+            continue;
+        }
         if let Err(e) = it.w.vfs.rename(&sh.cwd, from, dst) {
             let msg = match e {
                 Errno::Inval => {
@@ -2632,7 +2657,16 @@ fn wc(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let mut st = 0;
     let mut nonregular = false;
     for f in &files {
-        if f == "-" {
+        // GNU wc pads to 7 columns for input it cannot size up front (pipes, devices)
+        let regular = if f == "-" {
+            sh.get_fd(0)
+                .is_some_and(|fd| matches!(&*fd.borrow(), crate::shell::Stream::File { .. }))
+        } else {
+            it.w.vfs
+                .resolve(&sh.cwd, f, true)
+                .map_or(true, |i| matches!(it.w.vfs.get(i).kind, Kind::File(_)))
+        };
+        if !regular {
             nonregular = true;
         }
         let data = match read_input(it, sh, f) {

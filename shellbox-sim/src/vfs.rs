@@ -406,6 +406,7 @@ impl Vfs {
         truncate: bool,
     ) -> Result<usize, Errno> {
         match self.resolve(cwd, path, true) {
+            Err(Errno::NoEnt) if path.ends_with('/') => Err(Errno::NotDir),
             Ok(ino) => {
                 match self.get(ino).kind {
                     Kind::Dir(..) => return Err(Errno::IsDir),
