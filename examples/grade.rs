@@ -12,7 +12,11 @@ use shellbox::{Backend, Command, MachineSpec};
 
 #[tokio::main]
 async fn main() -> Result<(), shellbox::Error> {
-    let backend: Backend = std::env::args().nth(1).as_deref().unwrap_or("sim").parse()?;
+    let backend: Backend = std::env::args()
+        .nth(1)
+        .as_deref()
+        .unwrap_or("sim")
+        .parse()?;
     let factory = shellbox::factory(backend).await?;
     let spec = shellbox::default_spec(backend, None)?.env("EXPECTED", "42");
     let machine = factory.create(spec).await?;
@@ -20,7 +24,9 @@ async fn main() -> Result<(), shellbox::Error> {
     let submission = tempfile::tempdir().map_err(|e| shellbox::Error::io("temp dir", e))?;
     std::fs::write(submission.path().join("answer.txt"), "42\n")
         .map_err(|e| shellbox::Error::io("write submission", e))?;
-    machine.upload(submission.path(), "/workspace/submission").await?;
+    machine
+        .upload(submission.path(), "/workspace/submission")
+        .await?;
 
     let result = machine
         .run(

@@ -334,3 +334,104 @@ fn compare_counts_corpus_cases() {
     ]);
     assert_eq!(out.status.code(), Some(125));
 }
+
+#[test]
+fn local_closed_stdout_stops_the_command() {
+    if !local_available("local_closed_stdout_stops_the_command") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = shellbox()
+        .env("TMPDIR", tmp.path())
+        .args(["run", "--backend", "local", "--", "sh", "-c", "yes"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(line, "y\n");
+    drop(reader);
+    let start = Instant::now();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(141));
+    assert!(start.elapsed() < Duration::from_secs(30));
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "machine root left behind"
+    );
+}
+
+#[test]
+fn local_sigterm_closes_the_machine() {
+    if !local_available("local_sigterm_closes_the_machine") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = shellbox()
+        .env("TMPDIR", tmp.path())
+        .args([
+            "run",
+            "--backend",
+            "local",
+            "--",
+            "sh",
+            "-c",
+            "echo up; sleep 3600",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(line, "up\n");
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(child.wait().unwrap().code(), Some(143));
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "machine root left behind"
+    );
+}
+
+#[test]
+fn run_details() {
+    // --timeout 0 disables the timeout, as in timeout(1).
+    let out = run(&[
+        "run",
+        "--timeout",
+        "0",
+        "--",
+        "sh",
+        "-c",
+        "sleep 1; echo ok",
+    ]);
+    assert_eq!(
+        (out.status.code(), text(&out.stdout)),
+        (Some(0), "ok\n".into())
+    );
+    // Streaming mode says when output was cut.
+    let out = run(&["run", "--output-limit", "2", "--", "echo", "hello"]);
+    assert_eq!(text(&out.stdout), "he");
+    assert!(
+        text(&out.stderr).contains("stdout was cut at 2 bytes"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Arguments that are not UTF-8 are a clean error, not a panic.
+    use std::os::unix::ffi::OsStrExt;
+    let out = shellbox()
+        .args(["run", "--", "echo"])
+        .arg(std::ffi::OsStr::from_bytes(b"\xfe"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(text(&out.stderr).starts_with("shellbox: "));
+}

@@ -187,7 +187,7 @@ fn print(backend: Backend, m: &Measured, json: bool) {
 /// Runs one case in a child `shellbox bench` so its peak RSS is its own.
 fn in_child(case: &str) -> Result<Measured, Error> {
     let exe = std::env::current_exe().map_err(|e| Error::io("find the shellbox executable", e))?;
-    let mut argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     // Keep the machine options, replace the case selection.
     let mut cleaned = Vec::new();
     let mut skip_next = false;
@@ -200,7 +200,7 @@ fn in_child(case: &str) -> Result<Measured, Error> {
             skip_next = true;
             continue;
         }
-        if a.starts_with("--case=") || a == "--json" {
+        if a.to_string_lossy().starts_with("--case=") || a == "--json" {
             continue;
         }
         cleaned.push(a);

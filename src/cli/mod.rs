@@ -24,6 +24,10 @@ use args::{parse_bytes, parse_duration, parse_env, parse_guest_host, parse_host_
 const EXIT_SHELLBOX_ERROR: u8 = 125;
 /// Exit status of a timed-out command, as timeout(1) uses.
 const EXIT_TIMED_OUT: u8 = 124;
+/// Exit status when our stdout closes under a streaming command: 128 + SIGPIPE.
+const EXIT_BROKEN_PIPE: u8 = 141;
+/// Most bytes `run -i` reads from stdin.
+const MAX_STDIN_BYTES: u64 = 256 << 20;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -251,10 +255,8 @@ enum PyenvCommand {
 }
 
 pub fn main() -> ExitCode {
-    let raw: Vec<String> = std::env::args().collect();
-    let wants_json = raw
-        .iter()
-        .take_while(|a| a.as_str() != "--")
+    let wants_json = std::env::args_os()
+        .take_while(|a| a != "--")
         .any(|a| a == "--json");
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -264,11 +266,16 @@ pub fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
+            // clap's first paragraph names the problem (and, for missing arguments, lists
+            // them on the following lines): fold it into one line.
             let message = e.to_string();
             let first = message
-                .lines()
-                .find(|l| !l.trim().is_empty())
+                .split("\n\n")
+                .next()
                 .unwrap_or("invalid arguments")
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
                 .trim_start_matches("error: ")
                 .to_string();
             return fail(wants_json, "invalid_input", &first, Some(&message));
@@ -411,13 +418,23 @@ async fn run(args: RunArgs) -> Result<ExitCode, Error> {
     spec.validate()?;
     let mut command = Command::from_argv(args.argv.clone()).output_limit_bytes(args.output_limit);
     command.cwd = args.cwd.clone();
-    command.timeout = args.timeout;
+    // As with timeout(1), a zero duration disables the timeout.
+    command.timeout = args.timeout.filter(|t| !t.is_zero());
     command.user = args.user.clone();
     if args.interactive {
+        // The contract hands a command its whole stdin at once, so it is read before the
+        // machine starts, and bounded so an endless stdin fails instead of eating memory.
         let mut input = Vec::new();
         std::io::stdin()
+            .take(MAX_STDIN_BYTES + 1)
             .read_to_end(&mut input)
             .map_err(|e| Error::io("read stdin", e))?;
+        if input.len() as u64 > MAX_STDIN_BYTES {
+            return Err(Error::invalid(format!(
+                "stdin is larger than {} MiB; give large inputs with --upload",
+                MAX_STDIN_BYTES >> 20
+            )));
+        }
         command.stdin = input.into();
     }
     command.validate()?;
@@ -430,7 +447,15 @@ async fn run(args: RunArgs) -> Result<ExitCode, Error> {
 
     let created = create(backend, spec).await?;
     let machine = &*created.machine;
-    let outcome = run_in(machine, &args, command).await;
+    // SIGINT, SIGTERM and SIGHUP stop the command and close the machine (nothing is left
+    // behind), then exit 128 + N as a shell reports a signalled process.
+    let outcome = tokio::select! {
+        outcome = run_in(machine, &args, command) => outcome,
+        signal = termination_signal() => {
+            let _ = machine.close().await;
+            return Ok(ExitCode::from((128 + signal) as u8));
+        }
+    };
     let closed = machine.close().await;
     let (code, result_json) = outcome?;
     closed?;
@@ -472,6 +497,7 @@ async fn run_in(
         });
         (status_code(result.exit_code, result.reason), Some(value))
     } else {
+        let limit = command.output_limit_bytes;
         let mut stream = machine.run_stream(command).await?;
         let mut code = ExitCode::from(EXIT_SHELLBOX_ERROR);
         let stdout = std::io::stdout();
@@ -480,8 +506,12 @@ async fn run_in(
             match event? {
                 Event::Stdout(chunk) => {
                     let mut out = stdout.lock();
-                    // A closed stdout (e.g. `| head`) must not stop the command's bookkeeping.
-                    let _ = out.write_all(&chunk).and_then(|_| out.flush());
+                    if out.write_all(&chunk).and_then(|_| out.flush()).is_err() {
+                        // Our reader is gone (e.g. `| head -1`): stop the command as a
+                        // shell pipeline would (dropping the stream kills it), exit 141.
+                        drop(stream);
+                        return Ok((ExitCode::from(EXIT_BROKEN_PIPE), None));
+                    }
                 }
                 Event::Stderr(chunk) => {
                     let mut err = stderr.lock();
@@ -490,6 +520,14 @@ async fn run_in(
                 Event::Exit(status) => {
                     if status.reason == ExitReason::TimedOut {
                         eprintln!("shellbox: command timed out");
+                    }
+                    for (truncated, name) in [
+                        (status.stdout_truncated, "stdout"),
+                        (status.stderr_truncated, "stderr"),
+                    ] {
+                        if truncated {
+                            eprintln!("shellbox: {name} was cut at {limit} bytes (--output-limit)");
+                        }
                     }
                     code = status_code(status.exit_code, status.reason);
                 }
@@ -501,6 +539,28 @@ async fn run_in(
         machine.download(&down.guest, &down.host).await?;
     }
     Ok((code, json))
+}
+
+/// Resolves with the number of the first SIGINT, SIGTERM or SIGHUP this process gets (never,
+/// if the handlers cannot be installed).
+async fn termination_signal() -> i32 {
+    use tokio::signal::unix::{signal, Signal, SignalKind};
+    async fn next(signal: &mut Option<Signal>) {
+        match signal {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+    let mut interrupt = signal(SignalKind::interrupt()).ok();
+    let mut terminate = signal(SignalKind::terminate()).ok();
+    let mut hangup = signal(SignalKind::hangup()).ok();
+    tokio::select! {
+        _ = next(&mut interrupt) => 2,
+        _ = next(&mut terminate) => 15,
+        _ = next(&mut hangup) => 1,
+    }
 }
 
 async fn gc(args: GcArgs) -> Result<ExitCode, Error> {
