@@ -512,6 +512,23 @@ impl Interp<'_> {
         {
             return Ok(Ok(vec![raw.to_string()]));
         }
+        // fast path: an unquoted `$name` whose value needs no splitting or globbing
+        if let Some(name) = raw.strip_prefix('$') {
+            if crate::builtins::valid_name(name) {
+                if let PV::S(v) = self.named_value(sh, name) {
+                    let ifs = sh.ifs();
+                    if !v.is_empty()
+                        && !v.chars().any(|c| {
+                            ifs.contains(c)
+                                || matches!(c, '*' | '?' | '[')
+                                || (c == '(' && sh.opts.extglob)
+                        })
+                    {
+                        return Ok(Ok(vec![v]));
+                    }
+                }
+            }
+        }
         let words = if raw.contains('{') {
             brace_expand(raw)
         } else {
