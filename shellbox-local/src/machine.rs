@@ -291,7 +291,15 @@ fn make_namespaces(
     if !inner.share_ns {
         return Ok(namespaces);
     }
-    match crate::ns::machine_mountns(plan::root_binds(layout, &inner.facts)) {
+    let bwrap = inner
+        .bwrap
+        .canonicalize()
+        .unwrap_or_else(|_| inner.bwrap.clone());
+    match crate::ns::machine_mountns(
+        plan::root_binds(layout, &inner.facts),
+        plan::paths_to_keep(layout, &bwrap),
+        layout.root.clone(),
+    ) {
         Ok(fd) => namespaces.mnt = Some(fd),
         Err(e) => tracing::debug!(
             "machine mount namespace for {}: {e}; bwrap binds per command",

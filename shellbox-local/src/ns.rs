@@ -151,13 +151,29 @@ fn ro_bind(src: &std::path::Path, dst: &std::path::Path) -> std::io::Result<()> 
     Ok(())
 }
 
-/// A new mount namespace, private (no mount events propagate in or out), in which each
-/// `(source, target)` of `binds` is bound read-only in order; held by the returned fd.
+/// Mount points of the calling thread's mount namespace, in mountinfo order.
+fn own_mount_points() -> Vec<PathBuf> {
+    std::fs::read_to_string("/proc/thread-self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|field| PathBuf::from(crate::root::decode_mountinfo(field)))
+        .collect()
+}
+
+/// A new mount namespace, a slave of the host's (host mount events propagate in, none
+/// propagate out), in which each `(source, target)` of `binds` is bound read-only in
+/// order, and every mount [`plan::mounts_to_detach`](crate::plan::mounts_to_detach) names
+/// (given `keep` and `root`) is detached; held by the returned fd.
 ///
 /// # Errors
 /// The failing `unshare(2)`, `mount(2)` or `mount_setattr(2)` (kernels before 5.12 lack
-/// it), or opening the namespace file.
-pub(crate) fn machine_mountns(binds: Vec<(PathBuf, PathBuf)>) -> std::io::Result<OwnedFd> {
+/// it), or opening the namespace file. A mount that cannot be detached is kept.
+pub(crate) fn machine_mountns(
+    binds: Vec<(PathBuf, PathBuf)>,
+    keep: Vec<PathBuf>,
+    root: PathBuf,
+) -> std::io::Result<OwnedFd> {
     on_own_thread(move || {
         // SAFETY: unshare and mount change only this thread's (unshared) mount namespace
         // and filesystem context; the thread ends next.
@@ -169,7 +185,7 @@ pub(crate) fn machine_mountns(binds: Vec<(PathBuf, PathBuf)>) -> std::io::Result
                 std::ptr::null(),
                 c"/".as_ptr(),
                 std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
+                libc::MS_REC | libc::MS_SLAVE,
                 std::ptr::null(),
             ) != 0
             {
@@ -178,6 +194,12 @@ pub(crate) fn machine_mountns(binds: Vec<(PathBuf, PathBuf)>) -> std::io::Result
         }
         for (src, dst) in &binds {
             ro_bind(src, dst)?;
+        }
+        for point in crate::plan::mounts_to_detach(&own_mount_points(), &keep, &root) {
+            if let Ok(c) = cstring(&point) {
+                // SAFETY: umount2 on a NUL-terminated path, in this thread's namespace.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
         }
         open_cloexec(c"/proc/thread-self/ns/mnt")
     })
