@@ -1661,7 +1661,8 @@ fn test_cmd(it: &mut Interp<'_>, sh: &mut Shell, name: &str, args: &[String]) ->
                 Err(_) => Err("error".into()),
             }
         }
-        _ => match brush_parser::test_command::parse(&args) {
+        _ if args.len() > 2 * crate::shell::MAX_NESTING => Err("too many arguments".into()),
+        _ => match crate::shell::with_parser_stack(|| brush_parser::test_command::parse(&args)) {
             Ok(e) => eval_test(it, sh, &e),
             Err(_) => Err(format!("{}: syntax error", args.join(" "))),
         },

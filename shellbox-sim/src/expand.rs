@@ -21,7 +21,10 @@ fn parse_arith(t: &str) -> Option<std::rc::Rc<ast::ArithmeticExpr>> {
     if let Some(hit) = ARITH_CACHE.with(|c| c.borrow().get(t).cloned()) {
         return hit;
     }
-    let parsed = brush_parser::arithmetic::parse(t)
+    if !crate::shell::nesting_ok(t) {
+        return None;
+    }
+    let parsed = crate::shell::with_parser_stack(|| brush_parser::arithmetic::parse(t))
         .ok()
         .map(std::rc::Rc::new);
     ARITH_CACHE.with(|c| {
@@ -465,7 +468,11 @@ impl Interp<'_> {
         if let Some(hit) = WORD_CACHE.with(|c| c.borrow().get(raw).cloned()) {
             return Ok(hit);
         }
-        match word::parse(raw, &opts()) {
+        if !crate::shell::nesting_ok(raw) {
+            self.err(sh, "bash: expansion nested too deeply (unsupported)");
+            return Err(Ctl::Exit(1));
+        }
+        match crate::shell::with_parser_stack(|| word::parse(raw, &opts())) {
             Ok(p) => {
                 let p = std::rc::Rc::new(p);
                 WORD_CACHE.with(|c| {
@@ -603,7 +610,7 @@ impl Interp<'_> {
     }
 
     pub fn expand_heredoc(&mut self, sh: &mut Shell, raw: &str) -> R<Result<String, i32>> {
-        let pieces = match word::parse_heredoc(raw, &opts()) {
+        let pieces = match crate::shell::with_parser_stack(|| word::parse_heredoc(raw, &opts())) {
             Ok(p) => p,
             Err(e) => {
                 self.err(sh, &format!("bash: bad here-document: {e}"));

@@ -453,6 +453,8 @@ pub struct Interp<'a> {
     /// Background writes not yet delivered: (virtual time, sequence, stream, bytes).
     pub pending: Vec<(u64, u64, Fd, Vec<u8>)>,
     pub seq: u64,
+    /// How deeply command executions nest right now (eval, source, functions, subshells).
+    pub depth: u32,
 }
 
 const KEYWORDS: &[&str] = &[
@@ -468,16 +470,67 @@ thread_local! {
     static PARSE_CACHE: RefCell<HashMap<String, Result<Arc<ast::Program>, String>>> = RefCell::new(HashMap::new());
 }
 
+/// The deepest bracket nesting the simulator parses; brush-parser recurses once per level,
+/// so deeper input is refused instead of risking the host's stack.
+pub const MAX_NESTING: usize = 200;
+
+/// The deepest command nesting (eval in eval, functions, sources, subshells) the simulator
+/// runs before failing the command, so runaway recursion cannot exhaust host memory.
+pub const MAX_EXEC_DEPTH: u32 = 10_000;
+
+/// Whether `text` nests `(`, `{`, `[` (quoted or not) at most [`MAX_NESTING`] deep.
+pub fn nesting_ok(text: &str) -> bool {
+    let mut depth = 0usize;
+    let mut kw_depth = 0usize;
+    for b in text.bytes() {
+        match b {
+            b'(' | b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return false;
+                }
+            }
+            b')' | b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    // compound commands nest by keywords too
+    for w in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        match w {
+            "if" | "case" | "do" => {
+                kw_depth += 1;
+                if kw_depth > MAX_NESTING {
+                    return false;
+                }
+            }
+            "fi" | "esac" | "done" => kw_depth = kw_depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    true
+}
+
+/// Runs a parser on a stack big enough for [`MAX_NESTING`] levels, whatever thread calls.
+pub fn with_parser_stack<T>(f: impl FnOnce() -> T) -> T {
+    stacker::maybe_grow(4 * 1024 * 1024, 32 * 1024 * 1024, f)
+}
+
 pub fn parse_program(script: &str) -> Result<Arc<ast::Program>, String> {
     if let Some(hit) = PARSE_CACHE.with(|c| c.borrow().get(script).cloned()) {
         return hit;
     }
+    if !nesting_ok(script) {
+        return Err(format!(
+            "syntax error: nesting deeper than {MAX_NESTING} levels is not supported"
+        ));
+    }
     let opts = brush_parser::ParserOptions::default();
-    let mut p = brush_parser::Parser::new(std::io::Cursor::new(script.as_bytes()), &opts);
-    let r = p
-        .parse_program()
-        .map(Arc::new)
-        .map_err(|e| format!("syntax error: {e}"));
+    let r = with_parser_stack(|| {
+        let mut p = brush_parser::Parser::new(std::io::Cursor::new(script.as_bytes()), &opts);
+        p.parse_program()
+            .map(Arc::new)
+            .map_err(|e| format!("syntax error: {e}"))
+    });
     PARSE_CACHE.with(|c| {
         let mut c = c.borrow_mut();
         if c.len() > 512 {
@@ -499,6 +552,7 @@ impl<'a> Interp<'a> {
             bg_depth: 0,
             pending: Vec::new(),
             seq: 0,
+            depth: 0,
         }
     }
 
@@ -1110,9 +1164,19 @@ impl<'a> Interp<'a> {
     }
 
     pub fn exec_command(&mut self, sh: &mut Shell, cmd: &ast::Command) -> R<i32> {
-        stacker::maybe_grow(256 * 1024, 4 * 1024 * 1024, || {
+        if self.depth >= MAX_EXEC_DEPTH {
+            self.err(
+                sh,
+                &format!("bash: maximum nesting level exceeded ({MAX_EXEC_DEPTH})"),
+            );
+            return Err(Ctl::Exit(2));
+        }
+        self.depth += 1;
+        let r = stacker::maybe_grow(256 * 1024, 4 * 1024 * 1024, || {
             self.exec_command_inner(sh, cmd)
-        })
+        });
+        self.depth -= 1;
+        r
     }
 
     fn exec_command_inner(&mut self, sh: &mut Shell, cmd: &ast::Command) -> R<i32> {

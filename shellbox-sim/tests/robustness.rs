@@ -80,6 +80,33 @@ const ODD: &[&str] = &[
     "mapfile -t; readarray -d '' x < /dev/null; echo ${#x[@]}",
 ];
 
+/// Input nested deeper than the parser can take is refused, never a host stack overflow;
+/// runaway recursion stops at a nesting limit.
+#[test]
+fn deep_nesting_is_refused_not_fatal() {
+    let f = SimMachineFactory::new();
+    let scripts = [
+        format!("{}echo hi{}", "(".repeat(5000), ")".repeat(5000)),
+        format!("echo $(({}1{}))", "(".repeat(5000), ")".repeat(5000)),
+        format!(
+            "{}echo hi; {}",
+            "if true; then ".repeat(3000),
+            "fi; ".repeat(3000)
+        ),
+        format!("echo {}x{}", "${a:-".repeat(3000), "}".repeat(3000)),
+        "x='eval \"$x\"'; eval \"$x\"".to_string(),
+    ];
+    for script in &scripts {
+        let m = f.create_sim(MachineSpec::sim()).unwrap();
+        let r = m
+            .run_sync(Command::shell(script.as_str()).timeout(Duration::from_secs(60)))
+            .unwrap();
+        assert_ne!(r.exit_code, Some(0), "{}", &script[..40]);
+        let r = m.run_sync(Command::shell("echo ok")).unwrap();
+        assert_eq!(r.stdout, "ok\n");
+    }
+}
+
 #[test]
 fn odd_scripts_never_panic() {
     let f = SimMachineFactory::new();
