@@ -163,6 +163,9 @@ pub fn ansi_c(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Most words one brace expansion yields (bash has no limit; the simulator stops there).
+const MAX_BRACE_WORDS: usize = 100_000;
+
 /// Brace expansion of a raw word.
 pub fn brace_expand(s: &str) -> Vec<String> {
     let b: Vec<char> = s.chars().collect();
@@ -275,9 +278,13 @@ pub fn brace_expand(s: &str) -> Vec<String> {
                 if let Some(alts) = alts {
                     let mut out = Vec::new();
                     let suffixes = brace_expand(&suffix);
-                    for a in alts {
+                    'outer: for a in alts {
                         for ae in brace_expand(&a) {
                             for s in &suffixes {
+                                // a cap keeps `{a,b}{a,b}...` from exhausting host memory
+                                if out.len() >= MAX_BRACE_WORDS {
+                                    break 'outer;
+                                }
                                 out.push(format!("{prefix}{ae}{s}"));
                             }
                         }

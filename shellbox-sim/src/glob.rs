@@ -6,7 +6,16 @@
 pub fn matches(p: &str, s: &str, extglob: bool) -> bool {
     let p: Vec<char> = p.chars().collect();
     let s: Vec<char> = s.chars().collect();
+    STEPS.with(|c| c.set(0));
     m(&p, &s, extglob, 0)
+}
+
+/// Most matcher steps one match may take: extended patterns can backtrack exponentially,
+/// and a runaway match counts as no match instead of hanging the machine.
+const MAX_STEPS: u64 = 5_000_000;
+
+thread_local! {
+    static STEPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Whether a pattern has unescaped glob metacharacters.
@@ -209,6 +218,14 @@ fn plus(alts: &[Vec<char>], s: &[char], ext: bool, d: u32) -> bool {
 
 fn m(p: &[char], s: &[char], ext: bool, d: u32) -> bool {
     if d > 64 {
+        return false;
+    }
+    let steps = STEPS.with(|c| {
+        let n = c.get() + 1;
+        c.set(n);
+        n
+    });
+    if steps > MAX_STEPS {
         return false;
     }
     let (mut pi, mut si) = (0usize, 0usize);

@@ -2456,49 +2456,53 @@ fn seq(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         .map(|s| s.split_once('.').map(|(_, f)| f.len()).unwrap_or(0))
         .max()
         .unwrap_or(0);
+    let render = |v: f64| -> String {
+        match &fmt {
+            Some(f) => {
+                String::from_utf8_lossy(&printf_format(f, &[format!("{v}")], &mut Vec::new()))
+                    .into_owned()
+            }
+            None => format!("{v:.prec$}"),
+        }
+    };
+    // -w pads to the widest of the first and last values
+    let count = ((last - first) / inc + 1e-9).floor();
+    let w = if count >= 0.0 {
+        render(first).len().max(render(first + inc * count).len())
+    } else {
+        0
+    };
+    // written in chunks, so a reader like `head` can stop an endless sequence (SIGPIPE)
     let mut out = String::new();
-    let mut items = Vec::new();
     let mut k = 0u64;
     loop {
         let v = first + inc * k as f64;
         if (inc > 0.0 && v > last + 1e-9) || (inc < 0.0 && v < last - 1e-9) {
             break;
         }
-        items.push(match &fmt {
-            Some(f) => {
-                String::from_utf8_lossy(&printf_format(f, &[format!("{v}")], &mut Vec::new()))
-                    .into_owned()
-            }
-            None => format!("{v:.prec$}"),
-        });
-        k += 1;
-        if k % 4096 == 0 {
-            it.tick()?;
-        }
-        if items.len() > 10_000_000 {
-            break;
-        }
-    }
-    if width {
-        let w = items.iter().map(|s| s.len()).max().unwrap_or(0);
-        for s in items.iter_mut() {
+        let mut s = render(v);
+        if width {
             let neg = s.starts_with('-');
             let digits = s.trim_start_matches('-').to_string();
-            *s = format!(
+            s = format!(
                 "{}{:0>w$}",
                 if neg { "-" } else { "" },
                 digits,
-                w = if neg { w - 1 } else { w }
+                w = if neg { w.saturating_sub(1) } else { w }
             );
         }
-    }
-    for (j, s) in items.iter().enumerate() {
-        if j > 0 {
+        if k > 0 {
             out.push_str(&sep);
         }
-        out.push_str(s);
+        out.push_str(&s);
+        k += 1;
+        if out.len() >= 64 * 1024 {
+            it.out(sh, &out)?;
+            out.clear();
+            it.tick()?;
+        }
     }
-    if !items.is_empty() {
+    if k > 0 {
         out.push('\n');
     }
     it.out(sh, &out)?;
