@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use shellbox::{Backend, Command, MachineSpec};
+use shellbox::{Backend, Command};
 
 #[tokio::main]
 async fn main() -> Result<(), shellbox::Error> {

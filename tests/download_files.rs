@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use shellbox::{
-    download_files, Command, DownloadLimits, Error, Machine, MachineFactory, MachineSpec,
-};
+use shellbox::{download_files, Command, DownloadLimits, Error, Machine, MachineSpec};
 
 async fn machine(test: &str) -> Option<Box<dyn Machine>> {
     match shellbox::factory(shellbox::Backend::Local).await {
