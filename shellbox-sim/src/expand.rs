@@ -28,6 +28,9 @@ fn parse_arith(t: &str) -> Option<std::rc::Rc<ast::ArithmeticExpr>> {
         .ok()
         .map(std::rc::Rc::new);
     ARITH_CACHE.with(|c| {
+        if t.len() > 4096 {
+            return;
+        }
         let mut c = c.borrow_mut();
         if c.len() > 4096 {
             c.clear();
@@ -483,6 +486,9 @@ impl Interp<'_> {
             Ok(p) => {
                 let p = std::rc::Rc::new(p);
                 WORD_CACHE.with(|c| {
+                    if raw.len() > 4096 {
+                        return;
+                    }
                     let mut c = c.borrow_mut();
                     if c.len() > 4096 {
                         c.clear();

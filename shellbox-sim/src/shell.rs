@@ -531,7 +531,11 @@ pub fn parse_program(script: &str) -> Result<Arc<ast::Program>, String> {
             .map(Arc::new)
             .map_err(|e| format!("syntax error: {e}"))
     });
+    // cache small scripts only, so the cache stays small (at most ~512 x 64 KiB of text)
     PARSE_CACHE.with(|c| {
+        if script.len() > 64 * 1024 {
+            return;
+        }
         let mut c = c.borrow_mut();
         if c.len() > 512 {
             c.clear();
