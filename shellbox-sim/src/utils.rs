@@ -1374,7 +1374,13 @@ fn format_entries(
                 } else if o.classify {
                     name.push_str(classify(&node));
                 }
-                (mode_string(&node), node.nlink.to_string(), size, date, name)
+                (
+                    mode_string(&node),
+                    links(&it.w.vfs, *i).to_string(),
+                    size,
+                    date,
+                    name,
+                )
             })
             .collect();
         let wl = rows.iter().map(|r| r.1.len()).max().unwrap_or(1);
@@ -2146,7 +2152,7 @@ fn stat(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                         'F' => line.push_str(ftype),
                         'U' | 'G' => line.push_str("root"),
                         'u' | 'g' => line.push('0'),
-                        'h' => line.push_str(&n.nlink.to_string()),
+                        'h' => line.push_str(&links(&it.w.vfs, ino).to_string()),
                         'i' => line.push_str(&(ino + 1000).to_string()),
                         'Y' | 'X' | 'Z' | 'W' => line.push_str(&n.mtime.to_string()),
                         'y' | 'x' | 'z' | 'w' => line.push_str(&ts),
@@ -2174,7 +2180,7 @@ fn stat(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                     n.size(),
                     blocks_of(&n) * 2,
                     ino + 1000,
-                    n.nlink,
+                    links(&it.w.vfs, ino),
                     n.mode & 0o7777,
                     mode_string(&n)
                 ));
@@ -2764,4 +2770,14 @@ fn tee(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     }
     it.write(sh, 1, &data)?;
     Ok(st)
+}
+
+/// The link count `ls -l` and `stat` show: a directory has one per subdirectory, plus its
+/// own entry and `.`.
+fn links(vfs: &Vfs, ino: usize) -> u32 {
+    let node = vfs.get(ino);
+    match &node.kind {
+        Kind::Dir(map, _) => 2 + map.values().filter(|c| vfs.get(**c).is_dir()).count() as u32,
+        _ => node.nlink,
+    }
 }
