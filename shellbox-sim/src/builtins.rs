@@ -1044,6 +1044,11 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
             st = 1;
             continue;
         }
+        if local && sh.vars.get(&name).is_some_and(|v| v.readonly) {
+            it.err(sh, &format!("bash: {cmd}: {name}: readonly variable"));
+            st = 1;
+            continue;
+        }
         if local {
             sh.make_local(&name);
             if cmd == "local" || !sh.vars.contains_key(&name) || val.is_some() {

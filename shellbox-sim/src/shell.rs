@@ -515,6 +515,25 @@ pub fn with_parser_stack<T>(f: impl FnOnce() -> T) -> T {
     stacker::maybe_grow(4 * 1024 * 1024, 32 * 1024 * 1024, f)
 }
 
+/// Writes `; ;` for `;;` inside `for (( ... ))` headers.
+fn space_arith_for_semicolons(script: &str) -> String {
+    let mut out = String::with_capacity(script.len() + 8);
+    let mut rest = script;
+    while let Some(i) = rest.find("((") {
+        let before = rest[..i].trim_end();
+        out.push_str(&rest[..i + 2]);
+        rest = &rest[i + 2..];
+        if !before.ends_with("for") {
+            continue;
+        }
+        let end = rest.find("))").unwrap_or(rest.len());
+        out.push_str(&rest[..end].replace(";;", "; ;"));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 pub fn parse_program(script: &str) -> Result<Arc<ast::Program>, String> {
     if let Some(hit) = PARSE_CACHE.with(|c| c.borrow().get(script).cloned()) {
         return hit;
@@ -525,12 +544,24 @@ pub fn parse_program(script: &str) -> Result<Arc<ast::Program>, String> {
         ));
     }
     let opts = brush_parser::ParserOptions::default();
-    let r = with_parser_stack(|| {
-        let mut p = brush_parser::Parser::new(std::io::Cursor::new(script.as_bytes()), &opts);
-        p.parse_program()
-            .map(Arc::new)
-            .map_err(|e| format!("syntax error: {e}"))
-    });
+    let parse = |text: &str| {
+        with_parser_stack(|| {
+            let mut p = brush_parser::Parser::new(std::io::Cursor::new(text.as_bytes()), &opts);
+            p.parse_program()
+                .map(Arc::new)
+                .map_err(|e| format!("syntax error: {e}"))
+        })
+    };
+    let mut r = parse(script);
+    if r.is_err() && script.contains("((") {
+        // brush-parser reads the `;;` of `for ((;;))` as a case terminator
+        let fixed = space_arith_for_semicolons(script);
+        if fixed != script {
+            if let Ok(p) = parse(&fixed) {
+                r = Ok(p);
+            }
+        }
+    }
     // cache small scripts only, so the cache stays small (at most ~512 x 64 KiB of text)
     PARSE_CACHE.with(|c| {
         if script.len() > 64 * 1024 {
@@ -1323,7 +1354,7 @@ impl<'a> Interp<'a> {
                 let mut res = Ok(());
                 loop {
                     self.tick()?;
-                    if let Some(c) = &f.condition {
+                    if let Some(c) = f.condition.as_ref().filter(|c| !c.value.trim().is_empty()) {
                         match self.arith_text(sh, &c.value)? {
                             Ok(0) => break,
                             Ok(_) => {}
