@@ -44,9 +44,10 @@
 //! `type`, `time`, `pushd`/`popd`, `umask`, `shopt`.
 //!
 //! The programs under `/bin` and `/usr/bin`: `[ basename bash cat chmod cp date dirname echo
-//! env false head kill ln ls mkdir mv printf pwd rm rmdir seq sh sleep stat tail tee test
-//! timeout touch true wc`. Any other program is not found (exit 127), as on a machine
-//! without it.
+//! env false head kill ln ls mkdir mv printf pwd rm rmdir seq sh sleep stat tail tar tee
+//! test timeout touch true wc` (`tar` creates, extracts and lists uncompressed archives, what
+//! shellbox's transfer helpers need). Any other program is not found (exit 127), as on a
+//! machine without it.
 //!
 //! # Not simulated
 //!
@@ -60,6 +61,7 @@ mod builtins;
 mod expand;
 mod glob;
 mod shell;
+mod tar;
 mod utils;
 mod vfs;
 

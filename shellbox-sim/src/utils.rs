@@ -46,6 +46,7 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, name: &str, argv: Vec<String>) -
         "wc" => wc(it, sh, args),
         "tee" => tee(it, sh, args),
         "timeout" => timeout(it, sh, args),
+        "tar" => crate::tar::run(it, sh, args),
         _ => {
             it.err(sh, &format!("bash: line 1: {name}: command not found"));
             Ok(127)

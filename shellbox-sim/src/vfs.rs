@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 pub const UTILITIES: &[&str] = &[
     "[", "basename", "bash", "cat", "chmod", "cp", "date", "dirname", "echo", "env", "false",
     "head", "kill", "ln", "ls", "mkdir", "mv", "printf", "pwd", "rm", "rmdir", "seq", "sh",
-    "sleep", "stat", "tail", "tee", "test", "timeout", "touch", "true", "wc",
+    "sleep", "stat", "tail", "tar", "tee", "test", "timeout", "touch", "true", "wc",
 ];
 
 /// A filesystem error, named like the errno it stands for.

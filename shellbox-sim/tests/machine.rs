@@ -315,3 +315,34 @@ async fn a_queued_command_times_out_while_waiting() {
     let r = m.run(Command::shell("echo free")).await.unwrap();
     assert_eq!(r.stdout, "free\n");
 }
+
+#[test]
+fn tar_round_trip_over_the_virtual_filesystem() {
+    let m = machine();
+    let r = sh(
+        &m,
+        "mkdir -p /src/p/q && echo hi > /src/p/a && echo b > /src/p/q/b && chmod 751 /src/p/q \
+         && ln /src/p/a /src/p/hard && ln -s a /src/p/sym \
+         && tar -cf - -C /src -- p > /tmp/x.tar && tar -tf /tmp/x.tar \
+         && mkdir /out && tar -xf /tmp/x.tar -C /out && cat /out/p/a /out/p/q/b \
+         && stat -c '%a %h' /out/p/q /out/p/a && test -L /out/p/sym && echo link",
+    );
+    assert_eq!(
+        r.stdout, "p/\np/a\np/hard\np/q/\np/q/b\np/sym\nhi\nb\n751 2\n644 2\nlink\n",
+        "{r:?}"
+    );
+    // the archive is a real tar: the host's tar crate reads it
+    let host = tempfile::tempdir().unwrap();
+    m.download_sync("/tmp/x.tar", &host.path().join("x.tar"))
+        .unwrap();
+    let bytes = std::fs::read(host.path().join("x.tar")).unwrap();
+    let mut ar = tar::Archive::new(&bytes[..]);
+    let names: Vec<String> = ar
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap().path().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["p/", "p/a", "p/hard", "p/q/", "p/q/b", "p/sym"]);
+    // compression is not simulated (yet)
+    assert_eq!(sh(&m, "tar -czf /tmp/z.tgz /src").exit_code, Some(2));
+}
