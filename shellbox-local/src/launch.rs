@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 use std::ffi::{CString, OsString};
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -39,10 +39,16 @@ const DRAIN_GRACE: Duration = Duration::from_secs(10);
 /// Bytes of bwrap's stderr kept to explain a failed sandbox set-up.
 const STDERR_TAP_BYTES: usize = 4096;
 
-/// A bwrap command ready to spawn, and the read end of its JSON status pipe.
+/// A bwrap command ready to spawn: program, argv, the environment memfd, the JSON status
+/// pipe (read end in `status`), the limits and the namespaces its launcher joins.
 pub(crate) struct Prepared {
-    pub command: std::process::Command,
+    bwrap: PathBuf,
+    args: Vec<OsString>,
+    memfd: OwnedFd,
+    status_write: Option<OwnedFd>,
     pub status: Option<OwnedFd>,
+    limits: Vec<Limit>,
+    namespaces: Option<Arc<MachineNamespaces>>,
 }
 
 fn errno_io(e: nix::errno::Errno) -> std::io::Error {
@@ -67,90 +73,385 @@ pub(crate) fn prepare(
     use nix::sys::memfd::{memfd_create, MFdFlags};
     let memfd = memfd_create("shellbox-env", MFdFlags::MFD_CLOEXEC)
         .map_err(|e| Error::io("create environment memfd", errno_io(e)))?;
-    {
+    let written = nix::unistd::write(&memfd, env_options)
+        .map_err(|e| Error::io("write environment memfd", errno_io(e)))?;
+    if written != env_options.len() {
         let mut file = std::fs::File::from(
             memfd
                 .try_clone()
                 .map_err(|e| Error::io("dup environment memfd", e))?,
         );
-        file.write_all(env_options)
+        file.write_all(&env_options[written..])
             .map_err(|e| Error::io("write environment memfd", e))?;
     }
-    let env_fd = memfd.as_raw_fd();
-    let reopen = CString::new(format!("/proc/self/fd/{env_fd}")).expect("no NUL in a path");
-    let (status_read, status_write) = if with_status {
+    let (status, status_write) = if with_status {
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| Error::io("create status pipe", errno_io(e)))?;
         (Some(r), Some(w))
     } else {
         (None, None)
     };
-    let status_fd = status_write.as_ref().map(|w| w.as_raw_fd());
-    let mut command = std::process::Command::new(bwrap);
-    command
-        .args(args(env_fd, status_fd))
-        .env_clear()
-        .envs(CONTROL_ENV)
-        .current_dir("/");
-    let joins = namespaces.as_ref().map(|n| n.joins()).unwrap_or_default();
-    let pre_exec = move || -> std::io::Result<()> {
-        // Keep the fds alive in the Command; only their numbers are used here.
-        let _keep = (&memfd, &status_write, &namespaces);
-        for &(fd, nstype) in &joins {
-            // SAFETY: setns on an fd kept open by `namespaces`, in the single-threaded
-            // forked child.
-            if unsafe { libc::setns(fd, nstype) } != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
-        nix::unistd::setsid().map_err(errno_io)?;
-        for limit in &limits {
-            nix::sys::resource::setrlimit(limit.resource, limit.value, limit.value)
-                .map_err(errno_io)?;
-        }
-        // SAFETY: async-signal-safe libc calls in the forked child, on values prepared
-        // before the fork; no allocation happens here.
-        unsafe {
-            libc::nice(10);
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
-            // Host fds the caller left inheritable must not reach the sandbox: mark every
-            // fd from 3 up close-on-exec; the two bwrap needs are made inheritable below.
-            if libc::syscall(
-                libc::SYS_close_range,
-                3 as libc::c_uint,
-                libc::c_uint::MAX,
-                libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
-            ) != 0
-            {
-                for fd in 3..4096 {
-                    libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-                }
-            }
-            let fd = libc::open(reopen.as_ptr(), libc::O_RDONLY);
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::dup2(fd, env_fd) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::close(fd);
-            if let Some(w) = status_fd {
-                if libc::fcntl(w, libc::F_SETFD, 0) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-        }
-        Ok(())
-    };
-    // SAFETY: the closure only makes async-signal-safe system calls (see above).
-    unsafe {
-        command.pre_exec(pre_exec);
-    }
+    let args = args(
+        memfd.as_raw_fd(),
+        status_write.as_ref().map(|w| w.as_raw_fd()),
+    );
     Ok(Prepared {
-        command,
-        status: status_read,
+        bwrap: bwrap.to_path_buf(),
+        args,
+        memfd,
+        status_write,
+        status,
+        limits,
+        namespaces,
     })
+}
+
+impl Prepared {
+    /// The prepared launch as a `std::process::Command` (forking launcher), and the read
+    /// end of the status pipe. Stdio is left to the caller.
+    pub fn into_command(self) -> (std::process::Command, Option<OwnedFd>) {
+        let Prepared {
+            bwrap,
+            args,
+            memfd,
+            status_write,
+            status,
+            limits,
+            namespaces,
+        } = self;
+        let env_fd = memfd.as_raw_fd();
+        let reopen = CString::new(format!("/proc/self/fd/{env_fd}")).expect("no NUL in a path");
+        let status_fd = status_write.as_ref().map(|w| w.as_raw_fd());
+        let mut command = std::process::Command::new(bwrap);
+        command
+            .args(args)
+            .env_clear()
+            .envs(CONTROL_ENV)
+            .current_dir("/");
+        let joins = namespaces.as_ref().map(|n| n.joins()).unwrap_or_default();
+        let limits: Vec<(libc::__rlimit_resource_t, libc::rlimit)> =
+            limits.iter().map(raw_limit).collect();
+        let pre_exec = move || -> std::io::Result<()> {
+            // Keep the fds alive in the Command; only their numbers are used here.
+            let _keep = (&memfd, &status_write, &namespaces);
+            // SAFETY: async-signal-safe system calls in the forked child on values
+            // prepared before the fork; no allocation happens here.
+            match unsafe { child_setup(&joins, &limits, env_fd, &reopen, status_fd) } {
+                0 => Ok(()),
+                errno => Err(std::io::Error::from_raw_os_error(errno)),
+            }
+        };
+        // SAFETY: the closure only makes async-signal-safe system calls (see above).
+        unsafe {
+            command.pre_exec(pre_exec);
+        }
+        (command, status)
+    }
+}
+
+fn raw_limit(limit: &Limit) -> (libc::__rlimit_resource_t, libc::rlimit) {
+    (
+        limit.resource as libc::__rlimit_resource_t,
+        libc::rlimit {
+            rlim_cur: limit.value,
+            rlim_max: limit.value,
+        },
+    )
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EINVAL)
+}
+
+/// The launcher's work between fork (or vfork) and exec, shared by both spawn paths:
+/// join the machine's namespaces, new session, limits, niceness +10, default SIGPIPE and
+/// SIGXFSZ, every fd from 3 up close-on-exec, the environment memfd re-opened at
+/// `env_fd` and the status fd made inheritable. Returns 0 or the failing call's errno.
+///
+/// # Safety
+/// Only for a freshly forked or vforked child: it makes raw system calls, allocates
+/// nothing and touches only its arguments.
+unsafe fn child_setup(
+    joins: &[(RawFd, libc::c_int)],
+    limits: &[(libc::__rlimit_resource_t, libc::rlimit)],
+    env_fd: RawFd,
+    reopen: &CString,
+    status_fd: Option<RawFd>,
+) -> i32 {
+    for &(fd, nstype) in joins {
+        if libc::setns(fd, nstype) != 0 {
+            return errno();
+        }
+    }
+    if libc::setsid() < 0 {
+        return errno();
+    }
+    for (resource, value) in limits {
+        if libc::setrlimit(*resource, value) != 0 {
+            return errno();
+        }
+    }
+    libc::nice(10);
+    libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
+    // Host fds the caller left inheritable must not reach the sandbox: mark every fd from
+    // 3 up close-on-exec; the two bwrap needs are made inheritable below.
+    if libc::syscall(
+        libc::SYS_close_range,
+        3 as libc::c_uint,
+        libc::c_uint::MAX,
+        libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+    ) != 0
+    {
+        for fd in 3..4096 {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
+    let fd = libc::open(reopen.as_ptr(), libc::O_RDONLY);
+    if fd < 0 {
+        return errno();
+    }
+    if libc::dup2(fd, env_fd) < 0 {
+        return errno();
+    }
+    libc::close(fd);
+    if let Some(w) = status_fd {
+        if libc::fcntl(w, libc::F_SETFD, 0) < 0 {
+            return errno();
+        }
+    }
+    0
+}
+
+/// Everything the vforked child reads: prepared by the parent before `clone(2)`, on the
+/// parent's stack, which stays untouched while the parent waits (`CLONE_VFORK`).
+struct ChildContext {
+    joins: Vec<(RawFd, libc::c_int)>,
+    limits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
+    env_fd: RawFd,
+    reopen: CString,
+    status_fd: Option<RawFd>,
+    /// Pipe ends that become the child's stdin, stdout and stderr.
+    stdio: [RawFd; 3],
+    /// Write end of the close-on-exec pipe the child reports a set-up errno on.
+    err_fd: RawFd,
+    prog: CString,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+}
+
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the parent's `ChildContext`, alive until this child execs or exits
+    // (the parent is suspended by CLONE_VFORK). Only raw system calls follow.
+    unsafe {
+        let ctx = &*(arg as *const ChildContext);
+        let mut err = child_setup(
+            &ctx.joins,
+            &ctx.limits,
+            ctx.env_fd,
+            &ctx.reopen,
+            ctx.status_fd,
+        );
+        if err == 0 {
+            for (i, &fd) in ctx.stdio.iter().enumerate() {
+                let target = i as RawFd;
+                let r = if fd == target {
+                    libc::fcntl(fd, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(fd, target)
+                };
+                if r < 0 {
+                    err = errno();
+                    break;
+                }
+            }
+        }
+        if err == 0 && libc::chdir(c"/".as_ptr()) != 0 {
+            err = errno();
+        }
+        if err == 0 {
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            libc::execve(ctx.prog.as_ptr(), ctx.argv.as_ptr(), ctx.envp.as_ptr());
+            err = errno();
+        }
+        libc::write(
+            ctx.err_fd,
+            (&err as *const i32).cast(),
+            std::mem::size_of::<i32>(),
+        );
+        libc::_exit(127)
+    }
+}
+
+fn cstring(bytes: &[u8]) -> std::io::Result<CString> {
+    CString::new(bytes).map_err(|_| std::io::Error::other("an argument holds a NUL byte"))
+}
+
+fn pipe_cloexec() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(errno_io)
+}
+
+/// A bwrap started by [`spawn_vfork`]: its pid, a pidfd to wait on and our pipe ends.
+struct RawChild {
+    pid: i32,
+    pidfd: Option<tokio::io::unix::AsyncFd<OwnedFd>>,
+    reaped: bool,
+    stdin: Option<OwnedFd>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+}
+
+/// Reaps child `pid` if it has ended.
+fn try_reap(pid: i32) -> std::io::Result<Option<std::process::ExitStatus>> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut status = 0;
+    // SAFETY: waitpid on our own child.
+    let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    match r {
+        0 => Ok(None),
+        r if r == pid => Ok(Some(std::process::ExitStatus::from_raw(status))),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+impl RawChild {
+    /// Waits until the child ends (its pidfd becomes readable) and reaps it.
+    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        loop {
+            if let Some(status) = try_reap(self.pid)? {
+                self.reaped = true;
+                return Ok(status);
+            }
+            match &self.pidfd {
+                Some(fd) => fd.readable().await?.clear_ready(),
+                None => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
+    }
+}
+
+impl Drop for RawChild {
+    fn drop(&mut self) {
+        if !self.reaped {
+            // Cancelled before reaping (the process group was killed by the KillGuard):
+            // reap it off the runtime so no zombie is left.
+            let pid = self.pid;
+            let _ = std::thread::Builder::new()
+                .name("shellbox-reap".into())
+                .spawn(move || {
+                    let mut status = 0;
+                    // SAFETY: blocking waitpid on our own child.
+                    unsafe { libc::waitpid(pid, &mut status, 0) };
+                });
+        }
+    }
+}
+
+/// Starts the prepared bwrap with `clone(CLONE_VM | CLONE_VFORK)`, as `posix_spawn(3)`
+/// does: the child borrows this process's memory until it execs instead of copying its
+/// page tables (a fork's cost grows with the caller's size), runs [`child_setup`], wires
+/// fresh pipes to its stdin, stdout and stderr and execs bwrap with [`CONTROL_ENV`].
+fn spawn_vfork(prepared: &Prepared) -> std::io::Result<RawChild> {
+    let (in_r, in_w) = pipe_cloexec()?;
+    let (out_r, out_w) = pipe_cloexec()?;
+    let (errout_r, errout_w) = pipe_cloexec()?;
+    let (report_r, report_w) = pipe_cloexec()?;
+    let prog = cstring(prepared.bwrap.as_os_str().as_bytes())?;
+    let mut arg_strings = Vec::with_capacity(prepared.args.len() + 1);
+    arg_strings.push(prog.clone());
+    for a in &prepared.args {
+        arg_strings.push(cstring(a.as_bytes())?);
+    }
+    let env_strings: Vec<CString> = CONTROL_ENV
+        .iter()
+        .map(|(k, v)| cstring(format!("{k}={v}").as_bytes()))
+        .collect::<Result<_, _>>()?;
+    let terminated = |v: &[CString]| {
+        v.iter()
+            .map(|c| c.as_ptr())
+            .chain([std::ptr::null()])
+            .collect::<Vec<_>>()
+    };
+    let env_fd = prepared.memfd.as_raw_fd();
+    let ctx = ChildContext {
+        joins: prepared
+            .namespaces
+            .as_ref()
+            .map(|n| n.joins())
+            .unwrap_or_default(),
+        limits: prepared.limits.iter().map(raw_limit).collect(),
+        env_fd,
+        reopen: cstring(format!("/proc/self/fd/{env_fd}").as_bytes())?,
+        status_fd: prepared.status_write.as_ref().map(|w| w.as_raw_fd()),
+        stdio: [in_r.as_raw_fd(), out_w.as_raw_fd(), errout_w.as_raw_fd()],
+        err_fd: report_w.as_raw_fd(),
+        prog,
+        argv: terminated(&arg_strings),
+        envp: terminated(&env_strings),
+    };
+    const STACK_BYTES: usize = 64 * 1024;
+    let mut stack = vec![0u8; STACK_BYTES];
+    // SAFETY: the child runs `child_main` on `stack` (top end, 16-byte aligned) with
+    // `ctx`; CLONE_VFORK suspends this thread until the child execs or exits, so both
+    // outlive its use. All signals are blocked around clone so no handler of this process
+    // runs on the child's stack; the child unblocks them just before exec.
+    let pid = unsafe {
+        let top = stack.as_mut_ptr().add(STACK_BYTES);
+        let top = top.sub(top as usize % 16);
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let pid = libc::clone(
+            child_main,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&ctx as *const ChildContext).cast_mut().cast(),
+        );
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        pid
+    };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    drop(ctx);
+    drop(stack);
+    drop((in_r, out_w, errout_w, report_w));
+    let mut child = RawChild {
+        pid,
+        pidfd: None,
+        reaped: false,
+        stdin: Some(in_w),
+        stdout: Some(out_r),
+        stderr: Some(errout_r),
+    };
+    let mut report = [0u8; 4];
+    let n = nix::unistd::read(&report_r, &mut report).unwrap_or(0);
+    if n == report.len() {
+        let mut status = 0;
+        // SAFETY: reaping our own child, which has exited.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        child.reaped = true;
+        return Err(std::io::Error::from_raw_os_error(i32::from_ne_bytes(
+            report,
+        )));
+    }
+    // SAFETY: pidfd_open on our own unreaped child; the fd is owned by the result.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd >= 0 {
+        // SAFETY: a fresh fd owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+        // SAFETY: the AsyncFd owns the pidfd, so it stays open while it is registered.
+        child.pidfd = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+        }
+        .ok();
+    }
+    Ok(child)
 }
 
 /// Process groups of a machine's running commands, so `close` and `Drop` can kill them
@@ -269,34 +570,40 @@ enum Ended {
 /// enforces the timeout (SIGKILL of the whole process group; bwrap's `--die-with-parent`
 /// and PID namespace take every descendant with it), reaps, and sends the terminal item.
 pub(crate) fn spawn(prepared: Prepared, params: RunParams) -> Result<EventStream, Error> {
-    let Prepared { command, status } = prepared;
-    let mut command = tokio::process::Command::from(command);
-    command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(false);
-    let mut child = command
-        .spawn()
+    let mut child = spawn_vfork(&prepared)
         .map_err(|e| Error::backend(format!("spawn bwrap for {}", params.label), e))?;
     // The child has its copies of the env memfd and status pipe; drop ours now so the
     // status pipe reaches EOF when bwrap exits.
-    drop(command);
-    let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
-        return Err(Error::backend(
-            "spawn bwrap",
-            "the child exited before its pid was known",
-        ));
+    let status = {
+        let Prepared { status, .. } = prepared;
+        status
     };
+    let pid = child.pid;
     let guard = KillGuard {
         pgid: pid,
         armed: true,
     };
     let id = params.registry.add(pid);
     let (tx, rx) = mpsc::channel(16);
-    let stdin = child.stdin.take();
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
+    let pipe_err = |e| Error::backend(format!("set up the pipes of {}", params.label), e);
+    let stdin = child
+        .stdin
+        .take()
+        .map(tokio::net::unix::pipe::Sender::from_owned_fd)
+        .transpose()
+        .map_err(pipe_err)?;
+    let stdout = child
+        .stdout
+        .take()
+        .map(tokio::net::unix::pipe::Receiver::from_owned_fd)
+        .transpose()
+        .map_err(pipe_err)?;
+    let stderr = child
+        .stderr
+        .take()
+        .map(tokio::net::unix::pipe::Receiver::from_owned_fd)
+        .transpose()
+        .map_err(pipe_err)?;
     tokio::spawn(async move {
         let mut guard = guard;
         let RunParams {

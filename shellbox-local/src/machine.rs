@@ -376,7 +376,7 @@ fn probe_in(
         },
     )
     .map_err(|e| e.to_string())?;
-    let mut command = prepared.command;
+    let (mut command, _) = prepared.into_command();
     command
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -632,7 +632,7 @@ impl LocalMachine {
                 )
             },
         )?;
-        Ok(prepared.command)
+        Ok(prepared.into_command().0)
     }
 
     /// The guest-path rule of uploads: system and special directories and read-only mounts
