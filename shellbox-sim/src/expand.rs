@@ -475,14 +475,24 @@ impl Interp<'_> {
         sh: &mut Shell,
         raw: &str,
     ) -> R<std::rc::Rc<Vec<WordPieceWithSource>>> {
-        if let Some(hit) = WORD_CACHE.with(|c| c.borrow().get(raw).cloned()) {
+        // assignment values also expand `~` after `:` (PATH=$PATH:~/bin); they are cached
+        // under a marked key
+        let after_colon = self.tilde_after_colon;
+        let key: std::borrow::Cow<'_, str> = if after_colon {
+            format!("\u{1}{raw}").into()
+        } else {
+            raw.into()
+        };
+        if let Some(hit) = WORD_CACHE.with(|c| c.borrow().get(key.as_ref()).cloned()) {
             return Ok(hit);
         }
         if !crate::shell::nesting_ok(raw) {
             self.err(sh, "bash: expansion nested too deeply (unsupported)");
             return Err(Ctl::Exit(1));
         }
-        match crate::shell::with_parser_stack(|| word::parse(raw, &opts())) {
+        let mut options = opts();
+        options.tilde_expansion_after_colon = after_colon;
+        match crate::shell::with_parser_stack(|| word::parse(raw, &options)) {
             Ok(p) => {
                 let p = std::rc::Rc::new(p);
                 WORD_CACHE.with(|c| {
@@ -493,7 +503,7 @@ impl Interp<'_> {
                     if c.len() > 4096 {
                         c.clear();
                     }
-                    c.insert(raw.to_string(), p.clone());
+                    c.insert(key.into_owned(), p.clone());
                 });
                 Ok(p)
             }

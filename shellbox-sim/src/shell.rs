@@ -455,6 +455,8 @@ pub struct Interp<'a> {
     pub seq: u64,
     /// How deeply command executions nest right now (eval, source, functions, subshells).
     pub depth: u32,
+    /// Expanding an assignment value: `~` after `:` expands too.
+    pub tilde_after_colon: bool,
 }
 
 const KEYWORDS: &[&str] = &[
@@ -588,6 +590,7 @@ impl<'a> Interp<'a> {
             pending: Vec::new(),
             seq: 0,
             depth: 0,
+            tilde_after_colon: false,
         }
     }
 
@@ -1722,6 +1725,13 @@ impl<'a> Interp<'a> {
 
     /// Command substitution of a script text.
     pub fn command_subst(&mut self, sh: &mut Shell, script: &str) -> R<String> {
+        let saved = std::mem::replace(&mut self.tilde_after_colon, false);
+        let r = self.command_subst_inner(sh, script);
+        self.tilde_after_colon = saved;
+        r
+    }
+
+    fn command_subst_inner(&mut self, sh: &mut Shell, script: &str) -> R<String> {
         let prog = match parse_program(script) {
             Ok(p) => p,
             Err(e) => {
@@ -1987,7 +1997,10 @@ impl<'a> Interp<'a> {
     ) -> R<Result<AssignVal, i32>> {
         match &a.value {
             ast::AssignmentValue::Scalar(w) => {
-                Ok(self.expand_nosplit(sh, &w.value)?.map(AssignVal::Scalar))
+                self.tilde_after_colon = true;
+                let r = self.expand_nosplit(sh, &w.value);
+                self.tilde_after_colon = false;
+                Ok(r?.map(AssignVal::Scalar))
             }
             ast::AssignmentValue::Array(items) => {
                 let mut out = Vec::new();
