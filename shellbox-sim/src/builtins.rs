@@ -20,6 +20,7 @@ const BUILTINS: &[&str] = &[
     "continue",
     "declare",
     "dirs",
+    "disown",
     "echo",
     "eval",
     "exec",
@@ -508,6 +509,25 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             Ok(0)
         }
         "kill" => crate::utils::kill(it, sh, args),
+        "disown" => {
+            if args.is_empty() || args.iter().any(|a| a == "-a") {
+                sh.jobs.clear();
+            } else {
+                for a in args {
+                    let pid = a.trim_start_matches('%');
+                    if a.starts_with('%') {
+                        if let Some(i) = pid.parse::<usize>().ok().and_then(|n| n.checked_sub(1)) {
+                            if i < sh.jobs.len() {
+                                sh.jobs.remove(i);
+                            }
+                        }
+                    } else if let Ok(p) = pid.parse::<u32>() {
+                        sh.jobs.retain(|j| j.pid != p);
+                    }
+                }
+            }
+            Ok(0)
+        }
         "getopts" => getopts(it, sh, args),
         "bg" | "fg" => it.unsupported(sh, &format!("{name} (job control)")),
         _ => it.unsupported(sh, name),
@@ -1901,4 +1921,17 @@ pub fn binary_test_mode(
         },
         P::StringMatchesRegex => regex::Regex::new(b).map(|r| r.is_match(a)).unwrap_or(false),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn builtin_table_is_sorted_for_binary_search() {
+        let mut sorted = super::BUILTINS.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(sorted, super::BUILTINS);
+        assert!(
+            super::is_builtin("disown") && super::is_builtin("wait") && !super::is_builtin("ls")
+        );
+    }
 }
