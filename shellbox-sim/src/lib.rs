@@ -232,8 +232,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl SimMachine {
-    /// What crossed the simulator's boundary so far: one entry per unsupported option,
-    /// utility feature or syntax a command used (`"unsupported: ..."`), in first-seen order.
+    /// What crossed the simulator's boundary so far, each once, in first-seen order:
+    /// `"unsupported: <what>"` for an option, feature or syntax the simulator refused (the
+    /// command exited 2), `"syntax: <parser message>"` for a script that did not parse, and
+    /// `"command not found: <name>"` for a program the machine does not have (exit 127).
+    /// Still readable after close; at most 1,000 entries.
     pub fn unsupported(&self) -> Vec<String> {
         lock(&self.inner.unsupported).clone()
     }
