@@ -16,6 +16,8 @@
 //! `docker` ([`docker`]) and `pyenv` ([`pyenv`]); `full` enables all. The contract itself is
 //! [`shellbox_core`], re-exported here.
 
+#![warn(missing_docs)]
+
 pub use shellbox_core::*;
 
 #[cfg(feature = "docker")]
