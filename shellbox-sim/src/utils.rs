@@ -818,16 +818,28 @@ fn shell_prog(it: &mut Interp<'_>, sh: &mut Shell, name: &str, args: &[String]) 
             break;
         }
         if a.starts_with('-') && a.len() > 1 && !a.starts_with("--") {
+            let mut consumed = 0;
             for c in a[1..].chars() {
                 match c {
                     'c' => from_c = true,
                     'e' => opts.errexit = true,
                     'u' => opts.nounset = true,
                     'x' => opts.xtrace = true,
+                    'o' => {
+                        // `-o NAME` inside a flag group takes the next word
+                        consumed += 1;
+                        match args.get(i + consumed).map(String::as_str) {
+                            Some("errexit") => opts.errexit = true,
+                            Some("nounset") => opts.nounset = true,
+                            Some("pipefail") => opts.pipefail = true,
+                            Some("xtrace") => opts.xtrace = true,
+                            _ => {}
+                        }
+                    }
                     _ => {}
                 }
             }
-            i += 1;
+            i += 1 + consumed;
             continue;
         }
         break;
