@@ -2294,6 +2294,7 @@ impl<'a> Interp<'a> {
                     return Ok(126);
                 }
                 let text = String::from_utf8_lossy(data).into_owned();
+                let mut opts = Opts::default();
                 if let Some(first) = text.lines().next() {
                     if let Some(interp) = first.strip_prefix("#!") {
                         let mut parts = interp.split_whitespace();
@@ -2308,15 +2309,20 @@ impl<'a> Interp<'a> {
                             self.err(sh, &format!("bash: line 1: {name}: {prog}: bad interpreter: No such file or directory"));
                             return Ok(126);
                         }
+                        // `#!/bin/bash -eu`: the interpreter's flags
+                        for flag in parts.filter(|p| p.starts_with('-')) {
+                            for c in flag[1..].chars() {
+                                match c {
+                                    'e' => opts.errexit = true,
+                                    'u' => opts.nounset = true,
+                                    'x' => opts.xtrace = true,
+                                    _ => {}
+                                }
+                            }
+                        }
                     }
                 }
-                self.run_child_script(
-                    sh,
-                    &text,
-                    path.clone(),
-                    argv[1..].to_vec(),
-                    &Opts::default(),
-                )
+                self.run_child_script(sh, &text, path.clone(), argv[1..].to_vec(), &opts)
             }
             _ => {
                 self.err(sh, &format!("bash: line 1: {name}: Permission denied"));

@@ -32,6 +32,7 @@ const SCRIPTS: &[&str] = &[
     r#"while :; do echo y; done | head -n 3; echo "${PIPESTATUS[@]}"; seq 10 | head -2; echo "${PIPESTATUS[@]}""#,
     r#"set -o pipefail; seq 100000 | head -1; echo $?; seq 1000 | head -1; echo $?; cat /dev/zero | head -c 3 | wc -c"#,
     r#"trap 'echo ERR' ERR; f() { false; echo in-f; }; f; (false; echo sub); x=$(false); echo end"#,
+    r#"printf '#!/bin/bash -e\necho a\nfalse\necho b\n' > s; chmod +x s; ./s; echo rc=$?"#,
     r#"bash -euo pipefail -c 'false | true; echo never'; echo rc=$?; bash -o pipefail -e -c 'echo ok'; bash -ec 'false; echo no'; echo rc=$?"#,
     r#"PATH=$PATH:~/bin; echo ${PATH##*:}; export P2=/a:~/b; echo $P2; x=$(echo a:~); echo $x"#,
     r#"for ((;;)); do echo once; break; done; for ((i=0;;i++)); do (( i > 2 )) && break; echo $i; done"#,
