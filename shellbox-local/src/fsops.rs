@@ -156,8 +156,7 @@ fn write_file(
 ) -> Result<(), Error> {
     let flags =
         OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let mode = Mode::from_bits_truncate(0o600);
-    let dst = match openat(dst_dir, name, flags, mode) {
+    let dst = match openat(dst_dir, name, flags, create_mode(st)) {
         Ok(fd) => fd,
         Err(Errno::ELOOP) => return Err(symlink_refusal(path)),
         Err(Errno::EISDIR) => {
@@ -167,9 +166,59 @@ fn write_file(
     };
     let mut src = File::from(src);
     let mut out = File::from(dst);
-    std::io::copy(&mut src, &mut out).map_err(|e| Error::io(format!("copy file to {path}"), e))?;
-    fchmod(&out, mode_of(st)).map_err(|e| io_err("chmod", path, e))?;
-    set_times(&out, st, path)
+    copy_data(&mut src, &mut out, st).map_err(|e| Error::io(format!("copy file to {path}"), e))?;
+    finish_file(&out, st, path)
+}
+
+/// The mode a copy is created with: the final permission bits without the special ones
+/// (the umask may take some away; [`finish_file`] puts them back).
+fn create_mode(st: &FileStat) -> Mode {
+    Mode::from_bits_truncate(mode_of(st).bits() & 0o777)
+}
+
+/// Gives a copied file its source's mode (only when creation, the umask or an existing
+/// file left it different: one inode update less per file) and times.
+fn finish_file(out: &File, st: &FileStat, path: &str) -> Result<(), Error> {
+    let want = mode_of(st);
+    let have = nix::sys::stat::fstat(out).map_err(|e| io_err("stat", path, e))?;
+    if have.st_mode & 0o7777 != want.bits() {
+        fchmod(out, want).map_err(|e| io_err("chmod", path, e))?;
+    }
+    set_times(out, st, path)
+}
+
+/// Files up to this size are copied with one read and one write.
+const SMALL_FILE_BYTES: i64 = 64 * 1024;
+
+/// Copies the data of `src` (of size `st.st_size` when it was stat'ed) to `out`: a small
+/// file in one read and one write (its size is known, so the usual size probes and the
+/// extra call that finds the end are skipped), a larger one, or one that grew since, with
+/// `std::io::copy` (`copy_file_range(2)` where possible).
+fn copy_data(src: &mut File, out: &mut File, st: &FileStat) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    if !(0..=SMALL_FILE_BYTES).contains(&st.st_size) {
+        return std::io::copy(src, out).map(|_| ());
+    }
+    let size = st.st_size as usize;
+    let mut buf = vec![0u8; size + 1];
+    let mut n = 0;
+    loop {
+        match src.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(r) => n += r,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        if n == buf.len() {
+            // It grew since it was stat'ed: copy the rest too.
+            out.write_all(&buf[..n])?;
+            return std::io::copy(src, out).map(|_| ());
+        }
+        if n == size {
+            break;
+        }
+    }
+    out.write_all(&buf[..n])
 }
 
 /// Makes (or opens an existing) directory `name` in `dst_dir` without following links.
@@ -418,15 +467,13 @@ fn file_to_host(src: OwnedFd, guest: &str, target: &Path) -> Result<(), Error> {
         AT_FDCWD,
         target,
         OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o600),
+        create_mode(&st),
     )
     .map_err(|e| io_err("create", &target.display().to_string(), e))?;
     let (mut src, mut out) = (File::from(src), File::from(out));
-    std::io::copy(&mut src, &mut out)
+    copy_data(&mut src, &mut out, &st)
         .map_err(|e| Error::io(format!("copy {guest} to {}", target.display()), e))?;
-    let label = target.display().to_string();
-    fchmod(&out, mode_of(&st)).map_err(|e| io_err("chmod", &label, e))?;
-    set_times(&out, &st, &label)
+    finish_file(&out, &st, &target.display().to_string())
 }
 
 fn dir_to_host(src: OwnedFd, guest: &str, target: &Path) -> Result<(), Error> {
@@ -442,6 +489,50 @@ fn dir_to_host(src: OwnedFd, guest: &str, target: &Path) -> Result<(), Error> {
 mod tests {
     use super::*;
     use std::os::unix::fs::{symlink, PermissionsExt};
+
+    #[test]
+    fn copies_keep_content_mode_and_times_for_every_size() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (src, root) = (tmp.path().join("src"), tmp.path().join("root"));
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::create_dir_all(&root).unwrap();
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let cases: [(&str, &[u8], u32); 4] = [
+            ("empty", b"", 0o640),
+            ("small", b"hello\n", 0o666),
+            ("exact", &big[..SMALL_FILE_BYTES as usize], 0o1755),
+            ("big", &big, 0o400),
+        ];
+        for (name, data, mode) in cases {
+            let p = src.join(name);
+            std::fs::write(&p, data).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        upload(&root, &src, "/d", &no_check).unwrap();
+        // An existing file with another mode is replaced and gets the source's mode.
+        std::fs::write(root.join("d/small"), b"older and longer content").unwrap();
+        std::fs::set_permissions(root.join("d/small"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        upload(&root, &src.join("small"), "/d/small", &no_check).unwrap();
+        let back = tmp.path().join("back");
+        download_from_root(&root, "/d", &back).unwrap();
+        download_from_root(&root, "/d/big", &tmp.path().join("big-file")).unwrap();
+        for (name, data, mode) in cases {
+            for copy in [root.join("d").join(name), back.join(name)] {
+                assert_eq!(std::fs::read(&copy).unwrap(), data, "{}", copy.display());
+                let meta = std::fs::metadata(&copy).unwrap();
+                assert_eq!(
+                    meta.permissions().mode() & 0o7777,
+                    mode,
+                    "{}",
+                    copy.display()
+                );
+                let orig = std::fs::metadata(src.join(name)).unwrap();
+                assert_eq!(meta.modified().unwrap(), orig.modified().unwrap());
+            }
+        }
+        assert_eq!(std::fs::read(tmp.path().join("big-file")).unwrap(), big);
+    }
 
     #[test]
     fn round_trip_and_symlink_refusal() {
