@@ -7,14 +7,18 @@
 //! merged-`/usr` symlinks) and the spec's read-only host paths are mounted read-only. Every
 //! command runs in a fresh sandbox on that root:
 //!
-//! - new PID, IPC, UTS (and cgroup, where possible) namespaces; a network namespace with only
-//!   loopback under [`NetworkPolicy::Deny`](shellbox_core::NetworkPolicy);
+//! - new PID, IPC, UTS (and cgroup, where possible) and mount namespaces; under
+//!   [`NetworkPolicy::Deny`](shellbox_core::NetworkPolicy) the machine's own network
+//!   namespace with only loopback (one per machine, made when it is created, shared by its
+//!   commands and released by close; bwrap makes one per command when this process is not
+//!   root);
 //! - no inherited host environment: `PATH` (bin dirs first), `HOME=/home/shellbox`,
 //!   `LANG=C.UTF-8`, optional `PYTHONHASHSEED`, the spec's env, the command's env — passed
 //!   to bwrap through an inherited memfd (`--args FD`), never in any argv;
 //! - no capabilities, `no_new_privs`, niceness +10, `RLIMIT_CORE` 0, `RLIMIT_FSIZE` 1 GiB,
 //!   `RLIMIT_NPROC` host tasks + 256, `RLIMIT_CPU` from the timeout, default SIGPIPE and
-//!   SIGXFSZ — set in the forked launcher before it execs bwrap;
+//!   SIGXFSZ — set in the launcher (a `clone(CLONE_VM | CLONE_VFORK)` child, as
+//!   `posix_spawn` makes) before it execs bwrap;
 //! - `/bin/sh` changes to the working directory and execs argv (127 for a missing
 //!   program, 126 for a non-executable one);
 //! - a timeout SIGKILLs bwrap's process group; bwrap's `--die-with-parent` and the PID
@@ -26,6 +30,12 @@
 //!
 //! Where this backend differs from the reference:
 //!
+//! - work bwrap would repeat for every command is done once per machine (as root): the
+//!   loopback-only network namespace above, and a mount namespace of the machine's own in
+//!   which the system directories and the private `/etc` and `/sys` are already bound
+//!   read-only in the root (bwrap binds the root with them in one step); the spec's
+//!   read-only mounts are still bound per command, so a replaced host directory is seen
+//!   as it is now;
 //! - a command that timed out keeps the output it wrote before the kill (DESIGN.md);
 //! - `/etc/alternatives` and `/etc/ssl/certs` (hundreds of symlinks each) are bound
 //!   read-only over the private `/etc` instead of copied into it: same content, and

@@ -440,8 +440,10 @@ impl MachineFactory for LocalMachineFactory {
 /// One local machine: a private root directory on the host in which every command runs
 /// in a fresh bubblewrap sandbox (REFERENCE 4.2-4.7).
 ///
-/// Each command gets new PID, IPC, UTS (and, where possible, cgroup) namespaces, a network
-/// namespace with only loopback under [`NetworkPolicy::Deny`](shellbox_core::NetworkPolicy),
+/// Each command gets new PID, IPC, UTS, mount (and, where possible, cgroup) namespaces, the
+/// machine's network namespace with only loopback under
+/// [`NetworkPolicy::Deny`](shellbox_core::NetworkPolicy) (made once per machine when this
+/// process is root, otherwise one per command),
 /// no capabilities, `no_new_privs`, the host's system directories and the machine's read-only
 /// mounts read-only, and its own `/dev`, `/dev/shm` and `/proc`. Files written anywhere else
 /// persist in the root until [`Machine::close`] (or drop) removes it.
