@@ -472,6 +472,50 @@ async fn machine_namespaces_are_its_own_and_released_on_close() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn launcher_failure_is_an_error_and_leaves_no_process() {
+    let test = "launcher_failure_is_an_error_and_leaves_no_process";
+    let Some(real) = common::factory(test) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("bwrap-copy");
+    std::fs::copy(real.bwrap(), &copy).unwrap();
+    let options = LocalOptions {
+        bwrap: Some(copy.clone()),
+        ..LocalOptions::default()
+    };
+    let Some(m) = machine_with(test, options, MachineSpec::host()).await else {
+        return;
+    };
+    assert_eq!(out(&sh(&m, "echo ok").await), "ok\n");
+    std::fs::remove_file(&copy).unwrap();
+    // The launcher's exec fails: an error naming the command, not an exit status.
+    let err = m.run(Command::new("true")).await.unwrap_err();
+    assert!(matches!(&err, Error::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("true"), "{err}");
+    assert!(
+        err.to_string().contains("No such file or directory"),
+        "{err}"
+    );
+    // The failed launcher was reaped. It never became bwrap, so it would show as a zombie
+    // child with the name of one of this process's threads.
+    let mut zombies = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for pid in children.split_whitespace() {
+            if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                let state = stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
+                if !stat.contains("(bwrap") && state == Some("Z") {
+                    zombies.push(stat);
+                }
+            }
+        }
+    }
+    assert!(zombies.is_empty(), "{zombies:?}");
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_etc_and_read_only_system_dirs() {
     let Some(m) = machine("private_etc_and_read_only_system_dirs").await else {
         return;
