@@ -141,9 +141,13 @@ pub async fn bench(args: BenchArgs) -> Result<ExitCode, Error> {
         .collect();
     let factory = shellbox::factory(backend).await?;
     if !args.json {
-        println!(
+        out!(
             "{:<8} {:<22} {:>6} {:>12} {:>12}  extra",
-            "backend", "case", "runs", "median_us", "p90_us"
+            "backend",
+            "case",
+            "runs",
+            "median_us",
+            "p90_us"
         );
     }
     for (case, own_process) in selected {
@@ -169,10 +173,10 @@ fn print(backend: Backend, m: &Measured, json: bool) {
         for (k, v) in &m.extra {
             value[*k] = v.clone();
         }
-        println!("{value}");
+        out!("{value}");
     } else {
         let extra: Vec<String> = m.extra.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        println!(
+        out!(
             "{:<8} {:<22} {:>6} {:>12.1} {:>12.1}  {}",
             backend.name(),
             m.case,

@@ -125,7 +125,7 @@ pub async fn compare(args: CompareArgs) -> Result<ExitCode, Error> {
         } else {
             failed += 1;
             if !args.json {
-                println!("FAIL {}", case.id);
+                out!("FAIL {}", case.id);
             }
         }
         if args.json {
@@ -141,12 +141,12 @@ pub async fn compare(args: CompareArgs) -> Result<ExitCode, Error> {
         }
     }
     if args.json {
-        println!(
+        out!(
             "{}",
             serde_json::json!({"backend": backend.name(), "passed": passed, "failed": failed, "cases": details})
         );
     } else {
-        println!("{passed} passed, {failed} failed");
+        out!("{passed} passed, {failed} failed");
     }
     Ok(if failed == 0 {
         ExitCode::SUCCESS

@@ -1,5 +1,13 @@
 //! Command-line parsing and the `run` subcommand.
 
+/// `println!` that ignores a closed stdout (`shellbox ... | head`) instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod args;
 mod bench;
 mod compare;
@@ -24,6 +32,8 @@ use args::{parse_bytes, parse_duration, parse_env, parse_guest_host, parse_host_
 const EXIT_SHELLBOX_ERROR: u8 = 125;
 /// Exit status of a timed-out command, as timeout(1) uses.
 const EXIT_TIMED_OUT: u8 = 124;
+/// How long a create interrupted by a signal may still take before shellbox exits anyway.
+const CREATE_GRACE: Duration = Duration::from_secs(120);
 /// Exit status when our stdout closes under a streaming command: 128 + SIGPIPE.
 const EXIT_BROKEN_PIPE: u8 = 141;
 /// Most bytes `run -i` reads from stdin.
@@ -122,22 +132,22 @@ impl MachineArgs {
                         credentials: None,
                     })
                 } else if let Some(dockerfile) = &self.dockerfile {
+                    // Both relative to the current directory, as `docker build -f` reads them.
+                    let absolute = |p: &std::path::Path| {
+                        std::path::absolute(p)
+                            .map_err(|e| Error::io(format!("resolve {}", p.display()), e))
+                    };
+                    let dockerfile = absolute(dockerfile)?;
                     let context = match &self.context {
-                        Some(c) => c.clone(),
+                        Some(c) => absolute(c)?,
                         None => dockerfile
                             .parent()
-                            .map(|p| {
-                                if p.as_os_str().is_empty() {
-                                    PathBuf::from(".")
-                                } else {
-                                    p.to_path_buf()
-                                }
-                            })
-                            .unwrap_or_else(|| PathBuf::from(".")),
+                            .map(std::path::Path::to_path_buf)
+                            .unwrap_or_else(|| PathBuf::from("/")),
                     };
                     ImageSource::Dockerfile(shellbox::DockerfileSource {
                         context,
-                        dockerfile: dockerfile.clone(),
+                        dockerfile,
                     })
                 } else if let Some(path) = &self.image_archive {
                     ImageSource::Archive(shellbox::ImageArchive { path: path.clone() })
@@ -330,6 +340,7 @@ fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .try_init();
 }
@@ -338,7 +349,7 @@ fn init_tracing() {
 fn fail(json: bool, kind: &str, message: &str, detail: Option<&str>) -> ExitCode {
     if json {
         let value = serde_json::json!({"error": {"kind": kind, "message": message}});
-        println!("{value}");
+        out!("{value}");
     } else {
         eprintln!("shellbox: {message}");
         if let Some(detail) = detail {
@@ -445,13 +456,26 @@ async fn run(args: RunArgs) -> Result<ExitCode, Error> {
         shellbox::validate::validate_guest_path(&down.guest)?;
     }
 
-    let created = create(backend, spec).await?;
-    let machine = &*created.machine;
     // SIGINT, SIGTERM and SIGHUP stop the command and close the machine (nothing is left
     // behind), then exit 128 + N as a shell reports a signalled process.
+    let signal = termination_signal();
+    tokio::pin!(signal);
+    let creating = create(backend, spec);
+    tokio::pin!(creating);
+    let created = tokio::select! {
+        created = &mut creating => created?,
+        signal = &mut signal => {
+            // Let the create finish, so what it made is known and can be removed.
+            if let Ok(Ok(created)) = tokio::time::timeout(CREATE_GRACE, creating).await {
+                let _ = created.machine.close().await;
+            }
+            return Ok(ExitCode::from((128 + signal) as u8));
+        }
+    };
+    let machine = &*created.machine;
     let outcome = tokio::select! {
         outcome = run_in(machine, &args, command) => outcome,
-        signal = termination_signal() => {
+        signal = &mut signal => {
             let _ = machine.close().await;
             return Ok(ExitCode::from((128 + signal) as u8));
         }
@@ -468,7 +492,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, Error> {
             }
             value
         };
-        println!("{value}");
+        out!("{value}");
     }
     Ok(code)
 }
@@ -571,12 +595,12 @@ async fn gc(args: GcArgs) -> Result<ExitCode, Error> {
             let factory = shellbox::docker::DockerMachineFactory::connect().await?;
             let report = shellbox::docker::gc(factory.docker()).await?;
             for name in &report.removed {
-                println!("removed {name}");
+                out!("removed {name}");
             }
             for (name, why) in &report.failed {
                 eprintln!("shellbox: could not remove {name}: {why}");
             }
-            println!(
+            out!(
                 "{} removed, {} kept (owner alive), {} of other hosts, {} failed",
                 report.removed.len(),
                 report.kept,
@@ -605,7 +629,7 @@ async fn pyenv(command: PyenvCommand) -> Result<ExitCode, Error> {
             .await
             .map_err(|e| Error::backend("build python environment", e.to_string()))?
             .map_err(|e| Error::backend("build python environment", e))?;
-            println!("{}", env.python().display());
+            out!("{}", env.python().display());
             Ok(ExitCode::SUCCESS)
         }
     }
