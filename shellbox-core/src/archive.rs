@@ -235,7 +235,9 @@ pub struct UnpackSummary {
 ///
 /// Refused (an [`Error::Transfer`] naming the entry; what was written before stays):
 /// absolute entry names, `..` components, symlinks with an absolute target or a relative
-/// one that climbs out of `target`, hard links naming a path outside `target` or a
+/// one that climbs out of `target` (judged by resolving it as the kernel would, through the
+/// other symlinks below `target`, once all entries are in; a refused link is removed),
+/// hard links naming a path outside `target` or a
 /// non-regular file, and any entry whose path passes through a symlink on disk (one
 /// from the archive or one already there). An existing symlink at an entry's own path is
 /// replaced, never written through. Modes are applied (`0o1777`; set-uid/set-gid dropped),
@@ -254,6 +256,7 @@ pub fn unpack_safe<R: Read>(
     let mut summary = UnpackSummary::default();
     let mut root: Option<String> = None;
     let mut dir_modes: Vec<(PathBuf, u32)> = Vec::new();
+    let mut links: Vec<(String, Vec<String>)> = Vec::new();
     let target_str = target.display().to_string();
     let bad = |entry: &str, why: &str| {
         Error::transfer(
@@ -356,6 +359,13 @@ pub fn unpack_safe<R: Read>(
                 let link_path = PathBuf::from(String::from_utf8_lossy(&link).into_owned());
                 std::os::unix::fs::symlink(&link_path, &dest)
                     .map_err(io_at(&dest, "create symlink"))?;
+                // Judged again once every entry is in: a later link can change where an
+                // earlier one's `..` leads.
+                if let Err(why) = resolves_inside(target, &rel) {
+                    let _ = fs::remove_file(&dest);
+                    return Err(bad(&name, why));
+                }
+                links.push((name.clone(), rel.clone()));
                 summary.symlinks += 1;
             }
             tar::EntryType::Link => {
@@ -415,6 +425,20 @@ pub fn unpack_safe<R: Read>(
                 summary.files += 1;
             }
         }
+    }
+    // Every link made here must still resolve inside the target now that the whole tree
+    // is there: `..` after a component that is itself a link climbs from where that link
+    // leads (`a -> .`, `m -> a/..` leaves the target), which a textual check cannot see.
+    // Refused links are removed, so none pointing outside is left behind.
+    let mut refused = None;
+    for (name, rel) in &links {
+        if let Err(why) = resolves_inside(target, rel) {
+            refused.get_or_insert_with(|| bad(name, why));
+            let _ = fs::remove_file(join_rel(target, rel));
+        }
+    }
+    if let Some(e) = refused {
+        return Err(e);
     }
     // Deepest first, so a read-only parent is locked only after its children are in.
     dir_modes.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
@@ -481,6 +505,59 @@ fn check_symlink_target(rel: &[String], link: &[u8]) -> Result<(), &'static str>
         }
     }
     Ok(())
+}
+
+/// The most symlinks [`resolves_inside`] follows for one link (Linux's own limit).
+const MAX_LINK_HOPS: u32 = 40;
+
+/// Resolves the symlink at `target/rel` the way the kernel would, following every symlink
+/// on disk below `target` that its target passes through, and fails if the walk leaves
+/// `target`, meets an absolute link, or follows more than [`MAX_LINK_HOPS`] links.
+fn resolves_inside(target: &Path, rel: &[String]) -> Result<(), &'static str> {
+    let mut hops = 0;
+    let link = fs::read_link(join_rel(target, rel)).map_err(|_| "symlink cannot be read back")?;
+    let start = rel[..rel.len().saturating_sub(1)].to_vec();
+    walk_link(target, start, &link, &mut hops).map(|_| ())
+}
+
+fn walk_link(
+    target: &Path,
+    mut stack: Vec<String>,
+    link: &Path,
+    hops: &mut u32,
+) -> Result<Vec<String>, &'static str> {
+    *hops += 1;
+    if *hops > MAX_LINK_HOPS {
+        return Err("too many levels of symbolic links");
+    }
+    let text = link.to_str().ok_or("symlink target is not UTF-8")?;
+    if text.starts_with('/') {
+        return Err("symlink target resolves to an absolute path");
+    }
+    for c in text.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                if stack.pop().is_none() {
+                    return Err(
+                        "symlink target leaves the target directory through another symlink",
+                    );
+                }
+            }
+            name => {
+                stack.push(name.to_string());
+                let here = join_rel(target, &stack);
+                if let Ok(m) = fs::symlink_metadata(&here) {
+                    if m.file_type().is_symlink() {
+                        let next = fs::read_link(&here).map_err(|_| "symlink cannot be read")?;
+                        stack.pop();
+                        stack = walk_link(target, stack, &next, hops)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(stack)
 }
 
 enum PrepError {
@@ -644,6 +721,106 @@ mod tests {
         let two = tar_with(&[("a/f", Regular, b"x", None), ("b/f", Regular, b"x", None)]);
         let out = tempfile::tempdir().unwrap();
         assert!(unpack_safe(&two[..], out.path(), UnpackLayout::StripRoot).is_err());
+    }
+
+    /// Every symlink under `root` resolves (realpath) inside it.
+    fn links_stay_inside(root: &Path) -> bool {
+        let root = fs::canonicalize(root).unwrap();
+        let mut stack = vec![root.clone()];
+        while let Some(dir) = stack.pop() {
+            for e in fs::read_dir(&dir).unwrap() {
+                let p = e.unwrap().path();
+                let m = fs::symlink_metadata(&p).unwrap();
+                if m.file_type().is_symlink() {
+                    if let Ok(real) = fs::canonicalize(&p) {
+                        if !real.starts_with(&root) {
+                            return false;
+                        }
+                    }
+                } else if m.is_dir() {
+                    stack.push(p);
+                }
+            }
+        }
+        true
+    }
+
+    #[test]
+    fn refuses_chained_symlinks_that_climb_out() {
+        use tar::EntryType::*;
+        type Case = (
+            &'static str,
+            Vec<(&'static str, tar::EntryType, Option<&'static str>)>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "a -> ., m -> a/..",
+                vec![
+                    ("d/", Directory, None),
+                    ("d/a", Symlink, Some(".")),
+                    ("d/m", Symlink, Some("a/..")),
+                ],
+            ),
+            (
+                "link made before the link it climbs through",
+                vec![
+                    ("d/", Directory, None),
+                    ("d/m", Symlink, Some("a/..")),
+                    ("d/a", Symlink, Some(".")),
+                ],
+            ),
+            (
+                "x/x/x/p -> ../../.., root -> x/x/x/p/../../..",
+                vec![
+                    ("d/", Directory, None),
+                    ("d/x/x/x/", Directory, None),
+                    ("d/x/x/x/p", Symlink, Some("../../..")),
+                    ("d/root", Symlink, Some("x/x/x/p/../../..")),
+                ],
+            ),
+            (
+                "loop",
+                vec![
+                    ("d/", Directory, None),
+                    ("d/a", Symlink, Some("b")),
+                    ("d/b", Symlink, Some("a")),
+                ],
+            ),
+        ];
+        for (what, entries) in cases {
+            for layout in [UnpackLayout::AsIs, UnpackLayout::StripRoot] {
+                // As-is, the tree's top directory is the target itself.
+                let entries: Vec<(&str, tar::EntryType, &[u8], Option<&str>)> = entries
+                    .iter()
+                    .filter_map(|(n, k, l)| {
+                        let n = match layout {
+                            UnpackLayout::AsIs => n.strip_prefix("d/").filter(|n| !n.is_empty())?,
+                            UnpackLayout::StripRoot => n,
+                        };
+                        Some((n, *k, &b""[..], *l))
+                    })
+                    .collect();
+                let data = tar_with(&entries);
+                let out = tempfile::tempdir().unwrap();
+                let target = out.path().join("a/b/c/t");
+                let err = unpack_safe(&data[..], &target, layout)
+                    .expect_err(&format!("{what} {layout:?}"));
+                assert!(matches!(err, Error::Transfer { .. }), "{what}: {err}");
+                assert!(links_stay_inside(&target), "{what} {layout:?}");
+            }
+        }
+        // Chains that stay inside are kept.
+        let ok = tar_with(&[
+            ("d/x/x/x/", Directory, b"", None),
+            ("d/x/x/x/p", Symlink, b"", Some("../..")),
+            ("d/up", Symlink, b"", Some("x/x/x/p/..")),
+            ("d/a", Symlink, b"", Some(".")),
+            ("d/m", Symlink, b"", Some("a/x/../a")),
+        ]);
+        let out = tempfile::tempdir().unwrap();
+        unpack_safe(&ok[..], out.path(), UnpackLayout::AsIs).unwrap();
+        assert!(links_stay_inside(out.path()));
+        assert!(fs::read_link(out.path().join("d/up")).is_ok());
     }
 
     #[test]
