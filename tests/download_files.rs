@@ -38,7 +38,7 @@ async fn reads_regular_files_and_hard_links_skips_missing() {
     let r = m.run(Command::shell(SETUP)).await.unwrap();
     assert!(r.success(), "{r:?}");
     let odd = "/app/submission/odd:name\nλ\\x";
-    let got = download_files(&*m, &["/missing", "/app/submission", odd], limits(3, 1000))
+    let got = download_files(&m, &["/missing", "/app/submission", odd], limits(3, 1000))
         .await
         .unwrap();
     let keys: Vec<&str> = got.keys().map(String::as_str).collect();

@@ -1,6 +1,7 @@
 //! The async traits every backend implements.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -92,3 +93,31 @@ pub trait Machine: Send + Sync {
     /// The backend's failure to release something; the machine is still marked closed.
     async fn close(&self) -> Result<(), Error>;
 }
+
+macro_rules! forward_machine {
+    ($($wrapper:ident),*) => {$(
+        /// Forwards to the machine inside, so a `Box<dyn Machine>` (what
+        /// [`MachineFactory::create`] returns) or an `Arc` of one can be passed wherever a
+        /// `&dyn Machine` or `impl Machine` is taken.
+        #[async_trait]
+        impl<M: Machine + ?Sized> Machine for $wrapper<M> {
+            async fn run(&self, command: Command) -> Result<CommandResult, Error> {
+                (**self).run(command).await
+            }
+            async fn run_stream(&self, command: Command) -> Result<EventStream, Error> {
+                (**self).run_stream(command).await
+            }
+            async fn upload(&self, source: &Path, target: &str) -> Result<(), Error> {
+                (**self).upload(source, target).await
+            }
+            async fn download(&self, source: &str, target: &Path) -> Result<(), Error> {
+                (**self).download(source, target).await
+            }
+            async fn close(&self) -> Result<(), Error> {
+                (**self).close().await
+            }
+        }
+    )*};
+}
+
+forward_machine!(Box, Arc);

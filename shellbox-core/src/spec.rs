@@ -249,6 +249,12 @@ impl MachineSpec {
         self
     }
 
+    /// Sets how long the backend may take to start the machine.
+    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
+        self.startup_timeout = Some(timeout);
+        self
+    }
+
     /// Checks the values every backend relies on.
     ///
     /// # Errors
