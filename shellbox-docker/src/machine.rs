@@ -219,6 +219,58 @@ impl Inner {
         Ok(())
     }
 
+    /// An engine error at the start of an operation: [`Error::Closed`] when the machine was
+    /// closed meanwhile; [`Error::Terminated`] (after closing the machine) when the
+    /// container is no longer running; else [`Error::Backend`].
+    pub(crate) async fn start_failure(&self, operation: &str, e: BollardError) -> Error {
+        if self.closed.load(Ordering::SeqCst) {
+            return Error::Closed;
+        }
+        match self.ensure_running().await {
+            Err(stopped) => stopped,
+            Ok(()) => self.engine_error(operation, e),
+        }
+    }
+
+    /// Checks with the engine (`GET /containers/{id}/json`, `State.Running`) that the
+    /// container still runs. A container that stopped (a command killed its keep-alive,
+    /// e.g. `kill -9 -1`) or vanished cannot run anything again: the machine is closed (the
+    /// container removed) and this is [`Error::Terminated`] saying why.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] when the machine was closed, [`Error::Terminated`] as above,
+    /// [`Error::Backend`] when the engine cannot be asked.
+    pub(crate) async fn ensure_running(&self) -> Result<(), Error> {
+        self.check_open()?;
+        let why = match self.docker.inspect_container(&self.id, None).await {
+            Ok(info) => {
+                let state = info.state.unwrap_or_default();
+                if state.running == Some(true) {
+                    return Ok(());
+                }
+                format!(
+                    "its main process ended (exit code {}{}), e.g. because a command killed                      every process",
+                    state.exit_code.unwrap_or(-1),
+                    if state.oom_killed == Some(true) {
+                        ", out of memory"
+                    } else {
+                        ""
+                    }
+                )
+            }
+            Err(e) if is_not_found(&e) => "the container no longer exists".to_string(),
+            Err(e) => return Err(self.engine_error("inspect container", e)),
+        };
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        self.dispose(&format!("the container stopped: {why}")).await;
+        Err(Error::Terminated(format!(
+            "the container stopped: {why}; the machine ({}) is closed",
+            self.name
+        )))
+    }
+
     /// Closes after a failure it cannot recover from; logs a failed removal.
     async fn dispose(&self, why: &str) {
         tracing::warn!(target: "shellbox_docker", container = %self.name, "disposing of the machine: {why}");
@@ -318,16 +370,19 @@ impl Machine for DockerMachine {
         let inner = &self.inner;
         inner.check_open()?;
         let config = exec_config(&inner.spec, &command, &inner.setsid);
-        let exec = inner
-            .docker
-            .create_exec(&inner.id, config)
-            .await
-            .map_err(|e| inner.engine_error("create exec", e))?;
-        let started = inner
+        let exec = inner.docker.create_exec(&inner.id, config).await;
+        let exec = match exec {
+            Ok(exec) => exec,
+            Err(e) => return Err(inner.start_failure("create exec", e).await),
+        };
+        let started = match inner
             .docker
             .start_exec(&exec.id, None::<StartExecOptions>)
             .await
-            .map_err(|e| inner.engine_error("start exec", e))?;
+        {
+            Ok(started) => started,
+            Err(e) => return Err(inner.start_failure("start exec", e).await),
+        };
         let StartExecResults::Attached { output, mut input } = started else {
             return Err(Error::backend("start exec", "the engine did not attach"));
         };
@@ -359,12 +414,13 @@ impl Machine for DockerMachine {
     }
 
     async fn upload(&self, source: &Path, target: &str) -> Result<(), Error> {
-        self.inner.check_open()?;
+        // The archive endpoints work on a stopped container too: ask first.
+        self.inner.ensure_running().await?;
         crate::transfer::upload(&self.inner, source, target).await
     }
 
     async fn download(&self, source: &str, target: &Path) -> Result<(), Error> {
-        self.inner.check_open()?;
+        self.inner.ensure_running().await?;
         crate::transfer::download(&self.inner, source, target).await
     }
 

@@ -963,3 +963,81 @@ async fn a_timeout_that_cannot_kill_disposes_of_the_machine() {
     ));
     m.close().await.unwrap();
 }
+
+/// Waits (up to 10 s) until the engine no longer reports the container running.
+async fn wait_stopped(docker: &Docker, id: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        match docker.inspect_container(id, None).await {
+            Ok(info) if info.state.as_ref().and_then(|s| s.running) == Some(true) => {}
+            _ => return true,
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_container_terminates_the_machine() {
+    let Some(f) = common::setup("a_stopped_container_terminates_the_machine").await else {
+        return;
+    };
+    let host = tempfile::tempdir().unwrap();
+    let file = host.path().join("f");
+    std::fs::write(&file, b"f").unwrap();
+    // Commands that kill every process they can: the machine either survives them or ends
+    // with a clear Terminated, never a raw engine error or a false success.
+    for killer in ["kill -9 -1", "killall sh", "kill -9 1; kill -TERM 1"] {
+        let m = f.create_machine(common::spec()).await.unwrap();
+        let id = m.container_id().to_string();
+        let _ = m
+            .run(Command::shell(killer).timeout(Duration::from_secs(20)))
+            .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        match m.run(Command::shell("echo ok")).await {
+            Ok(r) => {
+                assert_eq!(text(&r.stdout), "ok\n", "{killer}: {r:?}");
+                m.upload(&file, "/tmp/f").await.unwrap();
+                let r = sh(&m, "cat /tmp/f").await;
+                assert_eq!(text(&r.stdout), "f", "{killer}");
+            }
+            Err(e) => {
+                assert!(matches!(e, Error::Terminated(_)), "{killer}: {e:?}");
+                assert!(e.to_string().contains("the container stopped"), "{e}");
+                assert!(!common::container_exists(f.docker(), &id).await);
+                assert!(matches!(
+                    m.run(Command::new("true")).await,
+                    Err(Error::Closed)
+                ));
+            }
+        }
+        m.close().await.unwrap();
+    }
+    // The container stopped from outside: every kind of call says so.
+    for call in ["run", "run_stream", "upload", "download"] {
+        let m = f.create_machine(common::spec()).await.unwrap();
+        let id = m.container_id().to_string();
+        f.docker()
+            .kill_container(
+                &id,
+                None::<shellbox_docker::bollard::query_parameters::KillContainerOptions>,
+            )
+            .await
+            .unwrap();
+        assert!(wait_stopped(f.docker(), &id).await);
+        let err = match call {
+            "run" => m.run(Command::new("true")).await.map(|_| ()),
+            "run_stream" => m.run_stream(Command::new("true")).await.map(|_| ()),
+            "upload" => m.upload(&file, "/tmp/f").await,
+            _ => m.download("/etc/passwd", &host.path().join("p")).await,
+        }
+        .expect_err(call);
+        assert!(matches!(err, Error::Terminated(_)), "{call}: {err:?}");
+        assert!(!common::container_exists(f.docker(), &id).await, "{call}");
+        assert!(matches!(
+            m.upload(&file, "/tmp/f").await,
+            Err(Error::Closed)
+        ));
+        m.close().await.unwrap();
+    }
+}
