@@ -116,42 +116,73 @@ pub(crate) fn container_config(
     }
 }
 
-/// The exec wrapper. Run as `/bin/sh -c WRAPPER sh <setsid> <argv...>`.
+/// The name of the variable that marks every process of one command (see [`WRAPPER`]).
+pub(crate) const COMMAND_ID_VAR: &str = "SHELLBOX_COMMAND_ID";
+
+/// The exec wrapper. Run as `/bin/sh -c WRAPPER sh <setsid> <command id> <argv...>`.
 ///
 /// The outer shell keeps stdin on fd 3, starts `setsid /bin/sh -c INNER` in the background
 /// (a background job of a non-interactive shell is never a group leader, so `setsid` makes
 /// a new session and process group without forking), waits for it, then kills whatever the
 /// command left in its group and exits with the command's status. The inner shell prints
 /// `SHELLBOX_PGID:<its pid>` and execs argv.
-pub(crate) const WRAPPER: &str = r#"s=$1; shift
+///
+/// The command runs with `SHELLBOX_COMMAND_ID=<command id>` in its environment (the outer
+/// shell itself does not have it), which its descendants inherit even when they leave the
+/// group with `setsid`. After the command, every process carrying it is killed too (a few
+/// rounds, until a round finds none), so nothing the command started outlives it and
+/// nothing holds the exec's output open.
+pub(crate) const WRAPPER: &str = r#"s=$1; m=$2; shift 2
 exec 3<&0
-"$s" /bin/sh -c 'echo "SHELLBOX_PGID:$$"; exec "$@"' sh "$@" <&3 3<&- &
+SHELLBOX_COMMAND_ID=$m "$s" /bin/sh -c 'echo "SHELLBOX_PGID:$$"; exec "$@"' sh "$@" <&3 3<&- &
 p=$!
 exec 3<&- 2>/dev/null
 wait "$p"
 r=$?
 kill -KILL -"$p" 2>/dev/null
+n=0
+while [ "$n" -lt 5 ]; do
+  k=0
+  for d in /proc/[0-9]*; do
+    q=${d#/proc/}
+    [ "$q" = 1 ] || [ "$q" = $$ ] && continue
+    grep -zqsxF "SHELLBOX_COMMAND_ID=$m" "$d/environ" 2>/dev/null && kill -KILL "$q" 2>/dev/null && k=1
+  done
+  [ "$k" = 0 ] && break
+  n=$((n+1))
+done
 exit "$r""#;
 
-/// Run as root after a timeout: `sh -c KILL_GROUP sh <pgid>`. Kills the group, then every
-/// 50 ms checks `/proc/*/stat` until no live (non-zombie) member is left (exit 0), 5 s pass
-/// (exit 1), or `/proc` cannot be read (exit 2).
-pub(crate) const KILL_GROUP: &str = r#"g=$1
+/// Run as root after a timeout or a cancelled stream: `sh -c KILL_GROUP sh <pgid> <command
+/// id>`. Kills the group and every process whose environment carries
+/// `SHELLBOX_COMMAND_ID=<command id>`, then every 50 ms checks `/proc/*` until none of them
+/// is left alive (non-zombie; exit 0), 5 s pass (exit 1), or `/proc` cannot be read
+/// (exit 2).
+pub(crate) const KILL_GROUP: &str = r#"g=$1; m=$2
 case "$g" in ''|*[!0-9]*) exit 3;; esac
 [ "$g" -gt 1 ] || exit 3
+case "$m" in ''|*[!0-9a-f]*) exit 3;; esac
 n=0
 while :; do
   kill -KILL -"$g" 2>/dev/null
   seen=0; live=0
-  for f in /proc/[0-9]*/stat; do
-    [ -e "$f" ] || continue
+  for d in /proc/[0-9]*; do
+    [ -e "$d/stat" ] || continue
     seen=1
-    l=$(cat "$f" 2>/dev/null) || continue
+    q=${d#/proc/}
+    [ "$q" = 1 ] || [ "$q" = $$ ] && continue
+    l=$(cat "$d/stat" 2>/dev/null) || continue
     [ -n "$l" ] || continue
     r=${l##*) }
     set -- $r
     [ $# -ge 3 ] || exit 2
-    if [ "$3" = "$g" ] && [ "$1" != Z ] && [ "$1" != X ]; then live=1; fi
+    [ "$1" = Z ] || [ "$1" = X ] && continue
+    if [ "$3" = "$g" ]; then
+      live=1
+    elif grep -zqsxF "SHELLBOX_COMMAND_ID=$m" "$d/environ" 2>/dev/null; then
+      kill -KILL "$q" 2>/dev/null
+      live=1
+    fi
   done
   [ "$seen" = 1 ] || exit 2
   [ "$live" = 0 ] && exit 0
@@ -174,13 +205,20 @@ if [ -n "$1" ]; then mkdir -p -- "$1" || exit 94; fi
 echo "$s""#;
 
 /// The exec for `command` (already validated) in a machine made from `spec`.
-pub(crate) fn exec_config(spec: &MachineSpec, command: &Command, setsid: &str) -> ExecConfig {
+/// `command_id` (lowercase hex) marks the command's processes (see [`WRAPPER`]).
+pub(crate) fn exec_config(
+    spec: &MachineSpec,
+    command: &Command,
+    setsid: &str,
+    command_id: &str,
+) -> ExecConfig {
     let mut cmd = vec![
         "/bin/sh".to_string(),
         "-c".to_string(),
         WRAPPER.to_string(),
         "sh".to_string(),
         setsid.to_string(),
+        command_id.to_string(),
     ];
     cmd.extend(command.argv.iter().cloned());
     let workdir = command
@@ -356,18 +394,21 @@ mod tests {
         let cmd = Command::from_argv(["echo", "a b"])
             .env("SECRET", "s3")
             .user("65534");
-        let e = exec_config(&spec, &cmd, "/bin/setsid");
+        let e = exec_config(&spec, &cmd, "/bin/setsid", "ab12");
         let argv = e.cmd.unwrap();
-        assert_eq!(argv[..5], ["/bin/sh", "-c", WRAPPER, "sh", "/bin/setsid"]);
-        assert_eq!(argv[5..], ["echo", "a b"]);
+        assert_eq!(
+            argv[..6],
+            ["/bin/sh", "-c", WRAPPER, "sh", "/bin/setsid", "ab12"]
+        );
+        assert_eq!(argv[6..], ["echo", "a b"]);
         assert_eq!(e.env, Some(vec!["SECRET=s3".to_string()]));
         assert_eq!(e.user.as_deref(), Some("65534"));
         assert_eq!(e.working_dir.as_deref(), Some("/w"));
         assert_eq!(e.attach_stdin, Some(false));
-        let e = exec_config(&spec, &cmd.clone().cwd("/tmp").stdin("x"), "/s");
+        let e = exec_config(&spec, &cmd.clone().cwd("/tmp").stdin("x"), "/s", "1");
         assert_eq!(e.working_dir.as_deref(), Some("/tmp"));
         assert_eq!(e.attach_stdin, Some(true));
-        let e = exec_config(&MachineSpec::docker("img").workdir(""), &cmd, "/s");
+        let e = exec_config(&MachineSpec::docker("img").workdir(""), &cmd, "/s", "1");
         assert_eq!(e.working_dir, None);
         assert_eq!(e.user.as_deref(), Some("65534"));
     }

@@ -265,6 +265,11 @@ impl Drop for RemoveOnDrop {
 
 /// `shellbox-<32 hex>`, unique per call (pid, time, counter, hashed).
 fn container_name() -> String {
+    format!("{CONTAINER_NAME_PREFIX}{}", unique_hex())
+}
+
+/// 32 lowercase hex digits, unique per call (pid, time, counter, hashed).
+pub(crate) fn unique_hex() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut h = Sha256::new();
     h.update(std::process::id().to_le_bytes());
@@ -277,8 +282,7 @@ fn container_name() -> String {
     );
     h.update(COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
     let digest = h.finalize();
-    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    format!("{CONTAINER_NAME_PREFIX}{hex}")
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -29,6 +29,11 @@ use crate::image::is_not_found;
 const KILL_BOUND: Duration = Duration::from_secs(10);
 /// How long to wait for the PGID header after a deadline when it has not come yet.
 const HEADER_GRACE: Duration = Duration::from_secs(2);
+/// How often a running command's exec is inspected, to notice that it ended while
+/// something else still holds its output open.
+const EXEC_POLL: Duration = Duration::from_secs(1);
+/// How long to keep reading after the exec ended without its output closing.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(300);
 /// How long to keep reading output after a successful kill (in-flight partial output).
 const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
 
@@ -369,7 +374,8 @@ impl Machine for DockerMachine {
         let deadline = command.timeout.map(|t| Instant::now() + t);
         let inner = &self.inner;
         inner.check_open()?;
-        let config = exec_config(&inner.spec, &command, &inner.setsid);
+        let command_id = crate::factory::unique_hex();
+        let config = exec_config(&inner.spec, &command, &inner.setsid, &command_id);
         let exec = inner.docker.create_exec(&inner.id, config).await;
         let exec = match exec {
             Ok(exec) => exec,
@@ -400,6 +406,7 @@ impl Machine for DockerMachine {
         let driver = Driver {
             inner: self.inner.clone(),
             exec_id: exec.id,
+            command_id,
             stdout: OutputLimiter::new(command.output_limit_bytes),
             stderr: OutputLimiter::new(command.output_limit_bytes),
             header: Some(BytesMut::new()),
@@ -433,6 +440,9 @@ type Output = std::pin::Pin<Box<dyn Stream<Item = Result<LogOutput, BollardError
 
 enum End {
     Eof,
+    /// The exec ended but something it left (outside its group, without its marker) still
+    /// holds the output open.
+    ExecEnded,
     Timeout,
     Cancelled,
     Transport(BollardError),
@@ -442,6 +452,8 @@ enum End {
 struct Driver {
     inner: Arc<Inner>,
     exec_id: String,
+    /// The value of `SHELLBOX_COMMAND_ID` its processes carry.
+    command_id: String,
     stdout: OutputLimiter,
     stderr: OutputLimiter,
     /// Some while the PGID header is still being read.
@@ -516,11 +528,20 @@ impl Driver {
     /// receiver takes them.
     async fn pump(&mut self, output: &mut Output, deadline: Option<Instant>) -> End {
         let tx = self.tx.clone();
+        let mut poll = tokio::time::interval_at(Instant::now() + EXEC_POLL, EXEC_POLL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
                 _ = tx.closed() => return End::Cancelled,
                 _ = sleep_until_opt(deadline) => return End::Timeout,
+                _ = poll.tick() => {
+                    if let Ok(info) = self.inner.docker.inspect_exec(&self.exec_id).await {
+                        if info.running == Some(false) && info.exit_code.is_some() {
+                            return End::ExecEnded;
+                        }
+                    }
+                }
                 permit = tx.reserve(), if !self.pending.is_empty() => match permit {
                     Ok(permit) => {
                         if let Some(ev) = self.pending.pop_front() {
@@ -572,6 +593,8 @@ impl Driver {
     async fn finish_exited(&mut self) {
         self.flush_header();
         let status = match wait_exec_exit(&self.inner.docker, &self.exec_id).await {
+            // Closing the machine killed it: not the command's own end.
+            _ if self.inner.closed.load(Ordering::SeqCst) => Err(Error::Closed),
             Ok(code) => Ok(Event::Exit(ExitStatus {
                 exit_code: Some(i32::try_from(code).unwrap_or(255)),
                 reason: ExitReason::Exited,
@@ -592,8 +615,11 @@ impl Driver {
             return Err("the command never reported its process group".into());
         };
         let pgid = pgid.to_string();
-        let attempt =
-            tokio::time::timeout(KILL_BOUND, self.inner.root_exec(KILL_GROUP, &[&pgid])).await;
+        let attempt = tokio::time::timeout(
+            KILL_BOUND,
+            self.inner.root_exec(KILL_GROUP, &[&pgid, &self.command_id]),
+        )
+        .await;
         match attempt {
             Ok(Ok((0, _, _))) => Ok(()),
             Ok(Ok((1, _, _))) => Err(format!(
@@ -617,6 +643,12 @@ impl Driver {
         let end = self.pump(&mut output, deadline).await;
         match end {
             End::Eof => self.finish_exited().await,
+            End::ExecEnded => {
+                // What is still in flight comes in now; the rest is not the command's.
+                self.read_quietly(&mut output, Instant::now() + DRAIN_AFTER_EXIT, false)
+                    .await;
+                self.finish_exited().await
+            }
             End::Transport(e) => {
                 let closed = self.inner.closed.load(Ordering::SeqCst);
                 if closed {

@@ -1041,3 +1041,105 @@ async fn a_stopped_container_terminates_the_machine() {
         m.close().await.unwrap();
     }
 }
+
+/// How many processes in the machine have `pattern` in their `ps` args.
+async fn count_procs(m: &dyn Machine, pattern: &str) -> usize {
+    let r = sh(m, &format!("ps -o args | grep -c '^{pattern}' || true")).await;
+    text(&r.stdout).trim().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn processes_that_leave_with_setsid_end_with_their_command() {
+    let Some(f) = common::setup("processes_that_leave_with_setsid_end_with_their_command").await
+    else {
+        return;
+    };
+    let m = f.create(common::spec()).await.unwrap();
+    // Another command's processes are never touched.
+    let mut other = m
+        .run_stream(Command::shell("setsid sleep 1009 & echo go; wait"))
+        .await
+        .unwrap();
+    assert_eq!(
+        other.next().await.unwrap().unwrap(),
+        shellbox_core::Event::Stdout("go\n".into())
+    );
+
+    let r = sh(
+        &*m,
+        "setsid sleep 1000 >/dev/null 2>&1 & sleep 0.5; echo ok",
+    )
+    .await;
+    assert_eq!(text(&r.stdout), "ok\n");
+    assert_eq!(count_procs(&*m, "sleep 1000").await, 0);
+
+    // An escaped child holding the output open does not keep the command running.
+    let started = Instant::now();
+    let r = m
+        .run(
+            Command::shell("setsid sleep 3601 & sleep 1; echo exit; exit 3")
+                .timeout(Duration::from_secs(6)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(text(&r.stdout), "exit\n");
+    assert_eq!(r.exit_code, Some(3), "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(count_procs(&*m, "sleep 3601").await, 0);
+
+    // On timeout too, escaped processes are killed.
+    let r = m
+        .run(
+            Command::shell("setsid sleep 1001 >/dev/null 2>&1 & sleep 100")
+                .timeout(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.reason, shellbox_core::ExitReason::TimedOut, "{r:?}");
+    assert_eq!(count_procs(&*m, "sleep 1001").await, 0);
+
+    // One that also cleared its environment cannot be found, but the command still ends
+    // with its own status once its exec has.
+    let started = Instant::now();
+    let r = m
+        .run(
+            Command::shell("env -i setsid sleep 1002 & sleep 0.2; echo done; exit 4")
+                .timeout(Duration::from_secs(8)),
+        )
+        .await
+        .unwrap();
+    assert_eq!((text(&r.stdout).as_str(), r.exit_code), ("done\n", Some(4)));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+
+    assert_eq!(count_procs(&*m, "sleep 1009").await, 1);
+    drop(other.next());
+    drop(other);
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn close_during_a_command_makes_it_closed() {
+    let Some(f) = common::setup("close_during_a_command_makes_it_closed").await else {
+        return;
+    };
+    let m = std::sync::Arc::new(f.create_machine(common::spec()).await.unwrap());
+    let runner = {
+        let m = m.clone();
+        tokio::spawn(async move { m.run(Command::shell("echo started; sleep 100")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    m.close().await.unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(10), runner)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(result, Err(Error::Closed)), "{result:?}");
+}
