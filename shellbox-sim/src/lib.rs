@@ -350,6 +350,7 @@ impl SimMachine {
                 Error::io(format!("stat {}", source.display()), e)
             }
         })?;
+        check_transferable(&meta, source)?;
         self.with_world(|w| {
             let (parent, name) = match target.rfind('/') {
                 Some(0) => ("/".to_string(), target[1..].to_string()),
@@ -388,7 +389,7 @@ impl SimMachine {
             Errno::NoEnt | Errno::NotDir => Error::not_found(source),
             other => Error::transfer(source, other.msg()),
         })?;
-        download_node(&mut w.vfs, ino, target, source, true)
+        download_node(&mut w.vfs, ino, target, source, None)
     }
 
     /// Closes the machine; idempotent.
@@ -506,10 +507,56 @@ fn upload_one(
         vfs.put_symlink(dir, name, &t.to_string_lossy());
         return Ok(());
     }
-    let data = std::fs::read(src).map_err(|e| Error::io(format!("read {}", src.display()), e))?;
+    check_transferable(meta, src)?;
+    let budget = vfs.disk_limit.saturating_sub(vfs.used_bytes);
+    let data = read_bounded(src, budget)?.ok_or_else(|| vfs_err(target, Errno::NoSpc))?;
     vfs.put_file(dir, name, data, mode_of(meta))
         .map_err(|e| vfs_err(target, e))?;
     Ok(())
+}
+
+/// Refuses what is not a regular file, directory or symlink (FIFOs, sockets, devices):
+/// opening one could block forever or never end (`/dev/zero`).
+fn check_transferable(meta: &std::fs::Metadata, src: &Path) -> Result<(), Error> {
+    let t = meta.file_type();
+    if t.is_file() || t.is_dir() || t.is_symlink() {
+        Ok(())
+    } else {
+        Err(Error::transfer(
+            src.display().to_string(),
+            "only regular files, directories and symlinks can be transferred",
+        ))
+    }
+}
+
+/// Reads a regular host file, at most `budget + 1` bytes; `None` when it holds more than
+/// `budget` bytes. Opened with `O_NONBLOCK` so a file swapped for a FIFO after the stat
+/// cannot block, and re-checked as a regular file once open.
+fn read_bounded(src: &Path, budget: u64) -> Result<Option<Vec<u8>>, Error> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(src)
+        .map_err(|e| Error::io(format!("open {}", src.display()), e))?;
+    let meta = f
+        .metadata()
+        .map_err(|e| Error::io(format!("stat {}", src.display()), e))?;
+    if !meta.is_file() {
+        return Err(Error::transfer(
+            src.display().to_string(),
+            "only regular files, directories and symlinks can be transferred",
+        ));
+    }
+    let mut data = Vec::with_capacity(usize::try_from(meta.len().min(budget)).unwrap_or(0));
+    f.take(budget.saturating_add(1))
+        .read_to_end(&mut data)
+        .map_err(|e| Error::io(format!("read {}", src.display()), e))?;
+    if data.len() as u64 > budget {
+        return Ok(None);
+    }
+    Ok(Some(data))
 }
 
 fn upload_tree(vfs: &mut Vfs, src: &Path, dir: usize, target: &str) -> Result<(), Error> {
@@ -541,25 +588,60 @@ fn set_host_mode(p: &Path, mode: u32) -> Result<(), Error> {
         .map_err(|e| Error::io(format!("chmod {}", p.display()), e))
 }
 
+/// Whether a symlink with text `link`, `depth` directories below the download root, resolves
+/// inside the root (no absolute target, no `..` climbing above it).
+fn link_stays_inside(link: &str, depth: usize) -> bool {
+    if link.starts_with('/') {
+        return false;
+    }
+    let mut d = depth;
+    for c in link.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => match d.checked_sub(1) {
+                Some(n) => d = n,
+                None => return false,
+            },
+            _ => d += 1,
+        }
+    }
+    true
+}
+
+/// Downloads `ino` to `target`; `depth` is `None` for the top node, else how many
+/// directories below the download root the node's parent directory is.
+/// setuid/setgid bits are stripped from what lands on the host.
 fn download_node(
     vfs: &mut Vfs,
     ino: usize,
     target: &Path,
     source: &str,
-    top: bool,
+    depth: Option<usize>,
 ) -> Result<(), Error> {
+    let top = depth.is_none();
     let node = vfs.get(ino).clone();
+    let mode = node.mode & 0o1777;
     match &node.kind {
         Kind::Dir(map, _) => {
             std::fs::create_dir_all(target)
                 .map_err(|e| Error::io(format!("create {}", target.display()), e))?;
             let entries: Vec<(String, usize)> = map.iter().map(|(k, v)| (k.clone(), *v)).collect();
             for (name, child) in entries {
-                download_node(vfs, child, &target.join(&name), source, false)?;
+                let d = depth.map_or(0, |d| d + 1);
+                download_node(vfs, child, &target.join(&name), source, Some(d))?;
             }
-            set_host_mode(target, node.mode)?;
+            set_host_mode(target, mode)?;
         }
         Kind::Symlink(t) if !top => {
+            if !link_stays_inside(t, depth.unwrap_or(0)) {
+                return Err(Error::transfer(
+                    source,
+                    format!(
+                        "symlink {} -> {t} points outside the download target",
+                        target.display()
+                    ),
+                ));
+            }
             let _ = std::fs::remove_file(target);
             std::os::unix::fs::symlink(t, target)
                 .map_err(|e| Error::io(format!("symlink {}", target.display()), e))?;
@@ -587,7 +669,7 @@ fn download_node(
             }
             std::fs::write(target, data)
                 .map_err(|e| Error::io(format!("write {}", target.display()), e))?;
-            set_host_mode(target, node.mode)?;
+            set_host_mode(target, mode)?;
         }
     }
     Ok(())

@@ -346,3 +346,81 @@ fn tar_round_trip_over_the_virtual_filesystem() {
     // compression is not simulated (yet)
     assert_eq!(sh(&m, "tar -czf /tmp/z.tgz /src").exit_code, Some(2));
 }
+
+#[test]
+fn upload_refuses_special_files_without_opening_them() {
+    let m = machine();
+    // an endless device: refused at once, nothing read
+    let e = m
+        .upload_sync(std::path::Path::new("/dev/zero"), "/workspace/z")
+        .unwrap_err();
+    assert!(matches!(e, Error::Transfer { .. }), "{e:?}");
+    assert!(e.to_string().contains("only regular files"), "{e}");
+    // a FIFO (opening it would block forever), alone and inside a directory
+    let host = tempfile::tempdir().unwrap();
+    let fifo = host.path().join("f");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let e = m.upload_sync(&fifo, "/workspace/z").unwrap_err();
+    assert!(matches!(e, Error::Transfer { .. }), "{e:?}");
+    let e = m.upload_sync(host.path(), "/workspace/d").unwrap_err();
+    assert!(matches!(e, Error::Transfer { .. }), "{e:?}");
+    assert!(!m.is_closed());
+}
+
+#[test]
+fn upload_reads_no_more_than_the_disk_budget() {
+    let m = SimMachineFactory::new()
+        .create_sim(MachineSpec::sim().storage_mb(1))
+        .unwrap();
+    let host = tempfile::tempdir().unwrap();
+    let big = host.path().join("big");
+    std::fs::write(&big, vec![b'x'; 2 * 1024 * 1024]).unwrap();
+    let e = m.upload_sync(&big, "/workspace/big").unwrap_err();
+    assert!(matches!(e, Error::Terminated(_)), "{e:?}");
+    let small = host.path().join("small");
+    std::fs::write(&small, b"hello").unwrap();
+    let m = machine();
+    m.upload_sync(&small, "/workspace/s").unwrap();
+    assert_eq!(out(&m, "cat /workspace/s"), "hello");
+}
+
+#[test]
+fn download_strips_setuid_and_refuses_escaping_symlinks() {
+    use std::os::unix::fs::PermissionsExt;
+    let m = machine();
+    sh(
+        &m,
+        "mkdir -p /d/sub && echo x > /d/f && chmod 4755 /d/f && chmod 2755 /d/sub \
+         && ln -s ../f /d/sub/ok && ln -s f /d/ok2",
+    );
+    let host = tempfile::tempdir().unwrap();
+    let t = host.path().join("out");
+    m.download_sync("/d", &t).unwrap();
+    let mode = std::fs::metadata(t.join("f")).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o755);
+    let mode = std::fs::metadata(t.join("sub"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777;
+    assert_eq!(mode, 0o755);
+    assert_eq!(
+        std::fs::read_link(t.join("sub/ok")).unwrap(),
+        std::path::Path::new("../f")
+    );
+    assert_eq!(std::fs::read(t.join("ok2")).unwrap(), b"x\n");
+    for (i, link) in ["/etc/passwd", "../../x", "d/../../../x"]
+        .iter()
+        .enumerate()
+    {
+        sh(
+            &m,
+            &format!("rm -rf /e{i}; mkdir -p /e{i}/s && ln -s {link} /e{i}/s/l"),
+        );
+        let e = m
+            .download_sync(&format!("/e{i}"), &host.path().join(format!("e{i}")))
+            .unwrap_err();
+        assert!(matches!(e, Error::Transfer { .. }), "{link}: {e:?}");
+    }
+}
