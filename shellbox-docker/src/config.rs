@@ -116,9 +116,6 @@ pub(crate) fn container_config(
     }
 }
 
-/// The name of the variable that marks every process of one command (see [`WRAPPER`]).
-pub(crate) const COMMAND_ID_VAR: &str = "SHELLBOX_COMMAND_ID";
-
 /// The exec wrapper. Run as `/bin/sh -c WRAPPER sh <setsid> <command id> <argv...>`.
 ///
 /// The outer shell keeps stdin on fd 3, starts `setsid /bin/sh -c INNER` in the background

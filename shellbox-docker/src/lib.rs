@@ -34,8 +34,15 @@
 //! - **Commands**: an exec per command (argv, cwd, env and user in the request body). The
 //!   program runs in its own session and process group (`setsid`); the group's id comes
 //!   back as a first stdout line the host strips (the reference's `SHELLBOX_PGID` header).
-//!   When the command ends, what it left in the background is killed (as on local). On
-//!   timeout the whole group is killed inside the container and the partial output kept.
+//!   Every process of a command carries `SHELLBOX_COMMAND_ID=<random hex>` in its
+//!   environment (inherited even by what leaves the group with `setsid`). When the command
+//!   ends, what it left in the background (its group, and every process carrying its id) is
+//!   killed (as on local); a command whose exec has ended is finished with its own status
+//!   even if something else still holds its output open. On timeout the group and the
+//!   marked processes are killed inside the container and the partial output kept.
+//! - **A stopped container** (a command killed its keep-alive, e.g. `kill -9 -1`): the next
+//!   run, upload or download is
+//!   [`Error::Terminated`](shellbox_core::Error::Terminated) and the machine is closed.
 //! - **Start**: `startup_timeout` in the spec bounds the whole create (image preparation
 //!   included) and gives [`Error::TimedOut`](shellbox_core::Error::TimedOut); a failed or
 //!   cancelled create removes its container.
