@@ -295,21 +295,23 @@ fn make_namespaces(
         .bwrap
         .canonicalize()
         .unwrap_or_else(|_| inner.bwrap.clone());
-    match crate::ns::machine_mountns(
-        plan::root_binds(layout, &inner.facts),
-        plan::paths_to_keep(layout, &bwrap),
-        layout.root.clone(),
-    ) {
-        Ok(fd) => namespaces.mnt = Some(fd),
+    let mounts = crate::ns::MountPlan {
+        binds: plan::root_binds(layout, &inner.facts),
+        keep: plan::paths_to_keep(layout, &bwrap),
+        root: layout.root.clone(),
+    };
+    let (net, mnt) = crate::ns::machine_namespaces(
+        layout.network == shellbox_core::NetworkPolicy::Deny,
+        Some(mounts),
+    )
+    .map_err(|e| Error::io("create the machine's network namespace", e))?;
+    namespaces.net = net;
+    match mnt {
+        Ok(fd) => namespaces.mnt = fd,
         Err(e) => tracing::debug!(
             "machine mount namespace for {}: {e}; bwrap binds per command",
             layout.root.display()
         ),
-    }
-    if layout.network == shellbox_core::NetworkPolicy::Deny {
-        let fd = crate::ns::loopback_netns()
-            .map_err(|e| Error::io("create the machine's network namespace", e))?;
-        namespaces.net = Some(fd);
     }
     Ok(namespaces)
 }

@@ -81,12 +81,20 @@ fn loopback_up() -> std::io::Result<()> {
 pub(crate) fn loopback_netns() -> std::io::Result<OwnedFd> {
     on_own_thread(|| {
         // SAFETY: changes only this thread's network namespace; the thread ends next.
-        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        loopback_up()?;
-        open_cloexec(c"/proc/thread-self/ns/net")
+        unsafe { loopback_netns_here() }
     })
+}
+
+/// [`loopback_netns`] on the calling thread, which it moves into the new namespace.
+///
+/// # Safety
+/// Only on a thread of our own that ends right after.
+unsafe fn loopback_netns_here() -> std::io::Result<OwnedFd> {
+    if libc::unshare(libc::CLONE_NEWNET) != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    loopback_up()?;
+    open_cloexec(c"/proc/thread-self/ns/net")
 }
 
 fn cstring(path: &std::path::Path) -> std::io::Result<CString> {
@@ -161,48 +169,76 @@ fn own_mount_points() -> Vec<PathBuf> {
         .collect()
 }
 
-/// A new mount namespace, a slave of the host's (host mount events propagate in, none
-/// propagate out), in which each `(source, target)` of `binds` is bound read-only in
-/// order, and every mount [`plan::mounts_to_detach`](crate::plan::mounts_to_detach) names
-/// (given `keep` and `root`) is detached; held by the returned fd.
+/// What a machine's own mount namespace holds: the read-only `binds` (in order), and the
+/// `keep` paths and `root` that decide which host mounts it drops.
+pub(crate) struct MountPlan {
+    pub binds: Vec<(PathBuf, PathBuf)>,
+    pub keep: Vec<PathBuf>,
+    pub root: PathBuf,
+}
+
+/// A machine's namespaces, made on one short-lived thread of their own: the loopback-only
+/// network namespace when `net` is set ([`loopback_netns`]), then the mount namespace of
+/// `mounts` ([`machine_mountns_here`]). The second value is the mount namespace or why it could
+/// not be made (the caller falls back to binds per command).
+///
+/// # Errors
+/// The network namespace's error.
+pub(crate) fn machine_namespaces(
+    net: bool,
+    mounts: Option<MountPlan>,
+) -> std::io::Result<(Option<OwnedFd>, std::io::Result<Option<OwnedFd>>)> {
+    on_own_thread(move || {
+        // SAFETY: both change only this thread's namespaces; the thread ends next.
+        let net = if net {
+            Some(unsafe { loopback_netns_here() }?)
+        } else {
+            None
+        };
+        let mnt = match &mounts {
+            Some(plan) => unsafe { machine_mountns_here(plan) }.map(Some),
+            None => Ok(None),
+        };
+        Ok((net, mnt))
+    })
+}
+
+/// Makes the calling thread's own mount namespace for a machine and returns an fd to it: a
+/// slave of the host's (host mount events propagate in, none propagate out), in which each
+/// `(source, target)` of `plan.binds` is bound read-only in order and every mount
+/// [`plan::mounts_to_detach`](crate::plan::mounts_to_detach) names is detached (a mount
+/// that cannot be detached is kept).
 ///
 /// # Errors
 /// The failing `unshare(2)`, `mount(2)` or `mount_setattr(2)` (kernels before 5.12 lack
-/// it), or opening the namespace file. A mount that cannot be detached is kept.
-pub(crate) fn machine_mountns(
-    binds: Vec<(PathBuf, PathBuf)>,
-    keep: Vec<PathBuf>,
-    root: PathBuf,
-) -> std::io::Result<OwnedFd> {
-    on_own_thread(move || {
-        // SAFETY: unshare and mount change only this thread's (unshared) mount namespace
-        // and filesystem context; the thread ends next.
-        unsafe {
-            if libc::unshare(libc::CLONE_NEWNS) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_SLAVE,
-                std::ptr::null(),
-            ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
+/// it), or opening the namespace file.
+///
+/// # Safety
+/// Only on a thread of our own that ends right after.
+unsafe fn machine_mountns_here(plan: &MountPlan) -> std::io::Result<OwnedFd> {
+    let MountPlan { binds, keep, root } = plan;
+    if libc::unshare(libc::CLONE_NEWNS) != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if libc::mount(
+        std::ptr::null(),
+        c"/".as_ptr(),
+        std::ptr::null(),
+        libc::MS_REC | libc::MS_SLAVE,
+        std::ptr::null(),
+    ) != 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    for (src, dst) in binds {
+        ro_bind(src, dst)?;
+    }
+    for point in crate::plan::mounts_to_detach(&own_mount_points(), keep, root) {
+        if let Ok(c) = cstring(&point) {
+            libc::umount2(c.as_ptr(), libc::MNT_DETACH);
         }
-        for (src, dst) in &binds {
-            ro_bind(src, dst)?;
-        }
-        for point in crate::plan::mounts_to_detach(&own_mount_points(), &keep, &root) {
-            if let Ok(c) = cstring(&point) {
-                // SAFETY: umount2 on a NUL-terminated path, in this thread's namespace.
-                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-            }
-        }
-        open_cloexec(c"/proc/thread-self/ns/mnt")
-    })
+    }
+    open_cloexec(c"/proc/thread-self/ns/mnt")
 }
 
 /// The namespaces a machine made once; each command's launcher joins them (`setns(2)`)

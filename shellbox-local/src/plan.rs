@@ -370,20 +370,26 @@ pub fn paths_to_keep(layout: &Layout, bwrap: &Path) -> Vec<PathBuf> {
     keep
 }
 
-/// The mount points (of a machine's own mount namespace) to detach, deepest first: every
-/// one except `/`, those at or above a path of `keep`, and those inside `root` (the
-/// machine's own binds). Fewer mounts make each command's namespace copy, bwrap's
-/// `/proc/self/mountinfo` reads and its unmount of the old root cheaper.
+/// The mount points (of a machine's own mount namespace) to detach, each with everything
+/// below it (`MNT_DETACH`), in mountinfo order: every one except `/`, those at or above a
+/// path of `keep` and those inside `root` (the machine's own binds), leaving out those
+/// below another one detached. Fewer mounts make each command's namespace copy, bwrap's
+/// `/proc/self/mountinfo` reads and its unmount of the old root cheaper; fewer detach
+/// calls make the machine's creation cheaper (each waits for an RCU grace period).
 pub fn mounts_to_detach(mount_points: &[PathBuf], keep: &[PathBuf], root: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = mount_points
+    let candidates: Vec<&PathBuf> = mount_points
         .iter()
         .filter(|m| m.as_path() != Path::new("/"))
         .filter(|m| !m.starts_with(root))
         .filter(|m| !keep.iter().any(|k| k.starts_with(m)))
-        .cloned()
         .collect();
-    out.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
-    out.dedup();
+    let mut out: Vec<PathBuf> = Vec::new();
+    for m in &candidates {
+        let below_another = candidates.iter().any(|c| c != m && m.starts_with(c));
+        if !below_another && !out.contains(m) {
+            out.push((*m).clone());
+        }
+    }
     out
 }
 
@@ -905,11 +911,10 @@ mod tests {
         assert_eq!(
             detach,
             [
-                "/sys/fs/cgroup/cpu",
-                "/proc/sys/fs/binfmt_misc",
+                "/dev/shm",
                 "/sys/fs/cgroup",
                 "/var/lib/docker",
-                "/dev/shm"
+                "/proc/sys/fs/binfmt_misc"
             ]
         );
     }
