@@ -47,7 +47,9 @@
 //!   included) and gives [`Error::TimedOut`](shellbox_core::Error::TimedOut); a failed or
 //!   cancelled create removes its container.
 //! - **Transfers**: tar streams through `PUT`/`GET /containers/{id}/archive`, never whole
-//!   in memory; downloads are unpacked with [`shellbox_core::archive::unpack_safe`].
+//!   in memory; downloads are unpacked with [`shellbox_core::archive::unpack_safe`]. Guest
+//!   paths under `/proc`, `/sys` and `/dev` (kernel-provided inside the container, out of
+//!   the endpoints' reach) are [`Error::Unsupported`](shellbox_core::Error::Unsupported).
 //!
 //! Requirements on the image: `/bin/sh` and a `setsid` program on `PATH` (busybox has both).
 

@@ -33,11 +33,27 @@ fn is_broken_pipe(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
+/// Refuses guest paths under `/proc`, `/sys` and `/dev`: the kernel provides those inside
+/// the container (procfs, sysfs, a tmpfs for `/dev` and `/dev/shm`), while the engine's
+/// archive endpoints read and write the container's own filesystem below them, so a
+/// transfer there would silently miss what the container sees.
+fn refuse_kernel_path(path: &str) -> Result<(), Error> {
+    let first = path.split('/').find(|c| !c.is_empty() && *c != ".");
+    match first {
+        Some(top @ ("proc" | "sys" | "dev")) => Err(Error::unsupported(format!(
+            "{path} is a kernel-provided path (under /{top}), which the Docker Engine's \
+             archive endpoints cannot read or write"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Host `source` → guest `target`: one tar stream `PUT` at `/` whose entries are named by
 /// the target path, so missing parents are created by the engine and a directory's entry
 /// gives `target` the source directory's mode.
 pub(crate) async fn upload(inner: &Inner, source: &Path, target: &str) -> Result<(), Error> {
     validate_guest_path(target)?;
+    refuse_kernel_path(target)?;
     let meta = match tokio::fs::metadata(source).await {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -108,6 +124,7 @@ pub(crate) async fn upload(inner: &Inner, source: &Path, target: &str) -> Result
 /// with [`unpack_safe`], which refuses entries escaping the target.
 pub(crate) async fn download(inner: &Inner, source: &str, target: &Path) -> Result<(), Error> {
     validate_guest_path(source)?;
+    refuse_kernel_path(source)?;
     let mut guest = source.to_string();
     let mut stat = None;
     // Follow a symlink given as the source itself (the engine reports where it resolves,
@@ -139,6 +156,8 @@ pub(crate) async fn download(inner: &Inner, source: &str, target: &Path) -> Resu
     let Some(stat) = stat else {
         return Err(Error::transfer(source, "too many levels of symbolic links"));
     };
+    // Where a symlink led counts too.
+    refuse_kernel_path(&guest)?;
     let is_dir = stat.file_mode & GO_MODE_DIR != 0;
     let dest = if !is_dir && target.is_dir() {
         let base = Path::new(&guest)

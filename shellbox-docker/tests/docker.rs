@@ -1143,3 +1143,31 @@ async fn close_during_a_command_makes_it_closed() {
         .unwrap();
     assert!(matches!(result, Err(Error::Closed)), "{result:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn transfers_refuse_kernel_provided_paths() {
+    let Some(f) = common::setup("transfers_refuse_kernel_provided_paths").await else {
+        return;
+    };
+    let m = f.create_machine(common::spec()).await.unwrap();
+    let host = tempfile::tempdir().unwrap();
+    let file = host.path().join("f");
+    std::fs::write(&file, b"f").unwrap();
+    for target in ["/proc/x", "/dev/shm/x", "/sys/x", "/dev"] {
+        let err = m.upload(&file, target).await.expect_err(target);
+        assert!(matches!(err, Error::Unsupported(_)), "{target}: {err:?}");
+        assert!(err.to_string().contains("kernel-provided path"), "{err}");
+    }
+    sh(&m, "echo shm > /dev/shm/x; ln -s /dev/shm /tmp/shm").await;
+    for source in ["/dev/shm", "/proc/self/environ", "/sys", "/tmp/shm"] {
+        let target = host.path().join("out");
+        let err = m.download(source, &target).await.expect_err(source);
+        assert!(matches!(err, Error::Unsupported(_)), "{source}: {err:?}");
+        assert!(!target.exists(), "{source}");
+    }
+    // Names that only start like them are ordinary.
+    m.upload(&file, "/devices/f").await.unwrap();
+    let r = sh(&m, "cat /devices/f /dev/shm/x").await;
+    assert_eq!(text(&r.stdout), "fshm\n");
+    m.close().await.unwrap();
+}
