@@ -252,8 +252,12 @@ async fn run_case(
     spec: &MachineSpec,
     case: &str,
 ) -> Result<Measured, Error> {
-    let sim = backend == Backend::Sim;
-    let many = if sim { 10_000 } else { 200 };
+    // Runs per case: a docker exec costs ~100 ms, a bwrap sandbox ~10 ms, a sim run µs.
+    let many = match backend {
+        Backend::Sim => 10_000,
+        Backend::Local => 200,
+        Backend::Docker => 30,
+    };
     match case {
         "create_close" => {
             time_runs(case, many, || async {
