@@ -47,7 +47,9 @@
 //!   included) and gives [`Error::TimedOut`](shellbox_core::Error::TimedOut); a failed or
 //!   cancelled create removes its container.
 //! - **Transfers**: tar streams through `PUT`/`GET /containers/{id}/archive`, never whole
-//!   in memory; downloads are unpacked with [`shellbox_core::archive::unpack_safe`]. Guest
+//!   in memory; downloads are unpacked with [`shellbox_core::archive::unpack_safe`] into a
+//!   staging directory beside the target and moved into place only when complete (all or
+//!   nothing). Guest
 //!   paths under `/proc`, `/sys` and `/dev` (kernel-provided inside the container, out of
 //!   the endpoints' reach) are [`Error::Unsupported`](shellbox_core::Error::Unsupported).
 //!

@@ -1,5 +1,6 @@
 //! Upload and download through the container archive endpoints, streamed.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use bollard::body_try_stream;
@@ -121,7 +122,10 @@ pub(crate) async fn upload(inner: &Inner, source: &Path, target: &str) -> Result
 
 /// Guest `source` → host `target`. A directory's contents go into `target`; a file goes to
 /// `target`, or into it when `target` is an existing directory. The archive is unpacked
-/// with [`unpack_safe`], which refuses entries escaping the target.
+/// with [`unpack_safe`], which refuses entries escaping the target, into a staging
+/// directory (`.shellbox-download-<hex>`) beside the target; only a complete, accepted tree
+/// is then renamed into place (or merged into an existing directory target), so a failed
+/// download leaves the host target as it was.
 pub(crate) async fn download(inner: &Inner, source: &str, target: &Path) -> Result<(), Error> {
     validate_guest_path(source)?;
     refuse_kernel_path(source)?;
@@ -168,11 +172,10 @@ pub(crate) async fn download(inner: &Inner, source: &str, target: &Path) -> Resu
     } else {
         target.to_path_buf()
     };
-    if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(|e| Error::io(format!("create {}", parent.display()), e))?;
-    }
+    let staging_dest = dest.clone();
+    let staging = tokio::task::spawn_blocking(move || Staging::new(&staging_dest))
+        .await
+        .map_err(|e| Error::backend("prepare download", e))??;
     let options = DownloadFromContainerOptions {
         path: guest.clone(),
     };
@@ -180,12 +183,10 @@ pub(crate) async fn download(inner: &Inner, source: &str, target: &Path) -> Resu
         .docker
         .download_from_container(&inner.id, Some(options));
     let (tx, rx) = mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
-    let unpack_dest = dest.clone();
     let unpacker = tokio::task::spawn_blocking(move || {
         let reader = ChannelReader::new(rx);
-        let result = unpack_safe(reader, &unpack_dest, UnpackLayout::StripRoot);
-        // Drain what is left so the sender never blocks (e.g. after a refusal).
-        result
+        let result = unpack_safe(reader, &staging.item, UnpackLayout::StripRoot);
+        (staging, result)
     });
     let mut engine_error: Option<BollardError> = None;
     while let Some(item) = body.next().await {
@@ -205,16 +206,185 @@ pub(crate) async fn download(inner: &Inner, source: &str, target: &Path) -> Resu
         }
     }
     drop(tx);
-    let unpacked = unpacker
+    let (staging, unpacked) = unpacker
         .await
         .map_err(|e| Error::backend("unpack download", e))?;
-    if let Some(e) = engine_error {
-        if is_not_found(&e) {
-            return Err(Error::not_found(source));
+    let outcome = match engine_error {
+        Some(e) if is_not_found(&e) => Err(Error::not_found(source)),
+        Some(e) if unpacked.is_err() => Err(inner.engine_error("download archive", e)),
+        _ => unpacked.map(|_| ()),
+    };
+    // All or nothing: only a complete, accepted tree is moved into place.
+    tokio::task::spawn_blocking(move || match outcome {
+        Ok(()) => staging.commit(),
+        Err(e) => {
+            drop(staging);
+            Err(e)
         }
-        if unpacked.is_err() {
-            return Err(inner.engine_error("download archive", e));
+    })
+    .await
+    .map_err(|e| Error::backend("finish download", e))?
+}
+
+/// A download's staging directory (`.shellbox-download-<hex>`), made beside where the
+/// download lands so moving it into place is a rename on one filesystem. The archive is
+/// unpacked into `item` inside it.
+struct Staging {
+    /// The staging directory itself.
+    dir: PathBuf,
+    /// Where the archive is unpacked (`dir/item`).
+    item: PathBuf,
+    /// The final place (an existing directory target resolved through symlinks).
+    dest: PathBuf,
+}
+
+impl Staging {
+    fn new(dest: &Path) -> Result<Self, Error> {
+        // An existing directory (or a symlink to one) is merged into: stage beside where it
+        // really is.
+        let dest = if dest.is_dir() {
+            std::fs::canonicalize(dest)
+                .map_err(|e| Error::io(format!("resolve {}", dest.display()), e))?
+        } else {
+            dest.to_path_buf()
+        };
+        let parent = match dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&parent)
+            .map_err(|e| Error::io(format!("create {}", parent.display()), e))?;
+        let name = format!(".shellbox-download-{}", crate::factory::unique_hex());
+        let mut dir = parent.join(&name);
+        if let Err(e) = std::fs::create_dir(&dir) {
+            // A parent that cannot be written: stage inside the directory being merged into.
+            if e.kind() == std::io::ErrorKind::PermissionDenied && dest.is_dir() {
+                dir = dest.join(&name);
+                std::fs::create_dir(&dir)
+                    .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+            } else {
+                return Err(Error::io(format!("create {}", dir.display()), e));
+            }
+        }
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        Ok(Self {
+            item: dir.join("item"),
+            dir,
+            dest,
+        })
+    }
+
+    /// Moves the unpacked tree into place, then removes the staging directory.
+    fn commit(self) -> Result<(), Error> {
+        self.place()
+    }
+
+    fn place(&self) -> Result<(), Error> {
+        let io = |what: &str, p: &Path| {
+            let operation = format!("{what} {}", p.display());
+            move |e| Error::io(operation, e)
+        };
+        let staged = std::fs::symlink_metadata(&self.item).map_err(io("stat", &self.item))?;
+        match std::fs::symlink_metadata(&self.dest) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::rename(&self.item, &self.dest).map_err(io("move into", &self.dest))
+            }
+            Err(e) => Err(io("stat", &self.dest)(e)),
+            Ok(existing) if existing.is_dir() && staged.is_dir() => {
+                merge_move(&self.item, &self.dest)
+            }
+            Ok(existing) if existing.is_dir() => Err(Error::transfer(
+                self.dest.display().to_string(),
+                "would replace the target directory with a file",
+            )),
+            Ok(_) => {
+                // A file or symlink is replaced, never written through.
+                if staged.is_dir() {
+                    std::fs::remove_file(&self.dest).map_err(io("replace", &self.dest))?;
+                }
+                std::fs::rename(&self.item, &self.dest).map_err(io("move into", &self.dest))
+            }
         }
     }
-    unpacked.map(|_| ())
+}
+
+impl Drop for Staging {
+    /// Removes the staging directory and whatever is in it (read-only parts included), also
+    /// when a download is cancelled midway.
+    fn drop(&mut self) {
+        make_writable(&self.dir);
+        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(target: "shellbox_docker", dir = %self.dir.display(), "could not remove a download's staging directory: {e}");
+            }
+        }
+    }
+}
+
+/// Gives every directory under `dir` (not following symlinks) owner rwx, so it can be
+/// emptied.
+fn make_writable(dir: &Path) {
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return;
+    };
+    if !meta.is_dir() {
+        return;
+    }
+    let _ = std::fs::set_permissions(
+        dir,
+        std::fs::Permissions::from_mode(meta.permissions().mode() | 0o700),
+    );
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            make_writable(&entry.path());
+        }
+    }
+}
+
+/// Moves the children of the staged directory `src` into the existing directory `dst`:
+/// directories meeting directories are merged, anything else replaces what is there (a
+/// symlink is replaced, never followed). `dst` ends with `src`'s mode.
+fn merge_move(src: &Path, dst: &Path) -> Result<(), Error> {
+    let io = |what: &str, p: &Path| {
+        let operation = format!("{what} {}", p.display());
+        move |e| Error::io(operation, e)
+    };
+    let mode = std::fs::symlink_metadata(src)
+        .map_err(io("stat", src))?
+        .permissions()
+        .mode();
+    for p in [src, dst] {
+        if let Ok(m) = std::fs::metadata(p) {
+            let cur = m.permissions().mode();
+            if cur & 0o700 != 0o700 {
+                std::fs::set_permissions(p, std::fs::Permissions::from_mode(cur | 0o700))
+                    .map_err(io("chmod", p))?;
+            }
+        }
+    }
+    let entries = std::fs::read_dir(src).map_err(io("read directory", src))?;
+    for entry in entries {
+        let entry = entry.map_err(io("read directory", src))?;
+        let from = entry.path();
+        let to = dst.join(entry.file_name());
+        let from_meta = std::fs::symlink_metadata(&from).map_err(io("stat", &from))?;
+        match std::fs::symlink_metadata(&to) {
+            Ok(m) if m.is_dir() && from_meta.is_dir() => merge_move(&from, &to)?,
+            Ok(m) => {
+                if m.is_dir() {
+                    make_writable(&to);
+                    std::fs::remove_dir_all(&to).map_err(io("replace", &to))?;
+                } else if from_meta.is_dir() {
+                    std::fs::remove_file(&to).map_err(io("replace", &to))?;
+                }
+                std::fs::rename(&from, &to).map_err(io("move into", &to))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::rename(&from, &to).map_err(io("move into", &to))?
+            }
+            Err(e) => return Err(io("stat", &to)(e)),
+        }
+    }
+    std::fs::set_permissions(dst, std::fs::Permissions::from_mode(mode & 0o7777))
+        .map_err(io("chmod", dst))
 }

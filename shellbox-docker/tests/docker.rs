@@ -1171,3 +1171,75 @@ async fn transfers_refuse_kernel_provided_paths() {
     assert_eq!(text(&r.stdout), "fshm\n");
     m.close().await.unwrap();
 }
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn downloads_are_all_or_nothing_and_refuse_chained_links() {
+    let Some(f) = common::setup("downloads_are_all_or_nothing_and_refuse_chained_links").await
+    else {
+        return;
+    };
+    let m = f.create_machine(common::spec()).await.unwrap();
+    sh(
+        &m,
+        "mkdir -p /w/chain/x/x/x /w/dot /w/part/sub /w/good/sub; \
+         ln -s ../../.. /w/chain/x/x/x/p; ln -s x/x/x/p/../../.. /w/chain/root; \
+         ln -s . /w/dot/a; ln -s a/.. /w/dot/m; \
+         echo a > /w/part/a.txt; echo s > /w/part/sub/s; ln -s /etc/passwd /w/part/z; \
+         echo g > /w/good/g; echo s > /w/good/sub/s; chmod 750 /w/good",
+    )
+    .await;
+    let host = tempfile::tempdir().unwrap();
+    let work = host.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    for source in ["/w/chain", "/w/dot", "/w/part"] {
+        // A new target: nothing is left behind.
+        let target = work.join("new");
+        let err = m.download(source, &target).await.expect_err(source);
+        assert!(matches!(err, Error::Transfer { .. }), "{source}: {err:?}");
+        assert!(!target.exists(), "{source}");
+        assert!(
+            names_in(&work).is_empty(),
+            "{source}: {:?}",
+            names_in(&work)
+        );
+        // An existing directory target: left as it was.
+        let existing = work.join("existing");
+        std::fs::create_dir(&existing).unwrap();
+        std::fs::write(existing.join("keep"), b"k").unwrap();
+        let err = m.download(source, &existing).await.expect_err(source);
+        assert!(matches!(err, Error::Transfer { .. }), "{source}: {err:?}");
+        assert_eq!(names_in(&existing), ["keep"], "{source}");
+        assert_eq!(names_in(&work), ["existing"], "{source}");
+        std::fs::remove_dir_all(&existing).unwrap();
+    }
+    // A good tree merges into an existing directory, replacing what it names.
+    let existing = work.join("merged");
+    std::fs::create_dir_all(existing.join("sub")).unwrap();
+    std::fs::write(existing.join("keep"), b"k").unwrap();
+    std::fs::write(existing.join("g"), b"old").unwrap();
+    std::fs::write(existing.join("sub/other"), b"o").unwrap();
+    m.download("/w/good", &existing).await.unwrap();
+    assert_eq!(names_in(&existing), ["g", "keep", "sub"]);
+    assert_eq!(names_in(&existing.join("sub")), ["other", "s"]);
+    assert_eq!(std::fs::read(existing.join("g")).unwrap(), b"g\n");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&existing).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o750);
+    // A new target is made whole, a file too.
+    m.download("/w/good", &work.join("fresh")).await.unwrap();
+    assert_eq!(names_in(&work.join("fresh")), ["g", "sub"]);
+    m.download("/w/good/g", &work.join("file")).await.unwrap();
+    assert_eq!(std::fs::read(work.join("file")).unwrap(), b"g\n");
+    assert_eq!(names_in(&work), ["file", "fresh", "merged"]);
+    m.close().await.unwrap();
+}
