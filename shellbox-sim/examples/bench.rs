@@ -40,6 +40,47 @@ fn main() {
         t.elapsed().as_secs_f64() * 1e6 / n as f64
     );
 
+    for (name, rt) in [
+        (
+            "current-thread",
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        ),
+        (
+            "multi-thread",
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        ),
+    ] {
+        let t = Instant::now();
+        rt.block_on(async {
+            for _ in 0..n {
+                shellbox_core::Machine::run(&m, Command::new("true"))
+                    .await
+                    .unwrap();
+            }
+        });
+        println!(
+            "async run true ({name} runtime): {:.2} us",
+            t.elapsed().as_secs_f64() * 1e6 / n as f64
+        );
+        let t = Instant::now();
+        rt.block_on(async {
+            for _ in 0..n {
+                let m = f.create_sim(MachineSpec::sim()).unwrap();
+                shellbox_core::Machine::close(&m).await.unwrap();
+            }
+        });
+        println!(
+            "async create+close ({name} runtime): {:.2} us",
+            t.elapsed().as_secs_f64() * 1e6 / n as f64
+        );
+    }
+
     let script = "i=0; total=0; while [ $i -lt 1000 ]; do if [ $((i % 3)) -eq 0 ]; then total=$((total + i)); fi; i=$((i + 1)); done; echo $total";
     let t = Instant::now();
     let reps = 20;

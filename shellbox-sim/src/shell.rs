@@ -430,7 +430,14 @@ pub struct World {
     pub memory_limit: u64,
     pub unsupported: Vec<String>,
     pub rng: u32,
+    /// Set by `close`: the running command stops at its next check.
+    pub closing: Arc<std::sync::atomic::AtomicBool>,
+    /// The running command's cancel flag (set when its `run` future is dropped).
+    pub cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
+
+/// The deadline id a cancelled command unwinds with (no real deadline has it).
+pub const CANCELLED: u32 = u32::MAX;
 
 impl World {
     pub fn sync_time(&mut self) {
@@ -603,6 +610,12 @@ impl<'a> Interp<'a> {
         }
         self.w.fuel_left -= 1;
         if self.ticks & 255 == 0 {
+            use std::sync::atomic::Ordering::Relaxed;
+            if self.w.closing.load(Relaxed)
+                || self.w.cancel.as_ref().is_some_and(|c| c.load(Relaxed))
+            {
+                return Err(Ctl::Timeout(CANCELLED));
+            }
             if let Some((at, id)) = self.wall {
                 if Instant::now() >= at {
                     return Err(Ctl::Timeout(id));

@@ -424,3 +424,43 @@ fn download_strips_setuid_and_refuses_escaping_symlinks() {
         assert!(matches!(e, Error::Transfer { .. }), "{link}: {e:?}");
     }
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_busy_run_does_not_block_the_executor_and_is_cancelled_on_drop() {
+    let m = machine();
+    let t = Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_millis(300),
+        shellbox_core::Machine::run(&m, Command::shell("while :; do :; done")),
+    )
+    .await;
+    assert!(r.is_err(), "the busy loop should still run");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    // the dropped run was cancelled: the machine is free again soon
+    let t = Instant::now();
+    let r = shellbox_core::Machine::run(&m, Command::shell("echo ok"))
+        .await
+        .unwrap();
+    assert_eq!(r.stdout, "ok\n");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn close_cancels_a_busy_run() {
+    let m = machine();
+    let m2 = m.clone();
+    let run = tokio::spawn(async move {
+        shellbox_core::Machine::run(&m2, Command::shell("while :; do :; done")).await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let t = Instant::now();
+    shellbox_core::Machine::close(&m).await.unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    let r = tokio::time::timeout(Duration::from_secs(5), run).await;
+    assert!(r.is_ok(), "the run did not stop");
+    assert!(m.is_closed());
+    assert!(matches!(
+        shellbox_core::Machine::run(&m, Command::new("true")).await,
+        Err(Error::Closed)
+    ));
+}
