@@ -62,6 +62,13 @@ pub(crate) fn process_start_ticks(pid: u32) -> Option<u64> {
 }
 
 /// What the container runs so it stays up; the image's own entrypoint and cmd never run.
+///
+/// It runs as the container's PID 1 itself (no Docker init): inside its PID namespace the
+/// kernel delivers to PID 1 only signals it installed a handler for, and a shell installs
+/// none here, so no command can stop it (`kill -9 -1`, `killall sh`, `kill -9 1`); killing
+/// its `sleep` only starts the next one. It reaps orphans too: a shell waiting for its
+/// foreground job waits for any child (`waitpid(-1)`), so what a command leaves behind and
+/// reparents to PID 1 is collected when it ends.
 pub(crate) const KEEPALIVE: &str = "while :; do sleep 3600; done";
 
 /// The container configuration for `spec` (the image already resolved to `image`).
@@ -73,7 +80,8 @@ pub(crate) fn container_config(
 ) -> ContainerCreateBody {
     let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let host_config = HostConfig {
-        init: Some(true),
+        // The keep-alive is PID 1 (see KEEPALIVE), so no command can stop the container.
+        init: Some(false),
         network_mode: Some(
             match spec.network {
                 NetworkPolicy::Deny => "none",
@@ -359,7 +367,7 @@ mod tests {
         assert_eq!(labels[labels::OWNER_START], "7");
         assert_eq!(labels[labels::OWNER_HOST], "h");
         let h = c.host_config.unwrap();
-        assert_eq!(h.init, Some(true));
+        assert_eq!(h.init, Some(false));
         assert_eq!(h.network_mode.as_deref(), Some("none"));
         assert_eq!(h.memory, Some(64 * 1024 * 1024));
         assert_eq!(h.nano_cpus, Some(2_000_000_000));
