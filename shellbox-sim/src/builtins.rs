@@ -596,11 +596,11 @@ fn cd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             Ok(0)
         }
         Ok(_) => {
-            it.err(sh, &format!("bash: cd: {target}: Not a directory"));
+            it.err(sh, &format!("bash: line 1: cd: {target}: Not a directory"));
             Ok(1)
         }
         Err(e) => {
-            it.err(sh, &format!("bash: cd: {target}: {}", e.msg()));
+            it.err(sh, &format!("bash: line 1: cd: {target}: {}", e.msg()));
             Ok(1)
         }
     }
@@ -902,6 +902,13 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
             other => {
                 opts_done = true;
                 items.push(other);
+            }
+        }
+    }
+    if cmd != "export" {
+        for f in ['l', 'u', 'c'] {
+            if flags_on.contains(f) || flags_off.contains(f) {
+                return it.unsupported(sh, &format!("{cmd} -{f} (case attributes)"));
             }
         }
     }

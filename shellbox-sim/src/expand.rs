@@ -166,8 +166,25 @@ pub fn ansi_c(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Most words one brace expansion yields (bash has no limit; the simulator stops there).
-const MAX_BRACE_WORDS: usize = 100_000;
+/// Most words one brace expansion yields (bash has no limit; the simulator refuses more,
+/// visibly: exit 2 and an `unsupported` record).
+pub const MAX_BRACE_WORDS: usize = 1_000_000;
+
+thread_local! {
+    /// Set when a brace expansion hit [`MAX_BRACE_WORDS`].
+    static BRACE_CUT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Brace expansion of a raw word; `None` when it would yield more than [`MAX_BRACE_WORDS`].
+pub fn brace_expand_checked(s: &str) -> Option<Vec<String>> {
+    BRACE_CUT.with(|c| c.set(false));
+    let v = brace_expand(s);
+    if BRACE_CUT.with(|c| c.replace(false)) {
+        None
+    } else {
+        Some(v)
+    }
+}
 
 /// Brace expansion of a raw word.
 pub fn brace_expand(s: &str) -> Vec<String> {
@@ -286,6 +303,7 @@ pub fn brace_expand(s: &str) -> Vec<String> {
                             for s in &suffixes {
                                 // a cap keeps `{a,b}{a,b}...` from exhausting host memory
                                 if out.len() >= MAX_BRACE_WORDS {
+                                    BRACE_CUT.with(|c| c.set(true));
                                     break 'outer;
                                 }
                                 out.push(format!("{prefix}{ae}{s}"));
@@ -325,7 +343,11 @@ fn seq_expand(inner: &str) -> Option<Vec<String>> {
         let mut v = Vec::new();
         let mut x = a;
         loop {
-            if (a <= z && x > z) || (a > z && x < z) || v.len() > 100_000 {
+            if (a <= z && x > z) || (a > z && x < z) {
+                break;
+            }
+            if v.len() >= MAX_BRACE_WORDS {
+                BRACE_CUT.with(|c| c.set(true));
                 break;
             }
             if width > 0 {
@@ -560,7 +582,17 @@ impl Interp<'_> {
             }
         }
         let words = if raw.contains('{') {
-            brace_expand(raw)
+            match brace_expand_checked(raw) {
+                Some(w) => w,
+                None => {
+                    self.unsupported(
+                        sh,
+                        &format!("brace expansion of more than {MAX_BRACE_WORDS} words"),
+                    )?;
+                    // the script cannot go on with a wrong word list: end it
+                    return Err(Ctl::Exit(2));
+                }
+            }
         } else {
             vec![raw.to_string()]
         };
@@ -1477,6 +1509,11 @@ impl Interp<'_> {
         if let Some(v) = parse_int(t) {
             return Ok(Ok(v));
         }
+        if let Some(tok) = bad_octal_token(t) {
+            return Ok(Err(format!(
+                "{t}: value too great for base (error token is \"{tok}\")"
+            )));
+        }
         let expr = match parse_arith(t).or_else(|| {
             // the arithmetic grammar is ASCII-only: carry other characters (in associative
             // array subscripts) through as tokens that `arith_expr_text` turns back
@@ -1837,6 +1874,32 @@ fn decode_non_ascii(s: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// The first octal-looking number (`08`, `0129`) holding a digit 8 or 9, as bash rejects.
+fn bad_octal_token(t: &str) -> Option<&str> {
+    let b = t.as_bytes();
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'#' || c == b'$';
+    let mut i = 0;
+    while i < b.len() {
+        if word(b[i]) {
+            let start = i;
+            while i < b.len() && word(b[i]) {
+                i += 1;
+            }
+            let tok = &t[start..i];
+            if tok.len() > 1
+                && tok.starts_with('0')
+                && tok.bytes().all(|c| c.is_ascii_digit())
+                && tok.bytes().any(|c| c == b'8' || c == b'9')
+            {
+                return Some(tok);
+            }
+        } else {
+            i += 1;
+        }
+    }
+    None
 }
 
 pub fn parse_int(t: &str) -> Option<i64> {

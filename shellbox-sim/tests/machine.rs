@@ -464,3 +464,48 @@ async fn close_cancels_a_busy_run() {
         Err(Error::Closed)
     ));
 }
+
+#[test]
+fn large_brace_expansions_never_give_a_wrong_answer() {
+    let m = machine();
+    assert_eq!(
+        out(&m, "for i in {1..150000}; do :; done; echo $i"),
+        "150000\n"
+    );
+    let r = sh(&m, "for i in {1..2000000}; do :; done; echo $i");
+    assert_eq!(r.exit_code, Some(2));
+    assert_eq!(r.stdout, "");
+    assert!(String::from_utf8_lossy(&r.stderr).contains("brace expansion"));
+    assert!(m
+        .unsupported()
+        .iter()
+        .any(|u| u.contains("brace expansion")));
+}
+
+#[test]
+fn declare_case_attributes_fail_visibly() {
+    let m = machine();
+    let r = sh(&m, "declare -l x=ABC; echo $x");
+    assert_eq!(r.exit_code, Some(0)); // the echo ran after the failed declare
+    assert!(String::from_utf8_lossy(&r.stderr).contains("unsupported"));
+    assert!(m.unsupported().iter().any(|u| u.contains("declare -l")));
+    let r = sh(&m, "declare -u y=abc");
+    assert_eq!(r.exit_code, Some(2));
+}
+
+#[test]
+fn cd_and_octal_diagnostics_match_bash() {
+    let m = machine();
+    let r = sh(&m, "cd /nonexistent");
+    assert_eq!(
+        String::from_utf8_lossy(&r.stderr),
+        "bash: line 1: cd: /nonexistent: No such file or directory\n"
+    );
+    let r = sh(&m, "echo $(( 08 ))");
+    assert!(
+        String::from_utf8_lossy(&r.stderr)
+            .contains("08: value too great for base (error token is \"08\")"),
+        "{:?}",
+        r.stderr
+    );
+}
