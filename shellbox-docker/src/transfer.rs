@@ -212,7 +212,11 @@ pub(crate) async fn download(inner: &Inner, source: &str, target: &Path) -> Resu
     let outcome = match engine_error {
         Some(e) if is_not_found(&e) => Err(Error::not_found(source)),
         Some(e) if unpacked.is_err() => Err(inner.engine_error("download archive", e)),
-        _ => unpacked.map(|_| ()),
+        // A refusal names the caller's target, not the staging directory.
+        _ => unpacked.map(|_| ()).map_err(|e| match e {
+            Error::Transfer { reason, .. } => Error::transfer(target.display().to_string(), reason),
+            other => other,
+        }),
     };
     // All or nothing: only a complete, accepted tree is moved into place.
     tokio::task::spawn_blocking(move || match outcome {

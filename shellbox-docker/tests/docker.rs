@@ -1201,6 +1201,11 @@ async fn downloads_are_all_or_nothing_and_refuse_chained_links() {
         let target = work.join("new");
         let err = m.download(source, &target).await.expect_err(source);
         assert!(matches!(err, Error::Transfer { .. }), "{source}: {err:?}");
+        assert!(!err.to_string().contains(".shellbox-download"), "{err}");
+        assert!(
+            err.to_string().contains(&*target.to_string_lossy()),
+            "{err}"
+        );
         assert!(!target.exists(), "{source}");
         assert!(
             names_in(&work).is_empty(),
