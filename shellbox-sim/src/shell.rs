@@ -436,6 +436,10 @@ pub struct World {
     pub cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
+/// Most background jobs live at once under one background job (the process limit a fork
+/// bomb runs into).
+pub const MAX_NESTED_JOBS: u32 = 4096;
+
 /// The deadline id a cancelled command unwinds with (no real deadline has it).
 pub const CANCELLED: u32 = u32::MAX;
 
@@ -457,6 +461,9 @@ pub struct Interp<'a> {
     pub wall: Option<(Instant, u32)>,
     pub ticks: u64,
     pub bg_depth: u32,
+    /// Background jobs started inside the outermost running background job (all still
+    /// live, as their ancestor runs); bounded by [`MAX_NESTED_JOBS`].
+    pub bg_nested: u32,
     /// Background writes not yet delivered: (virtual time, sequence, stream, bytes).
     pub pending: Vec<(u64, u64, Fd, Vec<u8>)>,
     pub seq: u64,
@@ -594,6 +601,7 @@ impl<'a> Interp<'a> {
             wall: None,
             ticks: 0,
             bg_depth: 0,
+            bg_nested: 0,
             pending: Vec::new(),
             seq: 0,
             depth: 0,
@@ -965,6 +973,17 @@ impl<'a> Interp<'a> {
     }
 
     fn run_background(&mut self, sh: &mut Shell, andor: &ast::AndOrList) -> R<()> {
+        if self.bg_depth == 0 {
+            self.bg_nested = 0;
+        } else {
+            self.bg_nested += 1;
+            if self.bg_nested > MAX_NESTED_JOBS {
+                // a fork bomb: bash's fork fails with EAGAIN once the process limit is hit
+                self.err(sh, "bash: fork: retry: Resource temporarily unavailable");
+                self.err(sh, "bash: fork: Resource temporarily unavailable");
+                return Err(Ctl::Exit(254));
+            }
+        }
         let pid = self.w.new_pid();
         let mut sub = sh.subshell(pid);
         sub.set_fd(0, Some(Rc::new(RefCell::new(Stream::Null))));

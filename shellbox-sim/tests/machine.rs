@@ -509,3 +509,21 @@ fn cd_and_octal_diagnostics_match_bash() {
         r.stderr
     );
 }
+
+#[test]
+fn a_fork_bomb_ends_quickly() {
+    let m = machine();
+    let t = Instant::now();
+    let r = m.run_sync(Command::shell(":(){ :|:& };:")).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+    assert!(
+        String::from_utf8_lossy(&r.stderr)
+            .contains("fork: retry: Resource temporarily unavailable"),
+        "{r:?}"
+    );
+    // the machine still works, and many sequential jobs are fine
+    assert_eq!(
+        out(&m, "for i in $(seq 5000); do true & done; wait; echo done"),
+        "done\n"
+    );
+}
