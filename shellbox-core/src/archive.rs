@@ -507,6 +507,30 @@ fn check_symlink_target(rel: &[String], link: &[u8]) -> Result<(), &'static str>
     Ok(())
 }
 
+/// Checks that the symlink at `root/link` (`link` relative, e.g. `a/b/l`) resolves inside
+/// `root` as the kernel would resolve it, through the other symlinks below `root`: for a
+/// caller that moved an unpacked tree into a directory that already held links (a merge).
+///
+/// # Errors
+/// [`Error::InvalidInput`] when `link` has no normal component or a `..`;
+/// [`Error::Transfer`] naming the link when it cannot be read, leaves `root`, is absolute
+/// (or leads through an absolute link), or follows more than 40 links.
+pub fn check_symlink_inside(root: &Path, link: &Path) -> Result<(), Error> {
+    let mut rel = Vec::new();
+    for c in link.components() {
+        match c {
+            Component::Normal(s) => rel.push(s.to_string_lossy().into_owned()),
+            Component::CurDir => {}
+            _ => return Err(Error::invalid(format!("bad relative link path {link:?}"))),
+        }
+    }
+    if rel.is_empty() {
+        return Err(Error::invalid(format!("bad relative link path {link:?}")));
+    }
+    resolves_inside(root, &rel)
+        .map_err(|why| Error::transfer(root.join(link).display().to_string(), why))
+}
+
 /// The most symlinks [`resolves_inside`] follows for one link (Linux's own limit).
 const MAX_LINK_HOPS: u32 = 40;
 
@@ -821,6 +845,17 @@ mod tests {
         unpack_safe(&ok[..], out.path(), UnpackLayout::AsIs).unwrap();
         assert!(links_stay_inside(out.path()));
         assert!(fs::read_link(out.path().join("d/up")).is_ok());
+        // Checked on its own, as after a merge into a directory holding other links.
+        check_symlink_inside(out.path(), Path::new("d/m")).unwrap();
+        std::os::unix::fs::symlink("a/..", out.path().join("d/esc")).unwrap();
+        std::os::unix::fs::symlink(".", out.path().join("a")).unwrap();
+        std::os::unix::fs::symlink("../a/..", out.path().join("d/esc2")).unwrap();
+        check_symlink_inside(out.path(), Path::new("d/esc")).unwrap();
+        assert!(matches!(
+            check_symlink_inside(out.path(), Path::new("d/esc2")),
+            Err(Error::Transfer { .. })
+        ));
+        assert!(check_symlink_inside(out.path(), Path::new("../x")).is_err());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use bollard::query_parameters::{
     ContainerArchiveInfoOptions, DownloadFromContainerOptions, UploadToContainerOptions,
 };
 use futures::StreamExt;
-use shellbox_core::archive::{pack_path, unpack_safe, UnpackLayout};
+use shellbox_core::archive::{check_symlink_inside, pack_path, unpack_safe, UnpackLayout};
 use shellbox_core::validate::validate_guest_path;
 use shellbox_core::Error;
 use tokio::sync::mpsc;
@@ -125,7 +125,9 @@ pub(crate) async fn upload(inner: &Inner, source: &Path, target: &str) -> Result
 /// with [`unpack_safe`], which refuses entries escaping the target, into a staging
 /// directory (`.shellbox-download-<hex>`) beside the target; only a complete, accepted tree
 /// is then renamed into place (or merged into an existing directory target), so a failed
-/// download leaves the host target as it was.
+/// download leaves the host target as it was. (One exception: merged into an existing
+/// directory, a link that would climb out through a link already there is removed after
+/// the move and the download is an [`Error::Transfer`].)
 pub(crate) async fn download(inner: &Inner, source: &str, target: &Path) -> Result<(), Error> {
     validate_guest_path(source)?;
     refuse_kernel_path(source)?;
@@ -295,7 +297,20 @@ impl Staging {
             }
             Err(e) => Err(io("stat", &self.dest)(e)),
             Ok(existing) if existing.is_dir() && staged.is_dir() => {
-                merge_move(&self.item, &self.dest)
+                // The links were judged inside the staged tree alone; next to the links
+                // already in the target, one could climb out (`a -> .` there, `m -> a/..`
+                // here): judge them again where they land, and remove any that escape.
+                let mut links = Vec::new();
+                list_symlinks(&self.item, Path::new(""), &mut links);
+                merge_move(&self.item, &self.dest)?;
+                let mut refused = None;
+                for link in links {
+                    if let Err(e) = check_symlink_inside(&self.dest, &link) {
+                        let _ = std::fs::remove_file(self.dest.join(&link));
+                        refused.get_or_insert(e);
+                    }
+                }
+                refused.map_or(Ok(()), Err)
             }
             Ok(existing) if existing.is_dir() => Err(Error::transfer(
                 self.dest.display().to_string(),
@@ -321,6 +336,22 @@ impl Drop for Staging {
             if e.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!(target: "shellbox_docker", dir = %self.dir.display(), "could not remove a download's staging directory: {e}");
             }
+        }
+    }
+}
+
+/// Appends the paths (relative to the walk's start) of the symlinks under `dir`.
+fn list_symlinks(dir: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(ft) = entry.file_type() else { continue };
+        let rel = rel.join(entry.file_name());
+        if ft.is_symlink() {
+            out.push(rel);
+        } else if ft.is_dir() {
+            list_symlinks(&entry.path(), &rel, out);
         }
     }
 }

@@ -1235,6 +1235,19 @@ async fn downloads_are_all_or_nothing_and_refuse_chained_links() {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&existing).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o750);
+    // A link that climbs out only next to a link already in the target is removed.
+    sh(
+        &m,
+        "mkdir -p /w/climb && ln -s a/.. /w/climb/m && echo c > /w/climb/c",
+    )
+    .await;
+    let prepared = work.join("prepared");
+    std::fs::create_dir(&prepared).unwrap();
+    std::os::unix::fs::symlink(".", prepared.join("a")).unwrap();
+    let err = m.download("/w/climb", &prepared).await.expect_err("climb");
+    assert!(matches!(err, Error::Transfer { .. }), "{err:?}");
+    assert!(std::fs::symlink_metadata(prepared.join("m")).is_err());
+    std::fs::remove_dir_all(&prepared).unwrap();
     // A new target is made whole, a file too.
     m.download("/w/good", &work.join("fresh")).await.unwrap();
     assert_eq!(names_in(&work.join("fresh")), ["g", "sub"]);
