@@ -55,10 +55,29 @@ struct Field {
 struct Fb {
     done: Vec<Field>,
     cur: Field,
+    /// Bytes of text pushed so far, over all fields.
+    bytes: usize,
+    /// Most text bytes this word may build; past it `over` is set and nothing more is kept.
+    budget: usize,
+    over: bool,
 }
 
 impl Fb {
+    /// A builder holding at most `memory_limit / 4` bytes of text: each byte also costs a
+    /// flag byte, and the value it replaces (a variable built the same way) is live too, so
+    /// a doubling `x=$x$x` loop stays within the machine's memory budget.
+    fn new(memory_limit: u64) -> Self {
+        Fb {
+            budget: usize::try_from(memory_limit / 4).unwrap_or(usize::MAX),
+            ..Fb::default()
+        }
+    }
     fn push(&mut self, s: &str, flag: u8) {
+        self.bytes = self.bytes.saturating_add(s.len());
+        if self.bytes > self.budget {
+            self.over = true;
+            return;
+        }
         self.cur.s.push_str(s);
         self.cur.f.extend(std::iter::repeat_n(flag, s.len()));
     }
@@ -544,8 +563,11 @@ impl Interp<'_> {
 
     fn expand_fields_inner(&mut self, sh: &mut Shell, raw: &str, in_dq: bool) -> R<Vec<Field>> {
         let pieces = self.parse_word(sh, raw)?;
-        let mut fb = Fb::default();
+        let mut fb = Fb::new(self.w.memory_limit);
         self.expand_pieces(sh, &pieces, in_dq, &mut fb)?;
+        if fb.over {
+            return Err(Ctl::Budget("memory limit exceeded".into()));
+        }
         let fields = fb.finish();
         let bytes: usize = fields.iter().map(|f| f.s.len()).sum();
         if bytes as u64 > self.w.memory_limit {
@@ -672,8 +694,11 @@ impl Interp<'_> {
                 return Ok(Err(1));
             }
         };
-        let mut fb = Fb::default();
+        let mut fb = Fb::new(self.w.memory_limit);
         self.expand_pieces(sh, &pieces, true, &mut fb)?;
+        if fb.over {
+            return Err(Ctl::Budget("memory limit exceeded".into()));
+        }
         let fields = fb.finish();
         Ok(Ok(fields
             .into_iter()

@@ -17,8 +17,9 @@
 //! ```
 //!
 //! Limits (defaults from the reference library, section 6): CPU fuel (one unit per command,
-//! loop iteration and arithmetic evaluation), memory (the largest single in-memory buffer:
-//! a pipe, a command substitution, a variable), disk (bytes held by virtual files) and
+//! loop iteration and arithmetic evaluation), memory (a pipe or command substitution buffer
+//! holds at most the budget; one expanded word at most a quarter of it, so a word, its
+//! bookkeeping and the variable it replaces stay within the budget together), disk (bytes held by virtual files) and
 //! cumulative output. Exhausting one returns [`Error::Terminated`] naming the budget and
 //! closes the machine.
 //!

@@ -527,3 +527,38 @@ fn a_fork_bomb_ends_quickly() {
         "done\n"
     );
 }
+
+#[test]
+fn a_doubling_variable_stays_within_the_memory_budget() {
+    let m = SimMachineFactory::with_options(SimOptions {
+        memory_bytes: Some(64 * 1024 * 1024),
+        ..SimOptions::default()
+    })
+    .create_sim(MachineSpec::sim())
+    .unwrap();
+    // 2^25 bytes = 32 MiB: with the old value and the builder's flags that is > 64 MiB live
+    let r = m.run_sync(Command::shell(
+        "x=a; i=0; while [ $i -lt 25 ]; do x=$x$x; i=$((i+1)); done; echo ${#x}",
+    ));
+    assert!(
+        matches!(r, Err(Error::Terminated(ref why)) if why.contains("memory")),
+        "{r:?}"
+    );
+    // an endless doubling loop ends the same way
+    let m = SimMachineFactory::with_options(SimOptions {
+        memory_bytes: Some(64 * 1024 * 1024),
+        ..SimOptions::default()
+    })
+    .create_sim(MachineSpec::sim())
+    .unwrap();
+    let r = m.run_sync(Command::shell("x=a; while :; do x=$x$x; done"));
+    assert!(matches!(r, Err(Error::Terminated(_))), "{r:?}");
+    // small values are untouched
+    assert_eq!(
+        out(
+            &machine(),
+            "x=a; for i in 1 2 3 4; do x=$x$x; done; echo ${#x}"
+        ),
+        "16\n"
+    );
+}
