@@ -47,7 +47,10 @@
 //! The programs under `/bin` and `/usr/bin`: `[ basename bash cat chmod cp date dirname echo
 //! env false head kill ln ls mkdir mv printf pwd rm rmdir seq sh sleep stat tail tar tee
 //! test timeout touch true wc` (`tar` creates, extracts and lists uncompressed archives, what
-//! shellbox's transfer helpers need). Any other program is not found (exit 127), as on a
+//! shellbox's transfer helpers need). `/dev/zero` and `/dev/urandom` (deterministic
+//! pseudo-random bytes) are endless: `cat` streams them until its reader exits or a budget
+//! runs out, `head -c N` reads N bytes; reading one whole any other way fails visibly
+//! (`Invalid argument`, recorded as unsupported). Any other program is not found (exit 127), as on a
 //! machine without it.
 //!
 //! # Not simulated

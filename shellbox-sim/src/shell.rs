@@ -44,6 +44,8 @@ pub enum Stream {
     },
     Null,
     Zero,
+    /// `/dev/urandom` opened for a redirection.
+    Random,
     /// A background job's view of an inherited stream: writes are queued with their
     /// virtual time and reach the stream in time order with the foreground's.
     Timed(Fd),
@@ -464,6 +466,8 @@ pub struct Interp<'a> {
     /// Background jobs started inside the outermost running background job (all still
     /// live, as their ancestor runs); bounded by [`MAX_NESTED_JOBS`].
     pub bg_nested: u32,
+    /// How many bytes the next whole read of an endless device needs (`head -c N`).
+    pub endless_want: Option<usize>,
     /// Background writes not yet delivered: (virtual time, sequence, stream, bytes).
     pub pending: Vec<(u64, u64, Fd, Vec<u8>)>,
     pub seq: u64,
@@ -602,6 +606,7 @@ impl<'a> Interp<'a> {
             ticks: 0,
             bg_depth: 0,
             bg_nested: 0,
+            endless_want: None,
             pending: Vec::new(),
             seq: 0,
             depth: 0,
@@ -782,7 +787,7 @@ impl<'a> Interp<'a> {
                 }
             }
             Stream::Null => {}
-            Stream::Zero => return Ok(false),
+            Stream::Zero | Stream::Random => return Ok(false),
         }
         Ok(true)
     }
@@ -815,7 +820,14 @@ impl<'a> Interp<'a> {
                 *pos = d.len().max(*pos);
                 out
             }
-            Stream::Zero => vec![0; 128 * 1024],
+            Stream::Zero => {
+                drop(st);
+                self.endless_read(false).unwrap_or_default()
+            }
+            Stream::Random => {
+                drop(st);
+                self.endless_read(true).unwrap_or_default()
+            }
             _ => Vec::new(),
         }
     }
@@ -856,6 +868,39 @@ impl<'a> Interp<'a> {
 
     // ---------- files ----------
 
+    /// `n` bytes of `/dev/zero` (or `/dev/urandom`: a deterministic xorshift stream).
+    pub fn endless_bytes(&mut self, random: bool, n: usize) -> Vec<u8> {
+        if !random {
+            return vec![0; n];
+        }
+        let mut x = self.w.rng.max(1);
+        let v = (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x >> 24) as u8
+            })
+            .collect();
+        self.w.rng = x;
+        v
+    }
+
+    /// Reads an endless device whole: only as much as the reader said it needs
+    /// (`endless_want`, set by `head -c N`); reading all of it is refused visibly
+    /// (`EINVAL`, recorded as unsupported) instead of returning a wrong, finite stream.
+    fn endless_read(&mut self, random: bool) -> Result<Vec<u8>, Errno> {
+        match self.endless_want.take() {
+            Some(n) if (n as u64) <= self.w.memory_limit / 4 => Ok(self.endless_bytes(random, n)),
+            _ => {
+                self.record(
+                    "unsupported: reading an endless device (/dev/zero, /dev/urandom) to its end",
+                );
+                Err(Errno::Inval)
+            }
+        }
+    }
+
     /// Reads a file the way a utility opening it would (devices included).
     pub fn read_file(&mut self, sh: &Shell, path: &str) -> Result<Vec<u8>, Errno> {
         let ino = self.w.vfs.resolve(&sh.cwd, path, true)?;
@@ -864,7 +909,8 @@ impl<'a> Interp<'a> {
             Kind::Dir(..) => Err(Errno::IsDir),
             Kind::Exe(n) => Ok(format!("#!/bin/sh\n# shellbox-sim built-in {n}\n").into_bytes()),
             Kind::Dev(Dev::Null) => Ok(Vec::new()),
-            Kind::Dev(Dev::Zero) => Ok(vec![0; 128 * 1024]),
+            Kind::Dev(Dev::Zero) => self.endless_read(false),
+            Kind::Dev(Dev::Urandom) => self.endless_read(true),
             Kind::Dev(Dev::Fd(n)) => {
                 let n = *n;
                 Ok(self.read_all(sh, n))
@@ -889,6 +935,7 @@ impl<'a> Interp<'a> {
                 match &node.kind {
                     Kind::Dev(Dev::Null) => return Ok(Rc::new(RefCell::new(Stream::Null))),
                     Kind::Dev(Dev::Zero) => return Ok(Rc::new(RefCell::new(Stream::Zero))),
+                    Kind::Dev(Dev::Urandom) => return Ok(Rc::new(RefCell::new(Stream::Random))),
                     Kind::Dev(Dev::Fd(n)) => return sh.get_fd(*n).ok_or(Errno::NoEnt),
                     Kind::Dir(..) => return Err(Errno::IsDir),
                     _ => {}

@@ -882,6 +882,27 @@ fn shell_prog(it: &mut Interp<'_>, sh: &mut Shell, name: &str, args: &[String]) 
     it.run_child_script(sh, &text, arg0, params, &opts)
 }
 
+/// `Some(random)` when `f` names `/dev/zero` (false) or `/dev/urandom` (true), or is `-`
+/// with stdin redirected from one.
+fn endless_device(it: &mut Interp<'_>, sh: &Shell, f: &str) -> Option<bool> {
+    use crate::vfs::{Dev, Kind};
+    if f == "-" {
+        let fd = sh.get_fd(0)?;
+        let b = fd.borrow();
+        return match &*b {
+            crate::shell::Stream::Zero => Some(false),
+            crate::shell::Stream::Random => Some(true),
+            _ => None,
+        };
+    }
+    let ino = it.w.vfs.resolve(&sh.cwd, f, true).ok()?;
+    match it.w.vfs.get(ino).kind {
+        Kind::Dev(Dev::Zero) => Some(false),
+        Kind::Dev(Dev::Urandom) => Some(true),
+        _ => None,
+    }
+}
+
 fn read_input(it: &mut Interp<'_>, sh: &Shell, f: &str) -> Result<Vec<u8>, Errno> {
     if f == "-" {
         Ok(it.read_all(sh, 0))
@@ -908,6 +929,14 @@ fn cat(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let mut st = 0;
     let mut lineno = 0;
     for f in files {
+        if let Some(random) = endless_device(it, sh, &f) {
+            // stream it until the reader goes away (SIGPIPE) or a budget runs out
+            loop {
+                it.tick()?;
+                let chunk = it.endless_bytes(random, 64 * 1024);
+                it.write(sh, 1, &chunk)?;
+            }
+        }
         let data = match read_input(it, sh, &f) {
             Ok(d) => d,
             Err(e) => {
@@ -2587,7 +2616,13 @@ fn head_tail(it: &mut Interp<'_>, sh: &mut Shell, args: &[String], head: bool) -
     let mut st = 0;
     let mut first = true;
     for f in &files {
-        let data = match read_input(it, sh, f) {
+        it.endless_want = match bytes {
+            Some(b) if head && b >= 0 && !from_start => usize::try_from(b).ok(),
+            _ => None,
+        };
+        let data = read_input(it, sh, f);
+        it.endless_want = None;
+        let data = match data {
             Ok(d) => d,
             Err(e) => {
                 fail(

@@ -58,6 +58,8 @@ pub enum Dev {
     Null,
     /// `/dev/zero`.
     Zero,
+    /// `/dev/urandom` and `/dev/random`: deterministic pseudo-random bytes.
+    Urandom,
     /// `/dev/stdin`, `/dev/stdout`, `/dev/stderr`: the opener's fd N.
     Fd(i32),
 }
@@ -165,6 +167,8 @@ impl Vfs {
         for (n, d) in [
             ("null", Dev::Null),
             ("zero", Dev::Zero),
+            ("urandom", Dev::Urandom),
+            ("random", Dev::Urandom),
             ("stdin", Dev::Fd(0)),
             ("stdout", Dev::Fd(1)),
             ("stderr", Dev::Fd(2)),

@@ -562,3 +562,24 @@ fn a_doubling_variable_stays_within_the_memory_budget() {
         "16\n"
     );
 }
+
+#[test]
+fn dev_zero_and_urandom_are_endless() {
+    let m = machine();
+    assert_eq!(out(&m, "head -c 200000 /dev/zero | wc -c"), "200000\n");
+    assert_eq!(
+        out(&m, "cat /dev/zero | head -c 300000 | wc -c"),
+        "300000\n"
+    );
+    assert_eq!(out(&m, "head -c 150000 < /dev/zero | wc -c"), "150000\n");
+    assert_eq!(out(&m, "head -c 1000 /dev/urandom | wc -c"), "1000\n");
+    // deterministic across machines, and not all zeros
+    let a = sh(&machine(), "head -c 64 /dev/urandom").stdout;
+    let b = sh(&machine(), "head -c 64 /dev/urandom").stdout;
+    assert_eq!(a, b);
+    assert!(a.iter().any(|&x| x != 0));
+    // reading one whole is never a wrong finite answer
+    let r = sh(&m, "wc -c /dev/zero");
+    assert_ne!(String::from_utf8_lossy(&r.stdout), "131072 /dev/zero\n");
+    assert_ne!(r.exit_code, Some(0));
+}
