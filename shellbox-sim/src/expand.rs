@@ -359,6 +359,13 @@ fn seq_expand(inner: &str) -> Option<Vec<String>> {
             }
         };
         let width = pad(parts[0]).max(pad(parts[1]));
+        let count = (i128::from(z) - i128::from(a)).unsigned_abs()
+            / u128::from(step.unsigned_abs().max(1))
+            + 1;
+        if count > MAX_BRACE_WORDS as u128 {
+            BRACE_CUT.with(|c| c.set(true));
+            return Some(Vec::new());
+        }
         let mut v = Vec::new();
         let mut x = a;
         loop {

@@ -469,8 +469,8 @@ async fn close_cancels_a_busy_run() {
 fn large_brace_expansions_never_give_a_wrong_answer() {
     let m = machine();
     assert_eq!(
-        out(&m, "for i in {1..150000}; do :; done; echo $i"),
-        "150000\n"
+        out(&m, "a=({1..100001}); echo ${#a[@]} ${a[100000]}"),
+        "100001 100001\n"
     );
     let r = sh(&m, "for i in {1..2000000}; do :; done; echo $i");
     assert_eq!(r.exit_code, Some(2));
