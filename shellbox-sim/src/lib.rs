@@ -437,7 +437,16 @@ impl SimMachine {
             Errno::NoEnt | Errno::NotDir => Error::not_found(source),
             other => Error::transfer(source, other.msg()),
         })?;
-        download_node(&mut w.vfs, ino, target, source, None)
+        let mut links = Vec::new();
+        download_node(&mut w.vfs, ino, target, source, None, &mut links)?;
+        // each link stays inside on its own (checked as it was made); judge the chains
+        // through other links too, as the kernel resolves them
+        for l in links {
+            if let Ok(rel) = l.strip_prefix(target) {
+                shellbox_core::archive::check_symlink_inside(target, rel)?;
+            }
+        }
+        Ok(())
     }
 
     /// Closes the machine; idempotent. A running command is cancelled (it stops at its
@@ -708,6 +717,7 @@ fn download_node(
     target: &Path,
     source: &str,
     depth: Option<usize>,
+    links: &mut Vec<std::path::PathBuf>,
 ) -> Result<(), Error> {
     let top = depth.is_none();
     let node = vfs.get(ino).clone();
@@ -719,7 +729,7 @@ fn download_node(
             let entries: Vec<(String, usize)> = map.iter().map(|(k, v)| (k.clone(), *v)).collect();
             for (name, child) in entries {
                 let d = depth.map_or(0, |d| d + 1);
-                download_node(vfs, child, &target.join(&name), source, Some(d))?;
+                download_node(vfs, child, &target.join(&name), source, Some(d), links)?;
             }
             set_host_mode(target, mode)?;
         }
@@ -736,6 +746,7 @@ fn download_node(
             let _ = std::fs::remove_file(target);
             std::os::unix::fs::symlink(t, target)
                 .map_err(|e| Error::io(format!("symlink {}", target.display()), e))?;
+            links.push(target.to_path_buf());
         }
         _ => {
             let data: Vec<u8> = match &node.kind {

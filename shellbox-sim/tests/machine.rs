@@ -423,6 +423,13 @@ fn download_strips_setuid_and_refuses_escaping_symlinks() {
             .unwrap_err();
         assert!(matches!(e, Error::Transfer { .. }), "{link}: {e:?}");
     }
+    // a chain: each link alone stays inside, together they climb out
+    sh(
+        &m,
+        "mkdir -p /c/d && ln -s .. /c/d/up && ln -s up/../.. /c/d/x",
+    );
+    let e = m.download_sync("/c", &host.path().join("c")).unwrap_err();
+    assert!(matches!(e, Error::Transfer { .. }), "{e:?}");
 }
 
 #[tokio::test(flavor = "current_thread")]
