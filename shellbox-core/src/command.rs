@@ -319,7 +319,11 @@ mod tests {
             Event::Exit(status),
         ] {
             let json = serde_json::to_string(&event).unwrap();
-            assert_eq!(serde_json::from_str::<Event>(&json).unwrap(), event, "{json}");
+            assert_eq!(
+                serde_json::from_str::<Event>(&json).unwrap(),
+                event,
+                "{json}"
+            );
         }
     }
 }

@@ -300,7 +300,10 @@ mod tests {
         let limits = DownloadLimits::default();
         let json = serde_json::to_string(&limits).unwrap();
         assert!(json.contains(r#""timeout":60.0"#), "{json}");
-        assert_eq!(serde_json::from_str::<DownloadLimits>(&json).unwrap(), limits);
+        assert_eq!(
+            serde_json::from_str::<DownloadLimits>(&json).unwrap(),
+            limits
+        );
     }
 
     #[test]
