@@ -685,7 +685,7 @@ fn set_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         let mut out = String::new();
         for n in names {
             if let Some(Value::Str(v)) = sh.vars.get(n).map(|v| &v.value) {
-                out.push_str(&format!("{n}={}\n", shell_quote_value(v)));
+                out.push_str(&format!("{n}={}\n", crate::shell::xtrace_quote(v)));
             }
         }
         it.out(sh, &out)?;
@@ -830,17 +830,6 @@ fn shopt(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         }
     }
     Ok(st)
-}
-
-fn shell_quote_value(v: &str) -> String {
-    if !v.is_empty()
-        && v.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:,+=@%".contains(c))
-    {
-        v.to_string()
-    } else {
-        format!("'{}'", v.replace('\'', "'\\''"))
-    }
 }
 
 fn decl_line(n: &str, v: &Var) -> String {

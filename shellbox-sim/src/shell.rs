@@ -2478,8 +2478,9 @@ pub enum AssignVal {
     Array(Vec<(Option<String>, String)>),
 }
 
-/// How `set -x` shows one word: as is when plain, else in single quotes.
-fn xtrace_quote(s: &str) -> String {
+/// How bash shows one word in `set -x` traces and `set` listings: as is when plain, else in
+/// single quotes.
+pub(crate) fn xtrace_quote(s: &str) -> String {
     if !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+%@".contains(c))
