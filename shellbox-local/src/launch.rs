@@ -592,18 +592,13 @@ pub(crate) fn spawn(prepared: Prepared, params: RunParams) -> Result<EventStream
         .map(tokio::net::unix::pipe::Sender::from_owned_fd)
         .transpose()
         .map_err(pipe_err)?;
-    let stdout = child
-        .stdout
-        .take()
-        .map(tokio::net::unix::pipe::Receiver::from_owned_fd)
-        .transpose()
-        .map_err(pipe_err)?;
-    let stderr = child
-        .stderr
-        .take()
-        .map(tokio::net::unix::pipe::Receiver::from_owned_fd)
-        .transpose()
-        .map_err(pipe_err)?;
+    let receiver = |fd: Option<OwnedFd>| {
+        fd.map(tokio::net::unix::pipe::Receiver::from_owned_fd)
+            .transpose()
+            .map_err(pipe_err)
+    };
+    let stdout = receiver(child.stdout.take())?;
+    let stderr = receiver(child.stderr.take())?;
     tokio::spawn(async move {
         let mut guard = guard;
         let RunParams {
