@@ -1,7 +1,8 @@
 //! End-to-end tests of the `shellbox` command line, run as a user would run it.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn shellbox() -> Command {
@@ -33,6 +34,23 @@ fn local_available(test: &str) -> bool {
         "shellbox run --backend local -- true failed: {stdout} {}",
         text(&out.stderr)
     );
+}
+
+/// Starts `shellbox run --backend local -- sh -c SCRIPT` with its own `TMPDIR` (so the test
+/// can see machine roots left behind) and returns it once its first stdout line, checked to
+/// be `first_line`, has arrived.
+fn spawn_local(script: &str, tmp: &Path, first_line: &str) -> (Child, BufReader<ChildStdout>) {
+    let mut child = shellbox()
+        .env("TMPDIR", tmp)
+        .args(["run", "--backend", "local", "--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(line, first_line);
+    (child, reader)
 }
 
 #[test]
@@ -217,23 +235,9 @@ fn local_output_streams_before_the_command_ends() {
     if !local_available("local_output_streams_before_the_command_ends") {
         return;
     }
-    let mut child = shellbox()
-        .args([
-            "run",
-            "--backend",
-            "local",
-            "--",
-            "sh",
-            "-c",
-            "echo first; sleep 5; echo second",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    reader.read_line(&mut line).unwrap();
-    assert_eq!(line, "first\n");
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut child, mut reader) =
+        spawn_local("echo first; sleep 5; echo second", tmp.path(), "first\n");
     // The command sleeps 5 s after its first line: it must still be running now.
     assert!(
         child.try_wait().unwrap().is_none(),
@@ -341,16 +345,7 @@ fn local_closed_stdout_stops_the_command() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let mut child = shellbox()
-        .env("TMPDIR", tmp.path())
-        .args(["run", "--backend", "local", "--", "sh", "-c", "yes"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    reader.read_line(&mut line).unwrap();
-    assert_eq!(line, "y\n");
+    let (mut child, reader) = spawn_local("yes", tmp.path(), "y\n");
     drop(reader);
     let start = Instant::now();
     let status = child.wait().unwrap();
@@ -369,24 +364,7 @@ fn local_sigterm_closes_the_machine() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let mut child = shellbox()
-        .env("TMPDIR", tmp.path())
-        .args([
-            "run",
-            "--backend",
-            "local",
-            "--",
-            "sh",
-            "-c",
-            "echo up; sleep 3600",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    reader.read_line(&mut line).unwrap();
-    assert_eq!(line, "up\n");
+    let (mut child, _stdout) = spawn_local("echo up; sleep 3600", tmp.path(), "up\n");
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
     let status = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
