@@ -1,5 +1,6 @@
 //! The interpreter: shell state, control flow, redirections and process boundaries.
 
+use shellbox_core::status::signal_exit_code;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
@@ -741,7 +742,7 @@ impl<'a> Interp<'a> {
                 };
                 if satisfied && d.len() >= PIPE_CAPACITY {
                     // the reader has exited: SIGPIPE
-                    return Err(Ctl::Exit(128 + 13));
+                    return Err(Ctl::Exit(signal_exit_code(13)));
                 }
                 *lines += data.iter().filter(|b| **b == b'\n').count();
                 d.extend_from_slice(data);
@@ -751,7 +752,7 @@ impl<'a> Interp<'a> {
                 };
                 if satisfied && d.len() > PIPE_CAPACITY {
                     // the write filled the pipe; the reader took its part and exited
-                    return Err(Ctl::Exit(128 + 13));
+                    return Err(Ctl::Exit(signal_exit_code(13)));
                 }
             }
             Stream::Timed(inner) => {

@@ -3,6 +3,7 @@
 use crate::builtins::normalize;
 use crate::shell::{Ctl, Interp, Opts, Shell, R};
 use crate::vfs::{Errno, Kind, Vfs};
+use shellbox_core::status::signal_exit_code;
 
 /// Runs utility `name` as a program (its own process: it changes no shell state).
 pub fn run(it: &mut Interp<'_>, sh: &mut Shell, name: &str, argv: Vec<String>) -> R<i32> {
@@ -736,7 +737,7 @@ pub fn kill(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             if job.finish > now {
                 if sig != 0 {
                     job.finish = now;
-                    job.status = Some(128 + sig);
+                    job.status = Some(signal_exit_code(sig));
                 }
                 continue;
             }
@@ -769,7 +770,7 @@ pub fn kill(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                 if sh.traps.contains_key(name) {
                     continue;
                 }
-                return Err(Ctl::Exit(128 + sig));
+                return Err(Ctl::Exit(signal_exit_code(sig)));
             }
         }
         it.err(sh, &format!("bash: kill: ({a}) - No such process"));
