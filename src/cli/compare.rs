@@ -1,6 +1,6 @@
 //! `shellbox compare`: run a shell corpus and compare with what real Bash printed.
 //!
-//! The corpus format and environment are `shared/sim-corpus/README.md`'s: each case runs as
+//! The corpus format and environment are `testdata/sim-corpus/README.md`'s: each case runs as
 //! `bash -c SCRIPT` in an empty `/work` as cwd, stdin empty, with a fixed environment; a
 //! case passes when its stdout bytes and exit status equal the recorded ones (stderr is not
 //! compared).
