@@ -148,12 +148,17 @@ impl Command {
     /// Checks what every backend relies on before running anything.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] when argv is empty or any argument holds a NUL byte, `cwd`
-    /// is not an absolute normalised path, an env name is not `[A-Za-z_][A-Za-z0-9_]*` or
-    /// holds NUL, or `user` is empty or holds NUL.
+    /// [`Error::InvalidInput`] when argv is empty, its program name (`argv[0]`) is empty or
+    /// any argument holds a NUL byte, `cwd` is not an absolute normalised path, an env name
+    /// is not `[A-Za-z_][A-Za-z0-9_]*` or holds NUL, or `user` is empty or holds NUL.
+    /// [`Error::Unsupported`] when `cwd` is inside `/proc`, `/sys` or `/dev`
+    /// ([`validate_not_kernel_dir`](crate::validate::validate_not_kernel_dir)).
     pub fn validate(&self) -> Result<(), Error> {
         if self.argv.is_empty() {
             return Err(Error::invalid("argv is empty"));
+        }
+        if self.argv[0].is_empty() {
+            return Err(Error::invalid("the program name (argv[0]) is empty"));
         }
         if let Some(arg) = self.argv.iter().find(|a| a.contains('\0')) {
             return Err(Error::invalid(format!(
@@ -165,6 +170,7 @@ impl Command {
                 Error::InvalidInput(m) => Error::InvalidInput(format!("cwd: {m}")),
                 other => other,
             })?;
+            crate::validate::validate_not_kernel_dir("cwd", cwd)?;
         }
         validate_env(&self.env)?;
         if let Some(user) = &self.user {

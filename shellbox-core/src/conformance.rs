@@ -359,6 +359,10 @@ pub async fn transfer_errors(h: &Harness) {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "No such file or directory: /shellbox/no/such/file"
+    );
     assert!(!host.path().join("x").exists());
     let err = m
         .upload(&host.path().join("missing"), "/tmp/x")
@@ -373,6 +377,33 @@ pub async fn transfer_errors(h: &Harness) {
         let err = m.download(bad, &host.path().join("y")).await.unwrap_err();
         assert!(matches!(err, Error::InvalidInput(_)), "{bad}: {err:?}");
     }
+    m.close().await.unwrap();
+}
+
+/// One rule on every backend (issue 8, item 15): an empty program name is `InvalidInput`;
+/// a working directory inside `/proc`, `/sys` or `/dev` is `Unsupported`, both as the
+/// command's cwd and as the machine's workdir. The machine stays usable.
+pub async fn bad_program_and_kernel_dirs_refused(h: &Harness) {
+    let m = h.machine().await;
+    let err = m.run(Command::new("")).await.unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput(_)),
+        "empty argv[0]: {err:?}"
+    );
+    for dir in ["/proc", "/sys/kernel", "/dev"] {
+        let err = m.run(Command::new("true").cwd(dir)).await.unwrap_err();
+        assert!(err.is_unsupported(), "cwd {dir}: {err:?}");
+    }
+    let err = match h.factory.create(h.spec.clone().workdir("/proc")).await {
+        Ok(other) => {
+            other.close().await.unwrap();
+            panic!("workdir /proc was accepted")
+        }
+        Err(e) => e,
+    };
+    assert!(err.is_unsupported(), "workdir /proc: {err:?}");
+    let r = sh(&*m, "echo ok").await;
+    assert_eq!(text(&r.stdout), "ok\n");
     m.close().await.unwrap();
 }
 
@@ -501,6 +532,7 @@ macro_rules! conformance_tests {
             files_persist_between_commands,
             upload_download_round_trip,
             transfer_errors,
+            bad_program_and_kernel_dirs_refused,
             closed_machine_errors,
             concurrent_commands,
             machines_are_isolated,

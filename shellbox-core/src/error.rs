@@ -47,8 +47,10 @@ pub enum Error {
     #[error("machine is closed")]
     Closed,
 
-    /// A transfer source does not exist (`path` is the host or guest path as given).
-    #[error("no such file or directory: {path}")]
+    /// A transfer source does not exist (`path` is the host or guest path as given). Its
+    /// message is the OS's words, as the reference's local backend says it:
+    /// `No such file or directory: <path>`.
+    #[error("No such file or directory: {path}")]
     NotFound {
         /// The missing path.
         path: String,

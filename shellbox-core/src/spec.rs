@@ -261,13 +261,15 @@ impl MachineSpec {
     /// [`Error::InvalidInput`] when `workdir` is neither empty nor an absolute normalised
     /// path, an env name is not `[A-Za-z_][A-Za-z0-9_]*` or a key or value holds NUL,
     /// `cpus`, `memory_mb` or `storage_mb` is 0, or a mount's guest path is not absolute
-    /// and normalised.
+    /// and normalised. [`Error::Unsupported`] when `workdir` is inside `/proc`, `/sys` or
+    /// `/dev` ([`validate_not_kernel_dir`](crate::validate::validate_not_kernel_dir)).
     pub fn validate(&self) -> Result<(), Error> {
         if !self.workdir.is_empty() {
             validate_guest_path(&self.workdir).map_err(|e| match e {
                 Error::InvalidInput(m) => Error::InvalidInput(format!("workdir: {m}")),
                 other => other,
             })?;
+            crate::validate::validate_not_kernel_dir("workdir", &self.workdir)?;
         }
         validate_env(&self.env)?;
         if self.cpus == Some(0) {
@@ -304,6 +306,11 @@ mod tests {
         assert!(MachineSpec::sim().workdir("/a/../b").validate().is_err());
         MachineSpec::sim().workdir("").validate().unwrap();
         MachineSpec::sim().workdir("/").validate().unwrap();
+        assert!(MachineSpec::sim()
+            .workdir("/proc")
+            .validate()
+            .unwrap_err()
+            .is_unsupported());
         assert!(MachineSpec::sim().env("1X", "v").validate().is_err());
         assert!(MachineSpec::sim().env("X", "a\0b").validate().is_err());
     }

@@ -67,6 +67,33 @@ pub fn validate_guest_path(path: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The guest directories the kernel provides (`procfs`, `sysfs`, `devtmpfs`): every backend
+/// refuses them as a working directory and as a transfer path, since what they hold is not
+/// the machine's files (and `/dev/zero` or `/proc/kmsg` never end).
+pub const KERNEL_DIRS: [&str; 3] = ["/proc", "/sys", "/dev"];
+
+/// True when the normalised guest `path` is one of [`KERNEL_DIRS`] or lies below one.
+pub fn is_kernel_path(path: &str) -> bool {
+    KERNEL_DIRS.iter().any(|dir| {
+        path.strip_prefix(dir)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
+}
+
+/// Refuses a working directory (`what` names it: `"workdir"`, `"cwd"`) at or below one of
+/// [`KERNEL_DIRS`]: the one rule every backend follows (the backends used to disagree).
+///
+/// # Errors
+/// [`Error::Unsupported`] naming the directory when it is kernel-provided.
+pub fn validate_not_kernel_dir(what: &str, path: &str) -> Result<(), Error> {
+    if is_kernel_path(path) {
+        return Err(Error::unsupported(format!(
+            "{what} {path} is inside a kernel-provided directory (/proc, /sys, /dev)"
+        )));
+    }
+    Ok(())
+}
+
 /// Splits a validated guest path into its components (`"/"` gives none).
 pub fn guest_components(path: &str) -> impl Iterator<Item = &str> {
     path.split('/').filter(|c| !c.is_empty())
@@ -96,5 +123,19 @@ mod tests {
         }
         assert_eq!(guest_components("/a/b").collect::<Vec<_>>(), ["a", "b"]);
         assert_eq!(guest_components("/").count(), 0);
+    }
+
+    #[test]
+    fn kernel_dirs() {
+        for yes in ["/proc", "/proc/1", "/sys/kernel", "/dev", "/dev/zero"] {
+            assert!(is_kernel_path(yes), "{yes}");
+            assert!(validate_not_kernel_dir("cwd", yes)
+                .unwrap_err()
+                .is_unsupported());
+        }
+        for no in ["/", "/procs", "/device", "/workspace/proc", "/system"] {
+            assert!(!is_kernel_path(no), "{no}");
+            validate_not_kernel_dir("cwd", no).unwrap();
+        }
     }
 }
