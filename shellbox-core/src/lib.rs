@@ -33,7 +33,8 @@ pub use error::{Error, UnsupportedMachineSpec};
 pub use machine::{Machine, MachineFactory};
 pub use spec::{
     DockerImage, DockerfileSource, HostImage, ImageArchive, ImageSource, MachineSpec, Mount,
-    NetworkPolicy, RegistryCredentials, RegistryImage, SimBuiltins, DEFAULT_WORKDIR,
+    NetworkPolicy, RegistryCredentials, RegistryImage, SimBuiltins, DEFAULT_PIDS_LIMIT,
+    DEFAULT_WORKDIR,
 };
 
 /// Re-exported so backends and users name the same `async_trait`.

@@ -12,6 +12,12 @@ use crate::Error;
 /// The default working directory of a machine, as in the reference library.
 pub const DEFAULT_WORKDIR: &str = "/workspace";
 
+/// The default [`MachineSpec::pids_limit`]: at most this many processes (and threads) at
+/// once in one machine. Docker's own default is unlimited (`pids.max = max`), which lets a
+/// fork bomb reach the host's `pid_max`; 1024 leaves room for parallel builds and test
+/// runners.
+pub const DEFAULT_PIDS_LIMIT: u32 = 1024;
+
 /// Whether commands may reach the network.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -168,6 +174,16 @@ pub struct MachineSpec {
     /// slow start; ignored by the others, as in the reference).
     #[serde(default, with = "crate::serde_secs::option")]
     pub startup_timeout: Option<Duration>,
+    /// The most processes (threads included) the machine may hold at once; a `fork` or
+    /// `clone` beyond it fails with `EAGAIN` inside the machine. Must be > 0; default
+    /// [`DEFAULT_PIDS_LIMIT`]. Docker: the container's `HostConfig.PidsLimit` (the pids
+    /// cgroup's `pids.max`).
+    #[serde(default = "default_pids_limit")]
+    pub pids_limit: u32,
+}
+
+fn default_pids_limit() -> u32 {
+    DEFAULT_PIDS_LIMIT
 }
 
 fn default_workdir() -> String {
@@ -187,6 +203,7 @@ impl MachineSpec {
             storage_mb: None,
             gpus: 0,
             startup_timeout: None,
+            pids_limit: DEFAULT_PIDS_LIMIT,
         }
     }
 
@@ -255,14 +272,20 @@ impl MachineSpec {
         self
     }
 
+    /// Sets the most processes (threads included) the machine may hold at once (> 0).
+    pub fn pids_limit(mut self, pids_limit: u32) -> Self {
+        self.pids_limit = pids_limit;
+        self
+    }
+
     /// Checks the values every backend relies on.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] when `workdir` is neither empty nor an absolute normalised
     /// path, an env name is not `[A-Za-z_][A-Za-z0-9_]*` or a key or value holds NUL,
-    /// `cpus`, `memory_mb` or `storage_mb` is 0, or a mount's guest path is not absolute
-    /// and normalised. [`Error::Unsupported`] when `workdir` is inside `/proc`, `/sys` or
-    /// `/dev` ([`validate_not_kernel_dir`](crate::validate::validate_not_kernel_dir)).
+    /// `cpus`, `memory_mb`, `storage_mb` or `pids_limit` is 0, or a mount's guest path is
+    /// not absolute and normalised. [`Error::Unsupported`] when `workdir` is inside `/proc`,
+    /// `/sys` or `/dev` ([`validate_not_kernel_dir`](crate::validate::validate_not_kernel_dir)).
     pub fn validate(&self) -> Result<(), Error> {
         if !self.workdir.is_empty() {
             validate_guest_path(&self.workdir).map_err(|e| match e {
@@ -280,6 +303,9 @@ impl MachineSpec {
         }
         if self.memory_mb == Some(0) {
             return Err(Error::invalid("memory_mb must be > 0 when set"));
+        }
+        if self.pids_limit == 0 {
+            return Err(Error::invalid("pids_limit must be > 0"));
         }
         if let ImageSource::Host(image) = &self.source {
             for mount in &image.mounts {
@@ -302,6 +328,9 @@ mod tests {
         spec.validate().unwrap();
         assert!(MachineSpec::sim().cpus(0).validate().is_err());
         assert!(MachineSpec::sim().storage_mb(0).validate().is_err());
+        assert_eq!(spec.pids_limit, DEFAULT_PIDS_LIMIT);
+        assert!(MachineSpec::sim().pids_limit(0).validate().is_err());
+        MachineSpec::sim().pids_limit(1).validate().unwrap();
         assert!(MachineSpec::sim().workdir("rel").validate().is_err());
         assert!(MachineSpec::sim().workdir("/a/../b").validate().is_err());
         MachineSpec::sim().workdir("").validate().unwrap();
@@ -346,7 +375,11 @@ mod tests {
             ImageSource::Sim(SimBuiltins::default()),
         ];
         for source in sources {
-            let mut spec = MachineSpec::new(source).env("A", "1").cpus(2).gpus(1);
+            let mut spec = MachineSpec::new(source)
+                .env("A", "1")
+                .cpus(2)
+                .gpus(1)
+                .pids_limit(64);
             spec.startup_timeout = Some(Duration::from_millis(1500));
             let json = serde_json::to_string(&spec).unwrap();
             let back: MachineSpec = serde_json::from_str(&json).unwrap();

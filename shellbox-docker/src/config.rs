@@ -106,6 +106,9 @@ pub(crate) fn container_config(
             }]
         }),
         runtime: runtime.map(str::to_string),
+        // Docker's default is no bound (`pids.max = max`): a fork bomb would reach the
+        // host's pid_max. The spec's bound (default 1024) goes to the pids cgroup.
+        pids_limit: Some(i64::from(spec.pids_limit)),
         ..Default::default()
     };
     ContainerCreateBody {
@@ -356,7 +359,8 @@ mod tests {
             .memory_mb(64)
             .cpus(2)
             .storage_mb(100)
-            .gpus(1);
+            .gpus(1)
+            .pids_limit(77);
         let c = container_config(&spec, "sha256:abc", Some("runsc"), &owner());
         assert_eq!(c.image.as_deref(), Some("sha256:abc"));
         assert_eq!(c.entrypoint, Some(vec!["/bin/sh".to_string()]));
@@ -376,6 +380,7 @@ mod tests {
         assert_eq!(dr.count, Some(1));
         assert_eq!(dr.capabilities, Some(vec![vec!["gpu".to_string()]]));
         assert_eq!(h.runtime.as_deref(), Some("runsc"));
+        assert_eq!(h.pids_limit, Some(77));
 
         let plain = container_config(
             &MachineSpec::docker("img").network(NetworkPolicy::Allow),
@@ -390,6 +395,10 @@ mod tests {
         assert_eq!(h.storage_opt, None);
         assert_eq!(h.device_requests, None);
         assert_eq!(h.runtime, None);
+        assert_eq!(
+            h.pids_limit,
+            Some(i64::from(shellbox_core::DEFAULT_PIDS_LIMIT))
+        );
         assert_eq!(plain.env, None);
     }
 

@@ -28,7 +28,9 @@
 //! - **Container**: named `shellbox-<32 hex>`, labelled with the owner process (pid, its
 //!   start time, host) so [`gc`] can find leaked ones; a shell keep-alive as PID 1 (no Docker init: PID 1
 //!   ignores every signal from inside the container, so no command can stop it, and it
-//!   reaps orphans); network `none`
+//!   reaps orphans); at most [`MachineSpec::pids_limit`](shellbox_core::MachineSpec::pids_limit)
+//!   processes (`HostConfig.PidsLimit`, default 1024, where Docker's own default is none);
+//!   network `none`
 //!   under `Deny`, the default bridge under `Allow`; `memory_mb`, `cpus`, `storage_mb`, `gpus`
 //!   and an optional OCI runtime mapped to the engine's fields (a refusal by the engine is
 //!   [`Error::Unsupported`](shellbox_core::Error::Unsupported) carrying its reason); the
