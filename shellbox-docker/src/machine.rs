@@ -371,7 +371,8 @@ async fn wait_exec_exit(docker: &Docker, exec_id: &str) -> Result<i64, ExecError
 impl Machine for DockerMachine {
     async fn run_stream(&self, command: Command) -> Result<EventStream, Error> {
         command.validate()?;
-        let deadline = command.timeout.map(|t| Instant::now() + t);
+        // A timeout too far away for a clock instant (e.g. `Duration::MAX`) is no deadline.
+        let deadline = command.timeout.and_then(|t| Instant::now().checked_add(t));
         let inner = &self.inner;
         inner.check_open()?;
         let command_id = crate::factory::unique_hex();

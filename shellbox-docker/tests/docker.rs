@@ -1256,3 +1256,84 @@ async fn downloads_are_all_or_nothing_and_refuse_chained_links() {
     assert_eq!(names_in(&work), ["file", "fresh", "merged"]);
     m.close().await.unwrap();
 }
+
+/// Issue 8.6: a container's process count is bounded (`HostConfig.PidsLimit`), by default
+/// and per spec; a fork bomb stops at the bound and the machine stays usable.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fork_bomb_stops_at_the_pids_limit() {
+    let Some(f) = common::setup("a_fork_bomb_stops_at_the_pids_limit").await else {
+        return;
+    };
+    let m = f.create_machine(common::spec()).await.unwrap();
+    let info = f
+        .docker()
+        .inspect_container(m.container_id(), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        info.host_config.unwrap().pids_limit,
+        Some(i64::from(shellbox_core::DEFAULT_PIDS_LIMIT))
+    );
+    m.close().await.unwrap();
+
+    const LIMIT: u32 = 48;
+    let m = f
+        .create_machine(common::spec().pids_limit(LIMIT))
+        .await
+        .unwrap();
+    // The bomb (an inner shell starting 300 sleeps; it exits at the first failed fork)
+    // runs in the command's group; then only builtins read the counts, since no fork can
+    // succeed while the sleeps hold every slot.
+    let script = "sh -c 'i=0; while [ $i -lt 300 ]; do sleep 60 & i=$((i+1)); done' 2>/dev/null; \
+        f=/sys/fs/cgroup/pids; [ -e $f/pids.max ] || f=/sys/fs/cgroup; \
+        read max < $f/pids.max; read cur < $f/pids.current; \
+        n=0; for d in /proc/[0-9]*; do n=$((n+1)); done; \
+        echo $max $cur $n";
+    let r = m
+        .run(Command::shell(script).timeout(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(r.reason, shellbox_core::ExitReason::Exited, "{r:?}");
+    let out = text(&r.stdout);
+    let fields: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(fields.len(), 3, "{r:?}");
+    assert_eq!(fields[0], LIMIT.to_string(), "{r:?}");
+    let current: u32 = fields[1].parse().unwrap();
+    let processes: u32 = fields[2].parse().unwrap();
+    assert!(current <= LIMIT, "pids.current {current} over {LIMIT}");
+    assert!(processes <= LIMIT, "{processes} processes over {LIMIT}");
+    // The bomb did reach the bound (so the bound, not the loop, stopped it).
+    assert!(current >= LIMIT - 4, "the bomb stopped early: {current}");
+    // The command's sleeps were killed with it: the next command works, and the slots are free.
+    let r = sh(&m, "echo ok; ps -o comm | grep -c '^sleep' || true").await;
+    assert_eq!(text(&r.stdout), "ok\n1\n", "{r:?}");
+    m.close().await.unwrap();
+}
+
+/// Issue 8.8: a timeout too far away to be a deadline (`Duration::MAX`) is no deadline, not
+/// a panic.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_huge_timeout_saturates() {
+    let Some(f) = common::setup("a_huge_timeout_saturates").await else {
+        return;
+    };
+    let m = f.create_machine(common::spec()).await.unwrap();
+    for timeout in [Duration::MAX, Duration::from_secs_f64(1e19)] {
+        let r = m
+            .run(Command::shell("echo hi").timeout(timeout))
+            .await
+            .unwrap();
+        assert_eq!((r.exit_code, text(&r.stdout)), (Some(0), "hi\n".into()));
+        let mut s = m
+            .run_stream(Command::shell("echo hi").timeout(timeout))
+            .await
+            .unwrap();
+        let mut n = 0;
+        while let Some(ev) = s.next().await {
+            ev.unwrap();
+            n += 1;
+        }
+        assert!(n >= 2);
+    }
+    m.close().await.unwrap();
+}
