@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use shellbox_core::{async_trait, Error, Machine, MachineFactory, MachineSpec};
 
 use crate::config::{container_config, refused_field, Owner, SETUP};
-use crate::machine::{spawn_removal, DockerMachine, Inner};
+use crate::machine::{remove_on_drop, DockerMachine, Inner};
 use crate::CONTAINER_NAME_PREFIX;
 
 /// Where the engine is when `DOCKER_HOST` is not set.
@@ -20,6 +20,8 @@ const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
 #[derive(Clone)]
 pub struct DockerMachineFactory {
     docker: Docker,
+    /// The address connected to (`connect`, `connect_to`); `None` for `with_client`.
+    endpoint: Option<Arc<str>>,
     runtime: Option<String>,
     owner: Arc<Owner>,
 }
@@ -27,6 +29,7 @@ pub struct DockerMachineFactory {
 impl std::fmt::Debug for DockerMachineFactory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DockerMachineFactory")
+            .field("endpoint", &self.endpoint)
             .field("runtime", &self.runtime)
             .field("owner", &self.owner)
             .finish()
@@ -71,14 +74,22 @@ impl DockerMachineFactory {
             Ok(Err(e)) => return Err(Error::backend(operation, e)),
             Err(_) => return Err(Error::backend(operation, "no answer within 30 s")),
         };
-        Ok(Self::with_client(docker))
+        let mut factory = Self::with_client(docker);
+        factory.endpoint = Some(Arc::from(host));
+        Ok(factory)
     }
 
     /// Uses an already configured client as it is (no version negotiation: call
     /// [`Docker::negotiate_version`] first if needed).
+    ///
+    /// The factory does not know the client's address, so a machine dropped unclosed is
+    /// removed through a clone of this client rather than a connection of its own; when the
+    /// client's runtime is blocked or gone that removal can fail (see [`DockerMachine`]).
+    /// [`connect`](Self::connect) and [`connect_to`](Self::connect_to) have no such limit.
     pub fn with_client(docker: Docker) -> Self {
         Self {
             docker,
+            endpoint: None,
             runtime: None,
             owner: Arc::new(Owner::current()),
         }
@@ -135,6 +146,7 @@ impl DockerMachineFactory {
         // the engine may finish creating it after the request was abandoned.
         let mut guard = RemoveOnDrop {
             docker: self.docker.clone(),
+            endpoint: self.endpoint.clone(),
             id: name.clone(),
             armed: AtomicBool::new(true),
         };
@@ -152,6 +164,7 @@ impl DockerMachineFactory {
                 Ok(DockerMachine {
                     inner: Arc::new(Inner {
                         docker: self.docker.clone(),
+                        endpoint: self.endpoint.clone(),
                         id: created.id,
                         name,
                         spec,
@@ -245,6 +258,7 @@ impl MachineFactory for DockerMachineFactory {
 /// Removes a half-made container if `create` is dropped (cancelled) before it finishes.
 struct RemoveOnDrop {
     docker: Docker,
+    endpoint: Option<Arc<str>>,
     id: String,
     armed: AtomicBool,
 }
@@ -258,7 +272,12 @@ impl RemoveOnDrop {
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         if self.armed.load(Ordering::SeqCst) {
-            spawn_removal(self.docker.clone(), self.id.clone(), true);
+            remove_on_drop(
+                &self.docker,
+                self.endpoint.as_deref(),
+                self.id.clone(),
+                true,
+            );
         }
     }
 }

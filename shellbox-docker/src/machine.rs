@@ -41,11 +41,12 @@ const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
 /// [`DockerMachineFactory`](crate::DockerMachineFactory); implements
 /// [`Machine`](shellbox_core::Machine).
 ///
-/// Dropping it without [`Machine::close`] still removes the container (best effort, a
-/// failure is logged): on a multi-threaded Tokio runtime the drop blocks its thread
-/// (`block_in_place`) until the engine confirms, so a runtime shutting down right after
-/// cannot cancel it; on a current-thread runtime the removal is spawned; outside any runtime
-/// a short-lived thread does it.
+/// Dropping it without [`Machine::close`] still removes the container (a failure is
+/// logged): the drop blocks its thread (up to 30 s) while a thread of its own, with its own
+/// runtime and connection to the engine, removes the container — so it works on any
+/// runtime flavor, outside any runtime, and while the caller's runtime shuts down (a task
+/// holding the machine dropped with its runtime, a test panicking). Prefer `close` in async
+/// code: it does not block.
 ///
 /// Commands: see the crate docs for the exec protocol. A command's exit code comes from the
 /// exec's inspect; an exec the engine cannot start (unknown user, missing cwd) is an
@@ -68,6 +69,8 @@ impl std::fmt::Debug for DockerMachine {
 
 pub(crate) struct Inner {
     pub docker: Docker,
+    /// The engine address the factory connected to, for [`remove_on_drop`].
+    pub endpoint: Option<Arc<str>>,
     pub id: String,
     pub name: String,
     pub spec: MachineSpec,
@@ -105,56 +108,90 @@ impl Drop for DockerMachine {
             return;
         }
         self.inner.closed.store(true, Ordering::SeqCst);
-        let docker = self.inner.docker.clone();
-        let id = self.inner.id.clone();
-        spawn_removal(docker, id, false);
+        remove_on_drop(
+            &self.inner.docker,
+            self.inner.endpoint.as_deref(),
+            self.inner.id.clone(),
+            false,
+        );
     }
 }
 
-/// Removes a container when a machine (or a half-made one) is dropped unclosed. On a
-/// multi-threaded Tokio runtime it blocks this thread until the removal is done (so a
-/// runtime shutting down right after, e.g. at the end of a test, cannot cancel it); on a
-/// current-thread runtime it spawns the removal; without a runtime it uses a short-lived
-/// thread with its own runtime.
+/// How long a drop waits for its container's removal before leaving it to its thread.
+const DROP_REMOVAL_WAIT: Duration = Duration::from_secs(30);
+
+/// A client for the same engine that depends on no existing runtime: a new connection to
+/// `endpoint` (the address the factory connected to) at the API version `docker`
+/// negotiated. Without an endpoint (a factory made [`with_client`]), a clone of `docker`,
+/// whose pooled connections may belong to another runtime.
+///
+/// [`with_client`]: crate::DockerMachineFactory::with_client
+fn independent_client(docker: &Docker, endpoint: Option<&str>) -> Docker {
+    let version = docker.client_version();
+    let fresh = match endpoint {
+        Some(host) if host.starts_with("unix://") => {
+            Docker::connect_with_unix(host, DROP_REMOVAL_WAIT.as_secs(), &version).ok()
+        }
+        Some(host) if host.starts_with("tcp://") || host.starts_with("http://") => {
+            Docker::connect_with_http(host, DROP_REMOVAL_WAIT.as_secs(), &version).ok()
+        }
+        _ => None,
+    };
+    fresh.unwrap_or_else(|| docker.clone())
+}
+
+/// Removes a container when a machine (or a half-made one) is dropped unclosed, and waits
+/// for it (up to 30 s; a failure is logged).
+///
+/// The removal never depends on the caller's runtime, which may be shutting down (a
+/// machine held by a task of a runtime being dropped, a test panicking inside `block_on`)
+/// or be a current-thread runtime blocked right here: it runs on its own thread, with its
+/// own current-thread Tokio runtime and its own connection to the engine
+/// ([`independent_client`]). The dropping thread blocks until the engine confirms the
+/// removal, so the process cannot end first.
 ///
 /// With `linger`, the removal is repeated twice more 250 ms apart: for a create cancelled
 /// while its request was in flight, whose container the engine may still be making.
-pub(crate) fn spawn_removal(docker: Docker, id: String, linger: bool) {
-    let task = async move {
-        let mut result = remove_container(&docker, &id).await;
-        if linger {
-            for _ in 0..2 {
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                result = result.and(remove_container(&docker, &id).await);
-            }
-        }
-        match result {
-            Ok(()) => {
-                tracing::debug!(target: "shellbox_docker", container = %id, "removed a dropped machine's container")
-            }
-            Err(e) => {
-                tracing::warn!(target: "shellbox_docker", container = %id, "could not remove a dropped machine's container: {e}")
-            }
-        }
-    };
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(|| handle.block_on(task));
-        }
-        Ok(handle) => {
-            handle.spawn(task);
-        }
-        Err(_) => {
-            let _ = std::thread::Builder::new()
-                .name("shellbox-docker-drop".into())
-                .spawn(move || {
-                    if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                    {
-                        rt.block_on(task);
+pub(crate) fn remove_on_drop(docker: &Docker, endpoint: Option<&str>, id: String, linger: bool) {
+    let client = independent_client(docker, endpoint);
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let spawned = std::thread::Builder::new()
+        .name("shellbox-docker-drop".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            let result = match runtime {
+                Ok(rt) => rt.block_on(async {
+                    let mut result = remove_container(&client, &id).await;
+                    if linger {
+                        for _ in 0..2 {
+                            tokio::time::sleep(Duration::from_millis(250)).await;
+                            result = result.and(remove_container(&client, &id).await);
+                        }
                     }
-                });
+                    result
+                }),
+                Err(e) => Err(Error::io("start a runtime to remove a container", e)),
+            };
+            match result {
+                Ok(()) => {
+                    tracing::debug!(target: "shellbox_docker", container = %id, "removed a dropped machine's container")
+                }
+                Err(e) => {
+                    tracing::warn!(target: "shellbox_docker", container = %id, "could not remove a dropped machine's container: {e}")
+                }
+            }
+            let _ = done_tx.send(());
+        });
+    match spawned {
+        Ok(_) => {
+            if done_rx.recv_timeout(DROP_REMOVAL_WAIT).is_err() {
+                tracing::warn!(target: "shellbox_docker", "a dropped machine's container is still being removed after {DROP_REMOVAL_WAIT:?}; not waiting longer");
+            }
+        }
+        Err(e) => {
+            tracing::warn!(target: "shellbox_docker", "could not start a thread to remove a dropped machine's container: {e}")
         }
     }
 }

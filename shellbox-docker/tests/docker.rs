@@ -1337,3 +1337,74 @@ async fn a_huge_timeout_saturates() {
     }
     m.close().await.unwrap();
 }
+
+/// Issue 8.12: a machine dropped unclosed while its runtime shuts down (a task holding it
+/// dropped with the runtime, or a test panicking inside `block_on`) still has its container
+/// removed, on both runtime flavors.
+#[test]
+fn a_machine_dropped_while_its_runtime_shuts_down_is_removed() {
+    let checker = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(f) = checker.block_on(common::setup(
+        "a_machine_dropped_while_its_runtime_shuts_down_is_removed",
+    )) else {
+        return;
+    };
+    let runtime = |multi: bool| {
+        if multi {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap()
+        } else {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        }
+    };
+    for multi in [false, true] {
+        // A task holds the machine; the runtime is dropped (its tasks with it).
+        let rt = runtime(multi);
+        let f2 = f.clone();
+        let id = rt.block_on(async move {
+            let m = f2.create_machine(common::spec()).await.unwrap();
+            let id = m.container_id().to_string();
+            tokio::spawn(async move {
+                let _held = m;
+                std::future::pending::<()>().await;
+            });
+            tokio::task::yield_now().await;
+            id
+        });
+        assert!(checker.block_on(common::container_exists(f.docker(), &id)));
+        drop(rt);
+        assert!(
+            !checker.block_on(common::container_exists(f.docker(), &id)),
+            "multi_thread={multi}: a machine held by a task of a dropped runtime leaked"
+        );
+
+        // A test body panics inside block_on: the machine is dropped while unwinding, then
+        // the runtime goes.
+        let rt = runtime(multi);
+        let f2 = f.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(async move {
+                let m = f2.create_machine(common::spec()).await.unwrap();
+                tx.send(m.container_id().to_string()).unwrap();
+                panic!("a test failing with an open machine (expected)");
+            })
+        }));
+        assert!(caught.is_err());
+        drop(rt);
+        let id = rx.recv().unwrap();
+        assert!(
+            !checker.block_on(common::container_exists(f.docker(), &id)),
+            "multi_thread={multi}: a machine dropped by a panicking test leaked"
+        );
+    }
+}
