@@ -1,7 +1,7 @@
 //! Pure decisions: container and exec configurations, the exec wrapper, the PGID header,
 //! the reading of engine refusals. No I/O here.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use bollard::models::{ContainerCreateBody, DeviceRequest, ExecConfig, HostConfig};
 use shellbox_core::{Command, MachineSpec, NetworkPolicy};
@@ -71,13 +71,19 @@ pub(crate) fn process_start_ticks(pid: u32) -> Option<u64> {
 /// reparents to PID 1 is collected when it ends.
 pub(crate) const KEEPALIVE: &str = "while :; do sleep 3600; done";
 
-/// The container configuration for `spec` (the image already resolved to `image`).
+/// The container configuration for `spec` (the image already resolved to `image`), with
+/// the factory's own `labels` beside the owner's (which win: the factory refuses keys in
+/// the `dev.shellbox.` namespace).
 pub(crate) fn container_config(
     spec: &MachineSpec,
     image: &str,
     runtime: Option<&str>,
     owner: &Owner,
+    labels: &BTreeMap<String, String>,
 ) -> ContainerCreateBody {
+    let mut all_labels: HashMap<String, String> =
+        labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    all_labels.extend(owner.labels());
     let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let host_config = HostConfig {
         // The keep-alive is PID 1 (see KEEPALIVE), so no command can stop the container.
@@ -116,7 +122,7 @@ pub(crate) fn container_config(
         entrypoint: Some(vec!["/bin/sh".to_string()]),
         cmd: Some(vec!["-c".to_string(), KEEPALIVE.to_string()]),
         env: (!env.is_empty()).then_some(env),
-        labels: Some(owner.labels()),
+        labels: Some(all_labels),
         network_disabled: None,
         attach_stdin: Some(false),
         attach_stdout: Some(false),
@@ -361,7 +367,11 @@ mod tests {
             .storage_mb(100)
             .gpus(1)
             .pids_limit(77);
-        let c = container_config(&spec, "sha256:abc", Some("runsc"), &owner());
+        let extra = BTreeMap::from([
+            ("team".to_string(), "grading".to_string()),
+            (labels::OWNER_PID.to_string(), "forged".to_string()),
+        ]);
+        let c = container_config(&spec, "sha256:abc", Some("runsc"), &owner(), &extra);
         assert_eq!(c.image.as_deref(), Some("sha256:abc"));
         assert_eq!(c.entrypoint, Some(vec!["/bin/sh".to_string()]));
         assert_eq!(c.cmd, Some(vec!["-c".to_string(), KEEPALIVE.to_string()]));
@@ -370,6 +380,7 @@ mod tests {
         assert_eq!(labels[labels::OWNER_PID], "42");
         assert_eq!(labels[labels::OWNER_START], "7");
         assert_eq!(labels[labels::OWNER_HOST], "h");
+        assert_eq!(labels["team"], "grading");
         let h = c.host_config.unwrap();
         assert_eq!(h.init, Some(false));
         assert_eq!(h.network_mode.as_deref(), Some("none"));
@@ -387,6 +398,7 @@ mod tests {
             "img",
             None,
             &owner(),
+            &BTreeMap::new(),
         );
         let h = plain.host_config.unwrap();
         assert_eq!(h.network_mode.as_deref(), Some("bridge"));

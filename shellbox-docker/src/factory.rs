@@ -1,5 +1,6 @@
 //! The factory: connect to the engine, create containers.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -24,6 +25,7 @@ pub struct DockerMachineFactory {
     endpoint: Option<Arc<str>>,
     runtime: Option<String>,
     owner: Arc<Owner>,
+    labels: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for DockerMachineFactory {
@@ -32,6 +34,7 @@ impl std::fmt::Debug for DockerMachineFactory {
             .field("endpoint", &self.endpoint)
             .field("runtime", &self.runtime)
             .field("owner", &self.owner)
+            .field("labels", &self.labels)
             .finish()
     }
 }
@@ -92,6 +95,7 @@ impl DockerMachineFactory {
             endpoint: None,
             runtime: None,
             owner: Arc::new(Owner::current()),
+            labels: BTreeMap::new(),
         }
     }
 
@@ -100,6 +104,16 @@ impl DockerMachineFactory {
     /// [`Error::Unsupported`] with the engine's reason.
     pub fn runtime(mut self, runtime: impl Into<String>) -> Self {
         self.runtime = Some(runtime.into());
+        self
+    }
+
+    /// Puts this label (Docker's `--label key=value`) on every container the factory
+    /// creates, beside shellbox's own: for finding them later, e.g. with
+    /// [`gc_with_labels`](crate::gc_with_labels), which then touches only those. Keys in
+    /// shellbox's namespace (`dev.shellbox.`) are refused at create
+    /// ([`Error::InvalidInput`]): they decide which process owns a container.
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
         self
     }
 
@@ -112,8 +126,9 @@ impl DockerMachineFactory {
     /// container ID and client).
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a spec failing validation or a malformed registry
-    /// reference; [`Error::Unsupported`] for a source other than docker, registry,
+    /// [`Error::InvalidInput`] for a spec failing validation, a malformed registry
+    /// reference, or a [`label`](Self::label) with an empty key, a NUL byte or a key in
+    /// shellbox's `dev.shellbox.` namespace; [`Error::Unsupported`] for a source other than docker, registry,
     /// dockerfile or archive, an image without `setsid`, or a field the engine refuses
     /// (`storage_mb`, `gpus`, `cpus`, `memory_mb`, the runtime; the reason quotes the
     /// engine); [`Error::NotFound`] for a missing Dockerfile, context or archive;
@@ -123,6 +138,9 @@ impl DockerMachineFactory {
     /// out. Whatever was created is removed first.
     pub async fn create_machine(&self, spec: MachineSpec) -> Result<DockerMachine, Error> {
         spec.validate()?;
+        for (key, value) in &self.labels {
+            validate_label(key, value)?;
+        }
         match spec.startup_timeout {
             Some(limit) => tokio::time::timeout(limit, self.create_unbounded(spec))
                 .await
@@ -137,7 +155,13 @@ impl DockerMachineFactory {
     async fn create_unbounded(&self, spec: MachineSpec) -> Result<DockerMachine, Error> {
         let image = crate::image::resolve(&self.docker, &spec.source).await?;
         let name = container_name();
-        let config = container_config(&spec, &image, self.runtime.as_deref(), &self.owner);
+        let config = container_config(
+            &spec,
+            &image,
+            self.runtime.as_deref(),
+            &self.owner,
+            &self.labels,
+        );
         let options = CreateContainerOptions {
             name: Some(name.clone()),
             ..Default::default()
@@ -282,6 +306,25 @@ impl Drop for RemoveOnDrop {
     }
 }
 
+/// A factory label: a non-empty key outside `dev.shellbox.`, no NUL byte.
+fn validate_label(key: &str, value: &str) -> Result<(), Error> {
+    if key.is_empty() {
+        return Err(Error::invalid("a container label key is empty"));
+    }
+    if key.contains('\0') || value.contains('\0') {
+        return Err(Error::invalid(format!(
+            "container label {key:?} contains a NUL byte"
+        )));
+    }
+    if key.starts_with(crate::labels::NAMESPACE) {
+        return Err(Error::invalid(format!(
+            "container label {key:?} is in shellbox's own namespace {:?}",
+            crate::labels::NAMESPACE
+        )));
+    }
+    Ok(())
+}
+
 /// `shellbox-<32 hex>`, unique per call (pid, time, counter, hashed).
 fn container_name() -> String {
     format!("{CONTAINER_NAME_PREFIX}{}", unique_hex())
@@ -307,6 +350,23 @@ pub(crate) fn unique_hex() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_outside_the_namespace() {
+        validate_label("team", "grading").unwrap();
+        validate_label("dev.shellboxer", "").unwrap();
+        for (k, v) in [
+            ("", "x"),
+            ("a\0b", "x"),
+            ("a", "x\0"),
+            ("dev.shellbox.owner-pid", "1"),
+        ] {
+            assert!(
+                matches!(validate_label(k, v), Err(Error::InvalidInput(_))),
+                "{k:?}"
+            );
+        }
+    }
 
     #[test]
     fn names_are_unique_and_shaped() {

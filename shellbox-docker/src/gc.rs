@@ -33,13 +33,35 @@ pub struct GcReport {
 /// [`Error::Backend`] when the engine cannot list containers. Failures to remove single
 /// containers are reported in [`GcReport::failed`].
 pub async fn gc(docker: &Docker) -> Result<GcReport, Error> {
+    gc_with_labels(docker, &[]).await
+}
+
+/// [`gc`] restricted to the containers that also carry every label in `label_filters`,
+/// each in Docker's `label` filter form: `key` (present) or `key=value`. With the labels a
+/// factory puts on its machines ([`DockerMachineFactory::label`]), a program (or a test)
+/// collects only what it created, never another user's containers on the same engine. The
+/// counts in the report cover only the matching containers.
+///
+/// [`DockerMachineFactory::label`]: crate::DockerMachineFactory::label
+///
+/// # Errors
+/// [`Error::InvalidInput`] for an empty filter, one with an empty key, or one holding a NUL
+/// byte; [`Error::Backend`] when the engine cannot list containers. Failures to remove
+/// single containers are reported in [`GcReport::failed`].
+pub async fn gc_with_labels(docker: &Docker, label_filters: &[&str]) -> Result<GcReport, Error> {
+    for filter in label_filters {
+        if filter.is_empty() || filter.starts_with('=') || filter.contains('\0') {
+            return Err(Error::invalid(format!(
+                "label filter {filter:?} is not `key` or `key=value`"
+            )));
+        }
+    }
     let this_host = host_name();
+    let mut wanted = vec![format!("{}=1", labels::MACHINE)];
+    wanted.extend(label_filters.iter().map(|f| f.to_string()));
     let options = ListContainersOptions {
         all: true,
-        filters: Some(HashMap::from([(
-            "label".to_string(),
-            vec![format!("{}=1", labels::MACHINE)],
-        )])),
+        filters: Some(HashMap::from([("label".to_string(), wanted)])),
         ..Default::default()
     };
     let containers = docker

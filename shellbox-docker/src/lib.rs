@@ -71,7 +71,7 @@ mod transfer;
 
 pub use bollard;
 pub use factory::DockerMachineFactory;
-pub use gc::{gc, GcReport};
+pub use gc::{gc, gc_with_labels, GcReport};
 pub use image::{dockerfile_image_tag, ensure_busybox_image, image_source_key, BUSYBOX_TEST_IMAGE};
 pub use machine::DockerMachine;
 
@@ -80,6 +80,8 @@ pub use machine::floor_exec_true;
 
 /// Label keys this crate puts on its containers.
 pub mod labels {
+    /// The prefix of every key below; a factory's own labels may not use it.
+    pub const NAMESPACE: &str = "dev.shellbox.";
     /// Present (value `"1"`) on every container this crate creates.
     pub const MACHINE: &str = "dev.shellbox.machine";
     /// The creating process's pid.

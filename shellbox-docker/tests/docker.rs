@@ -23,7 +23,9 @@ use shellbox_docker::bollard::query_parameters::{
     TagImageOptions,
 };
 use shellbox_docker::bollard::Docker;
-use shellbox_docker::{dockerfile_image_tag, gc, labels, DockerMachineFactory, BUSYBOX_TEST_IMAGE};
+use shellbox_docker::{
+    dockerfile_image_tag, gc_with_labels, labels, DockerMachineFactory, BUSYBOX_TEST_IMAGE,
+};
 
 async fn sh(m: &dyn Machine, script: &str) -> shellbox_core::CommandResult {
     m.run(Command::shell(script)).await.unwrap()
@@ -840,15 +842,33 @@ async fn downloads_refuse_entries_leaving_the_target() {
     m.close().await.unwrap();
 }
 
+/// gc removes containers of dead owners only; with a label filter (the test's own run
+/// label) it touches nothing else on the engine, not even other dead owners' containers.
 #[tokio::test(flavor = "multi_thread")]
 async fn gc_removes_containers_of_dead_owners_only() {
     let Some(f) = common::setup("gc_removes_containers_of_dead_owners_only").await else {
         return;
     };
+    const RUN_LABEL: &str = "shellbox-test.gc-run";
+    let run = marker();
+    let filter = format!("{RUN_LABEL}={run}");
     let docker = f.docker().clone();
-    let live = f.create_machine(common::spec()).await.unwrap();
+    let live = f
+        .clone()
+        .label(RUN_LABEL, &run)
+        .create_machine(common::spec())
+        .await
+        .unwrap();
+    let info = docker
+        .inspect_container(live.container_id(), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        info.config.unwrap().labels.unwrap().get(RUN_LABEL),
+        Some(&run)
+    );
 
-    // A container whose owner (a finished child of this test) is gone.
+    // Containers whose owner (a finished child of this test) is gone.
     let mut child = std::process::Command::new("true").spawn().unwrap();
     let dead_pid = child.id();
     child.wait().unwrap();
@@ -856,14 +876,17 @@ async fn gc_removes_containers_of_dead_owners_only() {
         .unwrap()
         .trim()
         .to_string();
-    let make = |pid: String, owner_host: String, suffix: &'static str| {
+    let make = |pid: String, owner_host: String, run: Option<String>, suffix: &'static str| {
         let docker = docker.clone();
         async move {
-            let labels = HashMap::from([
+            let mut labels = HashMap::from([
                 (labels::MACHINE.to_string(), "1".to_string()),
                 (labels::OWNER_PID.to_string(), pid),
                 (labels::OWNER_HOST.to_string(), owner_host),
             ]);
+            if let Some(run) = run {
+                labels.insert(RUN_LABEL.to_string(), run);
+            }
             let name = format!("shellbox-gc-test-{}-{suffix}", std::process::id());
             docker
                 .create_container(
@@ -883,29 +906,58 @@ async fn gc_removes_containers_of_dead_owners_only() {
             name
         }
     };
-    let dead = make(dead_pid.to_string(), host.clone(), "dead").await;
-    let elsewhere = make(dead_pid.to_string(), format!("{host}-elsewhere"), "other").await;
+    let dead = make(
+        dead_pid.to_string(),
+        host.clone(),
+        Some(run.clone()),
+        "dead",
+    )
+    .await;
+    let elsewhere = make(
+        dead_pid.to_string(),
+        format!("{host}-elsewhere"),
+        Some(run.clone()),
+        "other",
+    )
+    .await;
+    // Someone else's leaked container on this engine: not this test's to remove.
+    let foreign = make(dead_pid.to_string(), host.clone(), None, "foreign").await;
 
-    let report = gc(&docker).await.unwrap();
-    assert!(report.removed.contains(&dead), "{report:?}");
+    assert!(matches!(
+        gc_with_labels(&docker, &[""]).await,
+        Err(Error::InvalidInput(_))
+    ));
+    let report = gc_with_labels(&docker, &[&filter]).await.unwrap();
+    assert_eq!(report.removed, vec![dead.clone()], "{report:?}");
+    assert_eq!((report.kept, report.other_hosts), (1, 1), "{report:?}");
+    assert!(report.failed.is_empty(), "{report:?}");
     assert!(!common::container_exists(&docker, &dead).await);
     assert!(common::container_exists(&docker, live.container_id()).await);
     assert!(common::container_exists(&docker, &elsewhere).await);
-    assert!(!report.removed.iter().any(|n| n == live.container_name()));
-    assert!(report.failed.is_empty(), "{report:?}");
+    assert!(common::container_exists(&docker, &foreign).await);
 
-    let _ = docker
-        .remove_container(
-            &elsewhere,
-            Some(
-                shellbox_docker::bollard::query_parameters::RemoveContainerOptions {
-                    force: true,
-                    ..Default::default()
-                },
-            ),
-        )
-        .await;
+    for name in [&elsewhere, &foreign] {
+        let _ = docker
+            .remove_container(
+                name,
+                Some(
+                    shellbox_docker::bollard::query_parameters::RemoveContainerOptions {
+                        force: true,
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await;
+    }
     live.close().await.unwrap();
+    // A label in shellbox's own namespace is refused (it decides ownership).
+    let err = f
+        .clone()
+        .label(labels::OWNER_PID, "1")
+        .create_machine(common::spec())
+        .await
+        .expect_err("a forged owner label was accepted");
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
