@@ -407,6 +407,104 @@ pub async fn bad_program_and_kernel_dirs_refused(h: &Harness) {
     m.close().await.unwrap();
 }
 
+/// `check_environment` follows the declared [`Capabilities`](crate::Capabilities): the
+/// harness spec with every declared capability passes; an undeclared one, other command
+/// semantics and `network` under deny are refused; and whatever it refuses for a spec,
+/// `create` refuses too (it is never stricter than `create`).
+pub async fn check_environment_follows_capabilities(h: &Harness) {
+    use crate::{CommandSemantics, ExecutionRequirements, NetworkPolicy, CAPABILITY_NAMES};
+    let caps = h.factory.capabilities();
+    let declared = ExecutionRequirements {
+        command_semantics: Some(caps.command_semantics),
+        capabilities: caps
+            .names()
+            .into_iter()
+            .filter(|c| *c != "network")
+            .map(String::from)
+            .collect(),
+        docker_image: None,
+    };
+    h.factory
+        .check_environment(&declared, &h.spec)
+        .await
+        .unwrap_or_else(|e| panic!("declared capabilities refused: {e}"));
+    let mut undeclared: Vec<String> = CAPABILITY_NAMES
+        .into_iter()
+        .filter(|c| !caps.has(c))
+        .map(String::from)
+        .collect();
+    undeclared.sort();
+    if !undeclared.is_empty() {
+        let req = ExecutionRequirements {
+            capabilities: undeclared.clone(),
+            ..Default::default()
+        };
+        let e = h
+            .factory
+            .check_environment(&req, &h.spec)
+            .await
+            .unwrap_err();
+        assert!(
+            e.is_unsupported() && e.to_string().contains(&undeclared.join(", ")),
+            "{e}"
+        );
+    }
+    let other = match caps.command_semantics {
+        CommandSemantics::LinuxProcess => CommandSemantics::ShellSimulator,
+        CommandSemantics::ShellSimulator => CommandSemantics::LinuxProcess,
+    };
+    let req = ExecutionRequirements {
+        command_semantics: Some(other),
+        ..Default::default()
+    };
+    assert!(h
+        .factory
+        .check_environment(&req, &h.spec)
+        .await
+        .unwrap_err()
+        .is_unsupported());
+    if caps.network {
+        let req = ExecutionRequirements {
+            capabilities: vec!["network".into()],
+            ..Default::default()
+        };
+        let deny = h.spec.clone().network(NetworkPolicy::Deny);
+        assert!(h
+            .factory
+            .check_environment(&req, &deny)
+            .await
+            .unwrap_err()
+            .is_unsupported());
+    }
+    let variants = [
+        h.spec.clone().cpus(1),
+        h.spec.clone().memory_mb(256),
+        h.spec.clone().storage_mb(64),
+        h.spec.clone().gpus(1),
+        h.spec.clone().network(NetworkPolicy::Allow),
+        MachineSpec::sim(),
+        MachineSpec::host(),
+        MachineSpec::docker("shellbox-conformance/none:0"),
+    ];
+    for spec in variants {
+        let Err(refusal) = h
+            .factory
+            .check_environment(&ExecutionRequirements::default(), &spec)
+            .await
+        else {
+            continue;
+        };
+        assert!(refusal.is_unsupported(), "{refusal:?}");
+        match h.factory.create(spec.clone()).await {
+            Ok(m) => {
+                m.close().await.unwrap();
+                panic!("check_environment refused {spec:?} ({refusal}) but create accepted it");
+            }
+            Err(e) => assert!(e.is_unsupported(), "create of {spec:?}: {e:?}"),
+        }
+    }
+}
+
 /// After close every operation fails with `Closed`; close is idempotent.
 pub async fn closed_machine_errors(h: &Harness) {
     let m = h.machine().await;
@@ -533,6 +631,7 @@ macro_rules! conformance_tests {
             upload_download_round_trip,
             transfer_errors,
             bad_program_and_kernel_dirs_refused,
+            check_environment_follows_capabilities,
             closed_machine_errors,
             concurrent_commands,
             machines_are_isolated,

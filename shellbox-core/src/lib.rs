@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod archive;
+mod capabilities;
 pub mod capture;
 mod command;
 #[cfg(feature = "conformance")]
@@ -24,6 +25,10 @@ mod spec;
 pub mod status;
 pub mod validate;
 
+pub use capabilities::{
+    check_execution_requirements, Capabilities, CommandSemantics, ExecutionRequirements,
+    CAPABILITY_NAMES,
+};
 pub use capture::{collect, EventStream, OutputLimiter};
 pub use command::{
     Command, CommandResult, Event, ExitReason, ExitStatus, DEFAULT_OUTPUT_LIMIT_BYTES,

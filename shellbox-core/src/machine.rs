@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::capabilities::{check_execution_requirements, Capabilities, ExecutionRequirements};
 use crate::capture::{collect, EventStream};
-use crate::{Command, CommandResult, Error, MachineSpec};
+use crate::{Command, CommandResult, Error, ImageSource, MachineSpec};
 
 /// Creates machines of one backend.
 ///
@@ -24,6 +25,36 @@ pub trait MachineFactory: Send + Sync {
     /// and the backend's own failures ([`Error::Backend`], [`Error::Io`],
     /// [`Error::SandboxUnavailable`]). A failed create leaves nothing behind.
     async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error>;
+
+    /// What this backend can do, declared once (see [`Capabilities`]).
+    fn capabilities(&self) -> Capabilities;
+
+    /// Answers "can this backend run a task with these requirements on this spec?" without
+    /// acquiring anything (no machine, container, image pull or directory), in the order of
+    /// the reference library's `check_environment` (REFERENCE.md 1.7): the backend's spec
+    /// checks ([`Capabilities::check_spec`]), then
+    /// [`check_execution_requirements`](crate::check_execution_requirements) with the image
+    /// reference the spec names (a [`DockerImage`](crate::DockerImage) or
+    /// [`RegistryImage`](crate::RegistryImage) source; none otherwise). It promises nothing
+    /// about capacity or installed programs.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a spec failing [`MachineSpec::validate`];
+    /// [`Error::Unsupported`] saying which rule failed.
+    async fn check_environment(
+        &self,
+        requirements: &ExecutionRequirements,
+        spec: &MachineSpec,
+    ) -> Result<(), Error> {
+        let capabilities = self.capabilities();
+        capabilities.check_spec(self.backend(), spec)?;
+        let image = match &spec.source {
+            ImageSource::Docker(d) => Some(d.reference.as_str()),
+            ImageSource::Registry(r) => Some(r.reference.as_str()),
+            _ => None,
+        };
+        check_execution_requirements(&capabilities, requirements, spec, image)
+    }
 }
 
 /// One machine: a place to run commands and move files in and out.

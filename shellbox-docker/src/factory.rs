@@ -274,6 +274,10 @@ impl MachineFactory for DockerMachineFactory {
         "docker"
     }
 
+    fn capabilities(&self) -> shellbox_core::Capabilities {
+        crate::DOCKER_CAPABILITIES
+    }
+
     async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {
         Ok(Box::new(self.create_machine(spec).await?))
     }

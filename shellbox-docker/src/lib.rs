@@ -69,6 +69,15 @@ mod image;
 mod machine;
 mod transfer;
 
+/// What the docker backend offers ([`shellbox_core::MachineFactory::capabilities`]): Linux
+/// processes with every task capability of the reference; the `docker`, `registry`,
+/// `dockerfile` and `archive` sources; `memory_mb`, `cpus`, `storage_mb` and `gpus` are
+/// passed to the engine (which may still refuse one: the error quotes it).
+pub const DOCKER_CAPABILITIES: shellbox_core::Capabilities =
+    shellbox_core::Capabilities::linux_process()
+        .with_sources(&["docker", "registry", "dockerfile", "archive"])
+        .with_limits(true, true, true, true);
+
 pub use bollard;
 pub use factory::DockerMachineFactory;
 pub use gc::{gc, gc_with_labels, GcReport};

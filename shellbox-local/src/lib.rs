@@ -71,6 +71,13 @@ mod ns;
 pub mod plan;
 mod root;
 
+/// What the local backend offers ([`shellbox_core::MachineFactory::capabilities`]): Linux
+/// processes with every task capability of the reference (`shell`, `filesystem`, `python`,
+/// `process`, `network`, `git_repository`); the `host` source; no resource limit it can
+/// enforce through bwrap yet.
+pub const LOCAL_CAPABILITIES: shellbox_core::Capabilities =
+    shellbox_core::Capabilities::linux_process().with_sources(&["host"]);
+
 pub use launch::{parse_exit_code, CONTROL_ENV};
 pub use machine::{
     machine_bwrap_args, LocalMachine, LocalMachineFactory, LocalOptions, PROBE_TIMEOUT,

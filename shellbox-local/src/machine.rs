@@ -434,6 +434,10 @@ impl MachineFactory for LocalMachineFactory {
         "local"
     }
 
+    fn capabilities(&self) -> shellbox_core::Capabilities {
+        crate::LOCAL_CAPABILITIES
+    }
+
     async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {
         Ok(Box::new(self.create_local(spec).await?))
     }

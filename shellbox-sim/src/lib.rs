@@ -69,6 +69,14 @@ mod tar;
 mod utils;
 mod vfs;
 
+/// What the simulator offers ([`MachineFactory::capabilities`]): shell-simulator semantics,
+/// `shell` and `filesystem` (no Python, processes, network or git); the `sim` source; it
+/// bounds `memory_mb` and `storage_mb` (its own budgets) but not `cpus` or `gpus`.
+pub const SIM_CAPABILITIES: shellbox_core::Capabilities =
+    shellbox_core::Capabilities::shell_simulator()
+        .with_sources(&["sim"])
+        .with_limits(true, false, true, false);
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -207,6 +215,10 @@ impl SimMachineFactory {
 impl MachineFactory for SimMachineFactory {
     fn backend(&self) -> &'static str {
         "sim"
+    }
+
+    fn capabilities(&self) -> shellbox_core::Capabilities {
+        SIM_CAPABILITIES
     }
 
     async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {

@@ -1,0 +1,344 @@
+//! What a backend can do, declared once as a value, and the pre-flight check built on it.
+//!
+//! Each backend returns one [`Capabilities`] from
+//! [`MachineFactory::capabilities`](crate::MachineFactory::capabilities), in the manner of
+//! Apache OpenDAL's `Capability`: a plain value that callers (and the conformance suite)
+//! read instead of probing. [`MachineFactory::check_environment`](crate::MachineFactory::check_environment)
+//! answers "can this backend run this task?" from it without acquiring anything, in the
+//! order of the reference library's `check_environment` (REFERENCE.md 1.7).
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, MachineSpec, NetworkPolicy};
+
+/// How a backend runs commands (REFERENCE.md 1.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandSemantics {
+    /// Real Linux processes (local and docker).
+    LinuxProcess,
+    /// An in-process shell simulator (sim).
+    ShellSimulator,
+}
+
+impl CommandSemantics {
+    /// The snake_case name (`"linux_process"`, `"shell_simulator"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommandSemantics::LinuxProcess => "linux_process",
+            CommandSemantics::ShellSimulator => "shell_simulator",
+        }
+    }
+}
+
+/// What one backend offers. Every field is a plain fact; nothing here is probed per call.
+///
+/// The named task capabilities (`shell`, `filesystem`, `python`, `process`, `network`,
+/// `git_repository`) are the reference library's strings; [`Capabilities::names`] lists
+/// the ones this backend has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// How commands run.
+    pub command_semantics: CommandSemantics,
+    /// A POSIX shell runs commands (`sh -c`).
+    pub shell: bool,
+    /// Files persist and move in and out.
+    pub filesystem: bool,
+    /// A Python interpreter can run in the machine.
+    pub python: bool,
+    /// Real processes: signals, background processes, `/proc`.
+    pub process: bool,
+    /// Network access is possible (under [`NetworkPolicy::Allow`]).
+    pub network: bool,
+    /// A git repository can be cloned and worked in.
+    pub git_repository: bool,
+    /// The [`ImageSource`](crate::ImageSource) kinds (`ImageSource::kind`) it accepts.
+    pub sources: &'static [&'static str],
+    /// It enforces `memory_mb`.
+    pub memory_limit: bool,
+    /// It enforces `cpus`.
+    pub cpu_limit: bool,
+    /// It enforces `storage_mb`.
+    pub storage_limit: bool,
+    /// It can give a machine GPUs (`gpus > 0`).
+    pub gpus: bool,
+}
+
+/// The task capability names of the reference library, in its order.
+pub const CAPABILITY_NAMES: [&str; 6] = [
+    "shell",
+    "filesystem",
+    "python",
+    "process",
+    "network",
+    "git_repository",
+];
+
+impl Capabilities {
+    /// A backend running real Linux processes with no resource limits and no sources: the
+    /// base that local and docker start from (`shell`, `filesystem`, `python`, `process`,
+    /// `network`, `git_repository`).
+    pub const fn linux_process() -> Self {
+        Capabilities {
+            command_semantics: CommandSemantics::LinuxProcess,
+            shell: true,
+            filesystem: true,
+            python: true,
+            process: true,
+            network: true,
+            git_repository: true,
+            sources: &[],
+            memory_limit: false,
+            cpu_limit: false,
+            storage_limit: false,
+            gpus: false,
+        }
+    }
+
+    /// A shell simulator: `shell` and `filesystem` only (this simulator runs no Python,
+    /// unlike the reference's, so `python` is false).
+    pub const fn shell_simulator() -> Self {
+        Capabilities {
+            command_semantics: CommandSemantics::ShellSimulator,
+            shell: true,
+            filesystem: true,
+            python: false,
+            process: false,
+            network: false,
+            git_repository: false,
+            sources: &[],
+            memory_limit: false,
+            cpu_limit: false,
+            storage_limit: false,
+            gpus: false,
+        }
+    }
+
+    /// The same capabilities accepting these source kinds.
+    pub const fn with_sources(mut self, sources: &'static [&'static str]) -> Self {
+        self.sources = sources;
+        self
+    }
+
+    /// The same capabilities with these resource limits enforced.
+    pub const fn with_limits(mut self, memory: bool, cpu: bool, storage: bool, gpus: bool) -> Self {
+        self.memory_limit = memory;
+        self.cpu_limit = cpu;
+        self.storage_limit = storage;
+        self.gpus = gpus;
+        self
+    }
+
+    /// Whether the named task capability (one of [`CAPABILITY_NAMES`]) is offered; an
+    /// unknown name is not.
+    pub fn has(&self, name: &str) -> bool {
+        match name {
+            "shell" => self.shell,
+            "filesystem" => self.filesystem,
+            "python" => self.python,
+            "process" => self.process,
+            "network" => self.network,
+            "git_repository" => self.git_repository,
+            _ => false,
+        }
+    }
+
+    /// The task capabilities offered, in [`CAPABILITY_NAMES`] order.
+    pub fn names(&self) -> Vec<&'static str> {
+        CAPABILITY_NAMES
+            .into_iter()
+            .filter(|n| self.has(n))
+            .collect()
+    }
+
+    /// The spec checks every backend shares, from the declared values: the spec's own
+    /// validation, the source kind, and each resource field the backend cannot enforce.
+    ///
+    /// # Errors
+    /// What [`MachineSpec::validate`] returns; [`Error::Unsupported`] naming the source
+    /// kind, `network allow` on a backend without network, or the field (`cpus`,
+    /// `memory_mb`, `storage_mb`, `gpus`).
+    pub fn check_spec(&self, backend: &str, spec: &MachineSpec) -> Result<(), Error> {
+        spec.validate()?;
+        let kind = spec.source.kind();
+        if !self.sources.contains(&kind) {
+            return Err(Error::unsupported(format!(
+                "the {backend} backend does not run a {kind} image source (it runs: {})",
+                self.sources.join(", ")
+            )));
+        }
+        if spec.network == NetworkPolicy::Allow && !self.network {
+            return Err(Error::unsupported(format!(
+                "the {backend} backend has no network (network allow)"
+            )));
+        }
+        for (field, set, offered) in [
+            ("cpus", spec.cpus.is_some(), self.cpu_limit),
+            ("memory_mb", spec.memory_mb.is_some(), self.memory_limit),
+            ("storage_mb", spec.storage_mb.is_some(), self.storage_limit),
+            ("gpus", spec.gpus != 0, self.gpus),
+        ] {
+            if set && !offered {
+                return Err(Error::unsupported(format!(
+                    "the {backend} backend cannot enforce {field}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a task needs from a backend (the reference's `ExecutionRequirements`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ExecutionRequirements {
+    /// The command semantics the task was written for; `None` accepts any.
+    pub command_semantics: Option<CommandSemantics>,
+    /// Task capability names (see [`CAPABILITY_NAMES`]) the task uses.
+    pub capabilities: Vec<String>,
+    /// The image reference the task must run in; `None` accepts any.
+    pub docker_image: Option<String>,
+}
+
+/// The reference's `check_execution_requirements` (REFERENCE.md 1.7, steps 1–4), after a
+/// backend's own spec checks: the command semantics must match; every requested
+/// capability must be offered (the missing ones are named, sorted and comma-separated);
+/// `network` under [`NetworkPolicy::Deny`] is refused; a requested `docker_image` must be
+/// the reference the backend would run (`image`, `None` when it runs no named image).
+///
+/// # Errors
+/// [`Error::Unsupported`] saying which rule failed.
+pub fn check_execution_requirements(
+    capabilities: &Capabilities,
+    requirements: &ExecutionRequirements,
+    spec: &MachineSpec,
+    image: Option<&str>,
+) -> Result<(), Error> {
+    if let Some(wanted) = requirements.command_semantics {
+        if wanted != capabilities.command_semantics {
+            return Err(Error::unsupported(format!(
+                "the task needs {} command semantics; this backend has {}",
+                wanted.as_str(),
+                capabilities.command_semantics.as_str()
+            )));
+        }
+    }
+    let mut missing: Vec<&str> = requirements
+        .capabilities
+        .iter()
+        .map(String::as_str)
+        .filter(|c| !capabilities.has(c))
+        .collect();
+    missing.sort_unstable();
+    missing.dedup();
+    if !missing.is_empty() {
+        return Err(Error::unsupported(format!(
+            "unsupported capabilities: {}",
+            missing.join(", ")
+        )));
+    }
+    if requirements.capabilities.iter().any(|c| c == "network")
+        && spec.network == NetworkPolicy::Deny
+    {
+        return Err(Error::unsupported(
+            "the task needs network but the spec's network policy is deny",
+        ));
+    }
+    if let Some(wanted) = &requirements.docker_image {
+        if image != Some(wanted.as_str()) {
+            return Err(Error::unsupported(format!(
+                "the task needs docker image {wanted}; this backend would run {}",
+                image.unwrap_or("no docker image")
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(caps: &[&str]) -> ExecutionRequirements {
+        ExecutionRequirements {
+            capabilities: caps.iter().map(|c| c.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn reference_order_and_messages() {
+        let sim = Capabilities::shell_simulator().with_sources(&["sim"]);
+        let spec = MachineSpec::sim();
+        check_execution_requirements(&sim, &req(&["shell", "filesystem"]), &spec, None).unwrap();
+        let e = check_execution_requirements(
+            &sim,
+            &req(&["python", "network", "shell", "git_repository", "python"]),
+            &spec,
+            None,
+        )
+        .unwrap_err();
+        assert!(e.is_unsupported());
+        assert!(
+            e.to_string()
+                .contains("unsupported capabilities: git_repository, network, python"),
+            "{e}"
+        );
+        let semantics = ExecutionRequirements {
+            command_semantics: Some(CommandSemantics::LinuxProcess),
+            capabilities: vec!["bogus".into()],
+            ..Default::default()
+        };
+        // Semantics are judged before capabilities.
+        let e = check_execution_requirements(&sim, &semantics, &spec, None).unwrap_err();
+        assert!(e.to_string().contains("linux_process"), "{e}");
+
+        let linux = Capabilities::linux_process().with_sources(&["host"]);
+        let host = MachineSpec::host();
+        let e = check_execution_requirements(&linux, &req(&["network"]), &host, None).unwrap_err();
+        assert!(e.to_string().contains("deny"), "{e}");
+        check_execution_requirements(
+            &linux,
+            &req(&["network"]),
+            &host.clone().network(NetworkPolicy::Allow),
+            None,
+        )
+        .unwrap();
+        let image = ExecutionRequirements {
+            docker_image: Some("busybox:1".into()),
+            ..Default::default()
+        };
+        assert!(check_execution_requirements(&linux, &image, &host, None).is_err());
+        check_execution_requirements(&linux, &image, &host, Some("busybox:1")).unwrap();
+        assert!(check_execution_requirements(&linux, &image, &host, Some("busybox:2")).is_err());
+    }
+
+    #[test]
+    fn spec_checks_from_declared_values() {
+        let sim = Capabilities::shell_simulator()
+            .with_sources(&["sim"])
+            .with_limits(true, false, true, false);
+        sim.check_spec("sim", &MachineSpec::sim().memory_mb(64).storage_mb(8))
+            .unwrap();
+        let e = sim.check_spec("sim", &MachineSpec::host()).unwrap_err();
+        assert!(e.is_unsupported() && e.to_string().contains("host"), "{e}");
+        let e = sim
+            .check_spec("sim", &MachineSpec::sim().cpus(2))
+            .unwrap_err();
+        assert!(e.to_string().contains("cpus"), "{e}");
+        let e = sim
+            .check_spec("sim", &MachineSpec::sim().gpus(1))
+            .unwrap_err();
+        assert!(e.to_string().contains("gpus"), "{e}");
+        assert!(matches!(
+            sim.check_spec("sim", &MachineSpec::sim().cpus(0)),
+            Err(Error::InvalidInput(_))
+        ));
+        assert_eq!(
+            Capabilities::linux_process().names(),
+            CAPABILITY_NAMES.to_vec()
+        );
+        assert_eq!(sim.names(), ["shell", "filesystem"]);
+    }
+}
