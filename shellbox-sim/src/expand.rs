@@ -348,7 +348,8 @@ fn seq_expand(inner: &str) -> Option<Vec<String>> {
     } else {
         1
     };
-    let step = if step == 0 { 1 } else { step.abs() };
+    // bash leaves `{1..2..-9223372036854775808}` as it is: the step's size overflows
+    let step = if step == 0 { 1 } else { step.checked_abs()? };
     if let (Ok(a), Ok(z)) = (parts[0].parse::<i64>(), parts[1].parse::<i64>()) {
         let pad = |s: &str| {
             let t = s.trim_start_matches('-');
@@ -385,10 +386,14 @@ fn seq_expand(inner: &str) -> Option<Vec<String>> {
             } else {
                 v.push(x.to_string());
             }
-            if a <= z {
-                x += step;
+            let next = if a <= z {
+                x.checked_add(step)
             } else {
-                x -= step;
+                x.checked_sub(step)
+            };
+            match next {
+                Some(n) => x = n,
+                None => break,
             }
         }
         return Some(v);
@@ -402,10 +407,14 @@ fn seq_expand(inner: &str) -> Option<Vec<String>> {
         let mut x = a;
         while (a <= z && x <= z) || (a > z && x >= z) {
             v.push(((x as u8) as char).to_string());
-            if a <= z {
-                x += step;
+            let next = if a <= z {
+                x.checked_add(step)
             } else {
-                x -= step;
+                x.checked_sub(step)
+            };
+            match next {
+                Some(n) => x = n,
+                None => break,
             }
         }
         return Some(v);
@@ -822,13 +831,14 @@ impl Interp<'_> {
                 PV::L(l, _) => l.join(" "),
                 PV::Unset => return Ok(PV::Unset),
             };
-            let param = match word::parse_parameter(&name, &opts()) {
-                Ok(p) => p,
-                Err(_) => {
-                    self.err(sh, &format!("bash: {name}: invalid indirect expansion"));
-                    return Err(Ctl::Exit(1));
-                }
-            };
+            let param =
+                match crate::shell::with_parser_stack(|| word::parse_parameter(&name, &opts())) {
+                    Ok(p) => p,
+                    Err(_) => {
+                        self.err(sh, &format!("bash: {name}: invalid indirect expansion"));
+                        return Err(Ctl::Exit(1));
+                    }
+                };
             return self.param_value(sh, &param, false);
         }
         Ok(match p {

@@ -189,6 +189,7 @@ impl SimMachineFactory {
             closing: Arc::new(AtomicBool::new(false)),
             cancel: None,
         };
+        check_workdir(&spec.workdir)?;
         let workdir = if spec.workdir.is_empty() {
             "/".to_string()
         } else {
@@ -400,6 +401,7 @@ impl SimMachine {
     /// As [`Machine::upload`]; [`Error::Terminated`] when the disk budget runs out.
     pub fn upload_sync(&self, source: &Path, target: &str) -> Result<(), Error> {
         validate_guest_path(target)?;
+        check_transfer_path(target)?;
         let meta = std::fs::symlink_metadata(source).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 Error::not_found(source.display().to_string())
@@ -414,6 +416,13 @@ impl SimMachine {
                 Some(i) => (target[..i].to_string(), target[i + 1..].to_string()),
                 None => ("/".to_string(), target.to_string()),
             };
+            if name.is_empty() && !meta.is_dir() {
+                // as local and docker: `/` stays a directory
+                return Err(Error::transfer(
+                    target,
+                    "a file cannot replace the machine root",
+                ));
+            }
             let pdir = guest_mkdirs(&mut w.vfs, &parent, target)?;
             if meta.is_dir() {
                 let dir = if name.is_empty() {
@@ -438,6 +447,7 @@ impl SimMachine {
     /// As [`Machine::download`].
     pub fn download_sync(&self, source: &str, target: &Path) -> Result<(), Error> {
         validate_guest_path(source)?;
+        check_transfer_path(source)?;
         if self.inner.closing.load(Ordering::Relaxed) {
             return Err(Error::Closed);
         }
@@ -474,10 +484,44 @@ fn check_command(command: &Command) -> Result<(), Error> {
     command.validate()?;
     if let Some(u) = &command.user {
         if u != "0" && u != "root" {
+            // RULES-15 rule 2: the machine has one account, root (uid 0)
             return Err(Error::unsupported(format!(
-                "the sim backend runs commands as root only, not user {u:?}"
+                "no such user: {u} (the sim backend has only root)"
             )));
         }
+    }
+    if let Some(cwd) = &command.cwd {
+        check_workdir(cwd)?;
+    }
+    Ok(())
+}
+
+/// Whether `path` is at or under one of the kernel-provided trees `/proc`, `/sys`, `/dev`.
+fn is_kernel_provided(path: &str) -> bool {
+    ["/proc", "/sys", "/dev"].iter().any(|k| {
+        path.strip_prefix(k)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
+}
+
+/// RULES-15 rule 3: a working directory under `/proc`, `/sys` or `/dev` is refused up
+/// front on every backend.
+fn check_workdir(dir: &str) -> Result<(), Error> {
+    if is_kernel_provided(dir) {
+        return Err(Error::unsupported(format!(
+            "working directory {dir} is a kernel-provided directory"
+        )));
+    }
+    Ok(())
+}
+
+/// RULES-15 rule 4: transfers of guest paths at or under `/proc`, `/sys` or `/dev` are
+/// unsupported on every backend.
+fn check_transfer_path(path: &str) -> Result<(), Error> {
+    if is_kernel_provided(path) {
+        return Err(Error::unsupported(format!(
+            "transfer of {path}: a kernel-provided path cannot be transferred"
+        )));
     }
     Ok(())
 }
@@ -764,7 +808,13 @@ fn download_node(
             let data: Vec<u8> = match &node.kind {
                 Kind::File(d) => d.clone(),
                 Kind::Exe(n) => format!("#!/bin/sh\n# shellbox-sim built-in {n}\n").into_bytes(),
-                _ => Vec::new(),
+                // RULES-15 rule 4: a device (reached through a link) is never read as a file
+                _ => {
+                    return Err(Error::transfer(
+                        source,
+                        "only regular files, directories and symlinks can be transferred",
+                    ))
+                }
             };
             if top && target.is_dir() {
                 return Err(Error::transfer(
@@ -843,7 +893,10 @@ fn execute(
         let ns = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
         let at = it.w.clock_ns.saturating_add(ns);
         let id = it.push_deadline(at);
-        it.wall = Some((Instant::now() + t.max(Duration::from_millis(1)), id));
+        // a deadline past what `Instant` can hold is no deadline (`Duration::MAX`)
+        it.wall = Instant::now()
+            .checked_add(t.max(Duration::from_millis(1)))
+            .map(|at| (at, id));
         top = Some(id);
     }
     let cwd_ok =

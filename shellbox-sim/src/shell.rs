@@ -532,8 +532,20 @@ pub fn nesting_ok(text: &str) -> bool {
 }
 
 /// Runs a parser on a stack big enough for [`MAX_NESTING`] levels, whatever thread calls.
-pub fn with_parser_stack<T>(f: impl FnOnce() -> T) -> T {
-    stacker::maybe_grow(4 * 1024 * 1024, 32 * 1024 * 1024, f)
+/// A panic inside the parser (brush-parser 0.4.0 panics on some input, e.g. an fd number
+/// over `i32` or a here-document inside `${...}`) comes back as an error, which callers
+/// report as bash reports a syntax error.
+pub fn with_parser_stack<T, E: std::fmt::Display>(
+    f: impl FnOnce() -> Result<T, E>,
+) -> Result<T, String> {
+    stacker::maybe_grow(
+        4 * 1024 * 1024,
+        32 * 1024 * 1024,
+        || match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err("the parser cannot read this input".to_string()),
+        },
+    )
 }
 
 /// Writes `; ;` for `;;` inside `for (( ... ))` headers.
@@ -568,10 +580,9 @@ pub fn parse_program(script: &str) -> Result<Arc<ast::Program>, String> {
     let parse = |text: &str| {
         with_parser_stack(|| {
             let mut p = brush_parser::Parser::new(std::io::Cursor::new(text.as_bytes()), &opts);
-            p.parse_program()
-                .map(Arc::new)
-                .map_err(|e| format!("syntax error: {e}"))
+            p.parse_program().map(Arc::new)
         })
+        .map_err(|e| format!("syntax error: {e}"))
     };
     let mut r = parse(script);
     if r.is_err() && script.contains("((") {
@@ -771,14 +782,27 @@ impl<'a> Interp<'a> {
                 limit,
                 total,
             } => {
+                // kept bytes count against the machine's cumulative output budget;
+                // bytes past the command's own limit are only counted (truncation) and
+                // cost CPU fuel per pipe-buffer's worth, so a flood under a small cap
+                // keeps its first bytes and real status, as on local and docker
                 let n = data.len() as u64;
-                if self.w.output_left < n {
+                let room = limit.saturating_sub(d.len());
+                let kept = room.min(data.len());
+                if self.w.output_left < kept as u64 {
                     return Err(Ctl::Budget("output limit exceeded".into()));
                 }
-                self.w.output_left -= n;
+                self.w.output_left -= kept as u64;
                 *total += n;
-                let room = limit.saturating_sub(d.len());
-                d.extend_from_slice(&data[..room.min(data.len())]);
+                d.extend_from_slice(&data[..kept]);
+                let dropped = data.len() - kept;
+                if dropped > 0 {
+                    drop(st);
+                    for _ in 0..dropped.div_ceil(PIPE_CAPACITY) {
+                        self.tick()?;
+                    }
+                    return Ok(true);
+                }
             }
             Stream::File { ino, pos, append } => {
                 match self.w.vfs.write_at(*ino, *pos, data, *append) {

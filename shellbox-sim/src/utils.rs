@@ -270,6 +270,10 @@ fn printf_num(s: &str) -> Result<i64, String> {
 /// The widest printf field the simulator pads (bigger widths are an error).
 const MAX_FIELD_WIDTH: usize = 1 << 20;
 
+/// Decimals a float conversion formats exactly; more are zeros (an f64 has at most 1,074
+/// fraction digits, and Rust's formatter refuses precisions over 65,535).
+const FLOAT_DIGITS: usize = 1100;
+
 /// Formats `fmt` with `args` as printf(1) does (the format reused until args run out).
 pub fn printf_format(fmt: &str, args: &[String], errs: &mut Vec<String>) -> Vec<u8> {
     printf_format_at(fmt, args, errs, crate::CLOCK_START_EPOCH_SECS)
@@ -511,12 +515,22 @@ pub fn printf_format_at(fmt: &str, args: &[String], errs: &mut Vec<String>, now:
                         }
                         0.0
                     });
-                    let p = prec.unwrap_or(6);
+                    // Rust's formatter takes precisions up to 65,535; an f64 has at most
+                    // 1,074 exact decimals, so digits past FLOAT_DIGITS are all zeros
+                    let want = prec.unwrap_or(6);
+                    let p = want.min(FLOAT_DIGITS);
+                    let zeros = "0".repeat(want - p);
                     let mut s = match conv {
+                        'f' | 'F' if v.is_finite() => format!("{v:.p$}{zeros}"),
                         'f' | 'F' => format!("{v:.p$}"),
                         'e' | 'E' => {
                             let s = format!("{v:.p$e}");
                             let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
+                            let m = if v.is_finite() {
+                                format!("{m}{zeros}")
+                            } else {
+                                m.to_string()
+                            };
                             let e: i32 = e.parse().unwrap_or(0);
                             let s = format!("{m}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs());
                             if conv == 'E' {
@@ -1634,6 +1648,11 @@ fn rm(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     Ok(st)
 }
 
+/// The deepest directory tree `cp -r` copies (its paths would be far past `PATH_MAX`).
+const MAX_COPY_DEPTH: usize = 2048;
+
+/// Copies `src` to `dst_path`; `Ok(Err(message))` when the copy failed. Ticks once per
+/// node, so a big tree runs out of fuel or time like any loop.
 fn copy_node(
     it: &mut Interp<'_>,
     sh: &Shell,
@@ -1641,33 +1660,55 @@ fn copy_node(
     dst_path: &str,
     rec: bool,
     preserve: bool,
-) -> Result<(), String> {
+    depth: usize,
+) -> R<Result<(), String>> {
+    it.tick()?;
+    if depth > MAX_COPY_DEPTH {
+        return Ok(Err("File name too long".into()));
+    }
+    stacker::maybe_grow(64 * 1024, 1024 * 1024, || {
+        copy_node_at(it, sh, src, dst_path, rec, preserve, depth)
+    })
+}
+
+fn copy_node_at(
+    it: &mut Interp<'_>,
+    sh: &Shell,
+    src: usize,
+    dst_path: &str,
+    rec: bool,
+    preserve: bool,
+    depth: usize,
+) -> R<Result<(), String>> {
     let node = it.w.vfs.get(src).clone();
-    match &node.kind {
+    Ok(match &node.kind {
         Kind::Dir(map, _) => {
             if !rec {
-                return Err("-r not specified; omitting directory".into());
+                return Ok(Err("-r not specified; omitting directory".into()));
             }
             let d = match it.w.vfs.resolve(&sh.cwd, dst_path, true) {
                 Ok(d) if it.w.vfs.get(d).is_dir() => d,
-                Ok(_) => return Err("Not a directory".into()),
-                Err(_) => {
-                    it.w.vfs
-                        .mkdir(&sh.cwd, dst_path, node.mode)
-                        .map_err(|e| e.msg().to_string())?
-                }
+                Ok(_) => return Ok(Err("Not a directory".into())),
+                Err(_) => match it.w.vfs.mkdir(&sh.cwd, dst_path, node.mode) {
+                    Ok(d) => d,
+                    Err(e) => return Ok(Err(e.msg().to_string())),
+                },
             };
             let _ = d;
             let entries: Vec<(String, usize)> = map.iter().map(|(k, v)| (k.clone(), *v)).collect();
             for (n, i) in entries {
-                copy_node(
+                let r = copy_node(
                     it,
                     sh,
                     i,
                     &format!("{}/{}", dst_path.trim_end_matches('/'), n),
                     rec,
                     preserve,
+                    depth + 1,
                 )?;
+                if r.is_err() {
+                    return Ok(r);
+                }
             }
             Ok(())
         }
@@ -1684,13 +1725,13 @@ fn copy_node(
                 _ => Vec::new(),
             };
             let mode = node.mode & !sh.umask;
-            let ino =
-                it.w.vfs
-                    .create(&sh.cwd, dst_path, mode, true)
-                    .map_err(|e| e.msg().to_string())?;
-            it.w.vfs
-                .set_data(ino, data)
-                .map_err(|e| e.msg().to_string())?;
+            let ino = match it.w.vfs.create(&sh.cwd, dst_path, mode, true) {
+                Ok(i) => i,
+                Err(e) => return Ok(Err(e.msg().to_string())),
+            };
+            if let Err(e) = it.w.vfs.set_data(ino, data) {
+                return Ok(Err(e.msg().to_string()));
+            }
             if preserve {
                 let now = node.mtime;
                 if let Some(n) = it.w.vfs.get_mut(ino) {
@@ -1700,7 +1741,21 @@ fn copy_node(
             }
             Ok(())
         }
+    })
+}
+
+/// Whether directory `dir` is `ancestor` or lies below it.
+fn is_within(vfs: &crate::vfs::Vfs, mut dir: usize, ancestor: usize) -> bool {
+    for _ in 0..=MAX_COPY_DEPTH * 4 {
+        if dir == ancestor {
+            return true;
+        }
+        match &vfs.get(dir).kind {
+            Kind::Dir(_, parent) if *parent != dir => dir = *parent,
+            _ => return false,
+        }
     }
+    true
 }
 
 fn cp(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
@@ -1752,7 +1807,23 @@ fn cp(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                 continue;
             }
         }
-        if let Err(m) = copy_node(it, sh, src, &target, rec, preserve) {
+        if rec && it.w.vfs.get(src).is_dir() {
+            // GNU cp refuses a directory into itself (it would never end)
+            let into_itself =
+                it.w.vfs
+                    .resolve_parent(&sh.cwd, &target)
+                    .is_ok_and(|(parent, _)| is_within(&it.w.vfs, parent, src));
+            if into_itself {
+                fail(
+                    it,
+                    sh,
+                    format!("cp: cannot copy a directory, '{s}', into itself, '{target}'"),
+                );
+                st = 1;
+                continue;
+            }
+        }
+        if let Err(m) = copy_node(it, sh, src, &target, rec, preserve, 0)? {
             if m.starts_with("-r") {
                 fail(it, sh, format!("cp: {m} '{s}'"));
             } else {

@@ -125,3 +125,116 @@ fn odd_scripts_never_panic() {
         assert_eq!(r.stdout, "ok\n", "{script:?}");
     }
 }
+
+fn run_with_timeout(script: &str, timeout: Duration) -> shellbox_core::CommandResult {
+    let m = SimMachineFactory::new()
+        .create_sim(MachineSpec::sim())
+        .unwrap();
+    m.run_sync(Command::shell(script).timeout(timeout))
+        .unwrap_or_else(|e| panic!("{script:?}: {e}"))
+}
+
+fn assert_no_panic(script: &str, r: &shellbox_core::CommandResult) {
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        !err.contains("internal error"),
+        "{script:?} panicked: {err}"
+    );
+}
+
+/// Issue 16 finding 1: a precision over Rust's formatter limit (65,535) is formatted, not
+/// a panic; digits past an f64's exact decimals are zeros, as in C.
+#[test]
+fn printf_takes_any_precision() {
+    let r = run_with_timeout("printf '%.65536f' 1 | wc -c", Duration::from_secs(10));
+    assert_no_panic("printf", &r);
+    assert_eq!(r.stdout, "65538\n");
+    let r = run_with_timeout(
+        "printf '%.70000e\\n' 2.5 | head -c 4; echo; printf '%.70000e' 2.5 | wc -c",
+        Duration::from_secs(10),
+    );
+    assert_no_panic("printf e", &r);
+    assert_eq!(r.stdout, "2.50\n70006\n");
+}
+
+/// Issue 16 finding 2: input brush-parser panics on is bash's syntax error (status 2,
+/// recorded), never "simulator panicked".
+#[test]
+fn parser_panics_are_syntax_errors() {
+    for script in [
+        "echo 99999999999>/dev/null",
+        "${\"\"<<EOF\n}\nEOF\n",
+        "$[))<< ($[$]\n",
+    ] {
+        let m = SimMachineFactory::new()
+            .create_sim(MachineSpec::sim())
+            .unwrap();
+        let r = m
+            .run_sync(Command::shell(script).timeout(Duration::from_secs(10)))
+            .unwrap();
+        assert_no_panic(script, &r);
+        assert_eq!(r.exit_code, Some(2), "{script:?}: {r:?}");
+        assert!(
+            m.unsupported().iter().any(|u| u.starts_with("syntax:")),
+            "{script:?}: {:?}",
+            m.unsupported()
+        );
+        let r = m
+            .run_sync(Command::shell(format!(
+                "eval {}; echo $?",
+                shell_quote(script)
+            )))
+            .unwrap();
+        assert_no_panic(script, &r);
+        assert!(r.stdout.ends_with(b"2\n"), "{script:?}: {r:?}");
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Issue 16 finding 3: a brace step whose size overflows leaves the word as it is (bash).
+#[test]
+fn brace_steps_never_overflow() {
+    let r = run_with_timeout(
+        "echo {1..2..-9223372036854775808}; echo {9223372036854775800..9223372036854775807..5}; echo {a..e..9223372036854775807}",
+        Duration::from_secs(10),
+    );
+    assert_no_panic("brace", &r);
+    assert_eq!(
+        r.stdout,
+        "{1..2..-9223372036854775808}\n9223372036854775800 9223372036854775805\na\n"
+    );
+}
+
+/// Issue 16 finding 4: `cp -r` refuses a directory into itself (GNU's words) and a big
+/// tree copy honours the timeout.
+#[test]
+fn cp_refuses_a_directory_into_itself() {
+    let r = run_with_timeout(
+        "mkdir -p /a/b; cp -r /a /a/b; echo $?; cd /; cp -r a a/b/c; echo $?; ls /a/b",
+        Duration::from_secs(10),
+    );
+    assert_no_panic("cp", &r);
+    assert_eq!(r.stdout, "1\n1\n");
+    assert_eq!(
+        String::from_utf8_lossy(&r.stderr),
+        "cp: cannot copy a directory, '/a', into itself, '/a/b/a'\n\
+         cp: cannot copy a directory, 'a', into itself, 'a/b/c'\n"
+    );
+    let r = run_with_timeout("cp -r / /tmp/x; echo $?", Duration::from_secs(1));
+    assert_eq!(r.stdout, "1\n");
+    // a wide tree copied many times ends at the timeout, not long after
+    let started = std::time::Instant::now();
+    let r = run_with_timeout(
+        "mkdir -p /t; cd /t; touch $(seq 1 3000); i=0; while :; do i=$((i+1)); cp -r /t /u$i; done",
+        Duration::from_secs(1),
+    );
+    assert_eq!(r.reason, shellbox_core::ExitReason::TimedOut, "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+}
