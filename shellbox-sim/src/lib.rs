@@ -189,7 +189,6 @@ impl SimMachineFactory {
             closing: Arc::new(AtomicBool::new(false)),
             cancel: None,
         };
-        check_workdir(&spec.workdir)?;
         let workdir = if spec.workdir.is_empty() {
             "/".to_string()
         } else {
@@ -490,35 +489,13 @@ fn check_command(command: &Command) -> Result<(), Error> {
             )));
         }
     }
-    if let Some(cwd) = &command.cwd {
-        check_workdir(cwd)?;
-    }
-    Ok(())
-}
-
-/// Whether `path` is at or under one of the kernel-provided trees `/proc`, `/sys`, `/dev`.
-fn is_kernel_provided(path: &str) -> bool {
-    ["/proc", "/sys", "/dev"].iter().any(|k| {
-        path.strip_prefix(k)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-    })
-}
-
-/// RULES-15 rule 3: a working directory under `/proc`, `/sys` or `/dev` is refused up
-/// front on every backend.
-fn check_workdir(dir: &str) -> Result<(), Error> {
-    if is_kernel_provided(dir) {
-        return Err(Error::unsupported(format!(
-            "working directory {dir} is a kernel-provided directory"
-        )));
-    }
     Ok(())
 }
 
 /// RULES-15 rule 4: transfers of guest paths at or under `/proc`, `/sys` or `/dev` are
 /// unsupported on every backend.
 fn check_transfer_path(path: &str) -> Result<(), Error> {
-    if is_kernel_provided(path) {
+    if shellbox_core::validate::is_kernel_path(path) {
         return Err(Error::unsupported(format!(
             "transfer of {path}: a kernel-provided path cannot be transferred"
         )));
