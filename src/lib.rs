@@ -29,6 +29,9 @@ pub use shellbox_pyenv as pyenv;
 #[cfg(feature = "sim")]
 pub use shellbox_sim as sim;
 
+#[cfg(feature = "serve")]
+pub mod serve;
+
 use std::sync::Arc;
 
 /// A backend chosen at run time.

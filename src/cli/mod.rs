@@ -60,6 +60,12 @@ enum Sub {
     Bench(bench::BenchArgs),
     /// Remove machines leaked by processes that no longer exist (docker containers).
     Gc(GcArgs),
+    /// Serve the machine contract as JSON lines on stdin/stdout (PROTOCOL.md).
+    Serve {
+        /// Speak on stdin and stdout (the only transport).
+        #[arg(long, required = true)]
+        stdio: bool,
+    },
     /// Python environments for local machines.
     #[cfg(feature = "pyenv")]
     Pyenv {
@@ -321,6 +327,9 @@ pub fn main() -> ExitCode {
                 bench::bench(args).await.map_err(|e| (json, e))
             }
             Sub::Gc(args) => gc(args).await.map_err(|e| (false, e)),
+            Sub::Serve { stdio: _ } => {
+                Ok(ExitCode::from(shellbox::serve::serve_stdio().await as u8))
+            }
             #[cfg(feature = "pyenv")]
             Sub::Pyenv { command } => pyenv(command).await.map_err(|e| (false, e)),
         }

@@ -1,0 +1,1000 @@
+//! Protocol tests of `shellbox serve --stdio` (PROTOCOL.md), against the real binary:
+//! pipelining, out-of-order answers, cancel, bad input of every kind, and cleanup at end of
+//! input and on SIGTERM, on sim and local (and docker when an engine is reachable).
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+
+/// A running `shellbox serve --stdio` and the lines it wrote.
+struct Server {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<Value>,
+    /// Lines read but not yet asked for.
+    pending: VecDeque<Value>,
+}
+
+impl Server {
+    fn start(tmpdir: Option<&Path>) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_shellbox"));
+        cmd.args(["serve", "--stdio"])
+            .env("RUST_LOG", "error")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        if let Some(tmp) = tmpdir {
+            cmd.env("TMPDIR", tmp);
+        }
+        let mut child = cmd.spawn().expect("spawn shellbox serve");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                let value: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
+                    panic!("serve wrote a line that is not JSON ({e}): {line}")
+                });
+                if tx.send(value).is_err() {
+                    return;
+                }
+            }
+        });
+        Server {
+            stdin: child.stdin.take(),
+            child,
+            lines: rx,
+            pending: VecDeque::new(),
+        }
+    }
+
+    fn send_raw(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn send(&mut self, id: impl Into<Value>, method: &str, params: Value) {
+        let line = json!({"id": id.into(), "method": method, "params": params}).to_string();
+        self.send_raw(&line);
+    }
+
+    /// The next line, in the order the server wrote it.
+    fn next_line(&mut self) -> Value {
+        if let Some(v) = self.pending.pop_front() {
+            return v;
+        }
+        self.lines
+            .recv_timeout(ANSWER_WITHIN)
+            .expect("the server answers within 30 s")
+    }
+
+    /// The answer (result or error) to `id`, keeping other lines for later.
+    fn answer(&mut self, id: impl Into<Value>) -> Value {
+        let id = id.into();
+        if let Some(i) = self
+            .pending
+            .iter()
+            .position(|v| v["id"] == id && v.get("event").is_none())
+        {
+            return self.pending.remove(i).unwrap();
+        }
+        let deadline = Instant::now() + ANSWER_WITHIN;
+        loop {
+            let v = self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("no answer to {id} within 30 s"));
+            if v["id"] == id && v.get("event").is_none() {
+                return v;
+            }
+            self.pending.push_back(v);
+        }
+    }
+
+    fn call(&mut self, id: impl Into<Value> + Clone, method: &str, params: Value) -> Value {
+        self.send(id.clone(), method, params);
+        self.answer(id)
+    }
+
+    fn ok(&mut self, id: impl Into<Value> + Clone, method: &str, params: Value) -> Value {
+        let answer = self.call(id, method, params);
+        assert!(answer.get("error").is_none(), "{method} failed: {answer}");
+        answer["result"].clone()
+    }
+
+    fn factory(&mut self, backend: &str) -> Value {
+        self.ok("f", "factory", json!({"backend": backend}))["factory"].clone()
+    }
+
+    fn create(&mut self, factory: &Value, spec: Value) -> Value {
+        self.ok("c", "create", json!({"factory": factory, "spec": spec}))["machine"].clone()
+    }
+
+    /// Closes stdin and waits (bounded) for the exit status.
+    fn finish(mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        wait_bounded(&mut self.child)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_bounded(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server did not exit within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn unb64(v: &Value) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(v.as_str().expect("a base64 string"))
+        .unwrap()
+}
+
+fn sim_spec() -> Value {
+    json!({"source": {"kind": "sim"}})
+}
+
+fn host_spec() -> Value {
+    json!({"source": {"kind": "host"}})
+}
+
+fn shell(script: &str) -> Value {
+    json!({"argv": ["sh", "-c", script]})
+}
+
+fn error_kind(answer: &Value) -> (&str, &str) {
+    let e = &answer["error"];
+    assert!(e.is_object(), "expected an error, got {answer}");
+    (
+        e["kind"].as_str().unwrap(),
+        e["details"]["protocol"].as_str().unwrap_or(""),
+    )
+}
+
+/// Whether the local backend can sandbox here; prints the SKIP line when not.
+fn local_available(test: &str) -> bool {
+    let mut server = Server::start(None);
+    let answer = server.call(1, "factory", json!({"backend": "local"}));
+    if answer.get("error").is_none() {
+        return true;
+    }
+    if answer["error"]["kind"] == "sandbox_unavailable" {
+        eprintln!(
+            "SKIP {test}: no bubblewrap sandbox here: {}",
+            answer["error"]["message"]
+        );
+        return false;
+    }
+    panic!("factory local failed: {answer}");
+}
+
+/// `shellbox-local-*` directories left in `tmp`.
+fn machine_roots(tmp: &Path) -> Vec<String> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("shellbox-local-"))
+        .collect()
+}
+
+/// Host processes whose command line contains `needle`.
+fn processes_with(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if text.contains(needle) {
+            found.push(format!("{}: {text}", entry.file_name().to_string_lossy()));
+        }
+    }
+    found
+}
+
+/// Waits (bounded) until a host process runs exactly `argv` (e.g. `sleep 731.25`), so the
+/// shell that starts it has run what came before.
+fn wait_for_process(argv: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exact = format!("{argv} ");
+    while !processes_with(argv)
+        .iter()
+        .any(|p| p.split_once(": ").is_some_and(|(_, c)| c == exact))
+    {
+        assert!(Instant::now() < deadline, "{argv} did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (bounded) until no host process mentions `needle`.
+fn assert_no_process(needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = processes_with(needle);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "processes left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn schema_is_checked_in_and_current() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("PROTOCOL.schema.json");
+    let generated = serde_json::to_string_pretty(&shellbox::serve::wire::schema()).unwrap() + "\n";
+    if std::env::var_os("SHELLBOX_BLESS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "PROTOCOL.schema.json is out of date with the Rust types; regenerate it with \
+         `SHELLBOX_BLESS=1 cargo test --test serve schema_is_checked_in_and_current`"
+    );
+}
+
+/// The wire forms are the core types' serde forms, bytes aside (base64 on the wire).
+#[test]
+fn wire_forms_match_the_core_serde_forms() {
+    use shellbox::serve::wire::{Limits, Spec, WireCommand};
+    use shellbox::*;
+    let sources = vec![
+        ImageSource::Host(HostImage {
+            read_only: vec!["/opt/x".into()],
+            bin_dirs: vec!["/opt/x/bin".into()],
+            mounts: vec![Mount {
+                host: "/srv/data".into(),
+                guest: "/data".into(),
+            }],
+        }),
+        ImageSource::Docker(DockerImage {
+            reference: "busybox:latest".into(),
+        }),
+        ImageSource::Registry(RegistryImage {
+            reference: "127.0.0.1:5000/img".into(),
+            credentials: Some(RegistryCredentials {
+                username: "u".into(),
+                password: "p".into(),
+            }),
+        }),
+        ImageSource::Dockerfile(DockerfileSource {
+            context: "/ctx".into(),
+            dockerfile: "/ctx/Dockerfile".into(),
+        }),
+        ImageSource::Archive(ImageArchive {
+            path: "/img.tar".into(),
+        }),
+        ImageSource::Sim(SimBuiltins::default()),
+    ];
+    for source in sources {
+        let mut spec = MachineSpec::new(source)
+            .env("A", "1")
+            .cpus(2)
+            .memory_mb(64)
+            .gpus(1)
+            .network(NetworkPolicy::Allow);
+        spec.startup_timeout = Some(Duration::from_millis(1500));
+        let core = serde_json::to_value(&spec).unwrap();
+        let wire = serde_json::to_value(Spec::from_core(&spec).unwrap()).unwrap();
+        assert_eq!(core, wire);
+        let back: Spec = serde_json::from_value(core).unwrap();
+        assert_eq!(back.into_core().unwrap(), spec);
+    }
+    let command = Command::shell("cat")
+        .stdin(vec![0u8, 255, 10])
+        .timeout(Duration::from_millis(250))
+        .env("K", "V")
+        .cwd("/tmp")
+        .user("65534")
+        .output_limit_bytes(7);
+    let mut core = serde_json::to_value(&command).unwrap();
+    let wire = serde_json::to_value(WireCommand::from_core(&command)).unwrap();
+    assert_eq!(wire["stdin"], b64(&[0, 255, 10]));
+    core["stdin"] = wire["stdin"].clone();
+    assert_eq!(core, wire);
+    let back: WireCommand = serde_json::from_value(wire).unwrap();
+    assert_eq!(back.into_core().unwrap(), command);
+    // Defaults are the core's.
+    let minimal: WireCommand = serde_json::from_value(json!({"argv": ["true"]})).unwrap();
+    assert_eq!(minimal.into_core().unwrap(), Command::new("true"));
+    let minimal: Spec = serde_json::from_value(sim_spec()).unwrap();
+    assert_eq!(minimal.into_core().unwrap(), MachineSpec::sim());
+    let limits = DownloadLimits::default();
+    assert_eq!(
+        serde_json::to_value(limits).unwrap(),
+        serde_json::to_value(Limits::from_core(&limits)).unwrap()
+    );
+    assert_eq!(Limits::default().into_core().unwrap(), limits);
+}
+
+#[test]
+fn sim_run_stream_and_results() {
+    let mut s = Server::start(None);
+    let f = s.factory("sim");
+    let m = s.create(&f, sim_spec());
+    let r = s.ok(
+        1,
+        "run",
+        json!({"machine": m, "command": {"argv": ["sh", "-c", "cat; echo err >&2; exit 3"], "stdin": b64(b"in\xff")}}),
+    );
+    assert_eq!(r["exit_code"], 3);
+    assert_eq!(r["reason"], "exited");
+    assert_eq!(unb64(&r["stdout"]), b"in\xff");
+    assert_eq!(unb64(&r["stderr"]), b"err\n");
+    let r = s.ok(
+        2,
+        "run",
+        json!({"machine": m, "command": {"argv": ["sh", "-c", "printf 123456"], "output_limit_bytes": 4}}),
+    );
+    assert_eq!(
+        (unb64(&r["stdout"]), &r["stdout_truncated"]),
+        (b"1234".to_vec(), &json!(true))
+    );
+    let r = s.ok(
+        3,
+        "run",
+        json!({"machine": m, "command": {"argv": ["no-such-program"]}}),
+    );
+    assert_eq!(r["exit_code"], 127);
+
+    // run_stream: events in order, then the exit status as the result.
+    s.send(
+        4,
+        "run_stream",
+        json!({"machine": m, "command": shell("echo a; echo b >&2; echo c")}),
+    );
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    let result = loop {
+        let line = s.next_line();
+        assert_eq!(line["id"], 4, "{line}");
+        if let Some(event) = line.get("event") {
+            if let Some(b) = event.get("stdout") {
+                stdout.extend(unb64(b));
+            } else {
+                stderr.extend(unb64(&event["stderr"]));
+            }
+        } else {
+            break line["result"].clone();
+        }
+    };
+    assert_eq!((stdout, stderr), (b"a\nc\n".to_vec(), b"b\n".to_vec()));
+    assert_eq!(
+        result,
+        json!({"exit_code": 0, "reason": "exited", "stdout_truncated": false, "stderr_truncated": false})
+    );
+
+    // Transfers and download_files.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("in.txt"), b"payload").unwrap();
+    s.ok(
+        5,
+        "upload",
+        json!({"machine": m, "source": dir.path().join("in.txt"), "target": "/workspace/in.txt"}),
+    );
+    s.ok(
+        6,
+        "download",
+        json!({"machine": m, "source": "/workspace/in.txt", "target": dir.path().join("out.txt")}),
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("out.txt")).unwrap(),
+        b"payload"
+    );
+    let r = s.ok(
+        7,
+        "download_files",
+        json!({"machine": m, "paths": ["/workspace", "/missing"]}),
+    );
+    assert_eq!(unb64(&r["files"]["/workspace/in.txt"]), b"payload");
+    let r = s.call(
+        8,
+        "download_files",
+        json!({"machine": m, "paths": ["/workspace"], "limits": {"max_bytes": 3}}),
+    );
+    assert_eq!(error_kind(&r).0, "download_limit_exceeded", "{r}");
+    let r = s.call(
+        9,
+        "download",
+        json!({"machine": m, "source": "/nope", "target": dir.path().join("x")}),
+    );
+    assert_eq!(error_kind(&r).0, "not_found", "{r}");
+
+    // check_environment does not exist in the core yet; gc is docker's.
+    let r = s.call(
+        10,
+        "check_environment",
+        json!({"factory": f, "spec": sim_spec()}),
+    );
+    assert_eq!(error_kind(&r).0, "unsupported", "{r}");
+    let r = s.call(11, "gc", json!({"factory": f}));
+    assert_eq!(error_kind(&r).0, "unsupported", "{r}");
+
+    // close is idempotent; a closed machine answers `closed`.
+    s.ok(12, "close", json!({"machine": m}));
+    s.ok(13, "close", json!({"machine": m}));
+    let r = s.call(14, "run", json!({"machine": m, "command": shell("true")}));
+    assert_eq!(error_kind(&r), ("closed", ""), "{r}");
+    assert!(s.finish().success());
+}
+
+#[test]
+fn pipelined_requests_are_answered_out_of_order() {
+    let mut s = Server::start(None);
+    let f = s.factory("sim");
+    let slow = s.create(&f, sim_spec());
+    let fast = s.create(&f, sim_spec());
+    // Sent together, before any answer: a busy loop that only its timeout ends, then a
+    // quick command on another machine, whose answer comes first.
+    s.send(
+        "slow",
+        "run",
+        json!({"machine": slow, "command": {"argv": ["sh", "-c", "echo started; while :; do :; done"], "timeout": 2.0}}),
+    );
+    s.send(
+        "fast",
+        "run",
+        json!({"machine": fast, "command": shell("echo fast")}),
+    );
+    let first = s.next_line();
+    assert_eq!(first["id"], "fast", "{first}");
+    assert_eq!(unb64(&first["result"]["stdout"]), b"fast\n");
+    let slow_answer = s.answer("slow");
+    assert_eq!(
+        slow_answer["result"]["reason"], "timed_out",
+        "{slow_answer}"
+    );
+    assert_eq!(slow_answer["result"]["exit_code"], Value::Null);
+    // A timed-out command keeps the output it wrote.
+    assert_eq!(unb64(&slow_answer["result"]["stdout"]), b"started\n");
+
+    // Many requests pipelined on one machine: every one answered once, by its id.
+    for i in 0..50 {
+        s.send(
+            i,
+            "run",
+            json!({"machine": fast, "command": shell(&format!("echo {i}"))}),
+        );
+    }
+    for i in 0..50 {
+        let a = s.answer(i);
+        assert_eq!(unb64(&a["result"]["stdout"]), format!("{i}\n").as_bytes());
+    }
+    assert!(s.finish().success());
+}
+
+#[test]
+fn cancel_stops_a_running_command_on_sim() {
+    let mut s = Server::start(None);
+    let f = s.factory("sim");
+    let m = s.create(&f, sim_spec());
+    s.send(
+        "loop",
+        "run",
+        json!({"machine": m, "command": shell("while :; do :; done")}),
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let r = s.ok("c1", "cancel", json!({"id": "loop"}));
+    assert_eq!(r, json!({"cancelled": true}));
+    let a = s.answer("loop");
+    assert_eq!(error_kind(&a), ("cancelled", "cancelled"), "{a}");
+    // Nothing to cancel any more; the machine still works.
+    assert_eq!(
+        s.ok("c2", "cancel", json!({"id": "loop"})),
+        json!({"cancelled": false})
+    );
+    let r = s.ok(
+        "after",
+        "run",
+        json!({"machine": m, "command": shell("echo ok")}),
+    );
+    assert_eq!(unb64(&r["stdout"]), b"ok\n");
+    // run_stream is cancelled the same way.
+    s.send(
+        "stream",
+        "run_stream",
+        json!({"machine": m, "command": shell("while :; do :; done")}),
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        s.ok("c3", "cancel", json!({"id": "stream"})),
+        json!({"cancelled": true})
+    );
+    assert_eq!(error_kind(&s.answer("stream")).0, "cancelled");
+    assert!(s.finish().success());
+}
+
+#[test]
+fn bad_input_of_every_kind_is_answered_and_the_server_goes_on() {
+    let mut s = Server::start(None);
+    let f = s.factory("sim");
+    let m = s.create(&f, sim_spec());
+    let lines: Vec<(&str, Value, &str, &str)> = vec![
+        ("not json", Value::Null, "invalid_input", "bad_json"),
+        (
+            "{\"id\": 1, \"method\": ",
+            Value::Null,
+            "invalid_input",
+            "bad_json",
+        ),
+        ("[1, 2]", Value::Null, "invalid_input", "bad_request"),
+        (
+            "{\"method\": \"run\"}",
+            Value::Null,
+            "invalid_input",
+            "bad_request",
+        ),
+        (
+            "{\"id\": null, \"method\": \"run\"}",
+            Value::Null,
+            "invalid_input",
+            "bad_request",
+        ),
+        (
+            "{\"id\": [1], \"method\": \"run\"}",
+            Value::Null,
+            "invalid_input",
+            "bad_request",
+        ),
+        (
+            "{\"id\": \"m\"}",
+            json!("m"),
+            "invalid_input",
+            "bad_request",
+        ),
+        (
+            "{\"id\": \"u\", \"method\": \"run\", \"params\": {}, \"extra\": 1}",
+            json!("u"),
+            "invalid_input",
+            "bad_request",
+        ),
+        (
+            "{\"id\": \"x\", \"method\": \"explode\"}",
+            json!("x"),
+            "invalid_input",
+            "unknown_method",
+        ),
+    ];
+    for (line, id, kind, protocol) in lines {
+        s.send_raw(line);
+        let a = s.next_line();
+        assert_eq!(a["id"], id, "{line}: {a}");
+        assert_eq!(error_kind(&a), (kind, protocol), "{line}: {a}");
+    }
+    // Blank lines are ignored.
+    s.send_raw("   ");
+    let bad_params: Vec<(&str, Value, &str, &str)> = vec![
+        (
+            "run",
+            json!({"machine": m}),
+            "invalid_input",
+            "invalid_params",
+        ),
+        (
+            "run",
+            json!({"machine": m, "command": {"argv": ["true"], "bogus": 1}}),
+            "invalid_input",
+            "invalid_params",
+        ),
+        (
+            "run",
+            json!({"machine": m, "command": {"argv": "true"}}),
+            "invalid_input",
+            "invalid_params",
+        ),
+        (
+            "run",
+            json!({"machine": m, "command": {"argv": ["true"], "output_limit_bytes": -1}}),
+            "invalid_input",
+            "invalid_params",
+        ),
+        (
+            "run",
+            json!({"machine": m, "command": {"argv": ["cat"], "stdin": "%%%"}}),
+            "invalid_input",
+            "",
+        ),
+        (
+            "run",
+            json!({"machine": m, "command": {"argv": ["true"], "timeout": -1.0}}),
+            "invalid_input",
+            "",
+        ),
+        (
+            "run",
+            json!({"machine": m, "command": {"argv": []}}),
+            "invalid_input",
+            "",
+        ),
+        (
+            "run",
+            json!({"machine": m, "command": {"argv": ["true"], "cwd": "relative"}}),
+            "invalid_input",
+            "",
+        ),
+        (
+            "run",
+            json!({"machine": 999, "command": {"argv": ["true"]}}),
+            "invalid_input",
+            "unknown_machine",
+        ),
+        (
+            "run",
+            json!({"machine": m, "command": {"argv": ["true"]}, "extra": 0}),
+            "invalid_input",
+            "invalid_params",
+        ),
+        (
+            "create",
+            json!({"factory": 77, "spec": sim_spec()}),
+            "invalid_input",
+            "unknown_factory",
+        ),
+        (
+            "create",
+            json!({"factory": f, "spec": {"source": {"kind": "sim"}, "colour": "red"}}),
+            "invalid_input",
+            "invalid_params",
+        ),
+        (
+            "create",
+            json!({"factory": f, "spec": {"source": {"kind": "vm"}}}),
+            "invalid_input",
+            "invalid_params",
+        ),
+        (
+            "create",
+            json!({"factory": f, "spec": {"source": {"kind": "host", "read_only": [], "x": 1}}}),
+            "invalid_input",
+            "invalid_params",
+        ),
+        (
+            "create",
+            json!({"factory": f, "spec": {"source": {"kind": "sim"}, "workdir": "rel"}}),
+            "invalid_input",
+            "",
+        ),
+        (
+            "create",
+            json!({"factory": f, "spec": {"source": {"kind": "host"}}}),
+            "unsupported",
+            "",
+        ),
+        (
+            "create",
+            json!({"factory": f, "spec": {"source": {"kind": "sim"}, "cpus": 0}}),
+            "invalid_input",
+            "",
+        ),
+        (
+            "factory",
+            json!({"backend": "vm"}),
+            "invalid_input",
+            "invalid_params",
+        ),
+        (
+            "factory",
+            json!({"backend": "sim", "cpu_fuel": "lots"}),
+            "invalid_input",
+            "invalid_params",
+        ),
+        (
+            "factory",
+            json!({"backend": "sim", "speed": 1}),
+            "invalid_input",
+            "invalid_params",
+        ),
+        (
+            "upload",
+            json!({"machine": m, "source": "/definitely/not/here", "target": "/workspace/x"}),
+            "not_found",
+            "",
+        ),
+        (
+            "upload",
+            json!({"machine": m, "source": "/etc/hostname", "target": "relative"}),
+            "invalid_input",
+            "",
+        ),
+        (
+            "download_files",
+            json!({"machine": m, "paths": ["/a/../b"]}),
+            "invalid_input",
+            "",
+        ),
+        (
+            "download_files",
+            json!({"machine": m, "paths": ["/workspace"], "limits": {"max_files": -1}}),
+            "invalid_input",
+            "invalid_params",
+        ),
+        (
+            "close",
+            json!({"machine": 4242}),
+            "invalid_input",
+            "unknown_machine",
+        ),
+        ("cancel", json!({}), "invalid_input", "invalid_params"),
+        (
+            "gc",
+            json!({"factory": "one"}),
+            "invalid_input",
+            "invalid_params",
+        ),
+    ];
+    for (i, (method, params, kind, protocol)) in bad_params.into_iter().enumerate() {
+        let a = s.call(i as u64 + 100, method, params.clone());
+        assert_eq!(error_kind(&a), (kind, protocol), "{method} {params}: {a}");
+        assert!(a["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    }
+    // A duplicate id while the first is in flight.
+    s.send(
+        "dup",
+        "run",
+        json!({"machine": m, "command": shell("while :; do :; done")}),
+    );
+    let a = s.call(
+        "dup",
+        "run",
+        json!({"machine": m, "command": shell("true")}),
+    );
+    assert_eq!(error_kind(&a), ("invalid_input", "duplicate_id"), "{a}");
+    s.ok("c", "cancel", json!({"id": "dup"}));
+    assert_eq!(error_kind(&s.answer("dup")).0, "cancelled");
+    // The server still works.
+    let r = s.ok(
+        "last",
+        "run",
+        json!({"machine": m, "command": shell("echo alive")}),
+    );
+    assert_eq!(unb64(&r["stdout"]), b"alive\n");
+    assert!(s.finish().success());
+}
+
+#[tokio::test]
+async fn a_line_over_the_limit_is_refused_and_skipped() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (mut client, server_side) = tokio::io::duplex(1 << 16);
+    let (server_read, server_write) = tokio::io::split(server_side);
+    let options = shellbox::serve::ServeOptions {
+        max_line_bytes: 100,
+        ..Default::default()
+    };
+    let server = tokio::spawn(shellbox::serve::serve_with(
+        server_read,
+        server_write,
+        std::future::pending(),
+        options,
+    ));
+    let long = format!("{{\"id\": 1, \"method\": \"factory\", \"params\": {{\"backend\": \"sim\", \"pad\": \"{}\"}}}}\n", "x".repeat(500));
+    client.write_all(long.as_bytes()).await.unwrap();
+    client
+        .write_all(b"{\"id\": 2, \"method\": \"factory\", \"params\": {\"backend\": \"sim\"}}\n")
+        .await
+        .unwrap();
+    let (read, mut write) = tokio::io::split(client);
+    let mut lines = tokio::io::BufReader::new(read).lines();
+    let first: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(first["id"], Value::Null);
+    assert_eq!(
+        error_kind(&first),
+        ("invalid_input", "line_too_long"),
+        "{first}"
+    );
+    let second: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(second["id"], 2);
+    assert_eq!(second["result"]["backend"], "sim");
+    write.shutdown().await.unwrap();
+    assert_eq!(server.await.unwrap(), 0);
+}
+
+#[test]
+fn end_of_input_cancels_requests_in_flight_on_sim() {
+    let mut s = Server::start(None);
+    let f = s.factory("sim");
+    let m = s.create(&f, sim_spec());
+    s.send(
+        "busy",
+        "run",
+        json!({"machine": m, "command": shell("while :; do :; done")}),
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    drop(s.stdin.take());
+    let a = s.answer("busy");
+    assert_eq!(error_kind(&a).0, "cancelled", "{a}");
+    assert!(wait_bounded(&mut s.child).success());
+}
+
+#[test]
+fn local_cancel_kills_the_command() {
+    if !local_available("local_cancel_kills_the_command") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = Server::start(Some(tmp.path()));
+    let f = s.factory("local");
+    let m = s.create(&f, host_spec());
+    let needle = "sleep 731.25";
+    s.send(
+        "sleep",
+        "run",
+        json!({"machine": m, "command": shell(&format!("echo up >/tmp/up; {needle}"))}),
+    );
+    wait_for_process(needle);
+    assert_eq!(
+        s.ok("c", "cancel", json!({"id": "sleep"})),
+        json!({"cancelled": true})
+    );
+    assert_eq!(error_kind(&s.answer("sleep")).0, "cancelled");
+    assert_no_process(needle);
+    // The machine goes on; the file written before the cancel is there.
+    let r = s.ok(
+        "after",
+        "run",
+        json!({"machine": m, "command": shell("cat /tmp/up")}),
+    );
+    assert_eq!(unb64(&r["stdout"]), b"up\n");
+    assert!(s.finish().success());
+    assert_eq!(machine_roots(tmp.path()), Vec::<String>::new());
+}
+
+#[test]
+fn local_end_of_input_closes_every_machine() {
+    if !local_available("local_end_of_input_closes_every_machine") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = Server::start(Some(tmp.path()));
+    let f = s.factory("local");
+    let machines: Vec<Value> = (0..3).map(|_| s.create(&f, host_spec())).collect();
+    assert_eq!(machine_roots(tmp.path()).len(), 3);
+    // One machine is closed by the client, one ran a command, one runs a command when the
+    // input ends.
+    s.ok("close", "close", json!({"machine": machines[0]}));
+    s.ok(
+        "done",
+        "run",
+        json!({"machine": machines[1], "command": shell("echo data >/tmp/file")}),
+    );
+    let needle = "sleep 734.5";
+    s.send(
+        "fg",
+        "run",
+        json!({"machine": machines[2], "command": shell(needle)}),
+    );
+    wait_for_process(needle);
+    let status = s.finish();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(machine_roots(tmp.path()), Vec::<String>::new());
+    assert_no_process(needle);
+}
+
+#[test]
+fn local_sigterm_closes_every_machine() {
+    if !local_available("local_sigterm_closes_every_machine") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = Server::start(Some(tmp.path()));
+    let f = s.factory("local");
+    let m = s.create(&f, host_spec());
+    s.send(
+        "fg",
+        "run",
+        json!({"machine": m, "command": shell("sleep 735.5")}),
+    );
+    wait_for_process("sleep 735.5");
+    let pid = s.child.id() as i32;
+    // SAFETY-free: plain kill(2) on our own child.
+    let rc = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(rc.success());
+    let status = wait_bounded(&mut s.child);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!((status.code(), status.signal()), (Some(128 + 15), None));
+    assert_eq!(machine_roots(tmp.path()), Vec::<String>::new());
+    assert_no_process("sleep 735.5");
+}
+
+#[cfg(feature = "docker")]
+#[test]
+fn docker_end_of_input_removes_every_container() {
+    let test = "docker_end_of_input_removes_every_container";
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    if std::os::unix::net::UnixStream::connect("/var/run/docker.sock").is_err()
+        && std::env::var("DOCKER_HOST").is_err()
+    {
+        eprintln!("SKIP {test}: /var/run/docker.sock is unreachable and DOCKER_HOST is unset");
+        return;
+    }
+    let factory = match rt.block_on(shellbox::docker::DockerMachineFactory::connect()) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("SKIP {test}: {e}");
+            return;
+        }
+    };
+    let image = shellbox::docker::BUSYBOX_TEST_IMAGE;
+    if let Err(e) = rt.block_on(shellbox::docker::ensure_busybox_image(
+        factory.docker(),
+        image,
+    )) {
+        if e.is_unsupported() {
+            eprintln!("SKIP {test}: {e}");
+            return;
+        }
+        panic!("{test}: cannot import the busybox test image: {e}");
+    }
+    let mut s = Server::start(None);
+    let f = s.factory("docker");
+    let spec = json!({"source": {"kind": "docker", "reference": image}});
+    let m1 = s.create(&f, spec.clone());
+    let _m2 = s.create(&f, spec);
+    let r = s.ok(
+        1,
+        "run",
+        json!({"machine": m1, "command": shell("echo hi; exit 3")}),
+    );
+    assert_eq!(
+        (r["exit_code"].clone(), unb64(&r["stdout"])),
+        (json!(3), b"hi\n".to_vec())
+    );
+    let label = shellbox::docker::labels::OWNER_PID;
+    let pid = s.child.id().to_string();
+    let count = |docker: &shellbox::docker::bollard::Docker| {
+        let options = shellbox::docker::bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some(std::collections::HashMap::from([(
+                "label".to_string(),
+                vec![format!("{label}={pid}")],
+            )])),
+            ..Default::default()
+        };
+        rt.block_on(docker.list_containers(Some(options)))
+            .unwrap()
+            .len()
+    };
+    let before = count(factory.docker());
+    assert_eq!(before, 2);
+    s.send(
+        "fg",
+        "run",
+        json!({"machine": m1, "command": shell("sleep 600")}),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(s.finish().success());
+    assert_eq!(count(factory.docker()), 0);
+}
