@@ -301,7 +301,8 @@ fn wire_forms_match_the_core_serde_forms() {
             .cpus(2)
             .memory_mb(64)
             .gpus(1)
-            .network(NetworkPolicy::Allow);
+            .network(NetworkPolicy::Allow)
+            .pids_limit(77);
         spec.startup_timeout = Some(Duration::from_millis(1500));
         let core = serde_json::to_value(&spec).unwrap();
         let wire = serde_json::to_value(Spec::from_core(&spec).unwrap()).unwrap();

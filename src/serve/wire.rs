@@ -183,6 +183,13 @@ pub struct Spec {
     /// Seconds the backend may take to start the machine.
     #[serde(default)]
     pub startup_timeout: Option<f64>,
+    /// The most processes (threads included) the machine may hold at once; default 1024.
+    #[serde(default = "default_pids_limit")]
+    pub pids_limit: u32,
+}
+
+fn default_pids_limit() -> u32 {
+    crate::DEFAULT_PIDS_LIMIT
 }
 
 impl Spec {
@@ -201,6 +208,7 @@ impl Spec {
             storage_mb,
             gpus,
             startup_timeout,
+            pids_limit,
         } = self;
         let source = match source {
             Source::Host(HostImage {
@@ -257,6 +265,7 @@ impl Spec {
             storage_mb,
             gpus,
             startup_timeout: seconds("startup_timeout", startup_timeout)?,
+            pids_limit,
         };
         Ok(spec)
     }
@@ -276,6 +285,7 @@ impl Spec {
             storage_mb,
             gpus,
             startup_timeout,
+            pids_limit,
         } = spec.clone();
         let path = |p: PathBuf| p.to_string_lossy().into_owned();
         let source = match source {
@@ -341,6 +351,7 @@ impl Spec {
             storage_mb,
             gpus,
             startup_timeout: startup_timeout.map(|d| d.as_secs_f64()),
+            pids_limit,
         })
     }
 }
