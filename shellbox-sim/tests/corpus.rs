@@ -11,11 +11,13 @@ use shellbox_sim::SimMachineFactory;
 const WHOLE_CORPUS_FLOOR: usize = 98;
 
 fn corpus_dir() -> PathBuf {
-    // Inside the repository, so a clone with nothing beside it runs these tests.
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../testdata/sim-corpus"
-    ))
+    // Inside the repository, so a clone with nothing beside it runs these tests. The package
+    // directory is read at run time (cargo sets it for tests), so a test binary built in
+    // another checkout sharing the target dir still reads this checkout's copy.
+    let package = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    package.join("../testdata/sim-corpus")
 }
 
 struct Case {
