@@ -335,6 +335,15 @@ fn wire_forms_match_the_core_serde_forms() {
         serde_json::to_value(Limits::from_core(&limits)).unwrap()
     );
     assert_eq!(Limits::default().into_core().unwrap(), limits);
+    let requirements = ExecutionRequirements {
+        command_semantics: Some(CommandSemantics::ShellSimulator),
+        capabilities: vec!["shell".into(), "network".into()],
+        docker_image: Some("busybox".into()),
+    };
+    let core = serde_json::to_value(&requirements).unwrap();
+    let wire: shellbox::serve::wire::Requirements = serde_json::from_value(core.clone()).unwrap();
+    assert_eq!(serde_json::to_value(&wire).unwrap(), core);
+    assert_eq!(wire.into_core(), requirements);
 }
 
 #[test]
@@ -430,11 +439,34 @@ fn sim_run_stream_and_results() {
     );
     assert_eq!(error_kind(&r).0, "not_found", "{r}");
 
-    // check_environment does not exist in the core yet; gc is docker's.
-    let r = s.call(
+    // check_environment answers from the backend's declared capabilities; gc is docker's.
+    s.ok(
         10,
         "check_environment",
         json!({"factory": f, "spec": sim_spec()}),
+    );
+    s.ok(
+        10,
+        "check_environment",
+        json!({"factory": f, "spec": sim_spec(), "requirements": {"command_semantics": "shell_simulator", "capabilities": ["shell", "filesystem"]}}),
+    );
+    let r = s.call(
+        10,
+        "check_environment",
+        json!({"factory": f, "spec": sim_spec(), "requirements": {"capabilities": ["process", "git_repository", "shell"]}}),
+    );
+    assert_eq!(error_kind(&r).0, "unsupported", "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("git_repository, process"),
+        "{r}"
+    );
+    let r = s.call(
+        10,
+        "check_environment",
+        json!({"factory": f, "spec": host_spec()}),
     );
     assert_eq!(error_kind(&r).0, "unsupported", "{r}");
     let r = s.call(11, "gc", json!({"factory": f}));
@@ -748,6 +780,12 @@ fn bad_input_of_every_kind_is_answered_and_the_server_goes_on() {
         (
             "gc",
             json!({"factory": "one"}),
+            "invalid_input",
+            "invalid_params",
+        ),
+        (
+            "check_environment",
+            json!({"factory": f, "spec": sim_spec(), "requirements": {"semantics": "x"}}),
             "invalid_input",
             "invalid_params",
         ),

@@ -550,12 +550,13 @@ async fn dispatch(state: &Arc<State>, id: &Value, method: &str, p: Value) -> Ans
         "factory" => make_factory(state, params(method, p)?).await,
         "check_environment" => {
             let p: CheckEnvironmentParams = params(method, p)?;
-            state.factory(p.factory)?;
-            p.spec.into_core()?.validate()?;
-            Err(Error::unsupported(
-                "check_environment: this version of shellbox has no check_environment yet",
-            )
-            .into())
+            let entry = state.factory(p.factory)?;
+            let spec = p.spec.into_core()?;
+            entry
+                .factory
+                .check_environment(&p.requirements.into_core(), &spec)
+                .await?;
+            to_value(&Empty {})
         }
         "create" => {
             let p: CreateParams = params(method, p)?;

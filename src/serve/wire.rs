@@ -684,15 +684,57 @@ pub struct FactoryResult {
     pub backend: String,
 }
 
+/// [`crate::CommandSemantics`]: `"linux_process"` or `"shell_simulator"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Semantics {
+    /// Real Linux processes (local and docker).
+    LinuxProcess,
+    /// The shell simulator (sim).
+    ShellSimulator,
+}
+
+/// [`crate::ExecutionRequirements`]: what a task needs from a backend.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Requirements {
+    /// The command semantics the task was written for; `null` accepts any.
+    pub command_semantics: Option<Semantics>,
+    /// Capability names: `shell`, `filesystem`, `python`, `process`, `network`,
+    /// `git_repository`.
+    pub capabilities: Vec<String>,
+    /// The image reference the task must run in; `null` accepts any.
+    pub docker_image: Option<String>,
+}
+
+impl Requirements {
+    /// The core requirements.
+    pub fn into_core(self) -> crate::ExecutionRequirements {
+        let Requirements {
+            command_semantics,
+            capabilities,
+            docker_image,
+        } = self;
+        crate::ExecutionRequirements {
+            command_semantics: command_semantics.map(|s| match s {
+                Semantics::LinuxProcess => crate::CommandSemantics::LinuxProcess,
+                Semantics::ShellSimulator => crate::CommandSemantics::ShellSimulator,
+            }),
+            capabilities,
+            docker_image,
+        }
+    }
+}
+
 /// Params of `check_environment`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckEnvironmentParams {
     /// A factory handle.
     pub factory: u64,
-    /// The requirements, as the reference's `ExecutionRequirements`.
+    /// What the task needs; default: nothing beyond the spec.
     #[serde(default)]
-    pub requirements: serde_json::Value,
+    pub requirements: Requirements,
     /// The spec to check.
     pub spec: Spec,
 }
