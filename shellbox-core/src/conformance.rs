@@ -505,6 +505,66 @@ pub async fn check_environment_follows_capabilities(h: &Harness) {
     }
 }
 
+/// `download_file` (REFERENCE.md 3.2): a file of exactly `max_bytes` arrives whole; one byte
+/// more is `DownloadLimitExceeded` with the old target intact; a directory or `/dev/zero` is
+/// `Unsupported` ("regular file"); a missing source is `NotFound`; a symlink at the target
+/// is replaced, not written through; no staging directory is ever left.
+pub async fn bounded_file_download(h: &Harness) {
+    let m = h.machine().await;
+    let r = sh(
+        &*m,
+        "mkdir -p /tmp/bd/dir && head -c 100000 /dev/zero > /tmp/bd/f && echo done",
+    )
+    .await;
+    assert_eq!(text(&r.stdout), "done\n", "{}", text(&r.stderr));
+    let host = tempfile::tempdir().unwrap();
+    let target = host.path().join("out");
+    m.download_file("/tmp/bd/f", &target, 100_000)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&target).unwrap(), vec![0u8; 100_000]);
+
+    std::fs::write(&target, b"old").unwrap();
+    let err = m
+        .download_file("/tmp/bd/f", &target, 99_999)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::DownloadLimitExceeded(_)), "{err:?}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"old");
+    for bad in ["/tmp/bd/dir", "/dev/zero"] {
+        let err = m.download_file(bad, &target, 10).await.unwrap_err();
+        assert!(
+            err.is_unsupported() && err.to_string().contains("regular file"),
+            "{bad}: {err:?}"
+        );
+    }
+    let err = m
+        .download_file("/tmp/bd/missing", &target, 10)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"old");
+
+    let victim = host.path().join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    let link = host.path().join("link");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    m.download_file("/tmp/bd/f", &link, 1 << 20).await.unwrap();
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    assert!(!std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+
+    let left: Vec<_> = std::fs::read_dir(host.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(crate::STAGING_PREFIX))
+        .collect();
+    assert!(left.is_empty(), "staging left behind: {left:?}");
+    m.close().await.unwrap();
+}
+
 /// After close every operation fails with `Closed`; close is idempotent.
 pub async fn closed_machine_errors(h: &Harness) {
     let m = h.machine().await;
@@ -632,6 +692,7 @@ macro_rules! conformance_tests {
             transfer_errors,
             bad_program_and_kernel_dirs_refused,
             check_environment_follows_capabilities,
+            bounded_file_download,
             closed_machine_errors,
             concurrent_commands,
             machines_are_isolated,

@@ -18,6 +18,7 @@ mod command;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod download;
+mod download_file;
 mod error;
 mod machine;
 pub mod serde_secs;
@@ -34,6 +35,7 @@ pub use command::{
     Command, CommandResult, Event, ExitReason, ExitStatus, DEFAULT_OUTPUT_LIMIT_BYTES,
 };
 pub use download::{download_files, DownloadLimits};
+pub use download_file::{download_file, STAGING_PREFIX};
 pub use error::{Error, UnsupportedMachineSpec};
 pub use machine::{Machine, MachineFactory};
 pub use spec::{

@@ -116,6 +116,24 @@ pub trait Machine: Send + Sync {
     /// a symlink or the copy fails.
     async fn download(&self, source: &str, target: &Path) -> Result<(), Error>;
 
+    /// Copies the regular file `source` to the host file `target` under a byte limit, with
+    /// memory bounded whatever the file's size, staged beside `target` and renamed over it
+    /// (REFERENCE.md 3.2). The default streams it through [`Machine::run_stream`]; see
+    /// [`download_file`](crate::download_file) for the rules.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::Unsupported`] (not a regular file),
+    /// [`Error::DownloadLimitExceeded`] (more than `max_bytes`), and the others of
+    /// [`download_file`](crate::download_file); on every error `target` is as it was.
+    async fn download_file(
+        &self,
+        source: &str,
+        target: &Path,
+        max_bytes: u64,
+    ) -> Result<(), Error> {
+        crate::download_file::download_file(self, source, target, max_bytes).await
+    }
+
     /// Releases everything the machine holds (root directory, container, processes).
     /// Idempotent: a second call does nothing. Afterwards every other method returns
     /// [`Error::Closed`].
@@ -143,6 +161,14 @@ macro_rules! forward_machine {
             }
             async fn download(&self, source: &str, target: &Path) -> Result<(), Error> {
                 (**self).download(source, target).await
+            }
+            async fn download_file(
+                &self,
+                source: &str,
+                target: &Path,
+                max_bytes: u64,
+            ) -> Result<(), Error> {
+                (**self).download_file(source, target, max_bytes).await
             }
             async fn close(&self) -> Result<(), Error> {
                 (**self).close().await
