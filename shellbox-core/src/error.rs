@@ -47,6 +47,11 @@ pub enum Error {
     #[error("machine is closed")]
     Closed,
 
+    /// A persistent shell session cannot do this now: `execute` while a command still
+    /// runs, or `read`, `write` or `interrupt` with nothing running (REFERENCE.md 2).
+    #[error("shell session: {0}")]
+    ShellState(String),
+
     /// A transfer source does not exist (`path` is the host or guest path as given). Its
     /// message is the OS's words, as the reference's local backend says it:
     /// `No such file or directory: <path>`.
@@ -186,6 +191,7 @@ impl Error {
             Error::InvalidInput(_) => "invalid_input",
             Error::Closed => "closed",
             Error::NotFound { .. } => "not_found",
+            Error::ShellState(_) => "shell_state",
             Error::Transfer { .. } => "transfer",
             Error::DownloadLimitExceeded(_) => "download_limit_exceeded",
             Error::Terminated(_) => "terminated",

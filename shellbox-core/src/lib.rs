@@ -22,6 +22,7 @@ mod download_file;
 mod error;
 mod machine;
 pub mod serde_secs;
+mod session;
 mod spec;
 pub mod status;
 pub mod validate;
@@ -38,6 +39,7 @@ pub use download::{download_files, DownloadLimits};
 pub use download_file::{download_file, STAGING_PREFIX};
 pub use error::{Error, UnsupportedMachineSpec};
 pub use machine::{Machine, MachineFactory};
+pub use session::{ShellSession, ShellStatus, ShellUpdate, DEFAULT_EXECUTE_WAIT};
 pub use spec::{
     DockerImage, DockerfileSource, HostImage, ImageArchive, ImageSource, MachineSpec, Mount,
     NetworkPolicy, RegistryCredentials, RegistryImage, SimBuiltins, DEFAULT_PIDS_LIMIT,

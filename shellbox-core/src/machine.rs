@@ -7,6 +7,7 @@ use async_trait::async_trait;
 
 use crate::capabilities::{check_execution_requirements, Capabilities, ExecutionRequirements};
 use crate::capture::{collect, EventStream};
+use crate::session::ShellSession;
 use crate::{Command, CommandResult, Error, ImageSource, MachineSpec};
 
 /// Creates machines of one backend.
@@ -134,6 +135,18 @@ pub trait Machine: Send + Sync {
         crate::download_file::download_file(self, source, target, max_bytes).await
     }
 
+    /// The machine's one persistent shell (REFERENCE.md 2): the first call starts it, later
+    /// calls return the same session. Closing the machine closes it.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when the backend offers no sessions (the default);
+    /// [`Error::Closed`]; the backend's failure to start the shell.
+    async fn open_shell(&self) -> Result<Arc<dyn ShellSession>, Error> {
+        Err(Error::unsupported(
+            "this backend offers no persistent shell sessions",
+        ))
+    }
+
     /// Releases everything the machine holds (root directory, container, processes).
     /// Idempotent: a second call does nothing. Afterwards every other method returns
     /// [`Error::Closed`].
@@ -169,6 +182,9 @@ macro_rules! forward_machine {
                 max_bytes: u64,
             ) -> Result<(), Error> {
                 (**self).download_file(source, target, max_bytes).await
+            }
+            async fn open_shell(&self) -> Result<Arc<dyn ShellSession>, Error> {
+                (**self).open_shell().await
             }
             async fn close(&self) -> Result<(), Error> {
                 (**self).close().await
