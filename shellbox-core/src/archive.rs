@@ -17,6 +17,7 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::Error;
 
@@ -212,6 +213,8 @@ pub enum UnpackLayout {
     /// Every entry shares one top-level name, which stands for the target itself
     /// (`root` → `<target>`, `root/a` → `<target>/a`): the layout of Docker's
     /// `GET /containers/{id}/archive`. An entry under another top-level name is refused.
+    /// The stream's first member must be that root, a directory or a regular file
+    /// (REFERENCE 4.5), and an empty stream is refused.
     StripRoot,
 }
 
@@ -226,110 +229,185 @@ pub struct UnpackSummary {
     pub symlinks: u64,
     /// Bytes of file content written.
     pub bytes: u64,
-    /// Entries skipped: device files, FIFOs and other special types.
+    /// Entries skipped (always 0: special entries are refused, not skipped; kept so
+    /// callers that read it still compile).
     pub skipped: u64,
 }
 
-/// Extracts an untrusted tar stream into `target` (created with its parents if missing),
-/// refusing every entry that would land outside it.
+/// The refusal of a special file (FIFO, socket, device) as a transfer source or inside a
+/// transferred tree (RULES 4): reading one could block forever or never end.
+pub const SPECIAL_FILE_REFUSAL: &str =
+    "only regular files, directories and symlinks can be transferred";
+
+/// One entry of a tree written by a [`TreeWriter`]; its place is given separately as
+/// normal components relative to the writer's target (empty for the target itself).
+pub enum TreeEntry<'a> {
+    /// A directory with these mode bits (`0o1777` kept).
+    Directory {
+        /// Mode bits.
+        mode: u32,
+        /// Modification time, when known.
+        mtime: Option<SystemTime>,
+    },
+    /// A regular file whose content is read from `data` to its end.
+    File {
+        /// The content.
+        data: &'a mut dyn Read,
+        /// Mode bits (`0o1777` kept: set-uid and set-gid dropped).
+        mode: u32,
+        /// Modification time, when known.
+        mtime: Option<SystemTime>,
+    },
+    /// A symlink with this target text (judged: it must resolve inside the writer's target).
+    Symlink {
+        /// The link's target, as stored.
+        target: &'a [u8],
+    },
+    /// A hard link to a regular file written earlier, named by its components relative to
+    /// the writer's target.
+    HardLink {
+        /// The earlier file.
+        source: &'a [String],
+    },
+}
+
+/// Writes an untrusted tree into a host directory entry by entry, refusing every entry that
+/// would land outside it: the one implementation behind [`unpack_safe`] (tar streams) and
+/// the local backend's downloads (trees walked through file descriptors).
 ///
-/// Refused (an [`Error::Transfer`] naming the entry; what was written before stays):
-/// absolute entry names, `..` components, symlinks with an absolute target or a relative
-/// one that climbs out of `target` (judged by resolving it as the kernel would, through the
-/// other symlinks below `target`, once all entries are in; a refused link is removed),
-/// hard links naming a path outside `target` or a
-/// non-regular file, and any entry whose path passes through a symlink on disk (one
-/// from the archive or one already there). An existing symlink at an entry's own path is
-/// replaced, never written through. Modes are applied (`0o1777`; set-uid/set-gid dropped),
-/// directories' last (so read-only directories can still be filled); regular files keep
-/// their modification time; owners are not changed. Device files and FIFOs are skipped.
+/// Rules (each refusal is an [`Error::Transfer`] naming the entry):
+/// - places are normal components (the caller refuses `..` and absolute names); no entry
+///   may pass through a symlink on disk (one written before or one already there); an
+///   existing symlink at an entry's own place is replaced, never written through;
+/// - a symlink's target must resolve inside the target as the kernel would resolve it
+///   (absolute targets are refused outright); each link is judged as it lands and again
+///   by [`finish`](Self::finish), since a later link can change where an earlier one's
+///   `..` leads;
+/// - a hard link must name a regular file already under the target;
+/// - with `rooted`, the first entry must be the target itself, a directory or a regular
+///   file, and a tree without entries is refused (REFERENCE 4.5);
+/// - modes are applied (`0o1777`; set-uid/set-gid dropped), directories' last so read-only
+///   directories can still be filled; modification times are kept (a time the host cannot
+///   represent is left at the time of writing); owners are not changed.
 ///
-/// # Errors
-/// [`Error::Transfer`] for refused entries or a malformed archive, [`Error::Io`] when the
-/// host refuses a write.
-pub fn unpack_safe<R: Read>(
-    reader: R,
-    target: &Path,
-    layout: UnpackLayout,
-) -> Result<UnpackSummary, Error> {
-    let mut archive = tar::Archive::new(reader);
-    let mut summary = UnpackSummary::default();
-    let mut root: Option<String> = None;
-    let mut dir_modes: Vec<(PathBuf, u32)> = Vec::new();
-    let mut links: Vec<(String, Vec<String>)> = Vec::new();
-    let target_str = target.display().to_string();
-    let bad = |entry: &str, why: &str| {
+/// On any error, and when the writer is dropped before [`finish`](Self::finish) returned
+/// `Ok` (a cancelled transfer), everything it created is removed again, so no entry — above
+/// all no escaping symlink — is left behind. What it replaced in an existing directory stays
+/// replaced: for all-or-nothing transfers write into a fresh staging directory
+/// ([`crate::transfer::StagedDownload`]).
+pub struct TreeWriter {
+    target: PathBuf,
+    /// Shown in errors (the caller's target, not a staging directory).
+    label: String,
+    rooted: bool,
+    entries: u64,
+    summary: UnpackSummary,
+    dir_modes: Vec<(PathBuf, u32, Option<SystemTime>)>,
+    links: Vec<(String, Vec<String>)>,
+    /// Everything created, in order, for the rollback.
+    created: Vec<PathBuf>,
+    done: bool,
+}
+
+impl std::fmt::Debug for TreeWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TreeWriter")
+            .field("target", &self.target)
+            .field("entries", &self.entries)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TreeWriter {
+    /// A writer into `target` (created with its parents when the first entry needs it).
+    /// `rooted`: the first entry must be `target` itself, a directory or a regular file.
+    pub fn new(target: &Path, rooted: bool) -> Self {
+        Self {
+            target: target.to_path_buf(),
+            label: target.display().to_string(),
+            rooted,
+            entries: 0,
+            summary: UnpackSummary::default(),
+            dir_modes: Vec::new(),
+            links: Vec::new(),
+            created: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// Names `label` instead of the target path in refusals (e.g. the caller's download
+    /// target while the writer fills a staging directory).
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
+    }
+
+    /// An [`Error::Transfer`] about entry `entry` of this tree.
+    pub fn refusal(&self, entry: &str, why: &str) -> Error {
         Error::transfer(
-            target_str.clone(),
+            self.label.clone(),
             format!("archive entry {entry:?}: {why}"),
         )
-    };
+    }
 
-    let entries = archive
-        .entries()
-        .map_err(|e| Error::transfer(target_str.clone(), format!("bad archive: {e}")))?;
-    for entry in entries {
-        let mut entry =
-            entry.map_err(|e| Error::transfer(target_str.clone(), format!("bad archive: {e}")))?;
-        let raw_name = entry.path_bytes().into_owned();
-        let name = String::from_utf8_lossy(&raw_name).into_owned();
-        let rel = relative_components(&raw_name).map_err(|why| bad(&name, why))?;
-        let rel = match layout {
-            UnpackLayout::AsIs => rel,
-            UnpackLayout::StripRoot => {
-                let Some((first, rest)) = rel.split_first() else {
-                    return Err(bad(&name, "empty name"));
-                };
-                match &root {
-                    None => root = Some(first.clone()),
-                    Some(r) if r == first => {}
-                    Some(r) => {
-                        return Err(bad(&name, &format!("not under the archive's root {r:?}")))
-                    }
-                }
-                rest.to_vec()
-            }
-        };
-        let dest = join_rel(target, &rel);
-        let kind = entry.header().entry_type();
-        // Skip metadata-only and special entries before touching the filesystem.
-        match kind {
-            tar::EntryType::Regular
-            | tar::EntryType::Continuous
-            | tar::EntryType::Directory
-            | tar::EntryType::Symlink
-            | tar::EntryType::Link => {}
-            tar::EntryType::XGlobalHeader | tar::EntryType::XHeader => continue,
-            _ => {
-                tracing::debug!(entry = %name, "skipping special archive entry");
-                summary.skipped += 1;
-                continue;
+    /// Writes one entry at `rel` (normal components under the target; empty for the target
+    /// itself). `name` names the entry in errors.
+    ///
+    /// # Errors
+    /// [`Error::Transfer`] for a refused entry, [`Error::Io`] when the host refuses a write;
+    /// after an error the writer has removed what it created and refuses further entries.
+    pub fn put(&mut self, name: &str, rel: &[String], entry: TreeEntry<'_>) -> Result<(), Error> {
+        if self.done {
+            return Err(self.refusal(name, "the tree was already finished or refused"));
+        }
+        let result = self.put_inner(name, rel, entry);
+        if result.is_err() {
+            self.rollback();
+        }
+        result
+    }
+
+    fn put_inner(&mut self, name: &str, rel: &[String], entry: TreeEntry<'_>) -> Result<(), Error> {
+        let first = self.entries == 0;
+        self.entries += 1;
+        if let Some(bad) = rel.iter().find(|c| {
+            c.is_empty() || *c == "." || *c == ".." || c.contains('/') || c.contains('\0')
+        }) {
+            return Err(self.refusal(name, &format!("bad path component {bad:?}")));
+        }
+        if self.rooted && first {
+            let root_kind = matches!(entry, TreeEntry::Directory { .. } | TreeEntry::File { .. });
+            if !rel.is_empty() || !root_kind {
+                return Err(self.refusal(
+                    name,
+                    "the first member must be the transferred directory itself or a regular file",
+                ));
             }
         }
-        prepare_parents(target, &rel).map_err(|e| match e {
-            PrepError::Symlink(p) => bad(
-                &name,
+        let dest = join_rel(&self.target, rel);
+        self.prepare_parents(rel).map_err(|e| match e {
+            PrepError::Symlink(p) => self.refusal(
+                name,
                 &format!("its path passes through the symlink {}", p.display()),
             ),
             PrepError::Io(p, e) => Error::io(format!("create directory {}", p.display()), e),
         })?;
-        let mode = entry.header().mode().unwrap_or(0o644) & UNPACK_MODE_MASK;
         let existing = fs::symlink_metadata(&dest).ok();
-        match kind {
-            tar::EntryType::Directory => {
+        match entry {
+            TreeEntry::Directory { mode, mtime } => {
                 match &existing {
                     Some(m) if m.is_dir() => {}
                     Some(m) if m.file_type().is_symlink() && rel.is_empty() => {
                         // The target itself may be a symlink the caller chose.
                         if !dest.is_dir() {
-                            return Err(bad(&name, "target is not a directory"));
+                            return Err(self.refusal(name, "target is not a directory"));
                         }
                     }
                     Some(_) => {
                         remove_path(&dest).map_err(io_at(&dest, "replace"))?;
-                        fs::create_dir(&dest).map_err(io_at(&dest, "create directory"))?;
+                        self.create_dir(&dest)?;
                     }
-                    None => fs::create_dir(&dest).map_err(io_at(&dest, "create directory"))?,
+                    None => self.create_dir(&dest)?,
                 }
                 // Owner-writable while filling; the real mode is applied at the end.
                 if let Ok(m) = fs::metadata(&dest) {
@@ -338,71 +416,57 @@ pub fn unpack_safe<R: Read>(
                         let _ = fs::set_permissions(&dest, fs::Permissions::from_mode(cur | 0o700));
                     }
                 }
-                dir_modes.push((dest, mode));
-                summary.directories += 1;
+                self.dir_modes.push((dest, mode & UNPACK_MODE_MASK, mtime));
+                self.summary.directories += 1;
             }
-            tar::EntryType::Symlink => {
-                let link = entry
-                    .link_name_bytes()
-                    .ok_or_else(|| bad(&name, "symlink without a target"))?
-                    .into_owned();
-                check_symlink_target(&rel, &link).map_err(|why| bad(&name, why))?;
+            TreeEntry::Symlink { target: link } => {
+                check_symlink_target(rel, link).map_err(|why| self.refusal(name, why))?;
                 if rel.is_empty() {
-                    return Err(bad(
-                        &name,
+                    return Err(self.refusal(
+                        name,
                         "the archive root is a symlink, which would replace the target",
                     ));
                 }
                 if existing.is_some() {
                     remove_path(&dest).map_err(io_at(&dest, "replace"))?;
                 }
-                let link_path = PathBuf::from(String::from_utf8_lossy(&link).into_owned());
+                let link_path = PathBuf::from(String::from_utf8_lossy(link).into_owned());
                 std::os::unix::fs::symlink(&link_path, &dest)
                     .map_err(io_at(&dest, "create symlink"))?;
-                // Judged again once every entry is in: a later link can change where an
-                // earlier one's `..` leads.
-                if let Err(why) = resolves_inside(target, &rel) {
-                    let _ = fs::remove_file(&dest);
-                    return Err(bad(&name, why));
+                self.created.push(dest.clone());
+                // Judged where it landed (through the links already there), and again once
+                // every entry is in.
+                if let Err(why) = resolves_inside(&self.target, rel) {
+                    return Err(self.refusal(name, why));
                 }
-                links.push((name.clone(), rel.clone()));
-                summary.symlinks += 1;
+                self.links.push((name.to_string(), rel.to_vec()));
+                self.summary.symlinks += 1;
             }
-            tar::EntryType::Link => {
-                let link = entry
-                    .link_name_bytes()
-                    .ok_or_else(|| bad(&name, "hard link without a source"))?
-                    .into_owned();
-                let mut link_rel = relative_components(&link)
-                    .map_err(|why| bad(&name, &format!("hard link source: {why}")))?;
-                if layout == UnpackLayout::StripRoot {
-                    match (link_rel.split_first(), &root) {
-                        (Some((first, _)), Some(r)) if first == r => {
-                            link_rel.remove(0);
-                        }
-                        _ => {
-                            return Err(bad(&name, "hard link source is outside the archive root"))
-                        }
-                    }
+            TreeEntry::HardLink { source } => {
+                if source.iter().any(|c| c.is_empty() || c == "." || c == "..") {
+                    return Err(self.refusal(name, "hard link source leaves the target"));
                 }
-                let src = join_rel(target, &link_rel);
-                prepare_parents(target, &link_rel)
-                    .map_err(|_| bad(&name, "hard link source passes through a symlink"))?;
+                let src = join_rel(&self.target, source);
+                if !parents_are_real_dirs(&self.target, source) {
+                    return Err(self.refusal(name, "hard link source passes through a symlink"));
+                }
                 let src_meta = fs::symlink_metadata(&src)
-                    .map_err(|_| bad(&name, "hard link source does not exist"))?;
-                if !src_meta.is_file() {
-                    return Err(bad(&name, "hard link source is not a regular file"));
+                    .map_err(|_| self.refusal(name, "hard link source does not exist"))?;
+                if !src_meta.is_file() || source.is_empty() {
+                    return Err(self.refusal(name, "hard link source is not a regular file"));
                 }
                 if existing.is_some() {
                     remove_path(&dest).map_err(io_at(&dest, "replace"))?;
                 }
                 fs::hard_link(&src, &dest).map_err(io_at(&dest, "create hard link"))?;
-                summary.files += 1;
+                self.created.push(dest);
+                self.summary.files += 1;
             }
-            _ => {
-                // Regular file.
+            TreeEntry::File { data, mode, mtime } => {
                 if rel.is_empty() && existing.as_ref().is_some_and(|m| m.is_dir()) {
-                    return Err(bad(&name, "would replace the target directory with a file"));
+                    return Err(
+                        self.refusal(name, "would replace the target directory with a file")
+                    );
                 }
                 if existing.is_some() {
                     remove_path(&dest).map_err(io_at(&dest, "replace"))?;
@@ -412,41 +476,310 @@ pub fn unpack_safe<R: Read>(
                     .create_new(true)
                     .open(&dest)
                     .map_err(io_at(&dest, "create"))?;
-                let n = io::copy(&mut entry, &mut file).map_err(|e| {
-                    Error::transfer(target_str.clone(), format!("archive entry {name:?}: {e}"))
-                })?;
-                summary.bytes += n;
-                file.set_permissions(fs::Permissions::from_mode(mode))
+                self.created.push(dest.clone());
+                let n =
+                    io::copy(data, &mut file).map_err(|e| self.refusal(name, &e.to_string()))?;
+                self.summary.bytes += n;
+                file.set_permissions(fs::Permissions::from_mode(mode & UNPACK_MODE_MASK))
                     .map_err(io_at(&dest, "chmod"))?;
-                if let Ok(mtime) = entry.header().mtime() {
-                    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime);
+                if let Some(t) = mtime {
                     let _ = file.set_modified(t);
                 }
-                summary.files += 1;
+                self.summary.files += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Judges every link again now that the whole tree is there, then applies the
+    /// directories' modes (deepest first) and times.
+    ///
+    /// # Errors
+    /// [`Error::Transfer`] for a link that resolves outside the target, or (rooted) for a
+    /// tree without entries; [`Error::Io`] when a mode cannot be set. Everything created is
+    /// removed again on error.
+    pub fn finish(mut self) -> Result<UnpackSummary, Error> {
+        if self.done {
+            return Err(self.refusal("", "the tree was already refused"));
+        }
+        let result = self.finish_inner();
+        match result {
+            Ok(()) => {
+                self.done = true;
+                Ok(std::mem::take(&mut self.summary))
+            }
+            Err(e) => {
+                self.rollback();
+                Err(e)
             }
         }
     }
-    // Every link made here must still resolve inside the target now that the whole tree
-    // is there: `..` after a component that is itself a link climbs from where that link
-    // leads (`a -> .`, `m -> a/..` leaves the target), which a textual check cannot see.
-    // Refused links are removed, so none pointing outside is left behind.
-    let mut refused = None;
-    for (name, rel) in &links {
-        if let Err(why) = resolves_inside(target, rel) {
-            refused.get_or_insert_with(|| bad(name, why));
-            let _ = fs::remove_file(join_rel(target, rel));
+
+    fn finish_inner(&mut self) -> Result<(), Error> {
+        if self.rooted && self.entries == 0 {
+            return Err(Error::transfer(
+                self.label.clone(),
+                "the archive is empty (no directory or file to transfer)",
+            ));
+        }
+        // `..` after a component that is itself a link climbs from where that link leads
+        // (`a -> .`, `m -> a/..` leaves the target), which a textual check cannot see.
+        for (name, rel) in &self.links {
+            if let Err(why) = resolves_inside(&self.target, rel) {
+                return Err(self.refusal(name, why));
+            }
+        }
+        // Deepest first, so a read-only parent is locked only after its children are in.
+        let mut dirs = std::mem::take(&mut self.dir_modes);
+        dirs.sort_by_key(|(p, _, _)| std::cmp::Reverse(p.components().count()));
+        for (dir, mode, mtime) in dirs {
+            fs::set_permissions(&dir, fs::Permissions::from_mode(mode))
+                .map_err(io_at(&dir, "chmod"))?;
+            if let Some(t) = mtime {
+                if let Ok(f) = fs::File::open(&dir) {
+                    let _ = f.set_modified(t);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes what this writer created, newest first (symlinks, files, then the
+    /// directories that held them), and refuses further entries.
+    fn rollback(&mut self) {
+        self.done = true;
+        while let Some(p) = self.created.pop() {
+            match fs::symlink_metadata(&p) {
+                Ok(m) if m.is_dir() => {
+                    make_tree_writable(&p);
+                    let _ = fs::remove_dir_all(&p);
+                }
+                Ok(_) => {
+                    let _ = fs::remove_file(&p);
+                }
+                Err(_) => {}
+            }
         }
     }
-    if let Some(e) = refused {
-        return Err(e);
+
+    fn create_dir(&mut self, dir: &Path) -> Result<(), Error> {
+        fs::create_dir(dir).map_err(io_at(dir, "create directory"))?;
+        self.created.push(dir.to_path_buf());
+        Ok(())
     }
-    // Deepest first, so a read-only parent is locked only after its children are in.
-    dir_modes.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
-    for (dir, mode) in dir_modes {
-        fs::set_permissions(&dir, fs::Permissions::from_mode(mode))
-            .map_err(io_at(&dir, "chmod"))?;
+
+    /// Makes sure every parent of `target/rel` below `target` is a real directory
+    /// (creating missing ones), never a symlink; creates `target` (or, for the target
+    /// itself, its parent) with missing parents.
+    fn prepare_parents(&mut self, rel: &[String]) -> Result<(), PrepError> {
+        if rel.is_empty() {
+            // The entry is the target itself (a file or a directory): only its parent must exist.
+            if let Some(parent) = self.target.parent().filter(|p| !p.as_os_str().is_empty()) {
+                let parent = parent.to_path_buf();
+                create_dir_all_tracked(&parent, &mut self.created)?;
+            }
+            return Ok(());
+        }
+        if fs::symlink_metadata(&self.target).is_err() {
+            let target = self.target.clone();
+            create_dir_all_tracked(&target, &mut self.created)?;
+        }
+        let mut p = self.target.clone();
+        for c in &rel[..rel.len() - 1] {
+            p.push(c);
+            match fs::symlink_metadata(&p) {
+                Ok(m) if m.file_type().is_symlink() => return Err(PrepError::Symlink(p)),
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(PrepError::Io(
+                        p.clone(),
+                        io::Error::new(io::ErrorKind::AlreadyExists, "not a directory"),
+                    ))
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    fs::create_dir(&p).map_err(|e| PrepError::Io(p.clone(), e))?;
+                    self.created.push(p.clone());
+                }
+                Err(e) => return Err(PrepError::Io(p, e)),
+            }
+        }
+        Ok(())
     }
-    Ok(summary)
+}
+
+impl Drop for TreeWriter {
+    /// A writer dropped before it finished (a cancelled or failed transfer) removes what it
+    /// created.
+    fn drop(&mut self) {
+        if !self.done {
+            self.rollback();
+        }
+    }
+}
+
+/// Creates `dir` and its missing parents, recording each one made (outermost first).
+fn create_dir_all_tracked(dir: &Path, created: &mut Vec<PathBuf>) -> Result<(), PrepError> {
+    let mut missing = Vec::new();
+    let mut cur = Some(dir);
+    while let Some(p) = cur.filter(|p| !p.as_os_str().is_empty()) {
+        if fs::symlink_metadata(p).is_ok() {
+            break;
+        }
+        missing.push(p.to_path_buf());
+        cur = p.parent();
+    }
+    for p in missing.into_iter().rev() {
+        match fs::create_dir(&p) {
+            Ok(()) => created.push(p),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && p.is_dir() => {}
+            Err(e) => return Err(PrepError::Io(p, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Gives every directory under `dir` (not following symlinks) owner rwx, so it can be
+/// emptied.
+pub(crate) fn make_tree_writable(dir: &Path) {
+    let Ok(meta) = fs::symlink_metadata(dir) else {
+        return;
+    };
+    if !meta.is_dir() {
+        return;
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o700 != 0o700 {
+        let _ = fs::set_permissions(dir, fs::Permissions::from_mode(mode | 0o700));
+    }
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                make_tree_writable(&entry.path());
+            }
+        }
+    }
+}
+
+/// A tar header's modification time as a host time, `None` when the host cannot represent
+/// it (a GNU base-256 value of 2⁶³ seconds or more overflows `SystemTime`).
+fn header_mtime(header: &tar::Header) -> Option<SystemTime> {
+    let secs = header.mtime().ok()?;
+    UNIX_EPOCH.checked_add(std::time::Duration::from_secs(secs))
+}
+
+/// Extracts an untrusted tar stream into `target` (created with its parents if missing),
+/// refusing every entry that would land outside it, with the rules of [`TreeWriter`].
+///
+/// Also refused: absolute entry names and `..` components, hard links with an absolute or
+/// climbing name, device files, FIFOs and other special members
+/// ([`SPECIAL_FILE_REFUSAL`]), and with [`UnpackLayout::StripRoot`] a stream whose first
+/// member is not the root (a directory or a regular file) or that is empty. On any error
+/// everything the unpack created is removed again (what it replaced in an existing
+/// directory stays replaced).
+///
+/// # Errors
+/// [`Error::Transfer`] for refused entries or a malformed archive, [`Error::Io`] when the
+/// host refuses a write.
+pub fn unpack_safe<R: Read>(
+    reader: R,
+    target: &Path,
+    layout: UnpackLayout,
+) -> Result<UnpackSummary, Error> {
+    unpack_into(
+        reader,
+        TreeWriter::new(target, layout == UnpackLayout::StripRoot),
+        layout,
+    )
+}
+
+/// [`unpack_safe`] into a writer the caller made (e.g. one with a label).
+pub(crate) fn unpack_into<R: Read>(
+    reader: R,
+    mut writer: TreeWriter,
+    layout: UnpackLayout,
+) -> Result<UnpackSummary, Error> {
+    let mut archive = tar::Archive::new(reader);
+    let mut root: Option<String> = None;
+    let bad_archive = |w: &TreeWriter, e: io::Error| {
+        Error::transfer(w.label.clone(), format!("bad archive: {e}"))
+    };
+    let entries = archive.entries().map_err(|e| bad_archive(&writer, e))?;
+    for entry in entries {
+        let mut entry = entry.map_err(|e| bad_archive(&writer, e))?;
+        let raw_name = entry.path_bytes().into_owned();
+        let name = String::from_utf8_lossy(&raw_name).into_owned();
+        let kind = entry.header().entry_type();
+        if matches!(
+            kind,
+            tar::EntryType::XGlobalHeader | tar::EntryType::XHeader
+        ) {
+            continue;
+        }
+        let rel = relative_components(&raw_name).map_err(|why| writer.refusal(&name, why))?;
+        let rel = match layout {
+            UnpackLayout::AsIs => rel,
+            UnpackLayout::StripRoot => {
+                let Some((first, rest)) = rel.split_first() else {
+                    return Err(writer.refusal(&name, "empty name"));
+                };
+                match &root {
+                    None => root = Some(first.clone()),
+                    Some(r) if r == first => {}
+                    Some(r) => {
+                        return Err(
+                            writer.refusal(&name, &format!("not under the archive's root {r:?}"))
+                        )
+                    }
+                }
+                rest.to_vec()
+            }
+        };
+        let mode = entry.header().mode().unwrap_or(0o644);
+        let mtime = header_mtime(entry.header());
+        match kind {
+            tar::EntryType::Directory => {
+                writer.put(&name, &rel, TreeEntry::Directory { mode, mtime })?
+            }
+            tar::EntryType::Regular | tar::EntryType::Continuous => writer.put(
+                &name,
+                &rel,
+                TreeEntry::File {
+                    data: &mut entry,
+                    mode,
+                    mtime,
+                },
+            )?,
+            tar::EntryType::Symlink => {
+                let link = entry
+                    .link_name_bytes()
+                    .ok_or_else(|| writer.refusal(&name, "symlink without a target"))?
+                    .into_owned();
+                writer.put(&name, &rel, TreeEntry::Symlink { target: &link })?
+            }
+            tar::EntryType::Link => {
+                let link = entry
+                    .link_name_bytes()
+                    .ok_or_else(|| writer.refusal(&name, "hard link without a source"))?
+                    .into_owned();
+                let mut link_rel = relative_components(&link)
+                    .map_err(|why| writer.refusal(&name, &format!("hard link source: {why}")))?;
+                if layout == UnpackLayout::StripRoot {
+                    match (link_rel.split_first(), &root) {
+                        (Some((first, _)), Some(r)) if first == r => {
+                            link_rel.remove(0);
+                        }
+                        _ => {
+                            return Err(writer
+                                .refusal(&name, "hard link source is outside the archive root"))
+                        }
+                    }
+                }
+                writer.put(&name, &rel, TreeEntry::HardLink { source: &link_rel })?
+            }
+            _ => return Err(writer.refusal(&name, SPECIAL_FILE_REFUSAL)),
+        }
+    }
+    writer.finish()
 }
 
 /// Splits a tar entry name into normal components, refusing absolute names and `..`.
@@ -589,41 +922,17 @@ enum PrepError {
     Io(PathBuf, io::Error),
 }
 
-/// Makes sure every parent of `target/rel` below `target` is a real directory (creating
-/// missing ones), never a symlink.
-fn prepare_parents(target: &Path, rel: &[String]) -> Result<(), PrepError> {
-    if rel.is_empty() {
-        // The entry is the target itself (a file or a directory): only its parent must exist.
-        if let Some(parent) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
-            fs::create_dir_all(parent).map_err(|e| PrepError::Io(parent.to_path_buf(), e))?;
-        }
-        return Ok(());
-    }
-    if !target.exists() {
-        fs::create_dir_all(target).map_err(|e| PrepError::Io(target.to_path_buf(), e))?;
-    }
+/// True when every parent of `target/rel` below `target` is a real directory (no symlink).
+fn parents_are_real_dirs(target: &Path, rel: &[String]) -> bool {
     let mut p = target.to_path_buf();
-    if rel.len() <= 1 {
-        return Ok(());
-    }
-    for c in &rel[..rel.len() - 1] {
+    for c in &rel[..rel.len().saturating_sub(1)] {
         p.push(c);
         match fs::symlink_metadata(&p) {
-            Ok(m) if m.file_type().is_symlink() => return Err(PrepError::Symlink(p)),
             Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                return Err(PrepError::Io(
-                    p.clone(),
-                    io::Error::new(io::ErrorKind::AlreadyExists, "not a directory"),
-                ))
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::create_dir(&p).map_err(|e| PrepError::Io(p.clone(), e))?
-            }
-            Err(e) => return Err(PrepError::Io(p, e)),
+            _ => return false,
         }
     }
-    Ok(())
+    true
 }
 
 fn remove_path(path: &Path) -> io::Result<()> {
@@ -749,7 +1058,9 @@ mod tests {
 
     /// Every symlink under `root` resolves (realpath) inside it.
     fn links_stay_inside(root: &Path) -> bool {
-        let root = fs::canonicalize(root).unwrap();
+        let Ok(root) = fs::canonicalize(root) else {
+            return true; // removed with everything in it
+        };
         let mut stack = vec![root.clone()];
         while let Some(dir) = stack.pop() {
             for e in fs::read_dir(&dir).unwrap() {
@@ -873,5 +1184,152 @@ mod tests {
         assert!(!outside.path().join("f").exists());
         assert_eq!(fs::read(target.join("f")).unwrap(), b"y");
         assert!(fs::read_dir(outside.path()).unwrap().next().is_none());
+    }
+}
+
+#[cfg(test)]
+mod hardening_tests {
+    use super::*;
+
+    fn header(name: &str, kind: tar::EntryType, size: u64, link: Option<&str>) -> tar::Header {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(0o644);
+        h.set_size(size);
+        let gnu = h.as_gnu_mut().unwrap();
+        gnu.name[..name.len()].copy_from_slice(name.as_bytes());
+        if let Some(l) = link {
+            gnu.linkname[..l.len()].copy_from_slice(l.as_bytes());
+        }
+        h.set_cksum();
+        h
+    }
+
+    fn stream(entries: &[tar::Header]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for h in entries {
+            let data = vec![b'x'; h.size().unwrap() as usize];
+            b.append(h, &data[..]).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    /// Issue 16 finding 8: `m -> a/..`, `a -> .`, then `../x` left `m` behind, resolving
+    /// to the target's parent.
+    #[test]
+    fn an_error_part_way_leaves_no_escaping_symlink() {
+        use tar::EntryType::*;
+        let data = stream(&[
+            header("m", Symlink, 0, Some("a/..")),
+            header("a", Symlink, 0, Some(".")),
+            header("../x", Regular, 1, None),
+        ]);
+        let out = tempfile::tempdir().unwrap();
+        let target = out.path().join("t");
+        let err = unpack_safe(&data[..], &target, UnpackLayout::AsIs).unwrap_err();
+        assert!(matches!(err, Error::Transfer { .. }), "{err}");
+        assert!(
+            fs::symlink_metadata(target.join("m")).is_err(),
+            "the escaping link m was left behind"
+        );
+        assert!(!target.exists(), "what the unpack created is removed");
+        // Into an existing directory: its own entries stay, the unpack's go.
+        fs::create_dir(&target).unwrap();
+        fs::write(target.join("keep"), b"k").unwrap();
+        assert!(unpack_safe(&data[..], &target, UnpackLayout::AsIs).is_err());
+        let names: Vec<_> = fs::read_dir(&target)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["keep"]);
+    }
+
+    /// Issue 16 finding 7: an mtime of 2⁶³ s or more (GNU base-256) panicked with
+    /// "overflow when adding duration to instant" after the file was created.
+    #[test]
+    fn a_huge_mtime_does_not_panic() {
+        for mtime in [1u64 << 63, u64::MAX, (1 << 63) - 1] {
+            let mut h = header("f", tar::EntryType::Regular, 1, None);
+            h.set_mtime(mtime);
+            h.set_cksum();
+            assert_eq!(h.mtime().unwrap(), mtime);
+            let data = stream(&[h]);
+            let out = tempfile::tempdir().unwrap();
+            unpack_safe(&data[..], out.path(), UnpackLayout::AsIs).unwrap();
+            assert_eq!(fs::read(out.path().join("f")).unwrap(), b"x");
+        }
+    }
+
+    /// REFERENCE 4.5: the first member must be the root (`.` or a regular file); an empty
+    /// stream, an absolute hard link and a device member are errors that leave nothing.
+    #[test]
+    fn archive_rules_of_the_reference() {
+        use tar::EntryType::*;
+        let cases: Vec<(&str, Vec<u8>, UnpackLayout)> = vec![
+            ("empty stream", stream(&[]), UnpackLayout::StripRoot),
+            (
+                "first member not the root",
+                stream(&[
+                    header("r/f", Regular, 1, None),
+                    header("r/", Directory, 0, None),
+                ]),
+                UnpackLayout::StripRoot,
+            ),
+            (
+                "first member a symlink",
+                stream(&[header("r", Symlink, 0, Some("x"))]),
+                UnpackLayout::StripRoot,
+            ),
+            (
+                "absolute hard link",
+                stream(&[
+                    header("r/", Directory, 0, None),
+                    header("r/h", Link, 0, Some("/etc/passwd")),
+                ]),
+                UnpackLayout::StripRoot,
+            ),
+            (
+                "device member",
+                stream(&[
+                    header("r/", Directory, 0, None),
+                    header("r/f", Regular, 1, None),
+                    header("r/dev", Char, 0, None),
+                ]),
+                UnpackLayout::StripRoot,
+            ),
+            (
+                "fifo member",
+                stream(&[header("f", Regular, 1, None), header("p", Fifo, 0, None)]),
+                UnpackLayout::AsIs,
+            ),
+        ];
+        for (what, data, layout) in cases {
+            let out = tempfile::tempdir().unwrap();
+            let target = out.path().join("new/t");
+            let err = unpack_safe(&data[..], &target, layout).unwrap_err();
+            assert!(matches!(err, Error::Transfer { .. }), "{what}: {err}");
+            assert!(
+                !out.path().join("new").exists(),
+                "{what}: something was left"
+            );
+        }
+        let err = unpack_safe(
+            &stream(&[header("p", Fifo, 0, None)])[..],
+            tempfile::tempdir().unwrap().path(),
+            UnpackLayout::AsIs,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains(SPECIAL_FILE_REFUSAL), "{err}");
+        // A rooted stream whose first member is the directory or a file is fine.
+        for data in [
+            stream(&[
+                header("r/", Directory, 0, None),
+                header("r/f", Regular, 1, None),
+            ]),
+            stream(&[header("r", Regular, 1, None)]),
+        ] {
+            let out = tempfile::tempdir().unwrap();
+            unpack_safe(&data[..], &out.path().join("t"), UnpackLayout::StripRoot).unwrap();
+        }
     }
 }

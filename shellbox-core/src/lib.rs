@@ -25,6 +25,7 @@ pub mod serde_secs;
 mod session;
 mod spec;
 pub mod status;
+pub mod transfer;
 pub mod validate;
 
 pub use capabilities::{

@@ -1,11 +1,13 @@
-//! File transfers that never follow a symlink inside a machine root.
+//! File transfers between the host and a machine, fd to fd.
 //!
-//! Every guest path is opened by walking from the root directory's fd one component at a
-//! time with `openat(O_NOFOLLOW)`: a symlink anywhere on the way (for example
-//! `/workspace/escape -> /etc`, planted by a running command) is refused as the path is
-//! opened, not checked beforehand, so a command cannot swap a directory for a link between
-//! a check and the copy. Trees are copied fd to fd (`openat`, `mkdirat`, `symlinkat`), so
-//! links inside a tree are copied as links and never followed, on either side.
+//! Guest paths are resolved as the machine sees them by [`crate::guest`] (symlinks followed
+//! in the guest namespace, through the machine's mounts; never by the host kernel across
+//! components), so neither a planted link (`/workspace/escape -> /etc`) nor a racing command
+//! can make a transfer touch a host file the machine cannot see. Trees are walked fd to fd
+//! (`openat(O_NOFOLLOW)`, `mkdirat`, `symlinkat`): links inside a tree are copied as links.
+//! Downloads are written to the host by core's shared
+//! [`StagedDownload`](shellbox_core::transfer::StagedDownload); uploads are staged inside
+//! the machine and moved into place, all or nothing.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -14,15 +16,19 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, readlinkat, OFlag, AT_FDCWD};
+use nix::fcntl::{openat, readlinkat, renameat, renameat2, OFlag, RenameFlags, AT_FDCWD};
 use nix::sys::stat::{fchmod, fstatat, futimens, mkdirat, FileStat, Mode, SFlag};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{symlinkat, unlinkat, UnlinkatFlags};
+use shellbox_core::archive::{TreeEntry, TreeWriter, SPECIAL_FILE_REFUSAL};
+use shellbox_core::transfer::{DownloadKind, StagedDownload};
 use shellbox_core::Error;
+
+use crate::guest::{guest_join, open_child, resolve, GuestView, Object, Resolved};
 
 /// Called with the guest path of every entry an upload is about to write; an error stops
 /// the upload (read-only targets).
-pub type GuestCheck<'a> = &'a dyn Fn(&str) -> Result<(), Error>;
+pub(crate) type GuestCheck<'a> = &'a dyn Fn(&str) -> Result<(), Error>;
 
 const DIR_FLAGS: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_DIRECTORY)
@@ -106,28 +112,6 @@ fn step(dir: &OwnedFd, name: &OsStr, create: bool, guest: &str) -> Result<OwnedF
             Err(e) => return Err(io_err("open directory", guest, e)),
         }
     }
-}
-
-/// Walks `components` from `root` (no symlinks followed) and returns the directory fd.
-fn walk<'a>(
-    root: &OwnedFd,
-    components: impl Iterator<Item = &'a str>,
-    create: bool,
-) -> Result<OwnedFd, Error> {
-    let mut cur = root.try_clone().map_err(|e| Error::io("dup root fd", e))?;
-    let mut guest = String::new();
-    for comp in components {
-        guest.push('/');
-        guest.push_str(comp);
-        cur = step(&cur, OsStr::new(comp), create, &guest)?;
-    }
-    Ok(cur)
-}
-
-fn split_parent(guest: &str) -> (Vec<&str>, &str) {
-    let mut comps: Vec<&str> = shellbox_core::validate::guest_components(guest).collect();
-    let name = comps.pop().unwrap_or("");
-    (comps, name)
 }
 
 fn read_names(dir: &OwnedFd, path: &str) -> Result<Vec<OsString>, Error> {
@@ -316,122 +300,449 @@ pub fn copy_host_path(src: &Path, dst: &Path) -> Result<(), Error> {
         std::os::unix::fs::symlink(target, dst)
             .map_err(|e| Error::io(format!("symlink {}", dst.display()), e))
     } else {
-        download_host(src, dst, &label)
+        copy_host_tree(src, dst, &label)
     }
 }
 
-/// Uploads host `source` to guest `target` inside the machine root `root`.
+/// The name prefix of an upload's staging directory inside the machine.
+pub const UPLOAD_STAGING_PREFIX: &str = ".shellbox-upload-";
+
+/// An upload's staging directory, made in a directory of the machine (mode 0700) and
+/// removed with everything in it when dropped, so a failed or cancelled upload leaves the
+/// machine as it was.
+struct Stage {
+    parent: OwnedFd,
+    name: OsString,
+    fd: OwnedFd,
+}
+
+impl Stage {
+    fn new(parent: &OwnedFd, guest: &str) -> Result<Self, Error> {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let parent = parent
+            .try_clone()
+            .map_err(|e| Error::io("dup directory fd", e))?;
+        for _ in 0..16 {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default();
+            let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let name = OsString::from(format!(
+                "{UPLOAD_STAGING_PREFIX}{:x}-{nanos:x}-{n:x}",
+                std::process::id()
+            ));
+            match mkdirat(&parent, name.as_os_str(), Mode::from_bits_truncate(0o700)) {
+                Ok(()) => {
+                    let fd = step(&parent, &name, false, guest)?;
+                    return Ok(Self { parent, name, fd });
+                }
+                Err(Errno::EEXIST) => continue,
+                Err(e) => return Err(io_err("create a staging directory in", guest, e)),
+            }
+        }
+        Err(Error::transfer(guest, "no free staging directory name"))
+    }
+}
+
+impl Drop for Stage {
+    fn drop(&mut self) {
+        if let Err(e) = remove_tree_at(&self.parent, &self.name, 0) {
+            tracing::warn!(name = ?self.name, "could not remove an upload's staging directory: {e}");
+        }
+    }
+}
+
+/// Removes `name` in `dir` and, for a directory, everything in it, never following a
+/// symlink.
+fn remove_tree_at(dir: &OwnedFd, name: &OsStr, depth: usize) -> Result<(), Errno> {
+    match unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => return Ok(()),
+        Err(Errno::EISDIR) | Err(Errno::EPERM) => {}
+        Err(e) => return Err(e),
+    }
+    if depth > MAX_TREE_DEPTH + 8 {
+        return Err(Errno::ELOOP);
+    }
+    let sub = openat(dir, name, DIR_FLAGS, Mode::empty())?;
+    let _ = fchmod(&sub, Mode::from_bits_truncate(0o700));
+    let names = read_names(&sub, "").map_err(|_| Errno::EIO)?;
+    for n in names {
+        remove_tree_at(&sub, &n, depth + 1)?;
+    }
+    match unlinkat(dir, name, UnlinkatFlags::RemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn kind_name(kind: SFlag) -> &'static str {
+    match kind {
+        SFlag::S_IFDIR => "a directory",
+        SFlag::S_IFLNK => "a symlink",
+        SFlag::S_IFREG => "a file",
+        _ => "a special file",
+    }
+}
+
+/// Moves the entries of the staged directory `src` into the machine directory `dst`
+/// (directories into directories; anything else replaces a non-directory there with
+/// `renameat`, a symlink replaced, never followed). With `dry_run`, only checks that no
+/// entry meets a conflict: a directory where a non-directory (or a symlink) stands, or a
+/// non-directory where a directory stands.
+fn merge_staged(
+    src: &OwnedFd,
+    dst: &OwnedFd,
+    guest: &str,
+    dry_run: bool,
+    depth: usize,
+) -> Result<(), Error> {
+    if depth >= MAX_TREE_DEPTH + 8 {
+        return Err(Error::transfer(guest, "directories nest too deep"));
+    }
+    for name in read_names(src, guest)? {
+        let child = child_guest(guest, &name);
+        let s = fstatat(
+            src,
+            name.as_os_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .map_err(|e| io_err("stat", &child, e))?;
+        let d = match fstatat(
+            dst,
+            name.as_os_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
+            Ok(st) => Some(file_type(&st)),
+            Err(Errno::ENOENT) => None,
+            Err(e) => return Err(io_err("stat", &child, e)),
+        };
+        let s_kind = file_type(&s);
+        match (s_kind == SFlag::S_IFDIR, d) {
+            (true, Some(SFlag::S_IFDIR)) => {
+                let from = step(src, &name, false, &child)?;
+                let to = step(dst, &name, false, &child)?;
+                merge_staged(&from, &to, &child, dry_run, depth + 1)?;
+                if !dry_run {
+                    fchmod(&to, mode_of(&s)).map_err(|e| io_err("chmod", &child, e))?;
+                    set_times(&to, &s, &child)?;
+                }
+            }
+            (true, Some(other)) | (false, Some(other @ SFlag::S_IFDIR)) => {
+                return Err(Error::transfer(
+                    &child,
+                    format!(
+                        "{} is in the way of {}",
+                        kind_name(other),
+                        kind_name(s_kind)
+                    ),
+                ))
+            }
+            _ if dry_run => {}
+            _ => renameat(src, name.as_os_str(), dst, name.as_os_str())
+                .map_err(|e| io_err("move into place", &child, e))?,
+        }
+    }
+    Ok(())
+}
+
+/// Uploads host `source` to guest `target`, resolved as the machine sees it (see
+/// [`crate::guest`]): symlinks on the way are followed in the guest namespace, so they can
+/// never lead out of the machine.
 ///
-/// A file becomes the file `target` (parents made); a directory is merged into `target`,
-/// which takes the source directory's mode. A symlink as `source` itself is followed (it is
-/// the caller's path); links inside a directory source are copied as links. `check` is
-/// called with every guest path written.
+/// A file becomes the file `target` (missing parents made, mode 0755); a directory is merged
+/// into `target`, which takes the source directory's mode. A symlink as `source` itself is
+/// followed (it is the caller's path: the upload contributes its target); links inside a
+/// directory source are copied as links.
+///
+/// All or nothing: the upload is copied into a staging directory `.shellbox-upload-*`
+/// inside the machine (in the target's parent, or in the target directory for a merge),
+/// checked against what is there, then moved into place with `rename(2)` (a new target, or
+/// its first missing parent, in one step; a merge entry by entry, after checking that no
+/// entry meets a conflict). On any error the staging directory is removed and the machine
+/// is as it was (a command racing the final moves can still see part of a merge).
 ///
 /// # Errors
-/// [`Error::NotFound`] for a missing source; [`Error::Transfer`] when the target passes
-/// through a symlink, a directory is in the way of a file, or a source entry is neither a
-/// file, a directory nor a symlink; the check's error; [`Error::Io`].
-pub fn upload(root: &Path, source: &Path, target: &str, check: GuestCheck) -> Result<(), Error> {
-    let meta =
-        std::fs::metadata(source).map_err(|_| Error::not_found(source.display().to_string()))?;
-    check(target)?;
-    let root_fd = open_host_dir(root)?;
-    let (parents, name) = split_parent(target);
-    if meta.is_dir() {
-        let src = open_host_dir(source)?;
-        let dst = if target == "/" {
-            root_fd
-        } else {
-            let parent = walk(&root_fd, parents.into_iter(), true)?;
-            ensure_dir(&parent, OsStr::new(name), target)?
-        };
-        copy_tree(&src, &dst, target, check)?;
-        let st = nix::sys::stat::fstat(&src)
-            .map_err(|e| io_err("stat", &source.display().to_string(), e))?;
-        fchmod(&dst, mode_of(&st)).map_err(|e| io_err("chmod", target, e))?;
-        Ok(())
-    } else if meta.is_file() {
-        if target == "/" {
-            return Err(Error::transfer(
-                target,
-                "a file cannot replace the machine root",
-            ));
+/// [`Error::NotFound`] for a missing source; [`Error::Unsupported`] when any written path
+/// lies in a system directory, a mount or `/dev`, `/proc`, `/sys`; [`Error::Transfer`] when
+/// a directory is in the way of a file or the reverse, or a source entry is a special file
+/// (FIFO, socket, device); [`Error::Io`].
+pub fn upload(view: &GuestView, source: &Path, target: &str) -> Result<(), Error> {
+    crate::guest::refuse_kernel_path(target)?;
+    let meta = match std::fs::metadata(source) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::not_found(source.display().to_string()))
         }
-        let parent = walk(&root_fd, parents.into_iter(), true)?;
-        let src = openat(
+        Err(e) => return Err(Error::io(format!("stat {}", source.display()), e)),
+    };
+    let label = source.display().to_string();
+    let is_dir = meta.is_dir();
+    if !is_dir && !meta.is_file() {
+        return Err(Error::transfer(label, SPECIAL_FILE_REFUSAL));
+    }
+    let src = if is_dir {
+        open_host_dir(source)?
+    } else {
+        openat(
             AT_FDCWD,
             source,
-            OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| io_err("open", &source.display().to_string(), e))?;
-        let st = nix::sys::stat::fstat(&src)
-            .map_err(|e| io_err("stat", &source.display().to_string(), e))?;
-        write_file(src, &st, &parent, OsStr::new(name), target)
-    } else {
-        Err(Error::transfer(
-            source.display().to_string(),
-            "only regular files and directories can be uploaded",
-        ))
-    }
-}
-
-/// Downloads guest `source` from the machine root `root` to host `target` without
-/// following any symlink inside the root (a link as `source` itself is refused too).
-///
-/// # Errors
-/// [`Error::NotFound`] for a missing source, [`Error::Transfer`] for a symlink on the way
-/// or a special file, [`Error::Io`].
-pub fn download_from_root(root: &Path, source: &str, target: &Path) -> Result<(), Error> {
-    let root_fd = open_host_dir(root)?;
-    if source == "/" {
-        return dir_to_host(root_fd, source, target);
-    }
-    let (parents, name) = split_parent(source);
-    let parent = walk(&root_fd, parents.into_iter(), false).map_err(|e| match e {
-        Error::NotFound { .. } => Error::not_found(source),
-        other => other,
-    })?;
-    let st = match fstatat(&parent, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
-        Ok(st) => st,
-        Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => return Err(Error::not_found(source)),
-        Err(e) => return Err(io_err("stat", source, e)),
+        .map_err(|e| io_err("open", &label, e))?
     };
-    let kind = file_type(&st);
-    if kind == SFlag::S_IFLNK {
-        return Err(symlink_refusal(source));
+    let src_st = nix::sys::stat::fstat(&src).map_err(|e| io_err("stat", &label, e))?;
+    if file_type(&src_st)
+        != if is_dir {
+            SFlag::S_IFDIR
+        } else {
+            SFlag::S_IFREG
+        }
+    {
+        return Err(Error::transfer(label, SPECIAL_FILE_REFUSAL));
     }
-    if kind == SFlag::S_IFDIR {
-        let fd = step(&parent, OsStr::new(name), false, source)?;
-        dir_to_host(fd, source, target)
-    } else if kind == SFlag::S_IFREG {
-        let fd = openat(
-            &parent,
+    let check = |p: &str| view.check_writable(p);
+    match resolve(view, target, true)? {
+        Resolved::Missing { parent, rest } => {
+            let mut guest = parent.guest.clone();
+            for c in &rest {
+                guest = guest_join(&guest, c);
+                view.check_writable(&guest)?;
+            }
+            let stage = Stage::new(&parent.fd, &parent.guest)?;
+            let mut cur = stage.fd.try_clone().map_err(|e| Error::io("dup fd", e))?;
+            let (last, chain) = rest.split_last().expect("a missing path has a component");
+            for c in chain {
+                cur = step(&cur, OsStr::new(c), true, &guest)?;
+            }
+            if is_dir {
+                let d = step(&cur, OsStr::new(last), true, &guest)?;
+                copy_tree(&src, &d, &guest, &check)?;
+                fchmod(&d, mode_of(&src_st)).map_err(|e| io_err("chmod", &guest, e))?;
+                set_times(&d, &src_st, &guest)?;
+            } else {
+                write_file(src, &src_st, &cur, OsStr::new(last), &guest)?;
+            }
+            renameat2(
+                &stage.fd,
+                rest[0].as_str(),
+                &parent.fd,
+                rest[0].as_str(),
+                RenameFlags::RENAME_NOREPLACE,
+            )
+            .map_err(|e| io_err("move into place", &guest, e))
+        }
+        Resolved::Found {
+            parent,
             name,
-            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| match e {
-            Errno::ELOOP => symlink_refusal(source),
-            e => io_err("open", source, e),
-        })?;
-        file_to_host(fd, source, target)
-    } else {
-        Err(Error::transfer(
-            source,
-            "only regular files and directories can be downloaded",
-        ))
+            guest,
+            object,
+        } => {
+            view.check_writable(&guest)?;
+            match object {
+                Object::Dir(dir) => {
+                    if !is_dir {
+                        return Err(Error::transfer(
+                            guest,
+                            "a directory is in the way of a file",
+                        ));
+                    }
+                    let stage = Stage::new(&dir, &guest)?;
+                    copy_tree(&src, &stage.fd, &guest, &check)?;
+                    merge_staged(&stage.fd, &dir, &guest, true, 0)?;
+                    merge_staged(&stage.fd, &dir, &guest, false, 0)?;
+                    fchmod(&dir, mode_of(&src_st)).map_err(|e| io_err("chmod", &guest, e))
+                }
+                Object::File(..) | Object::Other => {
+                    if is_dir {
+                        return Err(Error::transfer(
+                            guest,
+                            "a file is in the way of a directory",
+                        ));
+                    }
+                    let Some(parent) = parent else {
+                        return Err(Error::transfer(guest, "cannot replace this path"));
+                    };
+                    let stage = Stage::new(&parent.fd, &parent.guest)?;
+                    let item = OsStr::new("item");
+                    write_file(src, &src_st, &stage.fd, item, &guest)?;
+                    renameat(&stage.fd, item, &parent.fd, name.as_os_str())
+                        .map_err(|e| io_err("move into place", &guest, e))
+                }
+            }
+        }
     }
 }
 
-/// Downloads a host path (a read-only mount or system directory, which commands cannot
-/// change) to `target`; `guest` names it in errors. `source` itself is followed if it is a
-/// link; links inside a directory are copied as links.
+/// Downloads guest `source`, resolved as the machine sees it (see [`crate::guest`]), to the
+/// host path `target` through core's [`StagedDownload`]: the one host-side writer every
+/// backend uses (staged beside the target, every entry judged — no link resolving outside
+/// the download, no special file — the target's last component replaced and never
+/// followed, all or nothing). A symlink as `source` (or on its way) is followed in the
+/// guest namespace; links inside a directory are copied as links; mounts inside a
+/// downloaded directory are read as the machine shows them.
 ///
 /// # Errors
-/// [`Error::NotFound`] when it does not exist, [`Error::Transfer`] for a special file,
-/// [`Error::Io`].
-pub fn download_host(source: &Path, target: &Path, guest: &str) -> Result<(), Error> {
+/// [`Error::NotFound`] (naming `source`) when it does not exist in the machine;
+/// [`Error::Unsupported`] for `/` (it holds the system directories) and paths at or under
+/// `/dev`, `/proc`, `/sys`; [`Error::Transfer`] for a special file, a refused link or a tree
+/// nested deeper than [`MAX_TREE_DEPTH`]; [`Error::Io`].
+pub fn download(view: &GuestView, source: &str, target: &Path) -> Result<(), Error> {
+    crate::guest::refuse_kernel_path(source)?;
+    let refuse_root = || {
+        Error::unsupported(
+            "downloading / would copy the machine's system directories; download a directory \
+             inside it",
+        )
+    };
+    if source == "/" {
+        return Err(refuse_root());
+    }
+    let (guest, object) = match resolve(view, source, true)? {
+        Resolved::Missing { .. } => return Err(Error::not_found(source)),
+        Resolved::Found { guest, object, .. } => (guest, object),
+    };
+    if guest == "/" {
+        return Err(refuse_root());
+    }
+    match object {
+        Object::Dir(fd) => {
+            let staged = StagedDownload::new(target, DownloadKind::Directory)?;
+            let mut writer = staged.writer();
+            let st = nix::sys::stat::fstat(&fd).map_err(|e| io_err("stat", &guest, e))?;
+            writer.put(
+                &guest,
+                &[],
+                TreeEntry::Directory {
+                    mode: st.st_mode,
+                    mtime: system_time(&st),
+                },
+            )?;
+            let mut rel = Vec::new();
+            pack_dir(view, &fd, &guest, &mut rel, &mut writer, 0)?;
+            writer.finish()?;
+            staged.commit()
+        }
+        Object::File(fd, st) => {
+            let name = Path::new(&guest)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "download".into());
+            let staged = StagedDownload::new(target, DownloadKind::File { name: &name })?;
+            let mut writer = staged.writer();
+            let mut file = File::from(fd);
+            writer.put(
+                &guest,
+                &[],
+                TreeEntry::File {
+                    data: &mut file,
+                    mode: st.st_mode,
+                    mtime: system_time(&st),
+                },
+            )?;
+            writer.finish()?;
+            staged.commit()
+        }
+        Object::Other => Err(Error::transfer(source, SPECIAL_FILE_REFUSAL)),
+    }
+}
+
+fn system_time(st: &FileStat) -> Option<std::time::SystemTime> {
+    let nanos = u32::try_from(st.st_mtime_nsec).ok()?;
+    if st.st_mtime >= 0 {
+        std::time::UNIX_EPOCH.checked_add(std::time::Duration::new(st.st_mtime as u64, nanos))
+    } else {
+        std::time::UNIX_EPOCH
+            .checked_sub(std::time::Duration::from_secs(st.st_mtime.unsigned_abs()))?
+            .checked_add(std::time::Duration::new(0, nanos))
+    }
+}
+
+/// Writes the entries of the machine directory `dir` (canonical guest path `guest`) into
+/// `writer` below `rel`; a mount point inside is read as the machine shows it.
+fn pack_dir(
+    view: &GuestView,
+    dir: &OwnedFd,
+    guest: &str,
+    rel: &mut Vec<String>,
+    writer: &mut TreeWriter,
+    depth: usize,
+) -> Result<(), Error> {
+    if depth >= MAX_TREE_DEPTH {
+        return Err(Error::transfer(
+            guest,
+            format!("directories nest deeper than {MAX_TREE_DEPTH} levels"),
+        ));
+    }
+    let mut names = read_names(dir, guest)?;
+    names.sort();
+    for name in names {
+        let child = child_guest(guest, &name);
+        let Some(text) = name.to_str() else {
+            return Err(Error::transfer(child, "file name is not UTF-8"));
+        };
+        rel.push(text.to_string());
+        let object = match view.mount_object(&child) {
+            Some(object) => Some(object?),
+            None => match fstatat(
+                dir,
+                name.as_os_str(),
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            ) {
+                Err(Errno::ENOENT) => None, // removed while downloading
+                Err(e) => return Err(io_err("stat", &child, e)),
+                Ok(st) if file_type(&st) == SFlag::S_IFLNK => {
+                    let link = readlinkat(dir, name.as_os_str())
+                        .map_err(|e| io_err("readlink", &child, e))?;
+                    writer.put(
+                        &child,
+                        rel,
+                        TreeEntry::Symlink {
+                            target: link.as_bytes(),
+                        },
+                    )?;
+                    None
+                }
+                Ok(st) => open_child(dir, &name, &st, &child)?,
+            },
+        };
+        match object {
+            None => {}
+            Some(Object::Dir(fd)) => {
+                let st = nix::sys::stat::fstat(&fd).map_err(|e| io_err("stat", &child, e))?;
+                writer.put(
+                    &child,
+                    rel,
+                    TreeEntry::Directory {
+                        mode: st.st_mode,
+                        mtime: system_time(&st),
+                    },
+                )?;
+                pack_dir(view, &fd, &child, rel, writer, depth + 1)?;
+            }
+            Some(Object::File(fd, st)) => {
+                let mut file = File::from(fd);
+                writer.put(
+                    &child,
+                    rel,
+                    TreeEntry::File {
+                        data: &mut file,
+                        mode: st.st_mode,
+                        mtime: system_time(&st),
+                    },
+                )?;
+            }
+            Some(Object::Other) => return Err(Error::transfer(child, SPECIAL_FILE_REFUSAL)),
+        }
+        rel.pop();
+    }
+    Ok(())
+}
+
+/// Copies a host path (a file or directory, followed if it is a link) to the host path
+/// `target`, links inside a directory copied as links: the machine root's `/etc` copies.
+fn copy_host_tree(source: &Path, target: &Path, guest: &str) -> Result<(), Error> {
     let meta = std::fs::metadata(source).map_err(|_| Error::not_found(guest))?;
     if meta.is_dir() {
         dir_to_host(open_host_dir(source)?, guest, target)
@@ -488,7 +799,34 @@ fn dir_to_host(src: OwnedFd, guest: &str, target: &Path) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::{HostFacts, Layout, ReadOnlyMount, Shared};
     use std::os::unix::fs::{symlink, PermissionsExt};
+
+    /// A machine view of `root` alone, with `mounts` (`(host, guest)`).
+    fn view_with(root: &Path, mounts: &[(&Path, &str)]) -> GuestView {
+        let layout = Layout {
+            root: root.to_path_buf(),
+            network: shellbox_core::NetworkPolicy::Deny,
+            mounts: mounts
+                .iter()
+                .map(|(h, g)| ReadOnlyMount {
+                    host: h.to_path_buf(),
+                    guest: g.to_string(),
+                })
+                .collect(),
+            etc_binds: Vec::new(),
+            shared: Shared::default(),
+        };
+        let facts = HostFacts {
+            system_dirs: Vec::new(),
+            setpriv: None,
+        };
+        GuestView::new(&layout, &facts)
+    }
+
+    fn view(root: &Path) -> GuestView {
+        view_with(root, &[])
+    }
 
     #[test]
     fn copies_keep_content_mode_and_times_for_every_size() {
@@ -508,15 +846,15 @@ mod tests {
             std::fs::write(&p, data).unwrap();
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
         }
-        upload(&root, &src, "/d", &no_check).unwrap();
+        upload(&view(&root), &src, "/d").unwrap();
         // An existing file with another mode is replaced and gets the source's mode.
         std::fs::write(root.join("d/small"), b"older and longer content").unwrap();
         std::fs::set_permissions(root.join("d/small"), std::fs::Permissions::from_mode(0o600))
             .unwrap();
-        upload(&root, &src.join("small"), "/d/small", &no_check).unwrap();
+        upload(&view(&root), &src.join("small"), "/d/small").unwrap();
         let back = tmp.path().join("back");
-        download_from_root(&root, "/d", &back).unwrap();
-        download_from_root(&root, "/d/big", &tmp.path().join("big-file")).unwrap();
+        download(&view(&root), "/d", &back).unwrap();
+        download(&view(&root), "/d/big", &tmp.path().join("big-file")).unwrap();
         for (name, data, mode) in cases {
             for copy in [root.join("d").join(name), back.join(name)] {
                 assert_eq!(std::fs::read(&copy).unwrap(), data, "{}", copy.display());
@@ -555,7 +893,7 @@ mod tests {
         symlink("sub/run.sh", src.join("link")).unwrap();
         std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o750)).unwrap();
 
-        upload(&root, &src, "/a/b", &no_check).unwrap();
+        upload(&view(&root), &src, "/a/b").unwrap();
         let meta = std::fs::metadata(root.join("a/b")).unwrap();
         assert_eq!(meta.permissions().mode() & 0o777, 0o750);
         assert_eq!(
@@ -563,7 +901,7 @@ mod tests {
             Path::new("sub/run.sh")
         );
         let back = tmp.path().join("back");
-        download_from_root(&root, "/a/b", &back).unwrap();
+        download(&view(&root), "/a/b", &back).unwrap();
         let m = std::fs::metadata(back.join("sub/run.sh")).unwrap();
         assert_eq!(m.permissions().mode() & 0o777, 0o751);
         assert!(std::fs::symlink_metadata(back.join("link"))
@@ -571,32 +909,32 @@ mod tests {
             .file_type()
             .is_symlink());
 
-        let e = upload(&root, &src.join("sub/run.sh"), "/escape/x", &no_check).unwrap_err();
-        assert!(
-            matches!(&e, Error::Transfer { reason, .. } if reason.contains("symlink")),
-            "{e}"
-        );
+        // A link to a host path resolves in the guest namespace: inside the machine root.
+        upload(&view(&root), &src.join("sub/run.sh"), "/escape/x").unwrap();
         assert!(!outside.join("x").exists());
-        let e = download_from_root(&root, "/escape/secret", &tmp.path().join("s")).unwrap_err();
-        assert!(
-            matches!(&e, Error::Transfer { reason, .. } if reason.contains("symlink")),
-            "{e}"
-        );
-        let e = download_from_root(&root, "/escape", &tmp.path().join("s")).unwrap_err();
-        assert!(matches!(&e, Error::Transfer { .. }), "{e}");
+        let inside = root.join(outside.strip_prefix("/").unwrap());
+        assert_eq!(std::fs::read(inside.join("x")).unwrap(), b"#!/bin/sh\n");
+        std::fs::remove_dir_all(root.join("tmp")).unwrap();
+        for source in ["/escape/secret", "/escape"] {
+            let e = download(&view(&root), source, &tmp.path().join("s")).unwrap_err();
+            assert!(matches!(&e, Error::NotFound { .. }), "{source}: {e}");
+        }
+        assert!(!tmp.path().join("s").exists());
         assert!(matches!(
-            download_from_root(&root, "/missing/x", &tmp.path().join("m")),
+            download(&view(&root), "/missing/x", &tmp.path().join("m")),
             Err(Error::NotFound { path }) if path == "/missing/x"
         ));
-        let refuse = |p: &str| {
-            if p.ends_with("/sub") {
-                Err(Error::unsupported("read-only host path"))
-            } else {
-                Ok(())
-            }
-        };
-        assert!(upload(&root, &src, "/c", &refuse)
-            .unwrap_err()
-            .is_unsupported());
+        // A tree that would write into a mount is refused before anything lands.
+        let mounted = tmp.path().join("mounted");
+        std::fs::create_dir_all(root.join("c/sub")).unwrap();
+        std::fs::create_dir(&mounted).unwrap();
+        let before = std::fs::read_dir(root.join("c")).unwrap().count();
+        assert!(
+            upload(&view_with(&root, &[(&mounted, "/c/sub")]), &src, "/c")
+                .unwrap_err()
+                .is_unsupported()
+        );
+        assert_eq!(std::fs::read_dir(root.join("c")).unwrap().count(), before);
+        assert!(std::fs::read_dir(&mounted).unwrap().next().is_none());
     }
 }

@@ -43,9 +43,11 @@
 //! - the merged-`/usr` symlinks (`/bin -> usr/bin`, ...) are made once in the root when the
 //!   machine is created, not with `--symlink` per command (Debian's bwrap 0.8 refuses to
 //!   create one that exists, so the reference's second command on a machine fails there);
-//! - transfers never follow a symlink inside the machine, even one that stays inside it:
-//!   each guest path is opened component by component with `O_NOFOLLOW`, so a command
-//!   cannot race a check (the reference resolves the real path first, then copies);
+//! - transfers resolve every guest path as the machine sees it, component by component from
+//!   file descriptors with symlinks resolved in the guest namespace and through the
+//!   machine's mounts (the reference resolves host real paths first, then copies, and reads
+//!   host files the machine cannot see); downloads are written by core's shared staged
+//!   writer and uploads are staged inside the machine, both all or nothing;
 //! - host fds left inheritable by the calling program are not passed into sandboxes;
 //! - a mount at `/`, or in `/dev` or `/proc`, is refused like one in a system directory,
 //!   and uploads into `/dev` and `/proc` are refused like uploads into `/usr`.
@@ -65,6 +67,7 @@
 #![warn(missing_docs)]
 
 mod fsops;
+mod guest;
 mod launch;
 mod machine;
 mod ns;

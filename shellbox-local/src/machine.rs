@@ -15,7 +15,7 @@ use shellbox_core::{
 use tokio::sync::{watch, RwLock};
 
 use crate::launch::{self, Registry, RunParams};
-use crate::plan::{self, HostDir, HostFacts, Launch, Layout, ReadOnlyMount};
+use crate::plan::{self, HostFacts, Launch, Layout, ReadOnlyMount};
 use crate::root;
 
 /// How long the factory's probe of one bwrap candidate may take.
@@ -643,61 +643,6 @@ impl LocalMachine {
         Ok(prepared.into_command().0)
     }
 
-    /// The guest-path rule of uploads: system and special directories and read-only mounts
-    /// cannot be written.
-    fn read_only_reason(mounts: &[ReadOnlyMount], path: &str) -> Result<(), Error> {
-        if let Some(dir) = plan::system_dir_of(path) {
-            return Err(Error::unsupported(format!(
-                "cannot upload to {path}: read-only host path (system directory {dir})"
-            )));
-        }
-        if let Some(m) = mounts.iter().find(|m| plan::is_within(path, &m.guest)) {
-            return Err(Error::unsupported(format!(
-                "cannot upload to {path}: read-only host path (mounted from {})",
-                m.host.display()
-            )));
-        }
-        Ok(())
-    }
-
-    /// Where a guest path's content lives: a host path for mounts and host system dirs
-    /// (read-only, commands cannot change them), otherwise inside the root.
-    fn host_source(&self, guest: &str) -> Option<PathBuf> {
-        if let Some(bind) = self
-            .layout
-            .etc_binds
-            .iter()
-            .find(|b| b.to_str().is_some_and(|b| plan::is_within(guest, b)))
-        {
-            let rel = guest[bind.as_os_str().len()..].trim_start_matches('/');
-            return Some(if rel.is_empty() {
-                bind.clone()
-            } else {
-                bind.join(rel)
-            });
-        }
-        if let Some(m) = self
-            .layout
-            .mounts
-            .iter()
-            .find(|m| plan::is_within(guest, &m.guest))
-        {
-            let rel = guest[m.guest.len()..].trim_start_matches('/');
-            return Some(if rel.is_empty() {
-                m.host.clone()
-            } else {
-                m.host.join(rel)
-            });
-        }
-        let host_dir = self
-            .factory
-            .facts
-            .system_dirs
-            .iter()
-            .any(|(d, kind)| *kind != HostDir::Missing && plan::is_within(guest, d));
-        host_dir.then(|| PathBuf::from(guest))
-    }
-
     fn shutdown_now(&self) {
         self.shutdown.send_replace(true);
         self.registry.kill_all();
@@ -757,32 +702,24 @@ impl Machine for LocalMachine {
         validate_guest_path(target)?;
         let _gate = self.gate.read().await;
         self.check_open()?;
-        let root = self.layout.root.clone();
-        let mounts = self.layout.mounts.clone();
+        let view = crate::guest::GuestView::new(&self.layout, &self.factory.facts);
         let source = source.to_path_buf();
         let target = target.to_string();
-        tokio::task::spawn_blocking(move || {
-            let check = |p: &str| Self::read_only_reason(&mounts, p);
-            crate::fsops::upload(&root, &source, &target, &check)
-        })
-        .await
-        .map_err(|e| Error::backend("upload", e))?
+        tokio::task::spawn_blocking(move || crate::fsops::upload(&view, &source, &target))
+            .await
+            .map_err(|e| Error::backend("upload", e))?
     }
 
     async fn download(&self, source: &str, target: &Path) -> Result<(), Error> {
         validate_guest_path(source)?;
         let _gate = self.gate.read().await;
         self.check_open()?;
-        let root = self.layout.root.clone();
-        let host = self.host_source(source);
+        let view = crate::guest::GuestView::new(&self.layout, &self.factory.facts);
         let source = source.to_string();
         let target = target.to_path_buf();
-        tokio::task::spawn_blocking(move || match host {
-            Some(host) => crate::fsops::download_host(&host, &target, &source),
-            None => crate::fsops::download_from_root(&root, &source, &target),
-        })
-        .await
-        .map_err(|e| Error::backend("download", e))?
+        tokio::task::spawn_blocking(move || crate::fsops::download(&view, &source, &target))
+            .await
+            .map_err(|e| Error::backend("download", e))?
     }
 
     async fn close(&self) -> Result<(), Error> {

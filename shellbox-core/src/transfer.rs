@@ -1,0 +1,535 @@
+//! The host side of downloads, shared by every backend that writes a guest tree to the host.
+//!
+//! A download writes data a command in the machine chose to a host path the caller chose.
+//! [`StagedDownload`] is the one place that does it, so every backend follows the same
+//! rules:
+//!
+//! - **Staged, all or nothing.** The tree is written into a fresh staging directory
+//!   `.shellbox-download-<unique>` (mode 0700) beside where it lands, through a
+//!   [`TreeWriter`] (or [`unpack_safe`](crate::archive::unpack_safe)'s tar adapter of it),
+//!   which refuses absolute and climbing names, special files, hard links out of the tree
+//!   and every symlink that resolves outside the downloaded tree (absolute ones included).
+//!   Only a complete, accepted tree is moved into place; on any error, and when the value
+//!   is dropped (a cancelled download), the staging directory is removed and the host
+//!   target is as it was.
+//! - **The target's last component is never followed.** A symlink at the target (for
+//!   example one an earlier download left there) is replaced by the download (`rename(2)`),
+//!   never written through; a file download into an existing *directory* (a real one, not
+//!   a symlink to one) lands inside it under the source's name. The target's parent
+//!   directories are the caller's path and are followed as given; since every link a
+//!   download writes resolves inside that download's own tree, following one only ever
+//!   leads into a tree the caller already downloaded.
+//! - **Merges re-judge links where they land.** A directory downloaded onto an existing
+//!   directory is merged (directories into directories; anything else replaces what is
+//!   there, a symlink replaced, never followed). The new links were judged inside the
+//!   staged tree alone; next to the links already in the target one could climb out
+//!   (`a -> .` there, `m -> a/..` here), so each is judged again in the merged tree and one
+//!   that escapes is removed and the download fails with [`Error::Transfer`].
+//!
+//! Everything here blocks (`std::fs`); async callers use a blocking thread.
+
+use std::fs;
+use std::io::{self, Read};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::archive::{
+    check_symlink_inside, make_tree_writable, unpack_into, TreeWriter, UnpackLayout, UnpackSummary,
+};
+use crate::Error;
+
+/// The name prefix of a download's staging directory (REFERENCE 3.2).
+pub const DOWNLOAD_STAGING_PREFIX: &str = ".shellbox-download-";
+
+/// What a download brings to the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DownloadKind<'a> {
+    /// A directory: its contents become the target directory (merged into an existing one).
+    Directory,
+    /// A regular file whose base name is `name`: it becomes the target, or `target/name`
+    /// when the target is an existing directory.
+    File {
+        /// The source's base name.
+        name: &'a str,
+    },
+}
+
+/// A download being written to the host: a staging directory beside the final place, the
+/// tree written into it, then [`commit`](Self::commit)ted into place. See the module docs
+/// for the rules. Dropping it without a commit removes the staging directory.
+#[derive(Debug)]
+pub struct StagedDownload {
+    /// The staging directory itself.
+    dir: PathBuf,
+    /// Where the tree is written (`dir/item`).
+    item: PathBuf,
+    /// The final place.
+    dest: PathBuf,
+    /// The caller's target, for errors.
+    target: PathBuf,
+    /// Parent directories of `dest` this download created, outermost first (removed again
+    /// when it fails).
+    made_parents: Vec<PathBuf>,
+    committed: bool,
+}
+
+fn unique_suffix() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!(
+        "{:x}-{:x}-{:x}",
+        std::process::id(),
+        nanos,
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn io_at(what: &str, p: &Path) -> impl FnOnce(io::Error) -> Error {
+    let operation = format!("{what} {}", p.display());
+    move |e| Error::io(operation, e)
+}
+
+impl StagedDownload {
+    /// Prepares a download of `kind` to the host path `target`: decides the final place
+    /// (see [`DownloadKind`]), creates its missing parent directories and the staging
+    /// directory beside it (inside the final directory when a merge target's parent cannot
+    /// be written).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when a directory cannot be made; [`Error::InvalidInput`] for a file
+    /// name that is empty, `.`/`..` or holds a `/`.
+    pub fn new(target: &Path, kind: DownloadKind<'_>) -> Result<Self, Error> {
+        let existing = fs::symlink_metadata(target).ok();
+        let dest = match kind {
+            DownloadKind::File { name } => {
+                if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+                    return Err(Error::invalid(format!("bad download file name {name:?}")));
+                }
+                if existing.as_ref().is_some_and(|m| m.is_dir()) {
+                    target.join(name)
+                } else {
+                    target.to_path_buf()
+                }
+            }
+            DownloadKind::Directory => target.to_path_buf(),
+        };
+        let parent = match dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let mut made_parents = Vec::new();
+        let mut cur = Some(parent.as_path());
+        while let Some(p) = cur.filter(|p| !p.as_os_str().is_empty()) {
+            if fs::symlink_metadata(p).is_ok() {
+                break;
+            }
+            made_parents.push(p.to_path_buf());
+            cur = p.parent();
+        }
+        made_parents.reverse();
+        let mut staged = Self {
+            dir: PathBuf::new(),
+            item: PathBuf::new(),
+            dest,
+            target: target.to_path_buf(),
+            made_parents: Vec::new(),
+            committed: false,
+        };
+        for p in made_parents {
+            match fs::create_dir(&p) {
+                Ok(()) => staged.made_parents.push(p),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && p.is_dir() => {}
+                Err(e) => return Err(io_at("create", &p)(e)),
+            }
+        }
+        let dest_is_dir = fs::symlink_metadata(&staged.dest).is_ok_and(|m| m.is_dir());
+        let mut last_error = None;
+        for _ in 0..16 {
+            let name = format!("{DOWNLOAD_STAGING_PREFIX}{}", unique_suffix());
+            let mut dir = parent.join(&name);
+            let made = match fs::create_dir(&dir) {
+                Ok(()) => Ok(()),
+                // A parent that cannot be written: stage inside the directory merged into.
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied && dest_is_dir => {
+                    dir = staged.dest.join(&name);
+                    fs::create_dir(&dir)
+                }
+                Err(e) => Err(e),
+            };
+            match made {
+                Ok(()) => {
+                    let _ = fs::set_permissions(&dir, fs::Permissions::from_mode(0o700));
+                    staged.item = dir.join("item");
+                    staged.dir = dir;
+                    return Ok(staged);
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_error = Some(e),
+                Err(e) => return Err(io_at("create", &dir)(e)),
+            }
+        }
+        Err(io_at("create a staging directory in", &parent)(
+            last_error.unwrap_or_else(|| io::Error::other("no free name")),
+        ))
+    }
+
+    /// Where the tree is written: a path that does not exist yet, inside the staging
+    /// directory.
+    pub fn staging_path(&self) -> &Path {
+        &self.item
+    }
+
+    /// Where the download lands once committed.
+    pub fn destination(&self) -> &Path {
+        &self.dest
+    }
+
+    /// A [`TreeWriter`] into the staging path whose first entry must be the root (the
+    /// directory or the file itself) and whose refusals name the caller's target.
+    pub fn writer(&self) -> TreeWriter {
+        TreeWriter::new(&self.item, true).with_label(self.target.display().to_string())
+    }
+
+    /// Unpacks a tar stream in Docker's archive layout ([`UnpackLayout::StripRoot`]: one
+    /// top-level name standing for the download itself) into the staging path, with
+    /// [`unpack_safe`](crate::archive::unpack_safe)'s rules.
+    ///
+    /// # Errors
+    /// As [`unpack_safe`](crate::archive::unpack_safe), naming the caller's target.
+    pub fn unpack<R: Read>(&self, reader: R) -> Result<UnpackSummary, Error> {
+        unpack_into(reader, self.writer(), UnpackLayout::StripRoot)
+    }
+
+    /// Moves the written tree into place (rename, or a merge into an existing directory),
+    /// then removes the staging directory.
+    ///
+    /// # Errors
+    /// [`Error::Transfer`] when a file would replace an existing directory, when nothing
+    /// was written, or when a merged link would climb out of the target (that link is
+    /// removed); [`Error::Io`] when a move fails.
+    pub fn commit(mut self) -> Result<(), Error> {
+        let result = self.place();
+        if result.is_ok() {
+            self.committed = true;
+        }
+        result
+    }
+
+    fn place(&self) -> Result<(), Error> {
+        let staged = fs::symlink_metadata(&self.item).map_err(|_| {
+            Error::transfer(
+                self.target.display().to_string(),
+                "the download wrote nothing",
+            )
+        })?;
+        match fs::symlink_metadata(&self.dest) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::rename(&self.item, &self.dest).map_err(io_at("move into", &self.dest))
+            }
+            Err(e) => Err(io_at("stat", &self.dest)(e)),
+            Ok(existing) if existing.is_dir() && staged.is_dir() => {
+                let mut links = Vec::new();
+                list_symlinks(&self.item, Path::new(""), &mut links);
+                merge_move(&self.item, &self.dest)?;
+                let mut refused = None;
+                for link in links {
+                    if let Err(e) = check_symlink_inside(&self.dest, &link) {
+                        let _ = fs::remove_file(self.dest.join(&link));
+                        refused.get_or_insert(match e {
+                            Error::Transfer { reason, .. } => Error::transfer(
+                                self.target.display().to_string(),
+                                format!("{}: {reason}", link.display()),
+                            ),
+                            other => other,
+                        });
+                    }
+                }
+                refused.map_or(Ok(()), Err)
+            }
+            Ok(existing) if existing.is_dir() => Err(Error::transfer(
+                self.target.display().to_string(),
+                "would replace the target directory with a file",
+            )),
+            Ok(_) => {
+                // A file or symlink is replaced, never written through.
+                if staged.is_dir() {
+                    fs::remove_file(&self.dest).map_err(io_at("replace", &self.dest))?;
+                }
+                fs::rename(&self.item, &self.dest).map_err(io_at("move into", &self.dest))
+            }
+        }
+    }
+}
+
+impl Drop for StagedDownload {
+    /// Removes the staging directory and whatever is in it (read-only parts included), also
+    /// when a download is cancelled midway, and the parent directories it made when the
+    /// download did not land.
+    fn drop(&mut self) {
+        if !self.dir.as_os_str().is_empty() {
+            make_tree_writable(&self.dir);
+            if let Err(e) = fs::remove_dir_all(&self.dir) {
+                if e.kind() != io::ErrorKind::NotFound {
+                    tracing::warn!(dir = %self.dir.display(), "could not remove a download's staging directory: {e}");
+                }
+            }
+        }
+        if !self.committed {
+            for p in self.made_parents.iter().rev() {
+                // Only while empty: never anything someone else put there meanwhile.
+                let _ = fs::remove_dir(p);
+            }
+        }
+    }
+}
+
+/// Appends the paths (relative to the walk's start) of the symlinks under `dir`.
+fn list_symlinks(dir: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(ft) = entry.file_type() else { continue };
+        let rel = rel.join(entry.file_name());
+        if ft.is_symlink() {
+            out.push(rel);
+        } else if ft.is_dir() {
+            list_symlinks(&entry.path(), &rel, out);
+        }
+    }
+}
+
+/// Moves the children of the staged directory `src` into the existing directory `dst`:
+/// directories meeting directories are merged, anything else replaces what is there (a
+/// symlink is replaced, never followed). `dst` ends with `src`'s mode.
+fn merge_move(src: &Path, dst: &Path) -> Result<(), Error> {
+    let mode = fs::symlink_metadata(src)
+        .map_err(io_at("stat", src))?
+        .permissions()
+        .mode();
+    for p in [src, dst] {
+        if let Ok(m) = fs::symlink_metadata(p) {
+            let cur = m.permissions().mode();
+            if m.is_dir() && cur & 0o700 != 0o700 {
+                fs::set_permissions(p, fs::Permissions::from_mode(cur | 0o700))
+                    .map_err(io_at("chmod", p))?;
+            }
+        }
+    }
+    let entries = fs::read_dir(src).map_err(io_at("read directory", src))?;
+    for entry in entries {
+        let entry = entry.map_err(io_at("read directory", src))?;
+        let from = entry.path();
+        let to = dst.join(entry.file_name());
+        let from_meta = fs::symlink_metadata(&from).map_err(io_at("stat", &from))?;
+        match fs::symlink_metadata(&to) {
+            Ok(m) if m.is_dir() && from_meta.is_dir() => merge_move(&from, &to)?,
+            Ok(m) => {
+                if m.is_dir() {
+                    make_tree_writable(&to);
+                    fs::remove_dir_all(&to).map_err(io_at("replace", &to))?;
+                } else if from_meta.is_dir() {
+                    fs::remove_file(&to).map_err(io_at("replace", &to))?;
+                }
+                fs::rename(&from, &to).map_err(io_at("move into", &to))?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::rename(&from, &to).map_err(io_at("move into", &to))?
+            }
+            Err(e) => return Err(io_at("stat", &to)(e)),
+        }
+    }
+    fs::set_permissions(dst, fs::Permissions::from_mode(mode & 0o7777)).map_err(io_at("chmod", dst))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::TreeEntry;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|c| c.to_string()).collect()
+    }
+
+    #[test]
+    fn a_refused_download_leaves_nothing_and_a_good_one_lands() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("new/parents/res");
+        let staged = StagedDownload::new(&target, DownloadKind::Directory).unwrap();
+        let mut w = staged.writer();
+        w.put(
+            "",
+            &[],
+            TreeEntry::Directory {
+                mode: 0o755,
+                mtime: None,
+            },
+        )
+        .unwrap();
+        w.put(
+            "f",
+            &s(&["f"]),
+            TreeEntry::File {
+                data: &mut &b"x"[..],
+                mode: 0o644,
+                mtime: None,
+            },
+        )
+        .unwrap();
+        let err = w
+            .put("l", &s(&["l"]), TreeEntry::Symlink { target: b"../../x" })
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::Transfer { path, .. } if path == &target.display().to_string()),
+            "{err}"
+        );
+        drop(w);
+        drop(staged);
+        assert_eq!(
+            fs::read_dir(tmp.path()).unwrap().count(),
+            0,
+            "parents and staging removed"
+        );
+
+        let staged = StagedDownload::new(&target, DownloadKind::Directory).unwrap();
+        let mut w = staged.writer();
+        w.put(
+            "",
+            &[],
+            TreeEntry::Directory {
+                mode: 0o750,
+                mtime: None,
+            },
+        )
+        .unwrap();
+        w.put(
+            "f",
+            &s(&["f"]),
+            TreeEntry::File {
+                data: &mut &b"x"[..],
+                mode: 0o644,
+                mtime: None,
+            },
+        )
+        .unwrap();
+        w.put("l", &s(&["l"]), TreeEntry::Symlink { target: b"f" })
+            .unwrap();
+        w.finish().unwrap();
+        staged.commit().unwrap();
+        assert_eq!(fs::read(target.join("l")).unwrap(), b"x");
+        let parent: Vec<_> = fs::read_dir(target.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(parent, ["res"], "no staging directory left");
+    }
+
+    #[test]
+    fn the_target_link_is_replaced_not_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir(&elsewhere).unwrap();
+        let target = tmp.path().join("t");
+        std::os::unix::fs::symlink(&elsewhere, &target).unwrap();
+        for kind in [DownloadKind::File { name: "f" }, DownloadKind::Directory] {
+            let staged = StagedDownload::new(&target, kind).unwrap();
+            let mut w = staged.writer();
+            match kind {
+                DownloadKind::Directory => {
+                    w.put(
+                        "",
+                        &[],
+                        TreeEntry::Directory {
+                            mode: 0o755,
+                            mtime: None,
+                        },
+                    )
+                    .unwrap();
+                    w.put(
+                        "g",
+                        &s(&["g"]),
+                        TreeEntry::File {
+                            data: &mut &b"d"[..],
+                            mode: 0o644,
+                            mtime: None,
+                        },
+                    )
+                    .unwrap();
+                }
+                DownloadKind::File { .. } => {
+                    w.put(
+                        "",
+                        &[],
+                        TreeEntry::File {
+                            data: &mut &b"f"[..],
+                            mode: 0o644,
+                            mtime: None,
+                        },
+                    )
+                    .unwrap();
+                }
+            }
+            w.finish().unwrap();
+            staged.commit().unwrap();
+            assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0, "{kind:?}");
+        }
+        assert_eq!(fs::read(target.join("g")).unwrap(), b"d");
+        // A file into an existing real directory lands inside it.
+        let staged = StagedDownload::new(&target, DownloadKind::File { name: "f" }).unwrap();
+        let mut w = staged.writer();
+        w.put(
+            "",
+            &[],
+            TreeEntry::File {
+                data: &mut &b"f"[..],
+                mode: 0o644,
+                mtime: None,
+            },
+        )
+        .unwrap();
+        w.finish().unwrap();
+        staged.commit().unwrap();
+        assert_eq!(fs::read(target.join("f")).unwrap(), b"f");
+    }
+
+    #[test]
+    fn a_merged_link_that_climbs_through_an_existing_one_is_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("t");
+        fs::create_dir(&target).unwrap();
+        std::os::unix::fs::symlink(".", target.join("a")).unwrap();
+        let staged = StagedDownload::new(&target, DownloadKind::Directory).unwrap();
+        let mut w = staged.writer();
+        w.put(
+            "",
+            &[],
+            TreeEntry::Directory {
+                mode: 0o755,
+                mtime: None,
+            },
+        )
+        .unwrap();
+        w.put(
+            "d",
+            &s(&["d"]),
+            TreeEntry::Directory {
+                mode: 0o755,
+                mtime: None,
+            },
+        )
+        .unwrap();
+        w.put(
+            "d/m",
+            &s(&["d", "m"]),
+            TreeEntry::Symlink { target: b"../a/.." },
+        )
+        .unwrap();
+        w.finish().unwrap();
+        let err = staged.commit().unwrap_err();
+        assert!(matches!(err, Error::Transfer { .. }), "{err}");
+        assert!(fs::symlink_metadata(target.join("d/m")).is_err());
+    }
+}
