@@ -78,10 +78,10 @@ pub struct GuestView {
     mounts: Vec<GuestMount>,
 }
 
-/// The kernel-provided directories: a transfer at or under them is unsupported (RULES 4).
-pub const KERNEL_DIRS: [&str; 3] = ["/dev", "/proc", "/sys"];
+use shellbox_core::validate::KERNEL_DIRS;
 
-/// [`Error::Unsupported`] when `guest` is at or under `/dev`, `/proc` or `/sys`.
+/// [`Error::Unsupported`] when `guest` is at or under `/dev`, `/proc` or `/sys` (core's
+/// [`KERNEL_DIRS`]).
 pub fn refuse_kernel_path(guest: &str) -> Result<(), Error> {
     match KERNEL_DIRS.iter().find(|d| plan::is_within(guest, d)) {
         Some(dir) => Err(Error::unsupported(format!(
