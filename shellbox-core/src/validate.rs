@@ -94,6 +94,67 @@ pub fn validate_not_kernel_dir(what: &str, path: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The longest single argument or `NAME=value` environment string `execve(2)` accepts on
+/// Linux, its terminating NUL included (`MAX_ARG_STRLEN`, 32 pages of 4 KiB).
+pub const EXEC_STRING_MAX_BYTES: usize = 32 * 4096;
+
+/// The most that argv and the environment together may take in one `execve(2)`: each
+/// string with its NUL plus one 8-byte pointer. This is Linux's `ARG_MAX` under the usual
+/// 8 MiB stack limit (a quarter of it; `getconf ARG_MAX` says 2097152), the bound a
+/// program meets on almost every host and container.
+pub const EXEC_ARGS_MAX_BYTES: usize = 2 * 1024 * 1024;
+
+/// Checks that a program started with `argv` and `env` fits what `execve(2)` accepts
+/// (POSIX's `ARG_MAX`, Linux's `MAX_ARG_STRLEN`), so a backend can refuse it before
+/// anything runs rather than report the kernel's `E2BIG` as a command result.
+/// `reserved_bytes` is what the backend itself adds to the same exec (a wrapper script and
+/// its arguments, its own variables, the image's environment): the budget for `argv` and
+/// `env` is [`EXEC_ARGS_MAX_BYTES`] less that. Each string is counted with its NUL plus an
+/// 8-byte pointer; an env entry as `NAME=value`.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming the argument (its index) or variable longer than
+/// [`EXEC_STRING_MAX_BYTES`] − 1 bytes, or giving the total when the whole is over budget.
+pub fn validate_exec_size<'a>(
+    argv: impl IntoIterator<Item = &'a str>,
+    env: impl IntoIterator<Item = (&'a str, &'a str)>,
+    reserved_bytes: usize,
+) -> Result<(), Error> {
+    const POINTER: usize = 8;
+    let mut total = 0usize;
+    for (i, arg) in argv.into_iter().enumerate() {
+        if arg.len() >= EXEC_STRING_MAX_BYTES {
+            return Err(Error::invalid(format!(
+                "argument {i} is {} bytes; execve(2) takes at most {} bytes per argument \
+                 (Linux's MAX_ARG_STRLEN)",
+                arg.len(),
+                EXEC_STRING_MAX_BYTES - 1
+            )));
+        }
+        total = total.saturating_add(arg.len() + 1 + POINTER);
+    }
+    for (key, value) in env {
+        let len = key.len().saturating_add(1).saturating_add(value.len());
+        if len >= EXEC_STRING_MAX_BYTES {
+            return Err(Error::invalid(format!(
+                "environment variable {key} is {len} bytes as NAME=value; execve(2) takes at \
+                 most {} bytes per variable (Linux's MAX_ARG_STRLEN)",
+                EXEC_STRING_MAX_BYTES - 1
+            )));
+        }
+        total = total.saturating_add(len + 1 + POINTER);
+    }
+    let budget = EXEC_ARGS_MAX_BYTES.saturating_sub(reserved_bytes);
+    if total > budget {
+        return Err(Error::invalid(format!(
+            "argv and environment take {total} bytes (each string with its NUL and a pointer); \
+             execve(2) takes at most {budget} here (ARG_MAX, {EXEC_ARGS_MAX_BYTES} bytes, less \
+             {reserved_bytes} the backend adds)"
+        )));
+    }
+    Ok(())
+}
+
 /// Splits a validated guest path into its components (`"/"` gives none).
 pub fn guest_components(path: &str) -> impl Iterator<Item = &str> {
     path.split('/').filter(|c| !c.is_empty())
@@ -102,6 +163,32 @@ pub fn guest_components(path: &str) -> impl Iterator<Item = &str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exec_sizes() {
+        let none = std::iter::empty::<(&str, &str)>;
+        validate_exec_size(["echo", "hi"], [("A", "1")], 0).unwrap();
+        let long = "a".repeat(EXEC_STRING_MAX_BYTES - 1);
+        validate_exec_size([long.as_str()], none(), 0).unwrap();
+        let too_long = "a".repeat(EXEC_STRING_MAX_BYTES);
+        let err = validate_exec_size(["x", too_long.as_str()], none(), 0).unwrap_err();
+        assert!(err.to_string().contains("argument 1"), "{err}");
+        let value = "v".repeat(EXEC_STRING_MAX_BYTES - 3);
+        validate_exec_size(["x"], [("A", value.as_str())], 0).unwrap();
+        let value = "v".repeat(EXEC_STRING_MAX_BYTES - 2);
+        let err = validate_exec_size(["x"], [("A", value.as_str())], 0).unwrap_err();
+        assert!(err.to_string().contains("variable A"), "{err}");
+        // 16 strings of 128 KiB − 1 (with NUL and pointer: 131080 each) fill 2 MiB + 128.
+        let args: Vec<String> = (0..16)
+            .map(|_| "a".repeat(EXEC_STRING_MAX_BYTES - 1))
+            .collect();
+        let err = validate_exec_size(args.iter().map(String::as_str), none(), 0).unwrap_err();
+        assert!(matches!(err, Error::InvalidInput(_)), "{err}");
+        validate_exec_size(args[..15].iter().map(String::as_str), none(), 0).unwrap();
+        let err =
+            validate_exec_size(args[..15].iter().map(String::as_str), none(), 200_000).unwrap_err();
+        assert!(err.to_string().contains("200000"), "{err}");
+    }
 
     #[test]
     fn env_names() {
