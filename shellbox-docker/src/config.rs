@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use bollard::models::{ContainerCreateBody, DeviceRequest, ExecConfig, HostConfig};
-use shellbox_core::{Command, MachineSpec, NetworkPolicy};
+use shellbox_core::{Command, Error, MachineSpec, NetworkPolicy};
 
 use crate::labels;
 
@@ -257,6 +257,97 @@ pub(crate) fn exec_config(
     }
 }
 
+/// What an exec adds to a command's argv and environment, kept out of the `execve(2)`
+/// budget of [`validate_exec_size`]: the wrapper scripts with their arguments (about 2 KiB),
+/// `SHELLBOX_COMMAND_ID`, and the container's own environment beyond the spec's (the
+/// image's `ENV`, `PATH`, `HOSTNAME`, `HOME`). An image whose environment is larger still
+/// meets the kernel's refusal, which is then reported as the same error
+/// ([`exec_setup_failure`]).
+pub(crate) const EXEC_RESERVED_BYTES: usize = 64 * 1024;
+
+/// Checks a command against what `execve(2)` accepts
+/// ([`shellbox_core::validate::validate_exec_size`]): its argv, and the environment it
+/// will run with (the spec's, overridden by its own), with [`EXEC_RESERVED_BYTES`] left for
+/// the exec's wrapper.
+///
+/// # Errors
+/// [`Error::InvalidInput`] when a string or the whole is too large.
+pub(crate) fn validate_exec_size(spec: &MachineSpec, command: &Command) -> Result<(), Error> {
+    let mut env: BTreeMap<&str, &str> = spec
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    env.extend(command.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    shellbox_core::validate::validate_exec_size(
+        command.argv.iter().map(String::as_str),
+        env,
+        EXEC_RESERVED_BYTES,
+    )
+}
+
+/// Checks a spec's environment alone (it is the container's, in every exec) against what
+/// `execve(2)` accepts, as [`validate_exec_size`] does for a command.
+///
+/// # Errors
+/// [`Error::InvalidInput`] when a variable or the whole is too large.
+pub(crate) fn validate_spec_env_size(spec: &MachineSpec) -> Result<(), Error> {
+    shellbox_core::validate::validate_exec_size(
+        ["/bin/sh", "-c", KEEPALIVE],
+        spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        EXEC_RESERVED_BYTES,
+    )
+    .map_err(|e| match e {
+        Error::InvalidInput(m) => Error::InvalidInput(format!("spec env: {m}")),
+        other => other,
+    })
+}
+
+/// Reads the output of an exec whose wrapper never ran (no PGID header came), for the
+/// engine's refusals that are not the command's own result:
+///
+/// - `unable to find user NAME` / `unable to find group NAME` (runc's lookup in the
+///   image's `/etc/passwd` and `/etc/group`): [`Error::Unsupported`] "no such user: NAME"
+///   (or group), the rule every backend follows for a user it cannot switch to;
+/// - `argument list too long` (`E2BIG` from `execve(2)`, e.g. an image environment larger
+///   than [`EXEC_RESERVED_BYTES`]): [`Error::InvalidInput`].
+///
+/// Anything else (a missing cwd, a failed fork) stays the command's failed result, as in
+/// the reference (REFERENCE.md 5.2). `user` is the command's, named when the message
+/// does not parse.
+pub(crate) fn exec_setup_failure(message: &str, user: Option<&str>) -> Option<Error> {
+    let message = message.trim();
+    for (needle, what) in [
+        ("unable to find user ", "user"),
+        ("unable to find group ", "group"),
+    ] {
+        if let Some(at) = message.find(needle) {
+            let rest = &message[at + needle.len()..];
+            let name = rest
+                .split(':')
+                .next()
+                .filter(|n| !n.is_empty() && !n.contains(char::is_whitespace))
+                .map(str::to_string)
+                .or_else(|| user.map(str::to_string))
+                .unwrap_or_default();
+            return Some(Error::unsupported(format!(
+                "no such {what}: {name} (user {:?}; the Docker Engine: {message})",
+                user.unwrap_or_default()
+            )));
+        }
+    }
+    if message
+        .to_ascii_lowercase()
+        .contains("argument list too long")
+    {
+        return Some(Error::invalid(format!(
+            "the command's argv and environment are too large for execve(2) in this \
+             container (E2BIG; the Docker Engine: {message})"
+        )));
+    }
+    None
+}
+
 /// A root exec of `sh -c script sh args...` with output attached.
 pub(crate) fn root_exec(script: &str, args: &[&str]) -> ExecConfig {
     let mut cmd = vec![
@@ -437,6 +528,57 @@ mod tests {
         let e = exec_config(&MachineSpec::docker("img").workdir(""), &cmd, "/s", "1");
         assert_eq!(e.working_dir, None);
         assert_eq!(e.user.as_deref(), Some("65534"));
+    }
+
+    #[test]
+    fn engine_set_up_failures() {
+        let e = exec_setup_failure(
+            "unable to find user ghost: no matching entries in passwd file\r\n",
+            Some("ghost"),
+        )
+        .unwrap();
+        assert!(e.is_unsupported(), "{e:?}");
+        assert!(e.to_string().contains("no such user: ghost"), "{e}");
+        let e = exec_setup_failure(
+            "unable to find group grp: no matching entries in group file",
+            Some("root:grp"),
+        )
+        .unwrap();
+        assert!(e.to_string().contains("no such group: grp"), "{e}");
+        let e = exec_setup_failure("exec /bin/sh: argument list too long\n", None).unwrap();
+        assert!(matches!(e, Error::InvalidInput(_)), "{e:?}");
+        assert!(exec_setup_failure(
+            "OCI runtime exec failed: exec failed: unable to start container process: chdir to \
+             cwd (\"/x\") set in config.json failed: no such file or directory: unknown",
+            None
+        )
+        .is_none());
+        assert!(exec_setup_failure("sh: can't fork", None).is_none());
+    }
+
+    #[test]
+    fn exec_sizes_count_the_specs_env() {
+        let big = "v".repeat(100_000);
+        let mut spec = MachineSpec::docker("i");
+        for i in 0..10 {
+            spec = spec.env(format!("S{i}"), &big);
+        }
+        validate_spec_env_size(&spec).unwrap();
+        let command = Command::new("true").arg(&big);
+        validate_exec_size(&spec, &command).unwrap();
+        // The command's own value replaces the spec's, not added to it.
+        validate_exec_size(&spec, &command.clone().env("S0", &big)).unwrap();
+        for i in 10..25 {
+            spec = spec.env(format!("S{i}"), &big);
+        }
+        assert!(matches!(
+            validate_exec_size(&spec, &Command::new("true")),
+            Err(Error::InvalidInput(_))
+        ));
+        assert!(validate_spec_env_size(&spec)
+            .unwrap_err()
+            .to_string()
+            .contains("spec env"));
     }
 
     #[test]

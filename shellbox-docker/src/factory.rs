@@ -138,6 +138,7 @@ impl DockerMachineFactory {
     /// out. Whatever was created is removed first.
     pub async fn create_machine(&self, spec: MachineSpec) -> Result<DockerMachine, Error> {
         spec.validate()?;
+        crate::config::validate_spec_env_size(&spec)?;
         for (key, value) in &self.labels {
             validate_label(key, value)?;
         }

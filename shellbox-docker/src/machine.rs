@@ -22,7 +22,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::config::{exec_config, parse_header, root_exec, Header, KILL_GROUP};
+use crate::config::{
+    exec_config, exec_setup_failure, parse_header, root_exec, validate_exec_size, Header,
+    KILL_GROUP,
+};
 use crate::image::is_not_found;
 
 /// How long a timed-out command's group may take to be killed and confirmed gone.
@@ -49,7 +52,12 @@ const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
 /// code: it does not block.
 ///
 /// Commands: see the crate docs for the exec protocol. A command's exit code comes from the
-/// exec's inspect; an exec the engine cannot start (unknown user, missing cwd) is an
+/// exec's inspect. What the engine cannot set up is an error, never a result: an argv or
+/// environment larger than `execve(2)` takes is [`Error::InvalidInput`] before any exec
+/// ([`shellbox_core::validate::validate_exec_size`], with 64 KiB left for the wrapper and
+/// the image's environment; the kernel's `E2BIG` past that is the same error), and a user
+/// (or group) the image does not have is [`Error::Unsupported`] "no such user: NAME" (the
+/// engine's "unable to find user"; numeric ids need no account). A missing cwd is an
 /// ordinary result with exit code 126 and the engine's message on stderr, as in the
 /// reference. A timed-out command's process group is killed inside the container as root
 /// and confirmed gone (within 10 s); if that cannot be done the machine is closed (its
@@ -408,6 +416,7 @@ async fn wait_exec_exit(docker: &Docker, exec_id: &str) -> Result<i64, ExecError
 impl Machine for DockerMachine {
     async fn run_stream(&self, command: Command) -> Result<EventStream, Error> {
         command.validate()?;
+        validate_exec_size(&self.inner.spec, &command)?;
         // A timeout too far away for a clock instant (e.g. `Duration::MAX`) is no deadline.
         let deadline = command.timeout.and_then(|t| Instant::now().checked_add(t));
         let inner = &self.inner;
@@ -450,6 +459,8 @@ impl Machine for DockerMachine {
             header: Some(BytesMut::new()),
             pgid: None,
             pending: VecDeque::new(),
+            held: Vec::new(),
+            user: command.user.clone(),
             tx,
         };
         tokio::spawn(driver.run(output, deadline));
@@ -498,6 +509,12 @@ struct Driver {
     header: Option<BytesMut>,
     pgid: Option<u32>,
     pending: VecDeque<Event>,
+    /// Events read before the PGID header: sent once it comes (the wrapper prints it before
+    /// the command can write anything), or, when the exec ends without one, the engine's
+    /// own message about an exec it could not set up (see [`exec_setup_failure`]).
+    held: Vec<Event>,
+    /// The command's `user`, to name it in an unknown-user error.
+    user: Option<String>,
     tx: mpsc::Sender<Result<Event, Error>>,
 }
 
@@ -515,7 +532,7 @@ impl Driver {
             // (unknown user, missing cwd): its message belongs on stderr.
             LogOutput::StdErr { message } | LogOutput::Console { message } => {
                 if let Some(kept) = self.stderr.admit(message) {
-                    self.pending.push_back(Event::Stderr(kept));
+                    self.emit(Event::Stderr(kept));
                 }
             }
             LogOutput::StdOut { message } => {
@@ -528,6 +545,7 @@ impl Driver {
                     Header::Incomplete => {}
                     Header::Pgid(pgid, used) => {
                         self.pgid = Some(pgid);
+                        self.pending.extend(self.held.drain(..));
                         let mut buf = self.header.take().unwrap_or_default();
                         let rest = buf.split_off(used).freeze();
                         self.out(rest);
@@ -538,7 +556,7 @@ impl Driver {
                         // that could not start (unknown user, missing cwd): stderr.
                         let buf = self.header.take().unwrap_or_default().freeze();
                         if let Some(kept) = self.stderr.admit(buf) {
-                            self.pending.push_back(Event::Stderr(kept));
+                            self.emit(Event::Stderr(kept));
                         }
                     }
                 }
@@ -549,17 +567,46 @@ impl Driver {
 
     fn out(&mut self, chunk: Bytes) {
         if let Some(kept) = self.stdout.admit(chunk) {
-            self.pending.push_back(Event::Stdout(kept));
+            self.emit(Event::Stdout(kept));
         }
     }
 
-    /// At the end: bytes still held as a possible header were not one (see `take`).
+    /// Queues an event for sending, or holds it while the PGID header has not come.
+    fn emit(&mut self, event: Event) {
+        if self.pgid.is_some() {
+            self.pending.push_back(event);
+        } else {
+            self.held.push(event);
+        }
+    }
+
+    /// At the end: bytes still held as a possible header were not one (see `take`), and
+    /// held events are released.
     fn flush_header(&mut self) {
         if let Some(buf) = self.header.take() {
             if let Some(kept) = self.stderr.admit(buf.freeze()) {
-                self.pending.push_back(Event::Stderr(kept));
+                self.held.push(Event::Stderr(kept));
             }
         }
+        self.pending.extend(self.held.drain(..));
+    }
+
+    /// At the end of an exec that never printed the PGID header (its wrapper did not run):
+    /// the engine's refusal to set it up, as a typed error, when it is one.
+    fn setup_failure(&mut self) -> Option<Error> {
+        if self.pgid.is_some() {
+            return None;
+        }
+        let mut message = Vec::new();
+        if let Some(buf) = &self.header {
+            message.extend_from_slice(buf);
+        }
+        for event in &self.held {
+            if let Event::Stdout(b) | Event::Stderr(b) = event {
+                message.extend_from_slice(b);
+            }
+        }
+        exec_setup_failure(&String::from_utf8_lossy(&message), self.user.as_deref())
     }
 
     /// Reads until EOF, a deadline, cancellation or a transport error, sending events as the
@@ -629,6 +676,10 @@ impl Driver {
     }
 
     async fn finish_exited(&mut self) {
+        if let Some(error) = self.setup_failure() {
+            let _ = self.tx.send(Err(error)).await;
+            return;
+        }
         self.flush_header();
         let status = match wait_exec_exit(&self.inner.docker, &self.exec_id).await {
             // Closing the machine killed it: not the command's own end.

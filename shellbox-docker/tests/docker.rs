@@ -600,14 +600,8 @@ async fn users_workdir_and_exec_failures() {
     assert_eq!(text(&r.stdout), "started\n");
     let r = sh(&*m, "ps -o user,comm | grep -c '^65534 *sleep' || true").await;
     assert_eq!(text(&r.stdout).trim(), "0", "{r:?}");
-    // Exec start failures are ordinary results (126) with the engine's message; the
-    // machine stays usable.
-    let r = m
-        .run(Command::new("id").user("shellbox-no-such-user"))
-        .await
-        .unwrap();
-    assert_eq!(r.exit_code, Some(126), "{r:?}");
-    assert!(text(&r.stderr).contains("shellbox-no-such-user"), "{r:?}");
+    // A missing cwd is an ordinary failed result with the engine's message (unknown users
+    // are errors: see set_up_failures_are_typed_errors); the machine stays usable.
     let r = m
         .run(Command::new("pwd").cwd("/no/such/dir"))
         .await
@@ -1459,4 +1453,117 @@ fn a_machine_dropped_while_its_runtime_shuts_down_is_removed() {
             "multi_thread={multi}: a machine dropped by a panicking test leaked"
         );
     }
+}
+
+/// Issues 8.13 and 8.15 (rule 2): what the engine cannot set up is a typed error, never a
+/// command result. An argv or environment execve would refuse is `InvalidInput` before any
+/// exec; an unknown user is `Unsupported` naming it. A missing cwd stays a failed result
+/// (REFERENCE 5.2), and the machine stays usable throughout.
+#[tokio::test(flavor = "multi_thread")]
+async fn set_up_failures_are_typed_errors() {
+    let Some(f) = common::setup("set_up_failures_are_typed_errors").await else {
+        return;
+    };
+    let m = f.create_machine(common::spec()).await.unwrap();
+    let big = "x".repeat(200_000);
+    let cases = [
+        (
+            "one argument over MAX_ARG_STRLEN",
+            Command::new("true").arg(&big),
+        ),
+        (
+            "one variable over MAX_ARG_STRLEN",
+            Command::new("true").env("BIG", &big),
+        ),
+        (
+            "arguments over ARG_MAX",
+            Command::new("true").args(std::iter::repeat_n("y".repeat(100_000), 30)),
+        ),
+        (
+            "variables over ARG_MAX",
+            Command::new("true").envs((0..30).map(|i| (format!("V{i}"), "z".repeat(100_000)))),
+        ),
+    ];
+    for (what, command) in cases {
+        let err = m.run(command).await.expect_err(what);
+        assert!(matches!(err, Error::InvalidInput(_)), "{what}: {err:?}");
+    }
+    // Just under the bounds: runs.
+    let r = m
+        .run(
+            Command::new("sh")
+                .arg("-c")
+                .arg("echo ${#1} ${#V0}")
+                .arg("sh")
+                .arg("a".repeat(131_000))
+                .env("V0", "b".repeat(131_000 - 3)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(text(&r.stdout), "131000 130997\n", "{r:?}");
+    let r = m
+        .run(
+            Command::new("sh")
+                .args(["-c", "echo $#", "sh"])
+                .args(std::iter::repeat_n("y".repeat(100_000), 15)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(text(&r.stdout), "15\n", "{r:?}");
+
+    // Unknown users, as a name and as user:group.
+    for user in ["shellbox-no-such-user", "shellbox-no-such-user:root"] {
+        let err = m.run(Command::new("id").user(user)).await.expect_err(user);
+        assert!(err.is_unsupported(), "{user}: {err:?}");
+        assert!(
+            err.to_string()
+                .contains("no such user: shellbox-no-such-user"),
+            "{user}: {err}"
+        );
+        let err = match m.run_stream(Command::new("id").user(user)).await {
+            Err(e) => e,
+            Ok(mut s) => loop {
+                match s.next().await {
+                    Some(Err(e)) => break e,
+                    Some(Ok(_)) => {}
+                    None => panic!("{user}: the stream ended without an error"),
+                }
+            },
+        };
+        assert!(err.is_unsupported(), "{user} (stream): {err:?}");
+    }
+    let err = m
+        .run(Command::new("id").user("root:shellbox-no-such-group"))
+        .await
+        .expect_err("unknown group");
+    assert!(err.is_unsupported(), "{err:?}");
+    assert!(err.to_string().contains("shellbox-no-such-group"), "{err}");
+    // A numeric uid needs no account.
+    let r = m
+        .run(Command::new("id").arg("-u").user("4242"))
+        .await
+        .unwrap();
+    assert_eq!(text(&r.stdout), "4242\n");
+    // A cwd that does not exist is the command's failure, as on the other backends.
+    let r = m
+        .run(Command::new("pwd").cwd("/no/such/dir"))
+        .await
+        .unwrap();
+    assert_ne!(r.exit_code, Some(0), "{r:?}");
+    let r = sh(&m, "echo ok").await;
+    assert_eq!(text(&r.stdout), "ok\n");
+    m.close().await.unwrap();
+
+    // A spec environment too large for any exec is refused at create, leaving nothing.
+    let mark = marker();
+    let err = f
+        .create_machine(
+            common::spec()
+                .env("SHELLBOX_TEST_MARK", &mark)
+                .env("BIG", &big),
+        )
+        .await
+        .expect_err("an oversized spec env was accepted");
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(containers_with_marker(f.docker(), &mark).await, 0);
 }
