@@ -7,7 +7,7 @@ use brush_parser::word::{
     WordPieceWithSource,
 };
 
-use crate::shell::{get_elem, Ctl, Interp, Shell, Value, R};
+use crate::shell::{get_elem, Ctl, Interp, Shell, Value, CHUNK_BYTES, R};
 
 thread_local! {
     static WORD_CACHE: std::cell::RefCell<std::collections::HashMap<String, std::rc::Rc<Vec<WordPieceWithSource>>>> =
@@ -72,14 +72,22 @@ impl Fb {
             ..Fb::default()
         }
     }
+    /// Appends `s` with its flag; sets `over` when the word outgrows its budget or (for
+    /// big text, checked once per [`CHUNK_BYTES`]) the command's deadline passed.
     fn push(&mut self, s: &str, flag: u8) {
+        if self.over {
+            return;
+        }
         self.bytes = self.bytes.saturating_add(s.len());
         if self.bytes > self.budget {
             self.over = true;
             return;
         }
         self.cur.s.push_str(s);
-        self.cur.f.extend(std::iter::repeat_n(flag, s.len()));
+        push_flags(&mut self.cur.f, flag, s.len());
+        if s.len() >= CHUNK_BYTES && crate::shell::wall_expired() {
+            self.over = true;
+        }
     }
     fn brk(&mut self) {
         let f = std::mem::take(&mut self.cur);
@@ -422,9 +430,24 @@ fn seq_expand(inner: &str) -> Option<Vec<String>> {
     None
 }
 
-/// Splits fields on IFS where they came from unquoted expansions.
-fn split_fields(fields: Vec<Field>, ifs: &str) -> Vec<Field> {
+/// Appends `n` copies of `flag` a block at a time (fast in unoptimised builds too).
+fn push_flags(f: &mut Vec<u8>, flag: u8, n: usize) {
+    const BLOCK: usize = 4096;
+    let block = [flag; BLOCK];
+    f.reserve(n);
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(BLOCK);
+        f.extend_from_slice(&block[..k]);
+        left -= k;
+    }
+}
+
+/// Splits fields on IFS where they came from unquoted expansions; `None` when the
+/// command's deadline passed while splitting (checked once per [`CHUNK_BYTES`]).
+fn split_fields(fields: Vec<Field>, ifs: &str) -> Option<Vec<Field>> {
     let mut out = Vec::new();
+    let mut scanned = 0usize;
     for f in fields {
         if !f.f.contains(&EXP) || ifs.is_empty() {
             if !f.s.is_empty() || f.q {
@@ -443,11 +466,25 @@ fn split_fields(fields: Vec<Field>, ifs: &str) -> Vec<Field> {
         let mut pending_ws = false;
         let bytes = f.s.as_bytes();
         let mut i = 0;
+        // the run of kept characters not yet copied into `cur` starts here
+        let mut run: Option<usize> = None;
+        let flush = |cur: &mut Option<Field>, run: &mut Option<usize>, end: usize| {
+            if let Some(start) = run.take() {
+                let x = cur.get_or_insert_with(Field::default);
+                x.s.push_str(&f.s[start..end]);
+                x.f.extend_from_slice(&f.f[start..end]);
+            }
+        };
         while i < bytes.len() {
+            scanned += 1;
+            if scanned % CHUNK_BYTES == 0 && crate::shell::wall_expired() {
+                return None;
+            }
             let ch_len = utf8_len(bytes[i]);
             let flag = f.f[i];
             let c = &f.s[i..i + ch_len];
             if flag == EXP && ifs.contains(c) {
+                flush(&mut cur, &mut run, i);
                 let ws = c == " " || c == "\t" || c == "\n";
                 if ws {
                     if let Some(x) = cur.take() {
@@ -463,18 +500,20 @@ fn split_fields(fields: Vec<Field>, ifs: &str) -> Vec<Field> {
                     pending_ws = false;
                 }
             } else {
-                let x = cur.get_or_insert_with(Field::default);
-                x.s.push_str(c);
-                x.f.extend(std::iter::repeat_n(flag, ch_len));
+                if run.is_none() {
+                    run = Some(i);
+                    cur.get_or_insert_with(Field::default);
+                }
                 pending_ws = false;
             }
             i += ch_len;
         }
+        flush(&mut cur, &mut run, bytes.len());
         if let Some(x) = cur {
             out.push(x);
         }
     }
-    out
+    Some(out)
 }
 
 fn utf8_len(b: u8) -> usize {
@@ -582,7 +621,7 @@ impl Interp<'_> {
         let mut fb = Fb::new(self.w.memory_limit);
         self.expand_pieces(sh, &pieces, in_dq, &mut fb)?;
         if fb.over {
-            return Err(Ctl::Budget("memory limit exceeded".into()));
+            return Err(self.interrupted());
         }
         let fields = fb.finish();
         let bytes: usize = fields.iter().map(|f| f.s.len()).sum();
@@ -594,12 +633,13 @@ impl Interp<'_> {
 
     /// Full expansion of one raw word into fields.
     pub fn expand_word(&mut self, sh: &mut Shell, raw: &str) -> R<Result<Vec<String>, i32>> {
+        let plain = |w: &str| {
+            !w.is_empty()
+                && w.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+%@".contains(&b))
+        };
         // fast path: plain literal
-        if !raw.is_empty()
-            && raw
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+%@".contains(&b))
-        {
+        if plain(raw) {
             return Ok(Ok(vec![raw.to_string()]));
         }
         // fast path: an unquoted `$name` whose value needs no splitting or globbing
@@ -635,12 +675,28 @@ impl Interp<'_> {
             vec![raw.to_string()]
         };
         let mut out = Vec::new();
-        for w in words {
+        for (k, w) in words.into_iter().enumerate() {
+            // a brace expansion makes up to a million words: look at the clock
+            if k % 1024 == 1023 {
+                self.check_time()?;
+            }
+            if plain(&w) {
+                out.push(w);
+                continue;
+            }
             let fields = self.expand_fields(sh, &w, false)?;
             let ifs = sh.ifs();
-            let fields = split_fields(fields, &ifs);
+            let Some(fields) = split_fields(fields, &ifs) else {
+                return Err(self.interrupted());
+            };
             for f in fields {
-                let has_glob = !sh.opts.noglob && {
+                // most fields hold no pattern character: skip building the pattern
+                let b = f.s.as_bytes();
+                let maybe_glob = b.contains(&b'*')
+                    || b.contains(&b'?')
+                    || b.contains(&b'[')
+                    || (sh.opts.extglob && b.contains(&b'('));
+                let has_glob = maybe_glob && !sh.opts.noglob && {
                     let pat = field_pattern(&f);
                     crate::glob::has_meta(&pat, sh.opts.extglob)
                 };
@@ -713,7 +769,7 @@ impl Interp<'_> {
         let mut fb = Fb::new(self.w.memory_limit);
         self.expand_pieces(sh, &pieces, true, &mut fb)?;
         if fb.over {
-            return Err(Ctl::Budget("memory limit exceeded".into()));
+            return Err(self.interrupted());
         }
         let fields = fb.finish();
         Ok(Ok(fields
@@ -1187,7 +1243,9 @@ impl Interp<'_> {
                     ParameterExpr::RemoveSmallestPrefixPattern { .. } => (false, false),
                     _ => (false, true),
                 };
-                map_pv(v, |s| remove_pattern(&s, &pat, suffix, largest, ext))
+                self.try_map_pv(v, |it, s| {
+                    crate::pattern::remove(&s, &pat, suffix, largest, ext, &mut || it.check_time())
+                })?
             }
             ParameterExpr::Substring {
                 parameter,
@@ -1343,7 +1401,17 @@ impl Interp<'_> {
                     None => String::new(),
                 };
                 let ext = sh.opts.extglob;
-                map_pv(v, |s| replace_pattern(&s, &pat, &rep, match_kind, ext))
+                use word::SubstringMatchKind as K;
+                let at = match match_kind {
+                    K::Prefix => crate::pattern::Where::Prefix,
+                    K::Suffix => crate::pattern::Where::Suffix,
+                    K::FirstOccurrence => crate::pattern::Where::First,
+                    K::Anywhere => crate::pattern::Where::All,
+                };
+                let max = usize::try_from(self.w.memory_limit / 4).unwrap_or(usize::MAX);
+                self.try_map_pv(v, |it, s| {
+                    crate::pattern::replace(&s, &pat, &rep, at, ext, max, &mut || it.check_time())
+                })?
             }
             ParameterExpr::VariableNames {
                 prefix,
@@ -1408,6 +1476,21 @@ impl Interp<'_> {
     }
 
     // ---------- pathname expansion ----------
+
+    /// Maps every value of `v` with `f`, which may fail (a deadline, a budget).
+    fn try_map_pv(&mut self, v: PV, mut f: impl FnMut(&mut Self, String) -> R<String>) -> R<PV> {
+        Ok(match v {
+            PV::Unset => PV::Unset,
+            PV::S(s) => PV::S(f(self, s)?),
+            PV::L(l, c) => {
+                let mut out = Vec::with_capacity(l.len());
+                for s in l {
+                    out.push(f(self, s)?);
+                }
+                PV::L(out, c)
+            }
+        })
+    }
 
     pub fn glob_paths(&mut self, sh: &Shell, pat: &str) -> Vec<String> {
         let abs = pat.starts_with('/');
@@ -2088,108 +2171,6 @@ fn slice_neg_err(n: usize, off: i64, len: Option<i64>) -> bool {
     match len {
         Some(l) if l < 0 => n + l < start && start <= n && start >= 0,
         _ => false,
-    }
-}
-
-fn remove_pattern(s: &str, pat: &str, suffix: bool, largest: bool, ext: bool) -> String {
-    let idx: Vec<usize> = s
-        .char_indices()
-        .map(|(i, _)| i)
-        .chain(std::iter::once(s.len()))
-        .collect();
-    if suffix {
-        let iter: Box<dyn Iterator<Item = &usize>> = if largest {
-            Box::new(idx.iter())
-        } else {
-            Box::new(idx.iter().rev())
-        };
-        for &i in iter {
-            if crate::glob::matches(pat, &s[i..], ext) {
-                return s[..i].to_string();
-            }
-        }
-    } else {
-        let iter: Box<dyn Iterator<Item = &usize>> = if largest {
-            Box::new(idx.iter().rev())
-        } else {
-            Box::new(idx.iter())
-        };
-        for &i in iter {
-            if crate::glob::matches(pat, &s[..i], ext) {
-                return s[i..].to_string();
-            }
-        }
-    }
-    s.to_string()
-}
-
-fn replace_pattern(
-    s: &str,
-    pat: &str,
-    rep: &str,
-    kind: &word::SubstringMatchKind,
-    ext: bool,
-) -> String {
-    use word::SubstringMatchKind as K;
-    let idx: Vec<usize> = s
-        .char_indices()
-        .map(|(i, _)| i)
-        .chain(std::iter::once(s.len()))
-        .collect();
-    match kind {
-        K::Prefix => {
-            for &j in idx.iter().rev() {
-                if crate::glob::matches(pat, &s[..j], ext) {
-                    return format!("{rep}{}", &s[j..]);
-                }
-            }
-            s.to_string()
-        }
-        K::Suffix => {
-            for &i in idx.iter() {
-                if crate::glob::matches(pat, &s[i..], ext) {
-                    return format!("{}{rep}", &s[..i]);
-                }
-            }
-            s.to_string()
-        }
-        K::FirstOccurrence | K::Anywhere => {
-            if pat.is_empty() {
-                return s.to_string();
-            }
-            let all = matches!(kind, K::Anywhere);
-            let mut out = String::new();
-            let mut a = 0usize;
-            let mut ai = 0usize;
-            let mut replaced = false;
-            while ai < idx.len() {
-                let i = idx[ai];
-                if replaced && !all {
-                    break;
-                }
-                let mut found = None;
-                if i < s.len() {
-                    for &j in idx[ai + 1..].iter().rev() {
-                        if crate::glob::matches(pat, &s[i..j], ext) {
-                            found = Some(j);
-                            break;
-                        }
-                    }
-                }
-                match found {
-                    Some(j) => {
-                        out.push_str(&s[a..i]);
-                        out.push_str(rep);
-                        a = j;
-                        replaced = true;
-                        ai = idx.iter().position(|&x| x == j).unwrap_or(idx.len());
-                    }
-                    None => ai += 1,
-                }
-            }
-            out.push_str(&s[a..]);
-            out
-        }
     }
 }
 

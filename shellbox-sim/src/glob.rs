@@ -317,6 +317,169 @@ fn m(p: &[char], s: &[char], ext: bool, d: u32) -> bool {
     }
 }
 
+/// One element of a pattern compiled for the regex engine.
+enum Tok {
+    Lit(char),
+    Any,
+    Star,
+    /// A regex character class, rendered (`[...]`).
+    Class(String),
+    /// An extglob group: `@`, `?`, `+` or `*`, and its alternatives.
+    Group(char, Vec<Vec<Tok>>),
+}
+
+/// The regex class text for the bracket expression content `p` (between `[` and `]`),
+/// with [`bracket_match`]'s semantics.
+fn bracket_regex(p: &[char]) -> String {
+    let esc = |c: char| -> String {
+        if c.is_alphanumeric() {
+            c.to_string()
+        } else {
+            format!("\\x{{{:x}}}", c as u32)
+        }
+    };
+    let mut i = 0;
+    let neg = !p.is_empty() && (p[0] == '!' || p[0] == '^');
+    if neg {
+        i = 1;
+    }
+    let mut items = String::new();
+    while i < p.len() {
+        let mut lo = p[i];
+        if lo == '[' && i + 1 < p.len() && p[i + 1] == ':' {
+            if let Some(off) = p[i + 2..].windows(2).position(|w| w == [':', ']']) {
+                let name: String = p[i + 2..i + 2 + off].iter().collect();
+                items.push_str(match name.as_str() {
+                    "alpha" => "\\p{Alphabetic}",
+                    "digit" => "0-9",
+                    "alnum" => "\\p{Alphabetic}\\p{N}",
+                    "upper" => "\\p{Uppercase}",
+                    "lower" => "\\p{Lowercase}",
+                    "space" => "\\p{White_Space}",
+                    "blank" => " \\t",
+                    "punct" => "[:punct:]",
+                    "xdigit" => "[:xdigit:]",
+                    "cntrl" => "\\p{Cc}",
+                    "print" => "[^\\p{Cc}]",
+                    "graph" => "[^\\p{Cc} ]",
+                    "word" => "\\p{Alphabetic}\\p{N}_",
+                    _ => "",
+                });
+                i = i + 2 + off + 2;
+                continue;
+            }
+        }
+        if lo == '\\' && i + 1 < p.len() {
+            i += 1;
+            lo = p[i];
+        }
+        if i + 2 < p.len() && p[i + 1] == '-' {
+            let mut hi = p[i + 2];
+            let mut adv = 3;
+            if hi == '\\' && i + 3 < p.len() {
+                hi = p[i + 3];
+                adv = 4;
+            }
+            if lo <= hi {
+                items.push_str(&format!("{}-{}", esc(lo), esc(hi)));
+            }
+            i += adv;
+            continue;
+        }
+        items.push_str(&esc(lo));
+        i += 1;
+    }
+    match (items.is_empty(), neg) {
+        (true, false) => "[a&&b]".into(),
+        (true, true) => "(?s:.)".into(),
+        (false, false) => format!("[{items}]"),
+        (false, true) => format!("[^{items}]"),
+    }
+}
+
+fn tokens(p: &[char], ext: bool, depth: u32) -> Option<Vec<Tok>> {
+    if depth > 64 {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < p.len() {
+        let c = p[i];
+        if ext && matches!(c, '@' | '!' | '+' | '*' | '?') && p.get(i + 1) == Some(&'(') {
+            if let Some((end, alts)) = group_end(p, i + 1) {
+                if c == '!' {
+                    // negation has no regular-expression form here
+                    return None;
+                }
+                let alts = alts
+                    .iter()
+                    .map(|a| tokens(a, ext, depth + 1))
+                    .collect::<Option<Vec<_>>>()?;
+                out.push(Tok::Group(c, alts));
+                i = end + 1;
+                continue;
+            }
+        }
+        match c {
+            '*' => out.push(Tok::Star),
+            '?' => out.push(Tok::Any),
+            '[' => match bracket_end(p, i) {
+                Some(end) => {
+                    out.push(Tok::Class(bracket_regex(&p[i + 1..end])));
+                    i = end + 1;
+                    continue;
+                }
+                None => out.push(Tok::Lit('[')),
+            },
+            '\\' if i + 1 < p.len() => {
+                out.push(Tok::Lit(p[i + 1]));
+                i += 2;
+                continue;
+            }
+            _ => out.push(Tok::Lit(c)),
+        }
+        i += 1;
+    }
+    Some(out)
+}
+
+fn render(toks: &[Tok], out: &mut String) {
+    for t in toks {
+        match t {
+            Tok::Lit(c) => out.push_str(&regex::escape(c.encode_utf8(&mut [0; 4]))),
+            Tok::Any => out.push_str("(?s:.)"),
+            Tok::Star => out.push_str("(?s:.*)"),
+            Tok::Class(c) => out.push_str(c),
+            Tok::Group(kind, alts) => {
+                out.push_str("(?:");
+                for (k, a) in alts.iter().enumerate() {
+                    if k > 0 {
+                        out.push('|');
+                    }
+                    render(a, out);
+                }
+                out.push(')');
+                match kind {
+                    '?' => out.push('?'),
+                    '+' => out.push('+'),
+                    '*' => out.push('*'),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// The pattern as a regular expression matching the same strings; `None` for what a
+/// regular expression cannot say (`!(...)`).
+pub fn to_regex(p: &str, ext: bool) -> Option<String> {
+    let chars: Vec<char> = p.chars().collect();
+    let toks = tokens(&chars, ext, 0)?;
+    let mut re = String::new();
+    render(&toks, &mut re);
+    Some(re)
+}
+
 #[cfg(test)]
 mod tests {
     use super::matches;
@@ -334,5 +497,40 @@ mod tests {
         assert!(matches("@(a|b).*", "b.js", true));
         assert!(matches("+([a-c]).py", "abc.py", true));
         assert!(matches("[[:digit:]]*", "1x", false));
+    }
+
+    #[test]
+    fn regex_form_agrees_with_the_matcher() {
+        let pats = [
+            "*.txt",
+            "[0-9]",
+            "[!a]*",
+            "a\\*",
+            "@(a|b).*",
+            "+([a-c]).py",
+            "[[:digit:]]*",
+            "?",
+            "[",
+            "[]a]",
+            "[z-a]",
+            "*(ab)c",
+            "?(x)y",
+            "[[:alpha:][:space:]]",
+            "\\",
+            "a[-]b",
+            "[a-]",
+            "[!]]",
+        ];
+        let texts = [
+            "a.txt", "5", "bcd", "a*", "b.js", "abc.py", "1x", "x", "[", "]", "a", "ababc", "y",
+            "xy", "é ", "\\", "a-b", "-", "", "ab",
+        ];
+        for p in pats {
+            let f = super::to_regex(p, true).unwrap();
+            let re = regex::Regex::new(&format!("^(?:{f})$")).unwrap();
+            for t in texts {
+                assert_eq!(re.is_match(t), matches(p, t, true), "{p:?} {t:?} ({f})");
+            }
+        }
     }
 }

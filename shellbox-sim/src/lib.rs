@@ -64,6 +64,7 @@
 mod builtins;
 mod expand;
 mod glob;
+mod pattern;
 mod shell;
 mod tar;
 mod utils;
@@ -108,7 +109,10 @@ pub struct SimOptions {
     pub cpu_fuel: u64,
     /// Bytes virtual files may hold; default 512 MiB. `MachineSpec::storage_mb` overrides it.
     pub disk_bytes: u64,
-    /// Cumulative stdout + stderr bytes over the machine's life; default 128 MiB.
+    /// Cumulative stdout + stderr bytes kept over the machine's life; default 128 MiB.
+    /// Bytes past a command's own `output_limit_bytes` are only counted as truncation
+    /// (and cost one unit of CPU fuel per 64 KiB), so a flood under a small cap keeps its
+    /// first bytes and its real status, as on the other backends.
     pub output_bytes: u64,
     /// Largest single in-memory buffer in bytes; default from `MachineSpec::memory_mb`, else
     /// 2,048 MiB. `None` uses that default.
@@ -876,6 +880,7 @@ fn execute(
             .map(|at| (at, id));
         top = Some(id);
     }
+    let _wall = shell::set_wall(it.wall.map(|w| w.0));
     let cwd_ok =
         it.w.vfs
             .resolve("/", &cwd, true)

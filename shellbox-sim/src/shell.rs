@@ -446,6 +446,36 @@ pub const MAX_NESTED_JOBS: u32 = 4096;
 /// The deadline id a cancelled command unwinds with (no real deadline has it).
 pub const CANCELLED: u32 = u32::MAX;
 
+thread_local! {
+    /// The running command's wall-clock deadline, for loops that have no [`Interp`] at
+    /// hand (building a big word, splitting it): they stop when it passed and their
+    /// caller turns that into the timeout ([`Interp::interrupted`]).
+    static WALL_AT: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Clears this thread's wall-clock deadline when dropped.
+pub struct WallGuard(());
+
+/// Sets this thread's wall-clock deadline (see [`wall_expired`]) until the guard drops.
+pub fn set_wall(at: Option<Instant>) -> WallGuard {
+    WALL_AT.with(|w| w.set(at));
+    WallGuard(())
+}
+
+impl Drop for WallGuard {
+    fn drop(&mut self) {
+        WALL_AT.with(|w| w.set(None));
+    }
+}
+
+/// Whether the running command's wall-clock deadline passed.
+pub fn wall_expired() -> bool {
+    WALL_AT.with(|w| w.get().is_some_and(|at| Instant::now() >= at))
+}
+
+/// Bytes a long copy or scan handles between two looks at the clock.
+pub const CHUNK_BYTES: usize = 1 << 20;
+
 impl World {
     pub fn sync_time(&mut self) {
         self.vfs.now = self.epoch + (self.clock_ns / 1_000_000_000) as i64;
@@ -635,19 +665,34 @@ impl<'a> Interp<'a> {
         }
         self.w.fuel_left -= 1;
         if self.ticks & 255 == 0 {
-            use std::sync::atomic::Ordering::Relaxed;
-            if self.w.closing.load(Relaxed)
-                || self.w.cancel.as_ref().is_some_and(|c| c.load(Relaxed))
-            {
-                return Err(Ctl::Timeout(CANCELLED));
-            }
-            if let Some((at, id)) = self.wall {
-                if Instant::now() >= at {
-                    return Err(Ctl::Timeout(id));
-                }
-            }
+            self.check_time()?;
         }
         self.check_deadline()
+    }
+
+    /// Why a step that stopped early (a word over its budget or past the deadline) ended:
+    /// the timeout or cancellation when one is due, else the memory budget.
+    pub fn interrupted(&self) -> Ctl {
+        match self.check_time() {
+            Err(c) => c,
+            Ok(()) => Ctl::Budget("memory limit exceeded".into()),
+        }
+    }
+
+    /// Checks now (not every 256th time, as [`Interp::tick`] does) whether the command was
+    /// cancelled or its wall-clock deadline passed: what long single steps (a pattern
+    /// match, a big copy) call between their pieces.
+    pub fn check_time(&self) -> R<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.w.closing.load(Relaxed) || self.w.cancel.as_ref().is_some_and(|c| c.load(Relaxed)) {
+            return Err(Ctl::Timeout(CANCELLED));
+        }
+        if let Some((at, id)) = self.wall {
+            if Instant::now() >= at {
+                return Err(Ctl::Timeout(id));
+            }
+        }
+        Ok(())
     }
 
     pub fn check_deadline(&self) -> R<()> {
@@ -755,7 +800,9 @@ impl<'a> Interp<'a> {
                     // the reader has exited: SIGPIPE
                     return Err(Ctl::Exit(signal_exit_code(13)));
                 }
-                *lines += data.iter().filter(|b| **b == b'\n').count();
+                if matches!(need, HeadNeed::Lines(_)) {
+                    *lines += data.iter().filter(|b| **b == b'\n').count();
+                }
                 d.extend_from_slice(data);
                 let satisfied = match *need {
                     HeadNeed::Lines(n) => *lines >= n,
@@ -2195,8 +2242,8 @@ impl<'a> Interp<'a> {
                 }
                 if assoc {
                     let mut m = if a.append {
-                        match sh.vars.get(n).map(|v| &v.value) {
-                            Some(Value::Assoc(m)) => m.clone(),
+                        match sh.vars.get_mut(n).map(|v| &mut v.value) {
+                            Some(Value::Assoc(m)) => std::mem::take(m),
                             _ => AssocMap::new(),
                         }
                     } else {
@@ -2207,8 +2254,13 @@ impl<'a> Interp<'a> {
                     }
                     sh.vars.get_mut(n).unwrap().value = Value::Assoc(m);
                 } else {
+                    // `a+=(x)` moves the array out and back (amortized O(1) per element);
+                    // keyed items may read the array while their index is evaluated, so
+                    // those work on a copy
+                    let keyed = items.iter().any(|(k, _)| k.is_some());
                     let mut m = if a.append {
-                        match sh.vars.get(n).map(|v| &v.value) {
+                        match sh.vars.get_mut(n).map(|v| &mut v.value) {
+                            Some(Value::Arr(m)) if !keyed => std::mem::take(m),
                             Some(Value::Arr(m)) => m.clone(),
                             Some(Value::Str(s)) => BTreeMap::from([(0, s.clone())]),
                             _ => BTreeMap::new(),

@@ -40,6 +40,12 @@ const SCRIPTS: &[&str] = &[
     r#"a=(1 2 3); for i in "${!a[@]}"; do echo "$i:${a[$i]} ${a[$i-1]}"; done; j=2; echo "${a[$((j-1))]}" ${a[j]}"#,
     r#"add() { local -n arr=$1; arr+=("$2"); }; list=(a); add list b; echo "${list[@]}"; x=1; declare -n r=x; r=5; (( r++ )); echo $x $r"#,
     r#"declare -A c; for w in the quick brown fox jumps over the lazy dog é; do ((c[$w]++)); done; for k in "${!c[@]}"; do echo "$k ${c[$k]}"; done; declare -p c"#,
+    // pattern operations (issue 16 finding 5: compiled once, matched in one pass)
+    r#"s=aXbXcXd.tar.gz; echo ${s#*X} ${s##*X} ${s%X*} ${s%%X*} ${s#?} ${s%?} ${s#[a-c]} ${s%.*} ${s%%.*} ${s#"*"} ${s#\a}"#,
+    r#"s='a b  c/d//e'; echo "${s// /_}" "${s//\//|}" "${s/b*/Z}" "${s/#a/A}" "${s/%e/E}" "${s/#x/Y}" "${s/%/!}" "${s//?/.}""#,
+    r#"shopt -s extglob; s=foo.bar.baz; echo ${s%%+(.ba?)} ${s##@(f|o)*(o)} ${s//@(a|ba)/_} ${s/?(x)b/Q} ${s%!(z)} ${s//!(.)/-}"#,
+    r#"s='éaé€𝄞b'; echo ${s#?} ${s%?} ${s//é/e} ${s//[[:alpha:]]/_} ${s/€*/} ${#s}; t=aaaa; echo ${t//a/bb} ${t//*(a)/x} ${t/#*/y}"#,
+    r#"s=abcabc; echo ${s/[!a]/_} ${s//[!a]/_} ${s//[a-b]} ${s//[]a]/-} ${s/bc*/} ${s//\*/x} ${s%%[c]} ${s##*[[:alpha:]]}"#,
 ];
 
 #[test]

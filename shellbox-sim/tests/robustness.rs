@@ -238,3 +238,91 @@ fn cp_refuses_a_directory_into_itself() {
         started.elapsed()
     );
 }
+
+/// Issue 16 finding 5: pattern operations are near-linear (they took 17 s, over a minute
+/// and 3 s) and give bash's results.
+#[test]
+fn pattern_operations_are_near_linear() {
+    let cases = [
+        ("x=$(printf '%4000s'); y=${x//a/b}; echo ${#y}", "4000\n"),
+        ("x=$(printf '%4000s'); y=${x// /ab}; echo ${#y}", "8000\n"),
+        ("x=$(seq 5000); y=${x//?/ab}; echo ${#y}", "47784\n"),
+        (
+            "x=$(printf '%50000s'); y=${x%a}; z=${x%%*( )}; echo ${#y} ${#z}",
+            "50000 0\n",
+        ),
+        (
+            "x=$(printf '%50000s'); y=${x##*b}; w=${x#*a}; echo ${#y} ${#w}",
+            "50000 50000\n",
+        ),
+        ("x=$(seq 20000); y=${x//[0-9]/}; echo ${#y}", "19999\n"),
+    ];
+    for (script, want) in cases {
+        let started = std::time::Instant::now();
+        let r = run_with_timeout(
+            &format!("shopt -s extglob; {script}"),
+            Duration::from_secs(20),
+        );
+        assert_no_panic(script, &r);
+        assert_eq!(String::from_utf8_lossy(&r.stdout), want, "{script}: {r:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{script}: {:?}",
+            started.elapsed()
+        );
+    }
+    // what stays super-linear (negation, `!(...)`) still ends at the deadline
+    let started = std::time::Instant::now();
+    let r = run_with_timeout(
+        "shopt -s extglob; x=$(printf '%20000s'); y=${x//!(a)b/c}; echo done",
+        Duration::from_secs(1),
+    );
+    assert_eq!(r.reason, shellbox_core::ExitReason::TimedOut, "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// Issue 16 finding 6: big buffers end at the timeout (they overshot it by 4 to 9 s, or
+/// returned `Exited` after 10 s), and appending to an array is amortized O(1).
+#[test]
+fn big_buffers_honour_the_timeout() {
+    for script in [
+        "s=x; while :; do s=$s$s; done",
+        "for b in `cat /dev/zero | head -c 100000000`; do :; done",
+        "a=(); for i in {1..1000000}; do a+=($i); done",
+        "x=$(printf '%100000000s'); while :; do y=${x//a/b}; done",
+    ] {
+        let m = SimMachineFactory::new()
+            .create_sim(MachineSpec::sim())
+            .unwrap();
+        let started = std::time::Instant::now();
+        match m.run_sync(Command::shell(script).timeout(Duration::from_secs(1))) {
+            Ok(r) => {
+                assert_no_panic(script, &r);
+                assert_eq!(
+                    r.reason,
+                    shellbox_core::ExitReason::TimedOut,
+                    "{script}: {r:?}"
+                );
+            }
+            // the doubling loop may reach the memory budget first
+            Err(shellbox_core::Error::Terminated(why)) if script.starts_with("s=x") => {
+                assert!(why.contains("memory"), "{why}")
+            }
+            Err(e) => panic!("{script}: {e}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{script}: {:?}",
+            started.elapsed()
+        );
+    }
+    let r = run_with_timeout(
+        "a=(); for i in {1..100000}; do a+=($i); done; echo ${#a[@]} ${a[99999]}",
+        Duration::from_secs(60),
+    );
+    assert_eq!(r.stdout, "100000 100000\n", "{r:?}");
+}
