@@ -314,8 +314,10 @@ fn big_buffers_honour_the_timeout() {
             }
             Err(e) => panic!("{script}: {e}"),
         }
+        // within 3 s of the 1 s timeout (a generous bound for an unoptimised build on a
+        // busy machine; the interpreter looks at the clock at least once per MiB)
         assert!(
-            started.elapsed() < Duration::from_secs(3),
+            started.elapsed() < Duration::from_secs(4),
             "{script}: {:?}",
             started.elapsed()
         );
