@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::ns::MachineNamespaces;
 use crate::plan::Limit;
+use crate::seccomp::SeccompSetup;
 
 /// The fixed environment bwrap itself runs with (REFERENCE 4.4); the sandbox clears it.
 pub const CONTROL_ENV: [(&str, &str); 3] = [
@@ -49,6 +50,7 @@ pub(crate) struct Prepared {
     pub status: Option<OwnedFd>,
     limits: Vec<Limit>,
     namespaces: Option<Arc<MachineNamespaces>>,
+    seccomp: Option<Arc<SeccompSetup>>,
 }
 
 fn errno_io(e: nix::errno::Errno) -> std::io::Error {
@@ -61,14 +63,18 @@ fn errno_io(e: nix::errno::Errno) -> std::io::Error {
 /// before exec: a new session and process group, `limits`, niceness +10, default SIGPIPE
 /// and SIGXFSZ dispositions, and every fd but stdio and those two marked close-on-exec.
 /// First of all it joins the machine's shared namespaces (`setns(2)`), which `namespaces`
-/// keeps open for as long as the command exists. No helper process is involved.
+/// keeps open for as long as the command exists. With `seccomp`, its command program's
+/// memfd is re-opened in the child at its own fd number (the third value given to `args`,
+/// for bwrap's `--seccomp`), and its launcher program, if any, is loaded last, just before
+/// the exec. No helper process is involved.
 pub(crate) fn prepare(
     bwrap: &Path,
     env_options: &[u8],
     limits: Vec<Limit>,
     with_status: bool,
     namespaces: Option<Arc<MachineNamespaces>>,
-    args: impl FnOnce(i32, Option<i32>) -> Vec<OsString>,
+    seccomp: Option<Arc<SeccompSetup>>,
+    args: impl FnOnce(i32, Option<i32>, Option<i32>) -> Vec<OsString>,
 ) -> Result<Prepared, Error> {
     use nix::sys::memfd::{memfd_create, MFdFlags};
     let memfd = memfd_create("shellbox-env", MFdFlags::MFD_CLOEXEC)
@@ -94,6 +100,7 @@ pub(crate) fn prepare(
     let args = args(
         memfd.as_raw_fd(),
         status_write.as_ref().map(|w| w.as_raw_fd()),
+        seccomp.as_ref().map(|s| s.command_fd()),
     );
     Ok(Prepared {
         bwrap: bwrap.to_path_buf(),
@@ -103,6 +110,7 @@ pub(crate) fn prepare(
         status,
         limits,
         namespaces,
+        seccomp,
     })
 }
 
@@ -118,9 +126,9 @@ impl Prepared {
             status,
             limits,
             namespaces,
+            seccomp,
         } = self;
-        let env_fd = memfd.as_raw_fd();
-        let reopen = CString::new(format!("/proc/self/fd/{env_fd}")).expect("no NUL in a path");
+        let reopens = reopens(memfd.as_raw_fd(), seccomp.as_deref());
         let status_fd = status_write.as_ref().map(|w| w.as_raw_fd());
         let mut command = std::process::Command::new(bwrap);
         command
@@ -134,9 +142,10 @@ impl Prepared {
         let pre_exec = move || -> std::io::Result<()> {
             // Keep the fds alive in the Command; only their numbers are used here.
             let _keep = (&memfd, &status_write, &namespaces);
+            let filter = seccomp.as_ref().and_then(|s| s.launcher());
             // SAFETY: async-signal-safe system calls in the forked child on values
             // prepared before the fork; no allocation happens here.
-            match unsafe { child_setup(&joins, &limits, env_fd, &reopen, status_fd) } {
+            match unsafe { child_setup(&joins, &limits, &reopens, status_fd, filter) } {
                 0 => Ok(()),
                 errno => Err(std::io::Error::from_raw_os_error(errno)),
             }
@@ -159,6 +168,20 @@ fn raw_limit(limit: &Limit) -> (libc::__rlimit_resource_t, libc::rlimit) {
     )
 }
 
+/// The fds the child re-opens through `/proc/self/fd` at their own number (a fresh open
+/// file description read from offset 0, inheritable): the environment memfd and the
+/// command's seccomp program.
+fn reopens(env_fd: RawFd, seccomp: Option<&SeccompSetup>) -> Vec<(RawFd, CString)> {
+    [Some(env_fd), seccomp.map(SeccompSetup::command_fd)]
+        .into_iter()
+        .flatten()
+        .map(|fd| {
+            let path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL in a path");
+            (fd, path)
+        })
+        .collect()
+}
+
 fn errno() -> i32 {
     std::io::Error::last_os_error()
         .raw_os_error()
@@ -167,8 +190,9 @@ fn errno() -> i32 {
 
 /// The launcher's work between fork (or vfork) and exec, shared by both spawn paths:
 /// join the machine's namespaces, new session, limits, niceness +10, default SIGPIPE and
-/// SIGXFSZ, every fd from 3 up close-on-exec, the environment memfd re-opened at
-/// `env_fd` and the status fd made inheritable. Returns 0 or the failing call's errno.
+/// SIGXFSZ, every fd from 3 up close-on-exec, each `(fd, /proc/self/fd/N)` of `reopens`
+/// re-opened at its number, the status fd made inheritable and, last, the launcher's
+/// seccomp `filter` loaded. Returns 0 or the failing call's errno.
 ///
 /// # Safety
 /// Only for a freshly forked or vforked child: it makes raw system calls, allocates
@@ -176,9 +200,9 @@ fn errno() -> i32 {
 unsafe fn child_setup(
     joins: &[(RawFd, libc::c_int)],
     limits: &[(libc::__rlimit_resource_t, libc::rlimit)],
-    env_fd: RawFd,
-    reopen: &CString,
+    reopens: &[(RawFd, CString)],
     status_fd: Option<RawFd>,
+    filter: Option<&[seccompiler::sock_filter]>,
 ) -> i32 {
     for &(fd, nstype) in joins {
         if libc::setns(fd, nstype) != 0 {
@@ -209,16 +233,33 @@ unsafe fn child_setup(
             libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
         }
     }
-    let fd = libc::open(reopen.as_ptr(), libc::O_RDONLY);
-    if fd < 0 {
-        return errno();
+    for (target, path) in reopens {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY);
+        if fd < 0 {
+            return errno();
+        }
+        if libc::dup2(fd, *target) < 0 {
+            return errno();
+        }
+        libc::close(fd);
     }
-    if libc::dup2(fd, env_fd) < 0 {
-        return errno();
-    }
-    libc::close(fd);
     if let Some(w) = status_fd {
         if libc::fcntl(w, libc::F_SETFD, 0) < 0 {
+            return errno();
+        }
+    }
+    if let Some(filter) = filter {
+        let prog = libc::sock_fprog {
+            len: filter.len() as libc::c_ushort,
+            filter: filter.as_ptr().cast_mut().cast(),
+        };
+        if libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0 as libc::c_uint,
+            &prog as *const libc::sock_fprog,
+        ) != 0
+        {
             return errno();
         }
     }
@@ -227,12 +268,12 @@ unsafe fn child_setup(
 
 /// Everything the vforked child reads: prepared by the parent before `clone(2)`, on the
 /// parent's stack, which stays untouched while the parent waits (`CLONE_VFORK`).
-struct ChildContext {
+struct ChildContext<'a> {
     joins: Vec<(RawFd, libc::c_int)>,
     limits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
-    env_fd: RawFd,
-    reopen: CString,
+    reopens: Vec<(RawFd, CString)>,
     status_fd: Option<RawFd>,
+    filter: Option<&'a [seccompiler::sock_filter]>,
     /// Pipe ends that become the child's stdin, stdout and stderr.
     stdio: [RawFd; 3],
     /// Write end of the close-on-exec pipe the child reports a set-up errno on.
@@ -250,9 +291,9 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         let mut err = child_setup(
             &ctx.joins,
             &ctx.limits,
-            ctx.env_fd,
-            &ctx.reopen,
+            &ctx.reopens,
             ctx.status_fd,
+            ctx.filter,
         );
         if err == 0 {
             for (i, &fd) in ctx.stdio.iter().enumerate() {
@@ -376,7 +417,6 @@ fn spawn_vfork(prepared: &Prepared) -> std::io::Result<RawChild> {
             .chain([std::ptr::null()])
             .collect::<Vec<_>>()
     };
-    let env_fd = prepared.memfd.as_raw_fd();
     let ctx = ChildContext {
         joins: prepared
             .namespaces
@@ -384,9 +424,9 @@ fn spawn_vfork(prepared: &Prepared) -> std::io::Result<RawChild> {
             .map(|n| n.joins())
             .unwrap_or_default(),
         limits: prepared.limits.iter().map(raw_limit).collect(),
-        env_fd,
-        reopen: cstring(format!("/proc/self/fd/{env_fd}").as_bytes())?,
+        reopens: reopens(prepared.memfd.as_raw_fd(), prepared.seccomp.as_deref()),
         status_fd: prepared.status_write.as_ref().map(|w| w.as_raw_fd()),
+        filter: prepared.seccomp.as_ref().and_then(|s| s.launcher()),
         stdio: [in_r.as_raw_fd(), out_w.as_raw_fd(), errout_w.as_raw_fd()],
         err_fd: report_w.as_raw_fd(),
         prog,

@@ -15,6 +15,11 @@
 //! - no inherited host environment: `PATH` (bin dirs first), `HOME=/home/shellbox`,
 //!   `LANG=C.UTF-8`, optional `PYTHONHASHSEED`, the spec's env, the command's env — passed
 //!   to bwrap through an inherited memfd (`--args FD`), never in any argv;
+//! - a seccomp filter refusing what Docker's default profile refuses to a container (the
+//!   keyring, `ptrace`, `bpf`, `perf_event_open`, mounts, new namespaces, modules, clocks
+//!   and the rest of [`seccomp::refused`]; `EPERM`, `clone3` `ENOSYS`), built once per
+//!   factory, handed to bwrap with `--seccomp FD`; as root the launcher also loads the part
+//!   bwrap's set-up does not need, so the sandbox's PID 1 is bound too (see [`seccomp`]);
 //! - no capabilities, `no_new_privs`, niceness +10, `RLIMIT_CORE` 0, `RLIMIT_FSIZE` 1 GiB,
 //!   `RLIMIT_NPROC` host tasks + 256, `RLIMIT_CPU` from the timeout, default SIGPIPE and
 //!   SIGXFSZ — set in the launcher (a `clone(CLONE_VM | CLONE_VFORK)` child, as
@@ -73,6 +78,7 @@ mod machine;
 mod ns;
 pub mod plan;
 mod root;
+pub mod seccomp;
 
 /// What the local backend offers ([`shellbox_core::MachineFactory::capabilities`]): Linux
 /// processes with every task capability of the reference (`shell`, `filesystem`, `python`,

@@ -17,6 +17,7 @@ use tokio::sync::{watch, RwLock};
 use crate::launch::{self, Registry, RunParams};
 use crate::plan::{self, HostFacts, Launch, Layout, ReadOnlyMount};
 use crate::root;
+use crate::seccomp::SeccompSetup;
 
 /// How long the factory's probe of one bwrap candidate may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -48,6 +49,8 @@ struct FactoryInner {
     /// Machines make their namespaces once and commands join them (see the `ns` module);
     /// false when this process may not (not root), so bwrap makes them per command.
     share_ns: bool,
+    /// The seccomp filters every command gets (see the `seccomp` module), built once.
+    seccomp: Arc<SeccompSetup>,
 }
 
 /// Creates [`LocalMachine`]s: commands on this host in bubblewrap sandboxes, each machine
@@ -144,6 +147,12 @@ impl LocalMachineFactory {
                 false
             }
         };
+        let seccomp = SeccompSetup::new(nix::unistd::geteuid().is_root()).map_err(|e| {
+            Error::SandboxUnavailable {
+                reasons: vec![format!("seccomp filter: {e}")],
+            }
+        })?;
+        let seccomp = Arc::new(seccomp);
         let candidates = bwrap_candidates(options.bwrap.as_deref());
         if candidates.is_empty() {
             return Err(Error::SandboxUnavailable {
@@ -161,6 +170,7 @@ impl LocalMachineFactory {
                 hash_seed: options.hash_seed.clone(),
                 facts: facts.clone(),
                 share_ns,
+                seccomp: seccomp.clone(),
             };
             match probe(&inner) {
                 Ok(()) => {
@@ -363,7 +373,8 @@ fn probe_in(
         Vec::new(),
         false,
         Some(namespaces),
-        |env_fd, _| {
+        Some(inner.seccomp.clone()),
+        |env_fd, _, seccomp_fd| {
             plan::bwrap_args(
                 layout,
                 &inner.facts,
@@ -373,6 +384,7 @@ fn probe_in(
                     user: None,
                     env_fd,
                     status_fd: None,
+                    seccomp_fd,
                 },
             )
         },
@@ -626,7 +638,8 @@ impl LocalMachine {
             limits,
             false,
             Some(self.namespaces()?),
-            |env_fd, status_fd| {
+            Some(self.factory.seccomp.clone()),
+            |env_fd, status_fd, seccomp_fd| {
                 plan::bwrap_args(
                     &self.layout,
                     &self.factory.facts,
@@ -636,6 +649,7 @@ impl LocalMachine {
                         user,
                         env_fd,
                         status_fd,
+                        seccomp_fd,
                     },
                 )
             },
@@ -668,7 +682,8 @@ impl Machine for LocalMachine {
             limits,
             true,
             Some(self.namespaces()?),
-            |env_fd, status_fd| {
+            Some(self.factory.seccomp.clone()),
+            |env_fd, status_fd, seccomp_fd| {
                 plan::bwrap_args(
                     &self.layout,
                     &self.factory.facts,
@@ -678,6 +693,7 @@ impl Machine for LocalMachine {
                         user,
                         env_fd,
                         status_fd,
+                        seccomp_fd,
                     },
                 )
             },
@@ -776,6 +792,7 @@ pub fn machine_bwrap_args(
             user,
             env_fd,
             status_fd,
+            seccomp_fd: Some(machine.factory.seccomp.command_fd()),
         },
     ))
 }

@@ -293,6 +293,9 @@ pub struct Launch {
     pub env_fd: i32,
     /// The fd bwrap writes its JSON status to (`--json-status-fd`), if any.
     pub status_fd: Option<i32>,
+    /// The fd bwrap reads the command's seccomp program from (`--seccomp`), if any
+    /// (see the `seccomp` module).
+    pub seccomp_fd: Option<i32>,
 }
 
 /// The machine side of the sandbox line: its root, network and mounts.
@@ -417,6 +420,9 @@ pub fn bwrap_args(layout: &Layout, facts: &HostFacts, launch: &Launch) -> Vec<Os
     push(&["--new-session", "--die-with-parent", "--cap-drop", "ALL"]);
     if launch.user.is_some() {
         push(&["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]);
+    }
+    if let Some(fd) = launch.seccomp_fd {
+        push(&["--seccomp", &fd.to_string()]);
     }
     if let Some(fd) = launch.status_fd {
         push(&["--json-status-fd", &fd.to_string()]);
@@ -618,6 +624,7 @@ mod tests {
             user: None,
             env_fd: 7,
             status_fd: Some(9),
+            seccomp_fd: Some(8),
         };
         let expected = [
             "--args",
@@ -631,6 +638,8 @@ mod tests {
             "--die-with-parent",
             "--cap-drop",
             "ALL",
+            "--seccomp",
+            "8",
             "--json-status-fd",
             "9",
             "--bind",
@@ -699,6 +708,7 @@ mod tests {
             )),
             env_fd: 3,
             status_fd: None,
+            seccomp_fd: None,
         };
         let expected = [
             "--args",
@@ -776,6 +786,7 @@ mod tests {
             user: None,
             env_fd: 3,
             status_fd: None,
+            seccomp_fd: None,
         };
         let has_net = |layout: &Layout| {
             strs(&bwrap_args(layout, &facts(), &launch)).contains(&"--unshare-net")
@@ -808,6 +819,7 @@ mod tests {
             user: None,
             env_fd: 3,
             status_fd: None,
+            seccomp_fd: None,
         };
         let args = bwrap_args(&layout, &facts(), &launch);
         let expected = [

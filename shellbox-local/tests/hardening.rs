@@ -1,0 +1,301 @@
+//! Issue 8 on the local backend, against real bwrap sandboxes: the seccomp filter (one
+//! row per refused family), a command that ptrace-attaches the sandbox's PID 1, and
+//! machines that must not share keys, processes or files.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use shellbox_core::{Command, CommandResult, HostImage, ImageSource, Machine, MachineSpec, Mount};
+use shellbox_local::LocalMachineFactory;
+
+const PROBE_SOURCE: &str = include_str!("fixtures/syscall_probe.c");
+
+/// Compiles `fixtures/syscall_probe.c` with the host's `cc` into a fresh temp dir, or
+/// `None` after printing the SKIP line when there is no C compiler.
+fn build_probe(test: &str) -> Option<tempfile::TempDir> {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("probe.c");
+    std::fs::write(&src, PROBE_SOURCE).unwrap();
+    let out = match std::process::Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(dir.path().join("probe"))
+        .arg(&src)
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("SKIP {test}: no C compiler (cc: {e})");
+            return None;
+        }
+    };
+    assert!(out.status.success(), "cc failed: {out:?}");
+    Some(dir)
+}
+
+/// A spec showing the probe's directory read-only at `/opt/probe`.
+fn probe_spec(dir: &Path) -> MachineSpec {
+    MachineSpec::new(ImageSource::Host(HostImage {
+        mounts: vec![Mount {
+            host: dir.to_path_buf(),
+            guest: "/opt/probe".into(),
+        }],
+        ..HostImage::default()
+    }))
+}
+
+async fn run(m: &dyn Machine, command: Command) -> CommandResult {
+    let label = format!("{:?}", command.argv);
+    m.run(command.timeout(Duration::from_secs(60)))
+        .await
+        .unwrap_or_else(|e| panic!("{label}: {e}"))
+}
+
+/// `name -> errno` from the probe's `<name> <errno>` lines.
+fn table(r: &CommandResult) -> BTreeMap<String, i32> {
+    r.stdout_lossy()
+        .lines()
+        .filter_map(|l| {
+            let (name, errno) = l.split_once(' ')?;
+            Some((name.to_string(), errno.parse().ok()?))
+        })
+        .collect()
+}
+
+fn factory_and_probe(test: &str) -> Option<(LocalMachineFactory, tempfile::TempDir)> {
+    let factory = common::factory(test)?;
+    let probe = build_probe(test)?;
+    Some((factory, probe))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seccomp_table_refuses_every_family() {
+    let Some((factory, probe)) = factory_and_probe("seccomp_table_refuses_every_family") else {
+        return;
+    };
+    let m = factory
+        .create_local(probe_spec(probe.path()))
+        .await
+        .unwrap();
+    let r = run(&m, Command::new("/opt/probe/probe")).await;
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    let got = table(&r);
+    let mut refused = vec![
+        "add_key",
+        "keyctl",
+        "request_key",
+        "ptrace",
+        "process_vm_readv",
+        "process_vm_writev",
+        "kcmp",
+        "bpf",
+        "perf_event_open",
+        "userfaultfd",
+        "io_uring_setup",
+        "kexec_load",
+        "kexec_file_load",
+        "init_module",
+        "finit_module",
+        "delete_module",
+        "mount",
+        "umount2",
+        "pivot_root",
+        "open_tree",
+        "fsopen",
+        "fspick",
+        "move_mount",
+        "mount_setattr",
+        "unshare_user",
+        "unshare_net",
+        "clone_newuser",
+        "setns",
+        "swapon",
+        "swapoff",
+        "reboot",
+        "settimeofday",
+        "clock_settime",
+        "adjtimex",
+        "clock_adjtime",
+        "acct",
+        "quotactl",
+        "lookup_dcookie",
+        "open_by_handle_at",
+        "name_to_handle_at",
+        "syslog",
+        "vhangup",
+        "personality",
+        "fanotify_init",
+    ];
+    if cfg!(target_arch = "x86_64") {
+        refused.extend([
+            "iopl",
+            "ioperm",
+            "uselib",
+            "ustat",
+            "sysfs",
+            "create_module",
+            "get_kernel_syms",
+            "query_module",
+        ]);
+    }
+    let mut wrong = Vec::new();
+    for name in &refused {
+        if got.get(*name) != Some(&libc::EPERM) {
+            wrong.push(format!("{name}: {:?} (want EPERM)", got.get(*name)));
+        }
+    }
+    let mut nosys = vec!["clone3"];
+    if cfg!(target_arch = "x86_64") {
+        nosys.push("x32_getpid");
+    }
+    for name in nosys {
+        if got.get(name) != Some(&libc::ENOSYS) {
+            wrong.push(format!("{name}: {:?} (want ENOSYS)", got.get(name)));
+        }
+    }
+    for name in [
+        "allowed_getpid",
+        "allowed_personality_query",
+        "allowed_unshare_fs",
+        "allowed_clone",
+        "allowed_fork",
+    ] {
+        if got.get(name) != Some(&0) {
+            wrong.push(format!("{name}: {:?} (want success)", got.get(name)));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}\n{}", r.stdout_lossy());
+
+    // The filter binds the command; as root, the launcher's binds bwrap's PID 1 too.
+    let r = run(
+        &m,
+        Command::shell("grep Seccomp: /proc/self/status /proc/1/status"),
+    )
+    .await;
+    let text = r.stdout_lossy();
+    assert!(text.contains("/proc/self/status:Seccomp:\t2"), "{text}");
+    if nix::unistd::geteuid().is_root() {
+        assert!(text.contains("/proc/1/status:Seccomp:\t2"), "{text}");
+    }
+    // Ordinary programs still work under the filter.
+    let r = run(
+        &m,
+        Command::shell(
+            "set -e; mkdir d; echo x > d/f; tar cf t.tar d; rm -r d; tar xf t.tar; cat d/f; \
+             sort -u d/f | wc -l; (sleep 0.1 &) ; wait; \
+             if command -v python3 >/dev/null; then python3 -c 'import os, threading, subprocess; t = threading.Thread(target=print); t.start(); t.join(); subprocess.run([\"true\"], check=True); print(\"py\", os.cpu_count() > 0)'; else echo py True; fi",
+        ),
+    )
+    .await;
+    assert_eq!(r.stdout_lossy(), "x\n1\n\npy True\n", "{r:?}");
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ptrace_of_pid_1_cannot_fake_a_timeout() {
+    let Some((factory, probe)) = factory_and_probe("ptrace_of_pid_1_cannot_fake_a_timeout") else {
+        return;
+    };
+    let m = factory
+        .create_local(probe_spec(probe.path()))
+        .await
+        .unwrap();
+    // Issue 8, item 4: a child attaches to PID 1 and keeps it stopped, the command exits 3.
+    // Without the filter the run ended with a timeout after 5 s.
+    let r = m
+        .run(
+            Command::new("/opt/probe/probe")
+                .arg("ptrace1")
+                .timeout(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.stdout_lossy(), format!("attach {}\n", libc::EPERM));
+    assert_eq!(r.exit_code, Some(3), "{r:?}");
+    m.close().await.unwrap();
+}
+
+/// The process-visible command lines of a machine: one line per `/proc/N`.
+async fn visible_processes(m: &dyn Machine) -> String {
+    let r = run(
+        m,
+        Command::shell("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done"),
+    )
+    .await;
+    r.stdout_lossy()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_share_no_keys_processes_or_files() {
+    let Some((factory, probe)) = factory_and_probe("machines_share_no_keys_processes_or_files")
+    else {
+        return;
+    };
+    let a = factory
+        .create_local(probe_spec(probe.path()))
+        .await
+        .unwrap();
+    let b = factory
+        .create_local(probe_spec(probe.path()))
+        .await
+        .unwrap();
+    let key = format!("shellbox-test-{}", std::process::id());
+    // Keys: A cannot store one (without the filter it went into host root's user keyring,
+    // shared by every machine and the host), B cannot look one up.
+    let r = run(&a, Command::new("/opt/probe/probe").arg("addkey").arg(&key)).await;
+    assert_eq!(r.stdout_lossy(), format!("add_key {}\n", libc::EPERM));
+    let r = run(
+        &b,
+        Command::new("/opt/probe/probe").arg("findkey").arg(&key),
+    )
+    .await;
+    assert_eq!(r.stdout_lossy(), format!("request_key {}\n", libc::EPERM));
+    // Nor can a key host root stored in its user keyring be reached.
+    let ckey = std::ffi::CString::new(key.clone()).unwrap();
+    // SAFETY: add_key with NUL-terminated strings and a 6-byte payload.
+    let id = unsafe {
+        libc::syscall(
+            libc::SYS_add_key,
+            c"user".as_ptr(),
+            ckey.as_ptr(),
+            c"secret".as_ptr(),
+            6usize,
+            -4i32, // KEY_SPEC_USER_KEYRING
+        )
+    };
+    assert!(id > 0, "host add_key: {}", std::io::Error::last_os_error());
+    let r = run(
+        &b,
+        Command::new("/opt/probe/probe").arg("findkey").arg(&key),
+    )
+    .await;
+    // SAFETY: keyctl(KEYCTL_UNLINK, id, KEY_SPEC_USER_KEYRING) on the key made above.
+    unsafe { libc::syscall(libc::SYS_keyctl, 9, id, -4i32) };
+    assert_eq!(r.stdout_lossy(), format!("request_key {}\n", libc::EPERM));
+    // Processes: A's background process is invisible to B (and to A's later commands:
+    // each command has its own PID namespace).
+    run(&a, Command::shell("sleep 3001 > /dev/null 2>&1 &")).await;
+    for m in [&a, &b] {
+        let seen = visible_processes(m).await;
+        assert!(!seen.contains("sleep 3001"), "{seen}");
+        let count = seen.lines().count();
+        assert!(count <= 4, "more processes than the command's own: {seen}");
+    }
+    // Files.
+    run(
+        &a,
+        Command::shell("echo a > /workspace/only-a && echo a > /tmp/only-a"),
+    )
+    .await;
+    let r = run(
+        &b,
+        Command::shell("ls /workspace/only-a /tmp/only-a 2>/dev/null | wc -l"),
+    )
+    .await;
+    assert_eq!(r.stdout_lossy().trim(), "0");
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
