@@ -677,11 +677,14 @@ pub(crate) fn spawn(prepared: Prepared, params: RunParams) -> Result<EventStream
                 None => std::future::pending().await,
             }
         };
+        // Biased: close marks the machine closed before it kills, so a command killed by
+        // close always ends with Closed, never with the kill's 137.
         let ended = tokio::select! {
+            biased;
+            _ = shutdown.wait_for(|closed| *closed) => Ended::Closed,
             st = child.wait() => Ended::Exited(st),
             () = deadline => Ended::TimedOut,
             () = tx.closed() => Ended::Dropped,
-            _ = shutdown.wait_for(|closed| *closed) => Ended::Closed,
         };
         let wait_status = match &ended {
             Ended::Exited(st) => st.as_ref().ok().copied(),
