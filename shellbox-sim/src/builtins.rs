@@ -960,7 +960,7 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
             sh.vars.insert(
                 name,
                 Var {
-                    value: Value::Str(target),
+                    value: Value::Str(target.into()),
                     exported: false,
                     readonly,
                     integer: false,
@@ -1345,10 +1345,10 @@ fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                 i += 1;
             }
         }
-        let m: BTreeMap<i64, String> = fields
+        let m: BTreeMap<i64, crate::mem::MStr> = fields
             .into_iter()
             .enumerate()
-            .map(|(i, f)| (i as i64, f))
+            .map(|(i, f)| (i as i64, f.into()))
             .collect();
         sh.vars.insert(
             a,
@@ -1465,7 +1465,7 @@ fn mapfile(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         if found && !strip {
             chunk.push(delim);
         }
-        m.insert(k, String::from_utf8_lossy(&chunk).into_owned());
+        m.insert(k, String::from_utf8_lossy(&chunk).into_owned().into());
         k += 1;
     }
     sh.vars.insert(

@@ -72,6 +72,13 @@ impl Fb {
             ..Fb::default()
         }
     }
+
+    /// A builder for `it`'s machine: at most a quarter of the memory budget, and no more
+    /// than what the machine has left (each text byte also costs a flag byte).
+    fn for_machine(it: &Interp<'_>) -> Self {
+        let left = it.w.memory_limit.saturating_sub(it.memory_used()) / 2;
+        Fb::new(it.w.memory_limit.min(left.saturating_mul(4)))
+    }
     /// Appends `s` with its flag; sets `over` when the word outgrows its budget or (for
     /// big text, checked once per [`CHUNK_BYTES`]) the command's deadline passed.
     fn push(&mut self, s: &str, flag: u8) {
@@ -618,7 +625,7 @@ impl Interp<'_> {
 
     fn expand_fields_inner(&mut self, sh: &mut Shell, raw: &str, in_dq: bool) -> R<Vec<Field>> {
         let pieces = self.parse_word(sh, raw)?;
-        let mut fb = Fb::new(self.w.memory_limit);
+        let mut fb = Fb::for_machine(self);
         self.expand_pieces(sh, &pieces, in_dq, &mut fb)?;
         if fb.over {
             return Err(self.interrupted());
@@ -675,6 +682,8 @@ impl Interp<'_> {
             vec![raw.to_string()]
         };
         let mut out = Vec::new();
+        // the words made so far count against the machine's memory with what it holds
+        let mut out_bytes = 0u64;
         for (k, w) in words.into_iter().enumerate() {
             // a brace expansion makes up to a million words: look at the clock
             if k % 1024 == 1023 {
@@ -684,7 +693,11 @@ impl Interp<'_> {
                 out.push(w);
                 continue;
             }
+            if self.memory_used().saturating_add(out_bytes) > self.w.memory_limit {
+                return Err(self.interrupted());
+            }
             let fields = self.expand_fields(sh, &w, false)?;
+            out_bytes += fields.iter().map(|f| f.s.len() as u64).sum::<u64>();
             let ifs = sh.ifs();
             let Some(fields) = split_fields(fields, &ifs) else {
                 return Err(self.interrupted());
@@ -766,7 +779,7 @@ impl Interp<'_> {
                 return Ok(Err(1));
             }
         };
-        let mut fb = Fb::new(self.w.memory_limit);
+        let mut fb = Fb::for_machine(self);
         self.expand_pieces(sh, &pieces, true, &mut fb)?;
         if fb.over {
             return Err(self.interrupted());
@@ -1037,8 +1050,10 @@ impl Interp<'_> {
                 }
                 match sh.vars.get(name).map(|v| &v.value) {
                     None => PV::L(vec![], *concatenate),
-                    Some(Value::Str(s)) => PV::L(vec![s.clone()], *concatenate),
-                    Some(Value::Arr(m)) => PV::L(m.values().cloned().collect(), *concatenate),
+                    Some(Value::Str(s)) => PV::L(vec![s.to_string()], *concatenate),
+                    Some(Value::Arr(m)) => {
+                        PV::L(m.values().map(|s| s.to_string()).collect(), *concatenate)
+                    }
                     Some(Value::Assoc(m)) => PV::L(m.values().cloned().collect(), *concatenate),
                 }
             }
@@ -1903,7 +1918,9 @@ impl Interp<'_> {
                                     for (i, g) in c.iter().enumerate() {
                                         m.insert(
                                             i as i64,
-                                            g.map(|g| g.as_str().to_string()).unwrap_or_default(),
+                                            g.map(|g| g.as_str().to_string())
+                                                .unwrap_or_default()
+                                                .into(),
                                         );
                                     }
                                     sh.vars.insert(

@@ -17,11 +17,14 @@
 //! ```
 //!
 //! Limits (defaults from the reference library, section 6): CPU fuel (one unit per command,
-//! loop iteration and arithmetic evaluation), memory (a pipe or command substitution buffer
-//! holds at most the budget; one expanded word at most a quarter of it, so a word, its
-//! bookkeeping and the variable it replaces stay within the budget together), disk (bytes held by virtual files) and
-//! cumulative output. Exhausting one returns [`Error::Terminated`] naming the budget and
-//! closes the machine.
+//! loop iteration and arithmetic evaluation), memory (one budget per machine: variables,
+//! arrays, pipes, captured and queued background output, and the bytes of its files all
+//! count against it together; one expanded word holds at most a quarter of it; see the
+//! `mem` module), disk (bytes held by virtual files) and cumulative kept output.
+//! Exhausting one returns [`Error::Terminated`] naming the budget and closes the machine.
+//! A command's timeout ends it within about 100 ms of its deadline whatever it is doing:
+//! loops tick, and long single steps (building or splitting a big word, pattern matching,
+//! copying a tree) look at the clock at least once per MiB.
 //!
 //! What the simulator cannot do fails visibly: an unsupported option or syntax exits 2 with
 //! a diagnostic naming it, and is recorded in [`SimMachine::unsupported`] (so are syntax
@@ -64,6 +67,7 @@
 mod builtins;
 mod expand;
 mod glob;
+mod mem;
 mod pattern;
 mod shell;
 mod tar;
@@ -114,8 +118,11 @@ pub struct SimOptions {
     /// (and cost one unit of CPU fuel per 64 KiB), so a flood under a small cap keeps its
     /// first bytes and its real status, as on the other backends.
     pub output_bytes: u64,
-    /// Largest single in-memory buffer in bytes; default from `MachineSpec::memory_mb`, else
-    /// 2,048 MiB. `None` uses that default.
+    /// The machine's one memory budget in bytes: what its variables, arrays, pipes, output
+    /// buffers and files hold together; default from `MachineSpec::memory_mb`, else
+    /// 2,048 MiB. `None` uses that default. Exceeding it ends the machine with
+    /// [`Error::Terminated`] (`"memory limit exceeded: ..."`); the process holds at most
+    /// about twice the budget at that moment (the growth slack of the buffer being built).
     pub memory_bytes: Option<u64>,
 }
 
@@ -188,6 +195,7 @@ impl SimMachineFactory {
             fuel_left: self.options.cpu_fuel,
             output_left: self.options.output_bytes,
             memory_limit: memory,
+            memory_base: 0,
             unsupported: Vec::new(),
             rng: 42,
             closing: Arc::new(AtomicBool::new(false)),
@@ -855,12 +863,12 @@ fn execute(
     let out = Arc::new(());
     drop(out);
     let stdout = std::rc::Rc::new(std::cell::RefCell::new(Stream::Cap {
-        data: Vec::new(),
+        data: mem::MBytes::default(),
         limit,
         total: 0,
     }));
     let stderr = std::rc::Rc::new(std::cell::RefCell::new(Stream::Cap {
-        data: Vec::new(),
+        data: mem::MBytes::default(),
         limit,
         total: 0,
     }));
@@ -868,6 +876,7 @@ fn execute(
     sh.set_fd(1, Some(stdout.clone()));
     sh.set_fd(2, Some(stderr.clone()));
     world.sync_time();
+    world.memory_base = mem::held();
     let mut it = Interp::new(world);
     let mut top = None;
     if let Some(t) = cmd.timeout {
@@ -916,7 +925,7 @@ fn execute(
         match &mut *s.borrow_mut() {
             Stream::Cap { data, total, .. } => {
                 let truncated = *total > data.len() as u64;
-                (Bytes::from(std::mem::take(data)), truncated)
+                (Bytes::from(data.take()), truncated)
             }
             _ => (Bytes::new(), false),
         }

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use brush_parser::ast;
 
+use crate::mem::{MBytes, MStr};
 use crate::vfs::{Dev, Errno, Kind, Vfs};
 
 /// Non-local control flow and aborts.
@@ -30,11 +31,11 @@ pub type R<T> = Result<T, Ctl>;
 #[derive(Debug)]
 pub enum Stream {
     Buf {
-        data: Vec<u8>,
+        data: MBytes,
         pos: usize,
     },
     Cap {
-        data: Vec<u8>,
+        data: MBytes,
         limit: usize,
         total: u64,
     },
@@ -53,7 +54,7 @@ pub enum Stream {
     /// The write end of a pipe into `head`: once the reader has what it needs and the pipe
     /// buffer (64 KiB) is full, further writes get SIGPIPE (exit 141), as with a real pipe.
     Pipe {
-        data: Vec<u8>,
+        data: MBytes,
         lines: usize,
         need: HeadNeed,
     },
@@ -118,13 +119,16 @@ fn head_need(cmd: &ast::Command) -> Option<HeadNeed> {
 pub type Fd = Rc<RefCell<Stream>>;
 
 pub fn buf_fd(data: Vec<u8>) -> Fd {
-    Rc::new(RefCell::new(Stream::Buf { data, pos: 0 }))
+    Rc::new(RefCell::new(Stream::Buf {
+        data: MBytes::new(data),
+        pos: 0,
+    }))
 }
 
 #[derive(Debug, Clone)]
 pub enum Value {
-    Str(String),
-    Arr(BTreeMap<i64, String>),
+    Str(MStr),
+    Arr(BTreeMap<i64, MStr>),
     Assoc(AssocMap),
 }
 
@@ -133,7 +137,7 @@ pub enum Value {
 /// recently added first within a bucket.
 #[derive(Debug, Clone, Default)]
 pub struct AssocMap {
-    map: HashMap<String, (String, u64)>,
+    map: HashMap<MStr, (MStr, u64)>,
     seq: u64,
 }
 
@@ -155,7 +159,7 @@ impl AssocMap {
         let mut v: Vec<(&String, &String, u64, u32)> = self
             .map
             .iter()
-            .map(|(k, (val, seq))| (k, val, *seq, bash_bucket(k)))
+            .map(|(k, (val, seq))| (&**k, &**val, *seq, bash_bucket(k)))
             .collect();
         v.sort_by_key(|e| (e.3, std::cmp::Reverse(e.2)));
         v.into_iter().map(|(k, val, _, _)| (k, val)).collect()
@@ -170,18 +174,18 @@ impl AssocMap {
         self.ordered().into_iter().map(|(_, v)| v)
     }
     pub fn get(&self, k: &str) -> Option<&String> {
-        self.map.get(k).map(|e| &e.0)
+        self.map.get(k).map(|e| &*e.0)
     }
     pub fn insert(&mut self, k: String, v: String) {
-        if let Some(e) = self.map.get_mut(&k) {
-            e.0 = v;
+        if let Some(e) = self.map.get_mut(k.as_str()) {
+            e.0 = v.into();
         } else {
             self.seq += 1;
-            self.map.insert(k, (v, self.seq));
+            self.map.insert(k.into(), (v.into(), self.seq));
         }
     }
     pub fn remove(&mut self, k: &str) -> Option<String> {
-        self.map.remove(k).map(|e| e.0)
+        self.map.remove(k).map(|e| e.0.into())
     }
     pub fn contains_key(&self, k: &str) -> bool {
         self.map.contains_key(k)
@@ -201,7 +205,7 @@ pub struct Var {
 impl Var {
     pub fn s(v: String) -> Self {
         Var {
-            value: Value::Str(v),
+            value: Value::Str(v.into()),
             exported: false,
             readonly: false,
             integer: false,
@@ -210,8 +214,8 @@ impl Var {
     }
     pub fn as_str(&self) -> String {
         match &self.value {
-            Value::Str(s) => s.clone(),
-            Value::Arr(m) => m.get(&0).cloned().unwrap_or_default(),
+            Value::Str(s) => s.to_string(),
+            Value::Arr(m) => m.get(&0).map(|s| s.to_string()).unwrap_or_default(),
             Value::Assoc(m) => m.get("0").cloned().unwrap_or_default(),
         }
     }
@@ -357,12 +361,12 @@ impl Shell {
             }
             match &mut v.value {
                 Value::Arr(m) => {
-                    m.insert(0, value);
+                    m.insert(0, value.into());
                 }
                 Value::Assoc(m) => {
                     m.insert("0".into(), value);
                 }
-                Value::Str(s) => *s = value,
+                Value::Str(s) => *s = value.into(),
             }
             if self.opts.allexport {
                 v.exported = true;
@@ -430,7 +434,10 @@ pub struct World {
     pub next_pid: u32,
     pub fuel_left: u64,
     pub output_left: u64,
+    /// The machine's one memory budget in bytes (see [`crate::mem`]).
     pub memory_limit: u64,
+    /// What this thread's meter held when the running command started.
+    pub memory_base: u64,
     pub unsupported: Vec<String>,
     pub rng: u32,
     /// Set by `close`: the running command stops at its next check.
@@ -500,7 +507,7 @@ pub struct Interp<'a> {
     /// How many bytes the next whole read of an endless device needs (`head -c N`).
     pub endless_want: Option<usize>,
     /// Background writes not yet delivered: (virtual time, sequence, stream, bytes).
-    pub pending: Vec<(u64, u64, Fd, Vec<u8>)>,
+    pub pending: Vec<(u64, u64, Fd, MBytes)>,
     pub seq: u64,
     /// How deeply command executions nest right now (eval, source, functions, subshells).
     pub depth: u32,
@@ -667,7 +674,28 @@ impl<'a> Interp<'a> {
         if self.ticks & 255 == 0 {
             self.check_time()?;
         }
+        self.check_memory()?;
         self.check_deadline()
+    }
+
+    /// Bytes the machine holds now: metered values and buffers, and its files.
+    pub fn memory_used(&self) -> u64 {
+        crate::mem::held()
+            .saturating_sub(self.w.memory_base)
+            .saturating_add(self.w.vfs.used_bytes)
+    }
+
+    /// Ends the machine when it holds more than its memory budget.
+    pub fn check_memory(&self) -> R<()> {
+        let used = self.memory_used();
+        if used > self.w.memory_limit {
+            return Err(Ctl::Budget(format!(
+                "memory limit exceeded: the machine holds {used} bytes, more than its budget \
+                 of {} bytes (variables, arrays, pipes, output and files together)",
+                self.w.memory_limit
+            )));
+        }
+        Ok(())
     }
 
     /// Why a step that stopped early (a word over its budget or past the deadline) ended:
@@ -815,12 +843,24 @@ impl<'a> Interp<'a> {
             }
             Stream::Timed(inner) => {
                 self.seq += 1;
-                self.pending
-                    .push((self.w.clock_ns, self.seq, inner.clone(), data.to_vec()));
+                self.pending.push((
+                    self.w.clock_ns,
+                    self.seq,
+                    inner.clone(),
+                    MBytes::new(data.to_vec()),
+                ));
+                drop(st);
+                self.check_memory()?;
+                return Ok(true);
             }
             Stream::Buf { data: d, .. } => {
-                if (d.len() + data.len()) as u64 > self.w.memory_limit {
-                    return Err(Ctl::Budget("memory limit exceeded".into()));
+                if self.memory_used().saturating_add(data.len() as u64) > self.w.memory_limit {
+                    drop(st);
+                    return Err(self.check_memory().err().unwrap_or_else(|| {
+                        Ctl::Budget(
+                            "memory limit exceeded: a buffer outgrew the machine's budget".into(),
+                        )
+                    }));
                 }
                 d.extend_from_slice(data);
             }
@@ -861,6 +901,8 @@ impl<'a> Interp<'a> {
             Stream::Null => {}
             Stream::Zero | Stream::Random => return Ok(false),
         }
+        drop(st);
+        self.check_memory()?;
         Ok(true)
     }
 
@@ -1276,7 +1318,7 @@ impl<'a> Interp<'a> {
             } else {
                 Some(match head_need(&p.seq[i + 1]) {
                     Some(need) => Rc::new(RefCell::new(Stream::Pipe {
-                        data: Vec::new(),
+                        data: MBytes::default(),
                         lines: 0,
                         need,
                     })),
@@ -1868,7 +1910,7 @@ impl<'a> Interp<'a> {
         let st = self.run_exit_trap(&mut sub, st)?;
         sh.subst_status = Some(st);
         let data = match &mut *out.borrow_mut() {
-            Stream::Buf { data, .. } => std::mem::take(data),
+            Stream::Buf { data, .. } => data.take(),
             _ => Vec::new(),
         };
         Ok(data)
@@ -1938,7 +1980,7 @@ impl<'a> Interp<'a> {
         sh.subst_status = Some(st);
         sh.status = st;
         if let Stream::Buf { data, .. } = &mut *out.borrow_mut() {
-            all = std::mem::take(data);
+            all = data.take();
         }
         while all.last() == Some(&b'\n') {
             all.pop();
@@ -2068,6 +2110,7 @@ impl<'a> Interp<'a> {
                     self.err(sh, &format!("bash: {m}"));
                     return Err(Ctl::Exit(1));
                 }
+                self.check_memory()?;
             }
             let st = sh.subst_status.unwrap_or(0);
             if !redirs.is_empty() {
@@ -2095,6 +2138,7 @@ impl<'a> Interp<'a> {
                 self.err(sh, &format!("bash: {m}"));
                 return Ok(1);
             }
+            self.check_memory()?;
             if let Some(v) = sh.vars.get_mut(&name) {
                 v.exported = true;
             }
@@ -2119,7 +2163,7 @@ impl<'a> Interp<'a> {
         let keep_fds = is_exec && r.is_ok();
         if let Some(last) = last_arg {
             match sh.vars.get_mut("_") {
-                Some(v) => v.value = Value::Str(last),
+                Some(v) => v.value = Value::Str(last.into()),
                 None => {
                     sh.vars.insert("_".into(), Var::s(last));
                 }
@@ -2154,8 +2198,14 @@ impl<'a> Interp<'a> {
                 Ok(r?.map(AssignVal::Scalar))
             }
             ast::AssignmentValue::Array(items) => {
-                let mut out = Vec::new();
+                let mut out: Vec<(Option<String>, String)> = Vec::new();
+                let mut out_bytes = 0u64;
                 for (k, v) in items {
+                    // the items made so far count with what the machine holds
+                    if self.memory_used().saturating_add(out_bytes) > self.w.memory_limit {
+                        return Err(self.interrupted());
+                    }
+                    let before = out.len();
                     let key = match k {
                         Some(k) => match self.expand_nosplit(sh, &k.value)? {
                             Ok(k) => Some(k),
@@ -2174,6 +2224,10 @@ impl<'a> Interp<'a> {
                             Err(st) => return Ok(Err(st)),
                         }
                     }
+                    out_bytes += out[before..]
+                        .iter()
+                        .map(|(k, v)| (k.as_ref().map_or(0, |k| k.len()) + v.len()) as u64)
+                        .sum::<u64>();
                 }
                 Ok(Ok(AssignVal::Array(out)))
             }
@@ -2277,7 +2331,7 @@ impl<'a> Interp<'a> {
                             },
                             None => next,
                         };
-                        m.insert(idx, v);
+                        m.insert(idx, v.into());
                         next = idx + 1;
                     }
                     match sh.vars.get_mut(n) {
@@ -2583,7 +2637,7 @@ pub fn set_elem(sh: &mut Shell, name: &str, key: &str, val: String) -> Result<()
             }
             match &mut v.value {
                 Value::Arr(m) => {
-                    m.insert(key.parse().unwrap_or(0), val);
+                    m.insert(key.parse().unwrap_or(0), val.into());
                 }
                 Value::Assoc(m) => {
                     m.insert(key.to_string(), val);
@@ -2591,14 +2645,14 @@ pub fn set_elem(sh: &mut Shell, name: &str, key: &str, val: String) -> Result<()
                 Value::Str(s) => {
                     let mut m = BTreeMap::new();
                     m.insert(0, std::mem::take(s));
-                    m.insert(key.parse().unwrap_or(0), val);
+                    m.insert(key.parse().unwrap_or(0), val.into());
                     v.value = Value::Arr(m);
                 }
             }
         }
         None => {
             let mut m = BTreeMap::new();
-            m.insert(key.parse().unwrap_or(0), val);
+            m.insert(key.parse().unwrap_or(0), val.into());
             sh.vars.insert(
                 name.to_string(),
                 Var {
@@ -2627,11 +2681,11 @@ pub fn get_elem(it: &mut Interp<'_>, sh: &mut Shell, name: &str, key: &str) -> S
             } else {
                 i
             };
-            m.get(&i).cloned().unwrap_or_default()
+            m.get(&i).map(|s| s.to_string()).unwrap_or_default()
         }
         Some(Value::Str(s)) => {
             if key == "0" {
-                s
+                s.to_string()
             } else {
                 String::new()
             }

@@ -1,0 +1,157 @@
+//! One memory budget per machine: what its variables, arrays, pipes and queued background
+//! output hold is metered here, and with the bytes of its files (the virtual filesystem
+//! counts those) it is held against the machine's one memory budget.
+//!
+//! The meter is per thread: a machine's command runs on one thread from start to end
+//! (commands on one machine are serialized), and everything metered is created and dropped
+//! inside that run. A metered value charges its bytes when it is made and releases them
+//! when dropped: every array slot and every buffer counts; variable text is shared between
+//! a shell and its subshells' copies (as a forked bash shares pages), so it counts once. The interpreter compares the meter with the budget at every
+//! tick and whenever a buffer or a word grows, so a machine ends with
+//! `Error::Terminated("memory limit exceeded ...")` before it holds much more than its
+//! budget: the overshoot is at most one step's growth (one chunk of a pipe, one word,
+//! which is itself bounded by a quarter of the budget).
+//!
+//! Not metered: the parsed script, small per-command bookkeeping (at most a few KiB per
+//! nesting level, and nesting is bounded), and words while they are being built, which
+//! check the meter themselves.
+
+use std::cell::Cell;
+
+thread_local! {
+    static HELD: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Bytes metered on this thread now.
+pub fn held() -> u64 {
+    HELD.with(|h| h.get())
+}
+
+fn charge(n: usize) {
+    HELD.with(|h| h.set(h.get().saturating_add(n as u64)));
+}
+
+fn release(n: usize) {
+    HELD.with(|h| h.set(h.get().saturating_sub(n as u64)));
+}
+
+/// A metered string: a variable's value or an array element. Immutable and shared, so a
+/// subshell's copy of the variables shares their text as a forked bash shares its pages:
+/// the bytes are charged once, when the text is made, and released when its last holder
+/// drops it.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MStr(std::rc::Rc<Held>);
+
+#[derive(PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Held(String);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        release(self.0.len());
+    }
+}
+
+impl MStr {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0 .0
+    }
+}
+
+impl Default for MStr {
+    fn default() -> Self {
+        MStr::from(String::new())
+    }
+}
+
+impl From<String> for MStr {
+    fn from(s: String) -> Self {
+        charge(s.len());
+        MStr(std::rc::Rc::new(Held(s)))
+    }
+}
+
+impl From<&str> for MStr {
+    fn from(s: &str) -> Self {
+        MStr::from(s.to_string())
+    }
+}
+
+impl From<MStr> for String {
+    fn from(m: MStr) -> String {
+        m.as_str().to_string()
+    }
+}
+
+impl std::ops::Deref for MStr {
+    type Target = String;
+    fn deref(&self) -> &String {
+        &self.0 .0
+    }
+}
+
+impl std::borrow::Borrow<str> for MStr {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Debug for MStr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
+}
+
+impl std::fmt::Display for MStr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
+}
+
+/// A metered byte buffer: a pipe, a captured stream, queued background output.
+#[derive(Default)]
+pub struct MBytes(Vec<u8>);
+
+impl MBytes {
+    /// A buffer holding `v`.
+    pub fn new(v: Vec<u8>) -> Self {
+        charge(v.len());
+        MBytes(v)
+    }
+    /// Appends `d`.
+    pub fn extend_from_slice(&mut self, d: &[u8]) {
+        charge(d.len());
+        self.0.extend_from_slice(d);
+    }
+    /// Takes the bytes out, leaving the buffer empty.
+    pub fn take(&mut self) -> Vec<u8> {
+        let v = std::mem::take(&mut self.0);
+        release(v.len());
+        v
+    }
+}
+
+impl Clone for MBytes {
+    fn clone(&self) -> Self {
+        MBytes::new(self.0.clone())
+    }
+}
+
+impl Drop for MBytes {
+    fn drop(&mut self) {
+        release(self.0.len());
+    }
+}
+
+impl std::ops::Deref for MBytes {
+    type Target = Vec<u8>;
+    fn deref(&self) -> &Vec<u8> {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for MBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MBytes({} bytes)", self.0.len())
+    }
+}
