@@ -155,6 +155,7 @@ pub fn build_python_environment_with(
                     input: DifferingInput::Python,
                     existing: format!("python {}", marker.python),
                     requested: format!("python {requested_python}"),
+                    marker: text,
                 });
             }
             if marker.lock_sha256 != lock_sha256 {
@@ -163,6 +164,7 @@ pub fn build_python_environment_with(
                     input: DifferingInput::Lock,
                     existing: format!("a lock with sha256 {}", marker.lock_sha256),
                     requested: format!("{} with sha256 {lock_sha256}", lock.display()),
+                    marker: text,
                 });
             }
             info!(root = %root.display(), "pyenv: environment already built; reusing it");

@@ -37,13 +37,18 @@ pub enum PyenvError {
         reason: String,
     },
 
-    /// A uv step exited unsuccessfully. `command` is the shell-quoted command line
-    /// (with the variables the builder set for it), `stderr` what uv wrote to stderr
-    /// (its last 64 KiB at most).
-    #[error("{command} {}:\n{stderr}", describe_exit(*.exit_code))]
+    /// A uv step exited unsuccessfully. The message is the reference library's: the
+    /// shell-quoted uv command, `exited with status N:`, a newline and uv's stderr; then,
+    /// when the builder set variables for the step, a last line naming them.
+    #[error("{command} {}:\n{stderr}{}", describe_exit(*.exit_code), describe_env(env))]
     UvFailed {
-        /// The shell-quoted command line, e.g. `uv pip sync --no-config ... /path/lock.txt`.
+        /// The shell-quoted command line, e.g. `uv pip sync --no-config ... /path/lock.txt`
+        /// (the uv executable first; see [`UvStep::command_line`](crate::UvStep::command_line)).
         command: String,
+        /// The shell-quoted `NAME=value` assignments the builder set for the step (e.g.
+        /// `UV_PYTHON_INSTALL_DIR=/envs/a/python`), empty when none
+        /// ([`UvStep::env_line`](crate::UvStep::env_line)).
+        env: String,
         /// The exit status, or `None` when uv was killed by a signal.
         exit_code: Option<i32>,
         /// uv's stderr, lossily decoded.
@@ -57,14 +62,18 @@ pub enum PyenvError {
     #[error(
         "interpreter downloads are unavailable here: uv could not download CPython {version} \
          (pass the path of an installed interpreter instead, or set UV_PYTHON_INSTALL_MIRROR \
-         to a reachable mirror); {command} {}:\n{stderr}",
-        describe_exit(*.exit_code)
+         to a reachable mirror); {command} {}:\n{stderr}{}",
+        describe_exit(*.exit_code),
+        describe_env(env)
     )]
     DownloadUnavailable {
         /// The CPython version that was requested.
         version: String,
         /// The shell-quoted `uv python install` command line.
         command: String,
+        /// The shell-quoted assignments the builder set for it (`UV_PYTHON_INSTALL_DIR`,
+        /// `UV_PYTHON_INSTALL_MIRROR`).
+        env: String,
         /// The exit status, or `None` when uv was killed by a signal.
         exit_code: Option<i32>,
         /// uv's stderr, lossily decoded.
@@ -120,12 +129,16 @@ pub enum PyenvError {
     },
 
     /// The root holds a finished environment built from other inputs. It is never removed
-    /// automatically: machines may be using it.
+    /// automatically: machines may be using it. The message ends with the existing
+    /// marker's text, quoted as it stands (as the reference library shows it).
     #[error(
         "{} already holds a Python environment built from a different {input}: \
          it was built with {existing}, this build asks for {requested}; \
-         remove that directory or choose another root",
-        root.display()
+         remove that directory or choose another root. Its marker {}/{} reads:\n{}",
+        root.display(),
+        root.display(),
+        crate::MARKER_NAME,
+        marker.trim_end()
     )]
     InputsDiffer {
         /// The environment root.
@@ -136,6 +149,8 @@ pub enum PyenvError {
         existing: String,
         /// The requested value, in the same form.
         requested: String,
+        /// The existing marker's full text, as read.
+        marker: String,
     },
 
     /// [`PythonEnvironment::open`](crate::PythonEnvironment::open) found no completion
@@ -198,6 +213,14 @@ impl PyenvError {
             path: path.into(),
             source,
         }
+    }
+}
+
+fn describe_env(env: &str) -> String {
+    if env.is_empty() {
+        String::new()
+    } else {
+        format!("\n(uv ran with {env})")
     }
 }
 

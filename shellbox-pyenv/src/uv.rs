@@ -36,18 +36,31 @@ pub struct UvStep {
 }
 
 impl UvStep {
-    /// The step as one shell-quoted line, variables first, e.g.
-    /// `UV_PYTHON_INSTALL_DIR=/envs/a/python uv python install --no-config --no-bin 3.12.12`.
+    /// The step's argv as one shell-quoted line, the uv executable first, e.g.
+    /// `uv python install --no-config --no-bin 3.12.12`: how error messages begin (the
+    /// reference library's form). The variables are in [`UvStep::env_line`].
     pub fn command_line(&self) -> String {
-        let mut words = Vec::new();
-        for (key, value) in &self.env {
-            let mut assignment = key.clone();
-            assignment.push("=");
-            assignment.push(value);
-            words.push(shell_quote(&assignment));
-        }
-        words.extend(self.argv.iter().map(|a| shell_quote(a)));
-        words.join(" ")
+        self.argv
+            .iter()
+            .map(|a| shell_quote(a))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// The variables set for the step as shell-quoted `NAME=value` words, e.g.
+    /// `UV_PYTHON_INSTALL_DIR=/envs/a/python`; empty when there are none.
+    /// `format!("{} {}", env_line, command_line)` is the step as a shell would run it.
+    pub fn env_line(&self) -> String {
+        self.env
+            .iter()
+            .map(|(key, value)| {
+                let mut assignment = key.clone();
+                assignment.push("=");
+                assignment.push(value);
+                shell_quote(&assignment)
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
@@ -232,7 +245,8 @@ fn is_executable_file(path: &Path) -> bool {
 /// Runs one step, capturing stdout (logged at debug level) and stderr (kept for errors).
 pub(crate) fn run_step(step: &UvStep, version: Option<&str>) -> Result<(), PyenvError> {
     let command_line = step.command_line();
-    tracing::debug!(command = %command_line, "running uv");
+    let env_line = step.env_line();
+    tracing::debug!(command = %command_line, env = %env_line, "running uv");
     let output = std::process::Command::new(&step.argv[0])
         .args(&step.argv[1..])
         .envs(step.env.iter().map(|(k, v)| (k, v)))
@@ -259,12 +273,14 @@ pub(crate) fn run_step(step: &UvStep, version: Option<&str>) -> Result<(), Pyenv
         return Err(PyenvError::DownloadUnavailable {
             version: version.unwrap_or_default().to_string(),
             command: command_line,
+            env: env_line,
             exit_code,
             stderr,
         });
     }
     Err(PyenvError::UvFailed {
         command: command_line,
+        env: env_line,
         exit_code,
         stderr,
     })
@@ -369,9 +385,34 @@ mod tests {
         assert_eq!(strings(&steps[2].argv)[8..], ["copy", "--no-build", "/l"]);
         assert_eq!(
             steps[0].command_line(),
-            "UV_PYTHON_INSTALL_DIR=/envs/a/python UV_PYTHON_INSTALL_MIRROR=file:///srv/mirror \
-             uv python install --no-config --no-bin 3.13.1"
+            "uv python install --no-config --no-bin 3.13.1"
         );
+        assert_eq!(
+            steps[0].env_line(),
+            "UV_PYTHON_INSTALL_DIR=/envs/a/python UV_PYTHON_INSTALL_MIRROR=file:///srv/mirror"
+        );
+        assert_eq!(steps[2].env_line(), "");
+        let failed = PyenvError::UvFailed {
+            command: steps[0].command_line(),
+            env: steps[0].env_line(),
+            exit_code: Some(2),
+            stderr: "error: boom".into(),
+        };
+        assert_eq!(
+            failed.to_string(),
+            "uv python install --no-config --no-bin 3.13.1 exited with status 2:\nerror: boom\n\
+             (uv ran with UV_PYTHON_INSTALL_DIR=/envs/a/python \
+             UV_PYTHON_INSTALL_MIRROR=file:///srv/mirror)"
+        );
+        let failed = PyenvError::UvFailed {
+            command: steps[2].command_line(),
+            env: steps[2].env_line(),
+            exit_code: None,
+            stderr: "killed".into(),
+        };
+        assert!(failed
+            .to_string()
+            .ends_with("was killed by a signal:\nkilled"));
     }
 
     #[test]

@@ -280,6 +280,16 @@ fn different_inputs_are_refused() {
     let text = err.to_string();
     assert!(text.contains("different lock file"), "{text}");
     assert!(text.contains(&env.root().display().to_string()), "{text}");
+    // The error quotes the existing marker as it stands (REFERENCE 7).
+    let marker_text = std::fs::read_to_string(env.root().join(MARKER_NAME)).unwrap();
+    assert!(
+        text.contains(marker_text.trim_end()),
+        "{text}\n---\n{marker_text}"
+    );
+    match &err {
+        PyenvError::InputsDiffer { marker, .. } => assert_eq!(marker, &marker_text),
+        other => panic!("expected InputsDiffer, got {other:?}"),
+    }
 
     let err = build_python_environment(&root, &lock, "/opt/elsewhere/bin/python3").unwrap_err();
     match &err {
@@ -296,6 +306,7 @@ fn different_inputs_are_refused() {
         other => panic!("expected InputsDiffer, got {other:?}"),
     }
     assert!(err.to_string().contains("different python"), "{err}");
+    assert!(err.to_string().contains(marker_text.trim_end()), "{err}");
     let err = build_python_environment(&root, &lock, "3.12.12").unwrap_err();
     assert!(matches!(
         err,
@@ -352,9 +363,12 @@ fn uv_failures_are_typed_and_leave_nothing() {
     match &err {
         PyenvError::UvFailed {
             command,
+            env,
             exit_code,
             stderr,
         } => {
+            assert_eq!(env, "", "pip sync sets no variable");
+            assert!(err.to_string().starts_with(command.as_str()), "{err}");
             assert!(
                 command.contains(" pip sync --no-config --python "),
                 "{command}"
@@ -439,30 +453,35 @@ fn bad_inputs_are_typed() {
 #[test]
 fn unreachable_interpreter_mirror_is_download_unavailable() {
     let test = "unreachable_interpreter_mirror_is_download_unavailable";
-    let Some(_uv) = real_uv(test) else {
+    let Some(uv) = real_uv(test) else {
         return;
     };
     let dir = scratch();
     let lock = write_lock(dir.path(), "six.lock", SIX_LOCK);
     let root = dir.path().join("env");
-    let options =
-        BuildOptions::default().python_install_mirror("file:///nonexistent/shellbox-mirror");
+    let options = BuildOptions::default()
+        .uv(&uv)
+        .python_install_mirror("file:///nonexistent/shellbox-mirror");
     let err = build_python_environment_with(&root, &lock, "3.12.12", &options).unwrap_err();
     match &err {
         PyenvError::DownloadUnavailable {
             version,
             command,
+            env,
             stderr,
             ..
         } => {
             assert_eq!(version, "3.12.12");
             assert!(
-                command.contains("UV_PYTHON_INSTALL_MIRROR=file:///nonexistent/shellbox-mirror"),
-                "{command}"
+                env.contains("UV_PYTHON_INSTALL_MIRROR=file:///nonexistent/shellbox-mirror"),
+                "{env}"
             );
-            assert!(
-                command.contains(" python install --no-config --no-bin 3.12.12"),
-                "{command}"
+            assert_eq!(
+                command,
+                &format!(
+                    "{} python install --no-config --no-bin 3.12.12",
+                    uv.display()
+                )
             );
             // The mirror setting reached uv.
             assert!(stderr.contains("/nonexistent/shellbox-mirror"), "{stderr}");
@@ -480,6 +499,20 @@ fn unreachable_interpreter_mirror_is_download_unavailable() {
     // A version uv has no download for is an ordinary uv failure, not a download problem.
     let err = build_python_environment_with(&root, &lock, "3.12.99", &options).unwrap_err();
     assert!(matches!(err, PyenvError::UvFailed { .. }), "{err:?}");
+    // Its message begins with the shell-quoted uv command (REFERENCE 7); the variables the
+    // builder set for it are named after uv's stderr, not in front of the command.
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "{} python install --no-config --no-bin 3.12.99 exited with status ",
+            uv.display()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("UV_PYTHON_INSTALL_MIRROR=file:///nonexistent/shellbox-mirror"),
+        "{text}"
+    );
 }
 
 #[test]
