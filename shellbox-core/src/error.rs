@@ -47,6 +47,11 @@ pub enum Error {
     #[error("machine is closed")]
     Closed,
 
+    /// A wrapper's limit was reached and it was told not to wait (e.g.
+    /// [`LimitFactory::fail_fast`](crate::LimitFactory::fail_fast)). Retryable.
+    #[error("limit reached: {0}")]
+    LimitReached(String),
+
     /// A persistent shell session cannot do this now: `execute` while a command still
     /// runs, or `read`, `write` or `interrupt` with nothing running (REFERENCE.md 2).
     #[error("shell session: {0}")]
@@ -174,12 +179,15 @@ impl Error {
     }
 
     /// True when trying the same operation again may succeed: infrastructure time-outs,
-    /// engine failures and host I/O errors. Bad input, unsupported specs, closed
+    /// engine failures, host I/O errors and a wrapper's reached limit. Bad input, unsupported specs, closed
     /// machines and refused transfers are final.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Error::TimedOut { .. } | Error::Backend { .. } | Error::Io { .. }
+            Error::TimedOut { .. }
+                | Error::Backend { .. }
+                | Error::Io { .. }
+                | Error::LimitReached(_)
         )
     }
 
@@ -192,6 +200,7 @@ impl Error {
             Error::Closed => "closed",
             Error::NotFound { .. } => "not_found",
             Error::ShellState(_) => "shell_state",
+            Error::LimitReached(_) => "limit_reached",
             Error::Transfer { .. } => "transfer",
             Error::DownloadLimitExceeded(_) => "download_limit_exceeded",
             Error::Terminated(_) => "terminated",

@@ -20,7 +20,9 @@ pub mod conformance;
 mod download;
 mod download_file;
 mod error;
+mod limit;
 mod machine;
+mod pool;
 pub mod serde_secs;
 mod session;
 mod spec;
@@ -39,7 +41,9 @@ pub use command::{
 pub use download::{download_files, DownloadLimits};
 pub use download_file::{download_file, STAGING_PREFIX};
 pub use error::{Error, UnsupportedMachineSpec};
+pub use limit::LimitFactory;
 pub use machine::{Machine, MachineFactory};
+pub use pool::PoolFactory;
 pub use session::{ShellSession, ShellStatus, ShellUpdate, DEFAULT_EXECUTE_WAIT};
 pub use spec::{
     DockerImage, DockerfileSource, HostImage, ImageArchive, ImageSource, MachineSpec, Mount,

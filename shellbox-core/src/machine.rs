@@ -156,11 +156,16 @@ pub trait Machine: Send + Sync {
     async fn close(&self) -> Result<(), Error>;
 }
 
+/// Implements [`Machine`] for a smart pointer by forwarding every method to the machine
+/// inside. `clippy::missing_trait_methods` is denied on the impl, so a method added to the
+/// trait later cannot be left to its default here (which would silently skip the inner
+/// backend's own implementation).
 macro_rules! forward_machine {
     ($($wrapper:ident),*) => {$(
         /// Forwards to the machine inside, so a `Box<dyn Machine>` (what
         /// [`MachineFactory::create`] returns) or an `Arc` of one can be passed wherever a
         /// `&dyn Machine` or `impl Machine` is taken.
+        #[deny(clippy::missing_trait_methods)]
         #[async_trait]
         impl<M: Machine + ?Sized> Machine for $wrapper<M> {
             async fn run(&self, command: Command) -> Result<CommandResult, Error> {
@@ -193,4 +198,35 @@ macro_rules! forward_machine {
     )*};
 }
 
+/// Implements [`MachineFactory`] for a smart pointer by forwarding every method, with
+/// `clippy::missing_trait_methods` denied for the same reason as [`forward_machine`].
+macro_rules! forward_factory {
+    ($($wrapper:ident),*) => {$(
+        /// Forwards to the factory inside, so a `Box<dyn MachineFactory>` or an
+        /// `Arc<dyn MachineFactory>` (what `shellbox::factory` returns) is a factory too,
+        /// e.g. inside [`LimitFactory`](crate::LimitFactory).
+        #[deny(clippy::missing_trait_methods)]
+        #[async_trait]
+        impl<F: MachineFactory + ?Sized> MachineFactory for $wrapper<F> {
+            fn backend(&self) -> &'static str {
+                (**self).backend()
+            }
+            async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {
+                (**self).create(spec).await
+            }
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+            async fn check_environment(
+                &self,
+                requirements: &ExecutionRequirements,
+                spec: &MachineSpec,
+            ) -> Result<(), Error> {
+                (**self).check_environment(requirements, spec).await
+            }
+        }
+    )*};
+}
+
 forward_machine!(Box, Arc);
+forward_factory!(Box, Arc);

@@ -1,0 +1,155 @@
+//! The composable wrappers (`LimitFactory`, `PoolFactory`) over real backends: the
+//! simulator and local bubblewrap machines.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shellbox::{
+    Backend, Command, Error, LimitFactory, Machine, MachineFactory, MachineSpec, PoolFactory,
+};
+
+/// The backends these tests run over, with the spec each accepts; a backend that cannot run
+/// here is skipped with a SKIP line.
+async fn backends(test: &str) -> Vec<(Arc<dyn MachineFactory>, MachineSpec)> {
+    let mut out = Vec::new();
+    #[cfg(feature = "sim")]
+    out.push((
+        shellbox::factory(Backend::Sim).await.unwrap(),
+        MachineSpec::sim(),
+    ));
+    #[cfg(feature = "local")]
+    match shellbox::factory(Backend::Local).await {
+        Ok(f) => out.push((f, MachineSpec::host())),
+        Err(e @ Error::SandboxUnavailable { .. }) => eprintln!("SKIP {test}: local: {e}"),
+        Err(e) => panic!("local factory: {e}"),
+    }
+    out
+}
+
+async fn echo(m: &dyn Machine, word: &str) -> String {
+    let r = m.run(Command::new("echo").arg(word)).await.unwrap();
+    String::from_utf8_lossy(&r.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn limit_holds_under_50_concurrent_creates() {
+    for (inner, spec) in backends("limit_holds_under_50_concurrent_creates").await {
+        let factory = Arc::new(LimitFactory::new(inner.clone(), 4));
+        let live = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..50)
+            .map(|i| {
+                let (factory, spec, live, most) =
+                    (factory.clone(), spec.clone(), live.clone(), most.clone());
+                tokio::spawn(async move {
+                    let m = factory.create(spec).await.unwrap();
+                    let now = live.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    assert_eq!(echo(&*m, &i.to_string()).await, format!("{i}\n"));
+                    live.fetch_sub(1, Ordering::SeqCst);
+                    m.close().await.unwrap();
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let most = most.load(Ordering::SeqCst);
+        assert!(
+            most <= 4,
+            "{}: {most} machines were live at once",
+            inner.backend()
+        );
+        assert_eq!(factory.live_machines(), 0, "{}", inner.backend());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_fast_refuses_then_frees_on_close_and_drop() {
+    for (inner, spec) in backends("fail_fast_refuses_then_frees_on_close_and_drop").await {
+        let factory = LimitFactory::new(inner.clone(), 2).fail_fast();
+        let a = factory.create(spec.clone()).await.unwrap();
+        let b = factory.create(spec.clone()).await.unwrap();
+        let err = match factory.create(spec.clone()).await {
+            Ok(_) => panic!("{}: a third machine was created", inner.backend()),
+            Err(e) => e,
+        };
+        assert!(matches!(err, Error::LimitReached(_)), "{err:?}");
+        assert!(err.is_retryable());
+        a.close().await.unwrap();
+        let c = factory.create(spec.clone()).await.unwrap();
+        drop(b);
+        let d = factory.create(spec.clone()).await.unwrap();
+        assert_eq!(echo(&*d, "d").await, "d\n");
+        c.close().await.unwrap();
+        d.close().await.unwrap();
+        assert_eq!(factory.live_machines(), 0);
+        let err = LimitFactory::new(inner.clone(), 0)
+            .create(spec.clone())
+            .await
+            .err()
+            .unwrap();
+        assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commands_per_machine_are_capped() {
+    for (inner, spec) in backends("commands_per_machine_are_capped").await {
+        let factory = LimitFactory::new(inner.clone(), 1).max_commands_per_machine(1);
+        let m: Arc<dyn Machine> = Arc::from(factory.create(spec).await.unwrap());
+        // Each command holds a lock directory for a while; two at once would collide.
+        let script = "mkdir /tmp/held || exit 9; sleep 0.2; rmdir /tmp/held";
+        let runs: Vec<_> = (0..4)
+            .map(|_| {
+                let m = m.clone();
+                tokio::spawn(async move { m.run(Command::shell(script)).await.unwrap() })
+            })
+            .collect();
+        for r in runs {
+            let r = r.await.unwrap();
+            assert_eq!(r.exit_code, Some(0), "{}: {r:?}", inner.backend());
+        }
+        m.close().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_hands_over_warm_machines_and_refills() {
+    for (inner, spec) in backends("pool_hands_over_warm_machines_and_refills").await {
+        let pool = PoolFactory::new(inner.clone(), spec.clone(), 3);
+        pool.fill().await.unwrap();
+        assert_eq!(pool.idle_machines(), 3);
+        let m = pool.create(spec.clone()).await.unwrap();
+        assert_eq!(echo(&*m, "pooled").await, "pooled\n");
+        // The handed-over machine is fresh and private: nothing of another's files.
+        let other = pool.create(spec.clone()).await.unwrap();
+        m.run(Command::shell("echo x > /tmp/mine")).await.unwrap();
+        let r = other
+            .run(Command::shell("test -e /tmp/mine"))
+            .await
+            .unwrap();
+        assert_eq!(r.exit_code, Some(1), "{}", inner.backend());
+        // The pool refills in the background.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while pool.idle_machines() < 3 {
+            assert!(
+                Instant::now() < deadline,
+                "{}: pool did not refill",
+                inner.backend()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Another spec passes through without touching the pool.
+        let custom = pool.create(spec.clone().env("POOL", "no")).await.unwrap();
+        assert_eq!(pool.idle_machines(), 3);
+        custom.close().await.unwrap();
+        pool.close().await.unwrap();
+        assert_eq!(pool.idle_machines(), 0);
+        let err = pool.create(spec.clone()).await.err().unwrap();
+        assert!(matches!(err, Error::Closed), "{err:?}");
+        m.close().await.unwrap();
+        other.close().await.unwrap();
+    }
+}
