@@ -1,0 +1,1 @@
+"""The backends: ``local`` (bubblewrap), ``docker`` (Docker Engine), ``shellsim`` (simulator)."""
