@@ -186,9 +186,15 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
                             let key = match sh.vars.get(n).map(|v| &v.value) {
                                 Some(Value::Assoc(_)) => Some(it.expand_nosplit_str(sh, &idx)?),
                                 Some(Value::Arr(m)) => {
-                                    let len = m.keys().next_back().map(|k| k + 1).unwrap_or(0);
+                                    let len = m
+                                        .keys()
+                                        .next_back()
+                                        .map(|k| k.saturating_add(1))
+                                        .unwrap_or(0);
                                     let i = it.arith_text(sh, &idx)?.unwrap_or(0);
-                                    Some((if i < 0 { len + i } else { i }).to_string())
+                                    Some(
+                                        (if i < 0 { len.saturating_add(i) } else { i }).to_string(),
+                                    )
                                 }
                                 _ => None,
                             };

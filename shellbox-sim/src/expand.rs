@@ -1007,7 +1007,11 @@ impl Interp<'_> {
                                 Some(Value::Arr(m)) => {
                                     let i = self.eval_arith_str(sh, &key)?.unwrap_or_default();
                                     let i = if i < 0 {
-                                        m.keys().next_back().map(|k| k + 1).unwrap_or(0) + i
+                                        m.keys()
+                                            .next_back()
+                                            .map(|k| k.saturating_add(1))
+                                            .unwrap_or(0)
+                                            .saturating_add(i)
                                     } else {
                                         i
                                     };

@@ -56,6 +56,15 @@
 //! (`Invalid argument`, recorded as unsupported). Any other program is not found (exit 127), as on a
 //! machine without it.
 //!
+//! # Fuzzing
+//!
+//! `tests/fuzz.rs` is a grammar-aware fuzzer (deterministic seed): generated scripts run on
+//! fresh machines in a child process capped with `RLIMIT_AS`, checking that nothing panics,
+//! that every timeout is honoured and that memory stays bounded. `cargo test -p
+//! shellbox-sim --test fuzz` runs it for 3 s; `SHELLBOX_FUZZ_SECS=3600 cargo test --release
+//! -p shellbox-sim --test fuzz -- --nocapture` for an hour (`SHELLBOX_FUZZ_SEED=n` for
+//! another seed).
+//!
 //! # Not simulated
 //!
 //! `select`, `coproc`, output process substitution `>(...)`, job control (`fg`, `bg`),

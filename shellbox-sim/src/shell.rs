@@ -2322,7 +2322,11 @@ impl<'a> Interp<'a> {
                     } else {
                         BTreeMap::new()
                     };
-                    let mut next = m.keys().next_back().map(|k| k + 1).unwrap_or(0);
+                    let mut next = m
+                        .keys()
+                        .next_back()
+                        .map(|k| k.saturating_add(1))
+                        .unwrap_or(0);
                     for (k, v) in items {
                         let idx = match k {
                             Some(k) => match self.eval_arith_str(sh, &k) {
@@ -2332,7 +2336,7 @@ impl<'a> Interp<'a> {
                             None => next,
                         };
                         m.insert(idx, v.into());
-                        next = idx + 1;
+                        next = idx.saturating_add(1);
                     }
                     match sh.vars.get_mut(n) {
                         Some(v) => v.value = Value::Arr(m),
@@ -2379,10 +2383,14 @@ impl<'a> Interp<'a> {
                     };
                     let i = if i < 0 {
                         let len = match sh.vars.get(n).map(|v| &v.value) {
-                            Some(Value::Arr(m)) => m.keys().next_back().map(|k| k + 1).unwrap_or(0),
+                            Some(Value::Arr(m)) => m
+                                .keys()
+                                .next_back()
+                                .map(|k| k.saturating_add(1))
+                                .unwrap_or(0),
                             _ => 1,
                         };
-                        len + i
+                        len.saturating_add(i)
                     } else {
                         i
                     };
@@ -2677,7 +2685,11 @@ pub fn get_elem(it: &mut Interp<'_>, sh: &mut Shell, name: &str, key: &str) -> S
                 _ => 0,
             };
             let i = if i < 0 {
-                m.keys().next_back().map(|k| k + 1).unwrap_or(0) + i
+                m.keys()
+                    .next_back()
+                    .map(|k| k.saturating_add(1))
+                    .unwrap_or(0)
+                    .saturating_add(i)
             } else {
                 i
             };

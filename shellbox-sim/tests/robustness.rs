@@ -328,3 +328,14 @@ fn big_buffers_honour_the_timeout() {
     );
     assert_eq!(r.stdout, "100000 100000\n", "{r:?}");
 }
+
+/// Found by the fuzzer: array subscripts at the ends of i64 never overflow.
+#[test]
+fn extreme_array_subscripts() {
+    let r = run_with_timeout(
+        "a=(1 2); : $((a[-9223372036854775808] /= 255)); echo ${a[-9223372036854775808]}; b[9223372036854775807]=x; b+=(y); echo ${#b[@]}; read -a c <<< 'p q'; echo ${c[-9223372036854775808]}; echo end",
+        Duration::from_secs(10),
+    );
+    assert_no_panic("subscripts", &r);
+    assert!(r.stdout.ends_with(b"end\n"), "{r:?}");
+}

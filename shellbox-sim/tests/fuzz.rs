@@ -1,0 +1,520 @@
+//! A grammar-aware fuzzer for the simulator: generated shell scripts (commands, pipelines,
+//! compound commands, expansions, patterns, redirections, odd numbers, and byte-level
+//! mutations of those) run on fresh machines under a timeout and a small memory budget.
+//!
+//! Properties checked for every script:
+//! - no panic (the simulator reports an internal panic as "internal error" on stderr);
+//! - the run ends within its timeout plus a slack ([`SLACK`]): a timeout is honoured;
+//! - the only error is `Terminated` naming a budget (memory, fuel, output, disk);
+//! - the process's peak memory stays bounded (checked at the end against [`PEAK_LIMIT_MIB`]),
+//!   and the fuzz loop runs in a child process under `RLIMIT_AS`, so a runaway case
+//!   cannot disturb the machine.
+//!
+//! `cargo test -p shellbox-sim --test fuzz` runs it for 3 s (deterministic seed 1).
+//! For an hour: `SHELLBOX_FUZZ_SECS=3600 cargo test --release -p shellbox-sim --test fuzz
+//! -- --nocapture`; `SHELLBOX_FUZZ_SEED=n` picks another seed. A failure prints the seed,
+//! the case number and the script.
+
+use std::time::{Duration, Instant};
+
+use shellbox_core::{Command, Error, ExitReason, MachineSpec};
+use shellbox_sim::{SimMachineFactory, SimOptions};
+
+/// The timeout of each generated script.
+const TIMEOUT: Duration = Duration::from_millis(200);
+/// How long past its timeout a script may run (generous: an unoptimised build on a busy
+/// machine; the interpreter aims at 100 ms).
+const SLACK: Duration = Duration::from_millis(1500);
+/// Each machine's memory budget.
+const BUDGET: u64 = 64 << 20;
+/// The child's address-space cap.
+const ADDRESS_SPACE_BYTES: u64 = 4 << 30;
+/// Most peak RSS the fuzzing child may reach.
+const PEAK_LIMIT_MIB: u64 = 1024;
+
+/// xorshift64*: deterministic, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
+        xs[self.below(xs.len())]
+    }
+    fn chance(&mut self, percent: usize) -> bool {
+        self.below(100) < percent
+    }
+}
+
+const NAMES: &[&str] = &[
+    "x", "y", "a", "s", "i", "IFS", "PATH", "m", "n", "REPLY", "_",
+];
+const NUMBERS: &[&str] = &[
+    "0",
+    "1",
+    "-1",
+    "2",
+    "3",
+    "7",
+    "10",
+    "255",
+    "256",
+    "1000",
+    "65536",
+    "99999999999",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "4294967296",
+    "010",
+    "0x1F",
+    "2#101",
+];
+const LITERALS: &[&str] = &[
+    "a",
+    "b",
+    "abc",
+    "hello world",
+    "é€𝄞",
+    "*",
+    "?",
+    "[a-c]",
+    "a*b",
+    "-n",
+    "--",
+    "/",
+    "/tmp",
+    "f",
+    "d/e",
+    "x y",
+    "",
+    "'",
+    "\\",
+    "$",
+    "!",
+    "{}",
+    "{a,b}",
+    "~",
+    "%",
+    "#",
+    ":",
+    ".",
+];
+const PATTERNS: &[&str] = &[
+    "*",
+    "?",
+    "a",
+    "*a",
+    "a*",
+    "[a-z]",
+    "[!a]",
+    "?(a)",
+    "*(ab)",
+    "+(a|b)",
+    "@(x|y)*",
+    "!(a)",
+    "[[:digit:]]",
+    "\\*",
+    "",
+    "*/",
+    "?*?",
+    "[]",
+    "[",
+];
+const UTILS: &[&str] = &[
+    "echo", "printf", "cat", "head", "tail", "wc", "seq", "cp", "mv", "rm", "mkdir", "ls", "touch",
+    "test", "[", "true", "false", "basename", "dirname", "stat", "chmod", "ln", "sleep", "date",
+    "tee", "tar", "timeout", "env", "kill", "pwd", "read", "mapfile", "declare", "local", "export",
+    "unset", "shift", "set", "shopt", "eval", "trap", "wait", "getopts", "cd", "pushd", "type",
+    "command", "exit", "return", "break", "continue",
+];
+const SOURCES: &[&str] = &[
+    "/dev/zero",
+    "/dev/urandom",
+    "/dev/null",
+    "f",
+    "/",
+    "/tmp",
+    "/nope",
+];
+
+struct Gen {
+    rng: Rng,
+    depth: usize,
+}
+
+impl Gen {
+    fn word(&mut self) -> String {
+        let r = self.rng.below(100);
+        let w = if r < 25 {
+            self.rng.pick(LITERALS).to_string()
+        } else if r < 40 {
+            self.rng.pick(NUMBERS).to_string()
+        } else if r < 70 {
+            self.param()
+        } else if r < 78 && self.depth < 4 {
+            self.depth += 1;
+            let c = self.pipeline();
+            self.depth -= 1;
+            format!("$({c})")
+        } else if r < 86 {
+            format!("$(({}))", self.arith())
+        } else if r < 93 {
+            let (a, b) = (self.rng.pick(NUMBERS), self.rng.pick(NUMBERS));
+            if self.rng.chance(50) {
+                format!("{{{a}..{b}}}")
+            } else {
+                format!("{{{a}..{b}..{}}}", self.rng.pick(NUMBERS))
+            }
+        } else {
+            format!(
+                "{{{},{}}}",
+                self.rng.pick(LITERALS),
+                self.rng.pick(LITERALS)
+            )
+        };
+        match self.rng.below(4) {
+            0 => format!("\"{w}\""),
+            1 if !w.contains('\'') => format!("'{w}'"),
+            _ => w,
+        }
+    }
+
+    fn param(&mut self) -> String {
+        let n = self.rng.pick(NAMES);
+        let p = self.rng.pick(PATTERNS);
+        let w = self.rng.pick(LITERALS);
+        let k = self.rng.pick(NUMBERS);
+        match self.rng.below(18) {
+            0 => format!("${n}"),
+            1 => format!("${{{n}#{p}}}"),
+            2 => format!("${{{n}##{p}}}"),
+            3 => format!("${{{n}%{p}}}"),
+            4 => format!("${{{n}%%{p}}}"),
+            5 => format!("${{{n}/{p}/{w}}}"),
+            6 => format!("${{{n}//{p}/{w}}}"),
+            7 => format!("${{{n}:-{w}}}"),
+            8 => format!("${{{n}:={w}}}"),
+            9 => format!("${{#{n}}}"),
+            10 => format!("${{{n}:{k}:{k}}}"),
+            11 => format!("${{{n}[@]}}"),
+            12 => format!("${{{n}[{k}]}}"),
+            13 => format!("${{!{n}}}"),
+            14 => format!("${{{n}^^}}"),
+            15 => format!("${{{n}@Q}}"),
+            16 => format!("\"${{{n}[@]:{k}}}\""),
+            _ => format!("${{{n}/#{p}/{w}}}"),
+        }
+    }
+
+    fn arith(&mut self) -> String {
+        let a = self.rng.pick(NUMBERS);
+        let b = self.rng.pick(NUMBERS);
+        let n = self.rng.pick(NAMES);
+        let op = self.rng.pick(&[
+            "+", "-", "*", "/", "%", "**", "<<", ">>", "&", "|", "^", "<", "==", "&&", "||", ",",
+            "=",
+        ]);
+        match self.rng.below(5) {
+            0 => format!("{a} {op} {b}"),
+            1 => format!("{n} {op} {a}"),
+            2 => format!("{n}++"),
+            3 => format!("({a} {op} {b}) ? {n} : -{a}"),
+            _ => format!("{n}[{a}] {op}= {b}"),
+        }
+    }
+
+    fn simple(&mut self) -> String {
+        let r = self.rng.below(100);
+        if r < 20 {
+            let n = self.rng.pick(NAMES);
+            return match self.rng.below(5) {
+                0 => format!("{n}=({} {} {})", self.word(), self.word(), self.word()),
+                1 => format!("{n}+=({})", self.word()),
+                2 => format!("{n}+={}", self.word()),
+                3 => format!("{n}[{}]={}", self.rng.pick(NUMBERS), self.word()),
+                _ => format!("{n}={}", self.word()),
+            };
+        }
+        if r < 30 {
+            let (u, s) = (
+                self.rng
+                    .pick(&["cat", "head -c 100", "head -n 3", "wc -c", "tail -c 5"]),
+                self.rng.pick(SOURCES),
+            );
+            return format!("{u} {s}");
+        }
+        let mut c = self.rng.pick(UTILS).to_string();
+        for _ in 0..self.rng.below(4) {
+            c.push(' ');
+            if self.rng.chance(20) {
+                c.push_str(self.rng.pick(&[
+                    "-r", "-n", "-c", "-e", "-p", "-a", "-f", "-d", "-s", "-v", "-x", "-z",
+                ]));
+            } else {
+                c.push_str(&self.word());
+            }
+        }
+        if self.rng.chance(15) {
+            let redir = self.rng.pick(&[
+                ">",
+                ">>",
+                "<",
+                "2>&1",
+                ">&2",
+                "2>/dev/null",
+                "<<<",
+                "<>",
+                "3>&-",
+                "99999999999>",
+            ]);
+            c.push_str(&format!(
+                " {redir} {}",
+                self.rng.pick(&["f", "/dev/null", "/tmp/g", "x", "/"])
+            ));
+        }
+        c
+    }
+
+    fn pipeline(&mut self) -> String {
+        let mut p = self.command();
+        for _ in 0..self.rng.below(3) {
+            p.push_str(self.rng.pick(&[" | ", " && ", " || ", "; ", " & "]));
+            p.push_str(&self.command());
+        }
+        p
+    }
+
+    fn command(&mut self) -> String {
+        if self.depth >= 4 {
+            return self.simple();
+        }
+        self.depth += 1;
+        let body = |g: &mut Gen| g.pipeline();
+        let c = match self.rng.below(100) {
+            0..=54 => self.simple(),
+            55..=61 => format!(
+                "if {}; then {}; else {}; fi",
+                body(self),
+                body(self),
+                body(self)
+            ),
+            62..=69 => format!(
+                "for {} in {} {}; do {}; done",
+                self.rng.pick(NAMES),
+                self.word(),
+                self.word(),
+                body(self)
+            ),
+            70..=74 => format!(
+                "i=0; while (( i++ < {} )); do {}; done",
+                self.rng.below(50),
+                body(self)
+            ),
+            75..=78 => format!(
+                "case {} in {}) {};; *) {};; esac",
+                self.word(),
+                self.rng.pick(PATTERNS),
+                body(self),
+                body(self)
+            ),
+            79..=82 => format!("f() {{ {}; }}; f {}", body(self), self.word()),
+            83..=86 => format!("( {} )", body(self)),
+            87..=89 => format!("{{ {}; }}", body(self)),
+            90..=92 => format!("[[ {} == {} ]]", self.word(), self.rng.pick(PATTERNS)),
+            93..=94 => format!("(( {} ))", self.arith()),
+            95..=96 => format!("cat <<EOF\n{} {}\nEOF\n", self.word(), self.param()),
+            _ => format!("while :; do {}; done", body(self)),
+        };
+        self.depth -= 1;
+        c
+    }
+
+    fn script(&mut self) -> String {
+        let mut s = String::new();
+        if self.rng.chance(30) {
+            s.push_str("shopt -s extglob; ");
+        }
+        if self.rng.chance(20) {
+            s.push_str("x=$(printf '%1000s'); x=$x$x$x$x; ");
+        }
+        for _ in 0..1 + self.rng.below(4) {
+            s.push_str(&self.pipeline());
+            s.push('\n');
+        }
+        // byte-level mutations reach the parser's corners
+        if self.rng.chance(15) && !s.is_empty() {
+            let mut b = s.into_bytes();
+            for _ in 0..1 + self.rng.below(3) {
+                let i = self.rng.below(b.len());
+                match self.rng.below(3) {
+                    0 => {
+                        b.remove(i);
+                    }
+                    1 => b.insert(
+                        i,
+                        *b"(){}[]$\"'`<>|&;\\#\n"
+                            .get(self.rng.below(18))
+                            .unwrap_or(&b'x'),
+                    ),
+                    _ => {
+                        let j = self.rng.below(b.len());
+                        b.swap(i, j);
+                    }
+                }
+                if b.is_empty() {
+                    break;
+                }
+            }
+            s = String::from_utf8_lossy(&b).into_owned();
+        }
+        s
+    }
+}
+
+/// Scripts that once broke the simulator (issue 16), run first on every fuzz run.
+const CORPUS: &[&str] = &[
+    "printf '%.65536f' 1",
+    "echo 99999999999>/dev/null",
+    "${\"\"<<EOF\n}\nEOF\n",
+    "$[))<< ($[$]\n",
+    "echo {1..2..-9223372036854775808}",
+    "mkdir -p /a/b; cp -r /a /a/b",
+    "cp -r / /tmp/x",
+    "x=$(printf \"%4000s\"); y=${x//a/b}",
+    "x=$(seq 5000); y=${x//?/ab}",
+    "s=x; while :; do s=$s$s; done",
+    "cat /dev/zero & wait",
+    "for b in `cat /dev/zero | head -c 100000000`; do :; done",
+];
+
+fn check_one(f: &SimMachineFactory, seed: u64, case: usize, script: &str) {
+    let m = f.create_sim(MachineSpec::sim()).unwrap();
+    let started = Instant::now();
+    let r = m.run_sync(Command::shell(script).timeout(TIMEOUT));
+    let took = started.elapsed();
+    let fail = |what: String| -> ! {
+        panic!("fuzz failure (seed {seed}, case {case}): {what}\nscript:\n{script}")
+    };
+    if took > TIMEOUT + SLACK {
+        fail(format!("ran {took:?} under a {TIMEOUT:?} timeout"));
+    }
+    match r {
+        Ok(r) => {
+            let err = String::from_utf8_lossy(&r.stderr);
+            if err.contains("internal error") {
+                fail(format!("panicked: {err}"));
+            }
+            if r.reason == ExitReason::TimedOut && r.exit_code.is_some() {
+                fail(format!("timed out with a status: {r:?}"));
+            }
+        }
+        Err(Error::Terminated(why)) => {
+            let named = ["memory limit", "cpu fuel", "output limit", "disk limit"];
+            if !named.iter().any(|n| why.contains(n)) {
+                fail(format!("terminated without naming a budget: {why}"));
+            }
+        }
+        Err(e) => fail(format!("unexpected error: {e}")),
+    }
+}
+
+fn peak_rss_mib() -> Option<u64> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .map(|kib| kib / 1024)
+        })
+}
+
+/// The fuzz loop itself; runs only in the child the test below starts.
+#[test]
+fn fuzz_child() {
+    if std::env::var_os("SHELLBOX_FUZZ_CHILD").is_none() {
+        return;
+    }
+    let limit = libc::rlimit {
+        rlim_cur: ADDRESS_SPACE_BYTES,
+        rlim_max: ADDRESS_SPACE_BYTES,
+    };
+    // SAFETY: setrlimit reads the struct we pass; it affects only this (child) process.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) };
+    assert_eq!(rc, 0, "setrlimit(RLIMIT_AS)");
+    let secs: u64 = std::env::var("SHELLBOX_FUZZ_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let seed: u64 = std::env::var("SHELLBOX_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let f = SimMachineFactory::with_options(SimOptions {
+        memory_bytes: Some(BUDGET),
+        output_bytes: 16 << 20,
+        ..SimOptions::default()
+    });
+    for (i, script) in CORPUS.iter().enumerate() {
+        check_one(&f, seed, i, script);
+    }
+    let mut g = Gen {
+        rng: Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1),
+        depth: 0,
+    };
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut cases = 0usize;
+    while Instant::now() < end {
+        let script = g.script();
+        check_one(&f, seed, CORPUS.len() + cases, &script);
+        cases += 1;
+    }
+    let peak = peak_rss_mib().unwrap_or(0);
+    eprintln!("fuzz: seed {seed}, {cases} generated scripts in {secs} s, peak RSS {peak} MiB");
+    assert!(peak < PEAK_LIMIT_MIB, "peak RSS {peak} MiB");
+}
+
+/// Runs [`fuzz_child`] in a child process (this test binary again) under `RLIMIT_AS`.
+#[test]
+fn fuzz_scripts() {
+    if std::env::var_os("SHELLBOX_FUZZ_CHILD").is_some() {
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "fuzz_child",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("SHELLBOX_FUZZ_CHILD", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!(
+        "{}",
+        err.lines()
+            .filter(|l| l.starts_with("fuzz:"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        out.status.success(),
+        "the fuzzing child failed ({:?}):\n{stdout}\n{err}",
+        out.status
+    );
+    assert!(
+        err.contains("fuzz: seed"),
+        "the child ran no fuzz loop:\n{stdout}\n{err}"
+    );
+}
