@@ -33,25 +33,26 @@ const UNPACK_MODE_MASK: u32 = 0o1777;
 /// or `data/`, `data/a.txt`, ... for a directory. `None` writes a directory's *contents* at
 /// the top level with no entry for the directory itself (a file then is an error).
 /// Entries are sorted by name, owned by uid/gid 0, keep their mode bits (`0o7777`) and
-/// modification time. Sockets, FIFOs and device files inside a directory are skipped.
+/// modification time. A socket, FIFO or device file anywhere in the tree is an error
+/// ([`SPECIAL_FILE_REFUSAL`], RULES 4): it is never opened, so it cannot block the packer.
 ///
 /// # Errors
 /// [`Error::NotFound`] when `source` does not exist, [`Error::InvalidInput`] for a bad
 /// `root_name` (empty, absolute, `.`/`..` components) or `None` with a non-directory,
-/// [`Error::Transfer`] when `source` itself is a special file, [`Error::Io`] for read and
-/// write failures.
+/// [`Error::Transfer`] for a special file, [`Error::Io`] for read and write failures.
 pub fn pack_path<W: Write>(source: &Path, root_name: Option<&str>, writer: W) -> Result<W, Error> {
     let mut builder = tar::Builder::new(writer);
     builder.follow_symlinks(false);
-    append_path(&mut builder, source, root_name)?;
+    append_path_with(&mut builder, source, root_name, true)?;
     builder
         .into_inner()
         .map_err(|e| Error::io("finish tar archive", e))
 }
 
-/// Appends `source` to an open tar `builder` exactly as [`pack_path`] does, without writing
-/// the end-of-archive marker, so a caller can add more entries (e.g. a Dockerfile kept
-/// outside a build context).
+/// Appends `source` to an open tar `builder` as [`pack_path`] does, without writing the
+/// end-of-archive marker, so a caller can add more entries (e.g. a Dockerfile kept outside a
+/// build context). Unlike [`pack_path`], sockets, FIFOs and device files *inside* a
+/// directory are skipped (as `docker build` skips them in a context).
 ///
 /// # Errors
 /// As [`pack_path`].
@@ -59,6 +60,15 @@ pub fn append_path<W: Write>(
     builder: &mut tar::Builder<W>,
     source: &Path,
     root_name: Option<&str>,
+) -> Result<(), Error> {
+    append_path_with(builder, source, root_name, false)
+}
+
+fn append_path_with<W: Write>(
+    builder: &mut tar::Builder<W>,
+    source: &Path,
+    root_name: Option<&str>,
+    strict: bool,
 ) -> Result<(), Error> {
     let meta = match fs::symlink_metadata(source) {
         Ok(m) => m,
@@ -80,7 +90,14 @@ pub fn append_path<W: Write>(
         }
     }
     match root_name {
-        Some(name) => append_tree(builder, source, &meta, name.trim_end_matches('/'), true)?,
+        Some(name) => append_tree(
+            builder,
+            source,
+            &meta,
+            name.trim_end_matches('/'),
+            true,
+            strict,
+        )?,
         None => {
             if !meta.is_dir() {
                 return Err(Error::invalid(format!(
@@ -88,7 +105,7 @@ pub fn append_path<W: Write>(
                     source.display()
                 )));
             }
-            append_children(builder, source, "")?;
+            append_children(builder, source, "", strict)?;
         }
     }
     Ok(())
@@ -116,6 +133,7 @@ fn append_tree<W: Write>(
     meta: &fs::Metadata,
     name: &str,
     is_root: bool,
+    strict: bool,
 ) -> Result<(), Error> {
     let ft = meta.file_type();
     if ft.is_symlink() {
@@ -129,11 +147,11 @@ fn append_tree<W: Write>(
         builder
             .append_data(&mut header, format!("{name}/"), io::empty())
             .map_err(io_at(path, "pack directory"))?;
-        append_children(builder, path, name)?;
+        append_children(builder, path, name, strict)?;
     } else if ft.is_file() {
         let mut header = base_header(meta, tar::EntryType::Regular);
         header.set_size(meta.len());
-        let file = fs::File::open(path).map_err(io_at(path, "open"))?;
+        let file = open_regular(path)?;
         // Guard against the file changing size while it is read: exactly `len` bytes go in.
         let reader = ExactLen {
             inner: file,
@@ -142,10 +160,10 @@ fn append_tree<W: Write>(
         builder
             .append_data(&mut header, name, reader)
             .map_err(io_at(path, "pack file"))?;
-    } else if is_root {
+    } else if is_root || strict {
         return Err(Error::transfer(
             path.display().to_string(),
-            "not a regular file, directory or symlink",
+            SPECIAL_FILE_REFUSAL,
         ));
     } else {
         tracing::debug!(path = %path.display(), "skipping special file while packing");
@@ -157,6 +175,7 @@ fn append_children<W: Write>(
     builder: &mut tar::Builder<W>,
     dir: &Path,
     prefix: &str,
+    strict: bool,
 ) -> Result<(), Error> {
     let mut names: Vec<_> = fs::read_dir(dir)
         .map_err(io_at(dir, "read directory"))?
@@ -178,9 +197,82 @@ fn append_children<W: Write>(
             format!("{prefix}/{file_name}")
         };
         let meta = fs::symlink_metadata(&child).map_err(io_at(&child, "stat"))?;
-        append_tree(builder, &child, &meta, &name, false)?;
+        append_tree(builder, &child, &meta, &name, false, strict)?;
     }
     Ok(())
+}
+
+/// Opens a file that was a regular file when it was listed, without blocking if it has been
+/// swapped for a FIFO since (`O_NONBLOCK`), and checks it is still a regular file.
+fn open_regular(path: &Path) -> Result<fs::File, Error> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(io_at(path, "open"))?;
+    let meta = file.metadata().map_err(io_at(path, "stat"))?;
+    if !meta.is_file() {
+        return Err(Error::transfer(
+            path.display().to_string(),
+            SPECIAL_FILE_REFUSAL,
+        ));
+    }
+    Ok(file)
+}
+
+/// Checks, before anything is sent, that [`pack_path`] can pack `source` whole: every entry
+/// is a regular file, directory or symlink and every regular file can be opened for
+/// reading. A backend that cannot stage an upload on the guest side (Docker's archive
+/// endpoint extracts entry by entry) calls it first, so a special or unreadable file deep
+/// in the tree fails the upload before the first entry lands.
+///
+/// # Errors
+/// [`Error::NotFound`] when `source` does not exist, [`Error::Transfer`] for a special file
+/// ([`SPECIAL_FILE_REFUSAL`]) or a tree deeper than 4096 levels, [`Error::Io`] for a
+/// directory or file that cannot be read.
+pub fn check_packable(source: &Path) -> Result<(), Error> {
+    fn walk(path: &Path, depth: usize) -> Result<(), Error> {
+        if depth > 4096 {
+            return Err(Error::transfer(
+                path.display().to_string(),
+                "directories nest too deep",
+            ));
+        }
+        let meta = fs::symlink_metadata(path).map_err(io_at(path, "stat"))?;
+        let ft = meta.file_type();
+        if ft.is_symlink() {
+            Ok(())
+        } else if ft.is_file() {
+            open_regular(path).map(drop)
+        } else if ft.is_dir() {
+            for entry in fs::read_dir(path).map_err(io_at(path, "read directory"))? {
+                let entry = entry.map_err(io_at(path, "read directory"))?;
+                walk(&entry.path(), depth + 1)?;
+            }
+            Ok(())
+        } else {
+            Err(Error::transfer(
+                path.display().to_string(),
+                SPECIAL_FILE_REFUSAL,
+            ))
+        }
+    }
+    match fs::metadata(source) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            Err(Error::not_found(source.display().to_string()))
+        }
+        Err(e) => Err(Error::io(format!("stat {}", source.display()), e)),
+        // A symlink given as the source itself is followed.
+        Ok(m) if m.is_dir() || m.is_file() => walk(
+            &fs::canonicalize(source).map_err(io_at(source, "resolve"))?,
+            0,
+        ),
+        Ok(_) => Err(Error::transfer(
+            source.display().to_string(),
+            SPECIAL_FILE_REFUSAL,
+        )),
+    }
 }
 
 /// Reads exactly `remaining` bytes: pads with zeros if the file shrank, stops if it grew.
@@ -1246,6 +1338,35 @@ mod hardening_tests {
 
     /// Issue 16 finding 7: an mtime of 2⁶³ s or more (GNU base-256) panicked with
     /// "overflow when adding duration to instant" after the file was created.
+    /// RULES 4: a special file inside an uploaded tree is an error, found before anything is
+    /// sent by `check_packable`; a build context (`append_path`) still skips it.
+    #[test]
+    fn special_files_are_refused_when_packing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("d");
+        fs::create_dir_all(d.join("a/b")).unwrap();
+        fs::write(d.join("a/f"), b"x").unwrap();
+        let fifo = d.join("a/b/fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo on a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        for err in [
+            pack_path(&d, Some("d"), Vec::new()).unwrap_err(),
+            check_packable(&d).unwrap_err(),
+            check_packable(&fifo).unwrap_err(),
+        ] {
+            assert!(err.to_string().contains(SPECIAL_FILE_REFUSAL), "{err}");
+        }
+        let mut b = tar::Builder::new(Vec::new());
+        append_path(&mut b, &d, None).unwrap();
+        assert!(matches!(
+            check_packable(&tmp.path().join("missing")),
+            Err(Error::NotFound { .. })
+        ));
+        fs::remove_file(&fifo).unwrap();
+        check_packable(&d).unwrap();
+    }
+
     #[test]
     fn a_huge_mtime_does_not_panic() {
         for mtime in [1u64 << 63, u64::MAX, (1 << 63) - 1] {

@@ -8,7 +8,7 @@ use bollard::query_parameters::{
     ContainerArchiveInfoOptions, DownloadFromContainerOptions, UploadToContainerOptions,
 };
 use futures::StreamExt;
-use shellbox_core::archive::pack_path;
+use shellbox_core::archive::{check_packable, pack_path};
 use shellbox_core::transfer::{DownloadKind, StagedDownload};
 use shellbox_core::validate::validate_guest_path;
 use shellbox_core::Error;
@@ -52,6 +52,12 @@ fn refuse_kernel_path(path: &str) -> Result<(), Error> {
 /// Host `source` → guest `target`: one tar stream `PUT` at `/` whose entries are named by
 /// the target path, so missing parents are created by the engine and a directory's entry
 /// gives `target` the source directory's mode.
+///
+/// The whole source is checked first ([`check_packable`]): a special file (RULES 4) or an
+/// unreadable file anywhere in it fails the upload before anything reaches the container.
+/// The engine's own refusals part way (a directory where the upload has a file, with
+/// `noOverwriteDirNonDir`) still leave the entries it extracted before: the archive endpoint
+/// has no staging, and renaming a staged tree would need a program in the image.
 pub(crate) async fn upload(inner: &Inner, source: &Path, target: &str) -> Result<(), Error> {
     validate_guest_path(target)?;
     refuse_kernel_path(target)?;
@@ -62,6 +68,13 @@ pub(crate) async fn upload(inner: &Inner, source: &Path, target: &str) -> Result
         }
         Err(e) => return Err(Error::io(format!("stat {}", source.display()), e)),
     };
+    // The engine extracts the stream entry by entry and keeps what it extracted when the
+    // stream breaks, so a special or unreadable file deep in the tree must be found before
+    // the first entry is sent.
+    let check = source.to_path_buf();
+    tokio::task::spawn_blocking(move || check_packable(&check))
+        .await
+        .map_err(|e| Error::backend("check upload", e))??;
     // A symlink given as the source itself is followed; symlinks inside are kept.
     let source: PathBuf = tokio::fs::canonicalize(source)
         .await
