@@ -909,6 +909,42 @@ fn local_cancel_kills_the_command() {
 }
 
 #[test]
+fn local_requests_on_one_machine_run_concurrently_and_answer_out_of_order() {
+    if !local_available("local_requests_on_one_machine_run_concurrently_and_answer_out_of_order") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = Server::start(Some(tmp.path()));
+    let f = s.factory("local");
+    let m = s.create(&f, host_spec());
+    // The slow command waits for a file that only the fast one (sent after it) creates.
+    s.send(
+        "slow",
+        "run",
+        json!({"machine": m, "command": {"argv": ["sh", "-c", "while [ ! -e /tmp/go ]; do sleep 0.05; done; echo slow"], "timeout": 20.0}}),
+    );
+    s.send(
+        "fast",
+        "run",
+        json!({"machine": m, "command": shell("touch /tmp/go; echo fast")}),
+    );
+    let first = s.next_line();
+    assert_eq!(first["id"], "fast", "{first}");
+    assert_eq!(unb64(&first["result"]["stdout"]), b"fast\n");
+    let slow = s.answer("slow");
+    assert_eq!(
+        (
+            unb64(&slow["result"]["stdout"]),
+            slow["result"]["reason"].clone()
+        ),
+        (b"slow\n".to_vec(), json!("exited")),
+        "{slow}"
+    );
+    assert!(s.finish().success());
+    assert_eq!(machine_roots(tmp.path()), Vec::<String>::new());
+}
+
+#[test]
 fn local_end_of_input_closes_every_machine() {
     if !local_available("local_end_of_input_closes_every_machine") {
         return;

@@ -183,3 +183,13 @@ def host_processes(needle: str) -> list[str]:
         if needle in cmdline:
             found.append(f"{pid}: {cmdline}")
     return found
+
+
+def test_the_readme_python_example_runs_as_written() -> None:
+    readme = (source_tree() / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
+    examples = [b for b in blocks if "from shellbox" in b]
+    assert examples, "README.md has no Python example importing shellbox"
+    completed = subprocess.run([sys.executable, "-c", examples[0]], capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout == "3 b'hi\\n'\n"
