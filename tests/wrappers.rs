@@ -153,3 +153,100 @@ async fn pool_hands_over_warm_machines_and_refills() {
         other.close().await.unwrap();
     }
 }
+
+/// A transcript recorded on the simulator replays on local bubblewrap with no divergence,
+/// and a planted change is reported at its line.
+#[cfg(all(feature = "sim", feature = "local"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transcript_recorded_on_sim_replays_on_local() {
+    use shellbox::RecordingMachine;
+
+    #[derive(Clone, Default)]
+    struct Shared(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    let local = match shellbox::factory(Backend::Local).await {
+        Ok(f) => f,
+        Err(e @ Error::SandboxUnavailable { .. }) => {
+            eprintln!("SKIP transcript_recorded_on_sim_replays_on_local: {e}");
+            return;
+        }
+        Err(e) => panic!("local factory: {e}"),
+    };
+    let host = tempfile::tempdir().unwrap();
+    std::fs::write(host.path().join("input.txt"), "b\na\nc\n").unwrap();
+    let sink = Shared::default();
+    let sim = shellbox::factory(Backend::Sim).await.unwrap();
+    let recorded =
+        RecordingMachine::new(sim.create(MachineSpec::sim()).await.unwrap(), sink.clone());
+    let steps = [
+        "mkdir -p /tmp/work/sub && cd /tmp/work && printf 'one\\ntwo\\n' > sub/f.txt && ls sub",
+        "cat /tmp/work/sub/f.txt; wc -l < /tmp/work/sub/f.txt",
+        "test -e /tmp/work/missing || echo absent >&2; exit 3",
+        "cd /tmp/work && head -n 1 sub/f.txt && tail -n 1 sub/f.txt",
+    ];
+    recorded
+        .upload(&host.path().join("input.txt"), "/tmp/work/input.txt")
+        .await
+        .unwrap();
+    for step in steps {
+        recorded.run(Command::shell(step)).await.unwrap();
+    }
+    recorded
+        .run(Command::new("cat").arg("/tmp/work/input.txt"))
+        .await
+        .unwrap();
+    let err = recorded
+        .download("/tmp/work/none", &host.path().join("none"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }));
+    recorded.close().await.unwrap();
+    let transcript = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(transcript.lines().count(), 8, "{transcript}");
+
+    let machine = local.create(MachineSpec::host()).await.unwrap();
+    let report = shellbox::replay(&transcript, &*machine).await.unwrap();
+    assert_eq!(report.operations, 7);
+    assert!(report.divergences.is_empty(), "{:#?}", report.divergences);
+    machine.close().await.unwrap();
+
+    // Plant a divergence: line 3 now prints something else.
+    let planted: Vec<String> = transcript
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i == 2 {
+                l.replace("wc -l", "wc -c")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    let machine = local.create(MachineSpec::host()).await.unwrap();
+    let report = shellbox::replay(&planted.join("\n"), &*machine)
+        .await
+        .unwrap();
+    assert_eq!(report.divergences.len(), 1, "{:#?}", report.divergences);
+    assert_eq!(report.divergences[0].line, 3);
+    assert_eq!(report.divergences[0].op, "run");
+    machine.close().await.unwrap();
+    let err = shellbox::replay(
+        "{\"op\":\"bogus\"}",
+        &*local.create(MachineSpec::host()).await.unwrap(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput(ref m) if m.contains("line 1")),
+        "{err:?}"
+    );
+}

@@ -23,6 +23,7 @@ mod error;
 mod limit;
 mod machine;
 mod pool;
+pub mod record;
 pub mod serde_secs;
 mod session;
 mod spec;
@@ -44,6 +45,7 @@ pub use error::{Error, UnsupportedMachineSpec};
 pub use limit::LimitFactory;
 pub use machine::{Machine, MachineFactory};
 pub use pool::PoolFactory;
+pub use record::{replay, RecordingMachine, ReplayReport};
 pub use session::{ShellSession, ShellStatus, ShellUpdate, DEFAULT_EXECUTE_WAIT};
 pub use spec::{
     DockerImage, DockerfileSource, HostImage, ImageArchive, ImageSource, MachineSpec, Mount,
