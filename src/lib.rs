@@ -16,8 +16,6 @@
 //! `docker` ([`docker`]) and `pyenv` ([`pyenv`]); `full` enables all. The contract itself is
 //! [`shellbox_core`], re-exported here.
 
-#![warn(missing_docs)]
-
 pub use shellbox_core::*;
 
 #[cfg(feature = "docker")]
@@ -34,34 +32,55 @@ pub mod serve;
 
 use std::sync::Arc;
 
-/// A backend chosen at run time.
+/// A backend chosen at run time. Only the backends this build has exist as variants: a
+/// build without the `docker` feature has no `Backend::Docker`, so code that names it fails
+/// to compile instead of failing at run time, and parsing `"docker"` is refused with
+/// [`Error::Unsupported`] naming the feature to enable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {
-    /// The in-memory shell simulator (`shellbox-sim`).
+    /// The in-memory shell simulator (`shellbox-sim`; cargo feature `sim`).
+    #[cfg(feature = "sim")]
     Sim,
-    /// bubblewrap sandboxes on this host (`shellbox-local`).
+    /// bubblewrap sandboxes on this host (`shellbox-local`; cargo feature `local`).
+    #[cfg(feature = "local")]
     Local,
-    /// One container per machine through the Docker Engine API (`shellbox-docker`).
+    /// One container per machine through the Docker Engine API (`shellbox-docker`; cargo
+    /// feature `docker`).
+    #[cfg(feature = "docker")]
     Docker,
 }
 
+/// Every backend shellbox has, as the CLI spells it, whether or not this build has it; each
+/// is also the name of its cargo feature.
+pub const BACKEND_NAMES: [&str; 3] = ["sim", "local", "docker"];
+
 impl Backend {
-    /// The backend's name as the CLI spells it: `sim`, `local`, `docker`.
+    /// The backend's name as the CLI spells it (`sim`, `local`, `docker`), which is also
+    /// the name of its cargo feature.
     pub fn name(self) -> &'static str {
         match self {
+            #[cfg(feature = "sim")]
             Backend::Sim => "sim",
+            #[cfg(feature = "local")]
             Backend::Local => "local",
+            #[cfg(feature = "docker")]
             Backend::Docker => "docker",
         }
     }
 
-    /// Whether this build has the backend's cargo feature.
-    pub fn is_compiled(self) -> bool {
-        match self {
-            Backend::Sim => cfg!(feature = "sim"),
-            Backend::Local => cfg!(feature = "local"),
-            Backend::Docker => cfg!(feature = "docker"),
-        }
+    /// The backends this build has, in the order sim, local, docker.
+    pub const COMPILED: &'static [Backend] = &[
+        #[cfg(feature = "sim")]
+        Backend::Sim,
+        #[cfg(feature = "local")]
+        Backend::Local,
+        #[cfg(feature = "docker")]
+        Backend::Docker,
+    ];
+
+    /// The backends this build has, in the order sim, local, docker ([`Backend::COMPILED`]).
+    pub fn compiled() -> Vec<Backend> {
+        Backend::COMPILED.to_vec()
     }
 }
 
@@ -75,14 +94,29 @@ impl std::str::FromStr for Backend {
     type Err = Error;
 
     /// Parses `sim`, `local` or `docker`.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a backend this build lacks (the message names the cargo
+    /// feature to enable); [`Error::InvalidInput`] for any other name.
     fn from_str(s: &str) -> Result<Self, Error> {
-        match s {
-            "sim" => Ok(Backend::Sim),
-            "local" => Ok(Backend::Local),
-            "docker" => Ok(Backend::Docker),
-            other => Err(Error::invalid(format!(
-                "unknown backend {other:?} (expected sim, local or docker)"
-            ))),
+        if let Some(backend) = Backend::compiled().into_iter().find(|b| b.name() == s) {
+            return Ok(backend);
+        }
+        let compiled: Vec<&str> = Backend::compiled().into_iter().map(Backend::name).collect();
+        let has = if compiled.is_empty() {
+            "none".to_string()
+        } else {
+            compiled.join(", ")
+        };
+        if BACKEND_NAMES.contains(&s) {
+            Err(Error::unsupported(format!(
+                "this build of shellbox has no {s} backend (it has: {has}); rebuild with the cargo \
+                 feature `{s}`, e.g. cargo install --path . --features {s}"
+            )))
+        } else {
+            Err(Error::invalid(format!(
+                "unknown backend {s:?} (expected sim, local or docker; this build has: {has})"
+            )))
         }
     }
 }
@@ -92,9 +126,8 @@ impl std::str::FromStr for Backend {
 /// socket.
 ///
 /// # Errors
-/// [`Error::Unsupported`] when this build lacks the backend's feature, and the backend's
-/// own start-up failure: [`Error::SandboxUnavailable`] (local), [`Error::Backend`]
-/// naming where it looked (docker).
+/// The backend's own start-up failure: [`Error::SandboxUnavailable`] (local),
+/// [`Error::Backend`] naming where it looked (docker).
 pub async fn factory(backend: Backend) -> Result<Arc<dyn MachineFactory>, Error> {
     match backend {
         #[cfg(feature = "sim")]
@@ -105,23 +138,29 @@ pub async fn factory(backend: Backend) -> Result<Arc<dyn MachineFactory>, Error>
         )?)),
         #[cfg(feature = "docker")]
         Backend::Docker => Ok(Arc::new(docker::DockerMachineFactory::connect().await?)),
-        #[allow(unreachable_patterns)]
-        other => Err(Error::unsupported(format!(
-            "this build of shellbox has no {other} backend (enable the cargo feature `{other}`)"
-        ))),
     }
 }
 
-/// The spec `backend` uses by default: the simulator's builtins, the host's programs, or
-/// (docker) the given image reference.
+/// The spec `backend` uses by default, so that switching backends needs no other change: the
+/// simulator's builtins ([`MachineSpec::sim`]), the host's programs ([`MachineSpec::host`]),
+/// or (docker) the image `image` the engine already has ([`MachineSpec::docker`]). `image`
+/// is ignored by sim and local.
 ///
 /// # Errors
 /// [`Error::InvalidInput`] for docker without an image.
 pub fn default_spec(backend: Backend, image: Option<&str>) -> Result<MachineSpec, Error> {
-    match (backend, image) {
-        (Backend::Sim, _) => Ok(MachineSpec::sim()),
-        (Backend::Local, _) => Ok(MachineSpec::host()),
-        (Backend::Docker, Some(image)) => Ok(MachineSpec::docker(image)),
-        (Backend::Docker, None) => Err(Error::invalid("the docker backend needs an image")),
+    let _ = image;
+    match backend {
+        #[cfg(feature = "sim")]
+        Backend::Sim => Ok(MachineSpec::sim()),
+        #[cfg(feature = "local")]
+        Backend::Local => Ok(MachineSpec::host()),
+        #[cfg(feature = "docker")]
+        Backend::Docker => match image {
+            Some(image) => Ok(MachineSpec::docker(image)),
+            None => Err(Error::invalid(
+                "the docker backend needs an image (the reference of one the engine has)",
+            )),
+        },
     }
 }

@@ -413,3 +413,318 @@ fn run_details() {
     assert_eq!(out.status.code(), Some(125));
     assert!(text(&out.stderr).starts_with("shellbox: "));
 }
+
+/// `shellbox` without `RUST_LOG` in its environment (the helper above sets it).
+fn shellbox_plain() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shellbox"));
+    cmd.env_remove("RUST_LOG");
+    cmd
+}
+
+/// The one line shellbox printed on stderr for its own failure (asserting it is one line).
+fn one_line(out: &Output) -> String {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line per failure: {err:?}");
+    assert!(err.starts_with("shellbox: "), "{err}");
+    err
+}
+
+#[test]
+fn version_names_the_compiled_backends() {
+    let out = run(&["--version"]);
+    assert_eq!(out.status.code(), Some(0));
+    let version = text(&out.stdout);
+    assert!(
+        version.starts_with(&format!("shellbox {} ", env!("CARGO_PKG_VERSION"))),
+        "{version}"
+    );
+    // This test binary is built with --all-features.
+    assert!(
+        version.contains("backends: sim, local, docker; pyenv: yes"),
+        "{version}"
+    );
+}
+
+#[test]
+fn messages_name_options_not_fields() {
+    let err = one_line(&run(&["run", "--cpus", "2", "--", "true"]));
+    assert!(err.contains("--cpus"), "{err}");
+    let err = one_line(&run(&[
+        "run",
+        "--backend",
+        "local",
+        "--memory-mb",
+        "64",
+        "--",
+        "true",
+    ]));
+    assert!(
+        err.contains("--memory-mb") && !err.contains("memory_mb"),
+        "{err}"
+    );
+    let err = one_line(&run(&[
+        "run",
+        "--registry-image",
+        "busybox:1",
+        "--",
+        "true",
+    ]));
+    assert!(
+        err.contains("--registry-image") && !err.contains("registry_image"),
+        "{err}"
+    );
+    // clap's own errors are folded to one line too, pointing at --help.
+    let err = one_line(&run(&["run", "--no-such-option", "--", "true"]));
+    assert!(err.contains("shellbox run --help"), "{err}");
+}
+
+#[test]
+fn timeout_forms_and_limits() {
+    let help = text(&run(&["run", "--help"]).stdout);
+    for words in ["`0` means no limit", "250ms", "1.5s", "2m", "1h", "1e3"] {
+        assert!(help.contains(words), "--help lacks {words:?}: {help}");
+    }
+    let err = one_line(&run(&["run", "--timeout", "-1", "--", "true"]));
+    assert!(err.contains("negative"), "{err}");
+    let err = one_line(&run(&["run", "--timeout", "-2s", "--", "true"]));
+    assert!(err.contains("negative"), "{err}");
+    let err = one_line(&run(&["run", "--timeout", "1e20", "--", "true"]));
+    assert!(
+        err.contains("too large") && !err.contains("negative"),
+        "{err}"
+    );
+    let err = one_line(&run(&["run", "--timeout", "soon", "--", "true"]));
+    assert!(
+        err.contains("250ms"),
+        "the accepted forms are listed: {err}"
+    );
+    // Representable but absurd: no limit (saturated), never a panic.
+    let out = run(&["run", "--timeout", "1e19", "--", "echo", "ok"]);
+    assert_eq!(
+        (out.status.code(), text(&out.stdout)),
+        (Some(0), "ok\n".into()),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn local_huge_timeout_does_not_panic() {
+    if !local_available("local_huge_timeout_does_not_panic") {
+        return;
+    }
+    for timeout in ["1e19", "5e9", "1e9"] {
+        let out = run(&[
+            "run",
+            "--backend",
+            "local",
+            "--timeout",
+            timeout,
+            "--",
+            "echo",
+            "ok",
+        ]);
+        assert_eq!(
+            (out.status.code(), text(&out.stdout)),
+            (Some(0), "ok\n".into()),
+            "--timeout {timeout}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn truncation_note_is_on_its_own_line() {
+    // stdout and stderr into one file, as on a terminal.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("both");
+    let file = std::fs::File::create(&path).unwrap();
+    let status = shellbox()
+        .args(["run", "--output-limit", "2", "--", "echo", "hello"])
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "he\nshellbox: stdout was cut at 2 bytes (--output-limit)\n"
+    );
+    // Separate files: stderr's own last line is ended first.
+    let out = run(&[
+        "run",
+        "--output-limit",
+        "3",
+        "--",
+        "sh",
+        "-c",
+        "printf abcdef >&2",
+    ]);
+    assert_eq!(
+        text(&out.stderr),
+        "abc\nshellbox: stderr was cut at 3 bytes (--output-limit)\n"
+    );
+}
+
+#[test]
+fn missing_upload_source_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    let arg = format!("{}:/workspace/in", missing.display());
+    let out = shellbox_plain()
+        .args(["run", "--upload", &arg, "--", "true"])
+        .output()
+        .unwrap();
+    let err = one_line(&out);
+    assert!(
+        err.contains(&format!("--upload {arg}")) && err.contains("upload source"),
+        "{err}"
+    );
+    let out = shellbox_plain()
+        .args(["run", "--json", "--upload", &arg, "--", "true"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["kind"], "not_found", "{v}");
+}
+
+#[test]
+fn no_log_lines_without_verbose() {
+    // A failure is exactly one line, a success prints nothing of shellbox's own.
+    let out = shellbox_plain()
+        .args(["run", "--", "sh", "-c", "echo out; echo err >&2"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        (text(&out.stdout), text(&out.stderr)),
+        ("out\n".into(), "err\n".into())
+    );
+    let out = shellbox_plain()
+        .args(["run", "--workdir", "relative", "--", "true"])
+        .output()
+        .unwrap();
+    one_line(&out);
+    if local_available("no_log_lines_without_verbose") {
+        let out = shellbox_plain()
+            .args(["run", "--backend", "local", "--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(text(&out.stderr), "");
+    }
+}
+
+#[test]
+fn json_unsupported_is_always_an_array() {
+    let out = run(&["run", "--json", "--", "sh", "-c", "nosuchprogram"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["unsupported"],
+        serde_json::json!(["command not found: nosuchprogram"])
+    );
+    let out = run(&["run", "--json", "--", "true"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["unsupported"], serde_json::json!([]));
+    if local_available("json_unsupported_is_always_an_array") {
+        let out = run(&[
+            "run",
+            "--json",
+            "--backend",
+            "local",
+            "--",
+            "sh",
+            "-c",
+            "nosuchprogram",
+        ]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["exit_code"], 127);
+        assert_eq!(v["unsupported"], serde_json::json!([]), "{v}");
+    }
+}
+
+#[test]
+fn docker_connection_failures_name_the_cause() {
+    // A TCP DOCKER_HOST where nothing listens (a port just released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = shellbox_plain()
+        .env("DOCKER_HOST", format!("tcp://127.0.0.1:{port}"))
+        .args(["run", "--backend", "docker", "--image", "x", "--", "true"])
+        .output()
+        .unwrap();
+    let err = one_line(&out);
+    assert!(err.contains("connection refused"), "{err}");
+    assert!(!err.contains("client error (Connect)"), "{err}");
+    // A socket this user may not open: run as nobody (needs root to switch).
+    let socket = Path::new("/var/run/docker.sock");
+    if !socket.exists() {
+        eprintln!("SKIP docker_connection_failures_name_the_cause: no /var/run/docker.sock");
+        return;
+    }
+    let root = text(&Command::new("id").arg("-u").output().unwrap().stdout);
+    if root.trim() != "0" {
+        eprintln!("SKIP docker_connection_failures_name_the_cause: not root, cannot become nobody");
+        return;
+    }
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_shellbox"))
+        .args(["run", "--backend", "docker", "--image", "x", "--", "true"])
+        .env_remove("DOCKER_HOST")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let err = one_line(&out);
+    assert!(
+        err.contains("permission denied on /var/run/docker.sock"),
+        "{err}"
+    );
+    assert!(!err.contains("client error (Connect)"), "{err}");
+}
+
+/// A `shellbox` built with `--no-default-features --features cli,sim` (scripts/test builds
+/// one and names it in `SHELLBOX_TEST_SIM_ONLY_BIN`).
+fn sim_only_build(test: &str) -> Option<std::path::PathBuf> {
+    match std::env::var_os("SHELLBOX_TEST_SIM_ONLY_BIN") {
+        Some(path) => Some(path.into()),
+        None => {
+            eprintln!(
+                "SKIP {test}: SHELLBOX_TEST_SIM_ONLY_BIN is unset (scripts/test builds \
+                 `cargo build --no-default-features --features cli,sim` and sets it)"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn a_build_without_a_feature_names_it() {
+    let Some(bin) = sim_only_build("a_build_without_a_feature_names_it") else {
+        return;
+    };
+    let plain = |args: &[&str]| {
+        Command::new(&bin)
+            .env_remove("RUST_LOG")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let version = text(&plain(&["--version"]).stdout);
+    assert!(version.contains("backends: sim; pyenv: no"), "{version}");
+    for backend in ["docker", "local"] {
+        let err = one_line(&plain(&["run", "--backend", backend, "--", "true"]));
+        assert!(
+            err.contains(&format!("cargo feature `{backend}`")),
+            "{backend}: {err}"
+        );
+    }
+    let err = one_line(&plain(&["pyenv", "build", "--root", "/x"]));
+    assert!(err.contains("cargo feature `pyenv`"), "{err}");
+    let err = one_line(&plain(&["gc"]));
+    assert!(err.contains("cargo feature `docker`"), "{err}");
+    let out = plain(&["run", "--", "echo", "still works"]);
+    assert_eq!(text(&out.stdout), "still works\n");
+}

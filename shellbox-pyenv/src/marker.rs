@@ -21,7 +21,7 @@ pub(crate) struct Marker {
 }
 
 impl Marker {
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut text = format!("python {}\nlock sha256 {}\n", self.python, self.lock_sha256);
         if let Some(prefix) = &self.base_prefix {
             text.push_str(&format!("base_prefix {}\n", prefix.display()));
@@ -29,7 +29,7 @@ impl Marker {
         text
     }
 
-    pub fn parse(text: &str) -> Result<Marker, String> {
+    pub(crate) fn parse(text: &str) -> Result<Marker, String> {
         let mut lines = text.lines();
         let python = lines
             .next()

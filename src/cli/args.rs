@@ -3,8 +3,15 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Parses `30s`, `1.5s`, `250ms`, `2m`, `1h` or plain (fractional) seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+/// The forms [`parse_duration`] accepts, for error messages.
+const DURATION_FORMS: &str =
+    "use seconds (30, 1.5, 1e3) or a number with ms, s, m or h (250ms, 2m)";
+
+/// Parses `30s`, `1.5s`, `250ms`, `2m`, `1h` or plain (fractional, or exponent) seconds.
+///
+/// Refused: no number, an unknown unit, NaN, negative values ("negative"), and durations
+/// longer than [`Duration::MAX`] or infinite ("too large").
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
         (n, 0.001)
@@ -17,15 +24,46 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     } else {
         (text, 1.0)
     };
-    let value: f64 = number.trim().parse().map_err(|_| {
-        format!("invalid duration {text:?} (use e.g. 30s, 1.5s, 2m, 250ms or seconds)")
-    })?;
-    Duration::try_from_secs_f64(value * scale)
-        .map_err(|_| format!("invalid duration {text:?}: must be finite and not negative"))
+    let value: f64 = number
+        .trim()
+        .parse()
+        .ok()
+        .filter(|v: &f64| !v.is_nan())
+        .ok_or_else(|| format!("invalid duration {text:?} ({DURATION_FORMS})"))?;
+    if value < 0.0 {
+        return Err(format!(
+            "invalid duration {text:?}: negative durations are refused (0 means no limit)"
+        ));
+    }
+    Duration::try_from_secs_f64(value * scale).map_err(|_| {
+        format!(
+            "duration {text:?} is too large (at most {} seconds)",
+            Duration::MAX.as_secs()
+        )
+    })
+}
+
+/// A command deadline from `--timeout`: `None` is no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Timeout(pub(crate) Option<Duration>);
+
+/// Longer timeouts than this mean no limit: no command outlives it, and deadlines this far
+/// ahead overflow clocks (`Instant + Duration`).
+pub(crate) const TIMEOUT_SATURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Parses `--timeout`: [`parse_duration`]'s forms; `0` and anything longer than
+/// [`TIMEOUT_SATURATION`] (100 years) mean no limit, as `0` does for timeout(1).
+pub(crate) fn parse_timeout(text: &str) -> Result<Timeout, String> {
+    let duration = parse_duration(text)?;
+    if duration.is_zero() || duration > TIMEOUT_SATURATION {
+        Ok(Timeout(None))
+    } else {
+        Ok(Timeout(Some(duration)))
+    }
 }
 
 /// Parses a byte count: plain bytes, or with `B`, `KiB`, `MiB`, `GiB` (also `K`, `M`, `G`).
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let units: [(&str, u64); 8] = [
         ("KiB", 1 << 10),
@@ -56,13 +94,15 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 /// A host path paired with a guest path, e.g. `--upload ./in:/workspace/in`. The guest side
 /// starts at the last `:` followed by `/`, so host paths may hold `:`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostGuest {
-    pub host: PathBuf,
-    pub guest: String,
+pub(crate) struct HostGuest {
+    /// The host path, as given (relative to the current directory).
+    pub(crate) host: PathBuf,
+    /// The absolute machine path.
+    pub(crate) guest: String,
 }
 
 /// Parses `HOST:GUEST` where GUEST is absolute.
-pub fn parse_host_guest(text: &str) -> Result<HostGuest, String> {
+pub(crate) fn parse_host_guest(text: &str) -> Result<HostGuest, String> {
     let at = text
         .rmatch_indices(":/")
         .next()
@@ -81,7 +121,7 @@ pub fn parse_host_guest(text: &str) -> Result<HostGuest, String> {
 }
 
 /// Parses `GUEST:HOST` where GUEST is absolute; the host side starts after the first `:`.
-pub fn parse_guest_host(text: &str) -> Result<HostGuest, String> {
+pub(crate) fn parse_guest_host(text: &str) -> Result<HostGuest, String> {
     let (guest, host) = text
         .split_once(':')
         .ok_or_else(|| format!("expected MACHINE_PATH:HOST_PATH, got {text:?}"))?;
@@ -98,7 +138,7 @@ pub fn parse_guest_host(text: &str) -> Result<HostGuest, String> {
 }
 
 /// Parses `KEY=VALUE`.
-pub fn parse_env(text: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_env(text: &str) -> Result<(String, String), String> {
     let (k, v) = text
         .split_once('=')
         .ok_or_else(|| format!("expected KEY=VALUE, got {text:?}"))?;
@@ -117,9 +157,31 @@ mod tests {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
         assert_eq!(parse_duration("0.5").unwrap(), Duration::from_millis(500));
-        for bad in ["", "s", "-1", "abc", "1x", "inf", "NaN"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
+        assert_eq!(parse_duration("1e3").unwrap(), Duration::from_secs(1000));
+        for bad in ["", "s", "abc", "1x", "NaN"] {
+            assert!(parse_duration(bad).unwrap_err().contains("250ms"), "{bad}");
         }
+        for negative in ["-1", "-0.5s", "-2m"] {
+            let err = parse_duration(negative).unwrap_err();
+            assert!(err.contains("negative"), "{negative}: {err}");
+        }
+        for large in ["1e20", "inf", "1e300h"] {
+            let err = parse_duration(large).unwrap_err();
+            assert!(err.contains("too large"), "{large}: {err}");
+        }
+    }
+
+    #[test]
+    fn timeouts() {
+        assert_eq!(parse_timeout("0").unwrap(), Timeout(None));
+        assert_eq!(parse_timeout("0s").unwrap(), Timeout(None));
+        assert_eq!(parse_timeout("1e19").unwrap(), Timeout(None));
+        assert_eq!(
+            parse_timeout("90").unwrap(),
+            Timeout(Some(Duration::from_secs(90)))
+        );
+        assert!(parse_timeout("-1").unwrap_err().contains("negative"));
+        assert!(parse_timeout("1e20").unwrap_err().contains("too large"));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use shellbox::{Backend, Command, Error, Machine as _, MachineFactory, MachineSpe
 use super::MachineArgs;
 
 #[derive(clap::Args, Debug)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     #[command(flatten)]
     machine: MachineArgs,
     /// Only these cases (repeatable); default: every case of the backend.
@@ -20,7 +20,7 @@ pub struct BenchArgs {
     cases: Vec<String>,
     /// Print one JSON object per case instead of a table.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Measure the cases in this process even when they report peak RSS (used by the
     /// parent bench, which runs such cases in a child process of their own).
     #[arg(long, hide = true)]
@@ -107,12 +107,15 @@ fn case_names(backend: Backend) -> Vec<(&'static str, bool)> {
         ("download_1000_files", false),
     ];
     match backend {
+        #[cfg(feature = "local")]
         Backend::Local => names.extend([
             ("flood_200mb_1mib", true),
             ("floor_spawn_true", false),
             ("floor_bwrap_true", false),
         ]),
+        #[cfg(feature = "docker")]
         Backend::Docker => names.extend([("flood_1gb_1mib", true), ("floor_exec_true", false)]),
+        #[cfg(feature = "sim")]
         Backend::Sim => names.extend([
             ("loop_1000", false),
             ("idle_10000", true),
@@ -123,7 +126,7 @@ fn case_names(backend: Backend) -> Vec<(&'static str, bool)> {
     names
 }
 
-pub async fn bench(args: BenchArgs) -> Result<ExitCode, Error> {
+pub(crate) async fn bench(args: BenchArgs) -> Result<ExitCode, Error> {
     let backend = args.machine.backend()?;
     let spec = args.machine.spec()?;
     let all = case_names(backend);
@@ -254,8 +257,11 @@ async fn run_case(
 ) -> Result<Measured, Error> {
     // Runs per case: a docker exec costs ~100 ms, a bwrap sandbox ~10 ms, a sim run µs.
     let many = match backend {
+        #[cfg(feature = "sim")]
         Backend::Sim => 10_000,
+        #[cfg(feature = "local")]
         Backend::Local => 200,
+        #[cfg(feature = "docker")]
         Backend::Docker => 30,
     };
     match case {

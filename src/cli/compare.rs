@@ -16,7 +16,7 @@ use shellbox::{Command, Error};
 use super::{create, MachineArgs};
 
 #[derive(clap::Args, Debug)]
-pub struct CompareArgs {
+pub(crate) struct CompareArgs {
     /// The corpus: JSON Lines with `id`, `script`, `stdout`, `exit_code`.
     #[arg(long)]
     corpus: PathBuf,
@@ -28,7 +28,7 @@ pub struct CompareArgs {
     timeout: Duration,
     /// Print one JSON object with per-case detail instead of the failing ids.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     #[command(flatten)]
     machine: MachineArgs,
 }
@@ -55,7 +55,7 @@ const CORPUS_ENV: &[(&str, &str)] = &[
     ("USER", "root"),
 ];
 
-pub async fn compare(args: CompareArgs) -> Result<ExitCode, Error> {
+pub(crate) async fn compare(args: CompareArgs) -> Result<ExitCode, Error> {
     let text = std::fs::read_to_string(&args.corpus)
         .map_err(|e| Error::io(format!("read {}", args.corpus.display()), e))?;
     let wanted: Option<BTreeSet<String>> = match &args.ids {

@@ -22,11 +22,12 @@ use base64::Engine as _;
 use clap::{Parser, Subcommand};
 use futures::StreamExt;
 use shellbox::{
-    Backend, Command, Error, Event, ExitReason, HostImage, ImageSource, Machine, MachineFactory,
-    MachineSpec, Mount, NetworkPolicy,
+    Backend, Command, Error, Event, ExitReason, Machine, MachineFactory, MachineSpec, NetworkPolicy,
 };
 
-use args::{parse_bytes, parse_duration, parse_env, parse_guest_host, parse_host_guest, HostGuest};
+use args::{
+    parse_bytes, parse_env, parse_guest_host, parse_host_guest, parse_timeout, HostGuest, Timeout,
+};
 
 /// Exit status for shellbox's own failures, as `docker run` uses.
 const EXIT_SHELLBOX_ERROR: u8 = 125;
@@ -42,10 +43,17 @@ const MAX_STDIN_BYTES: u64 = 256 << 20;
 #[derive(Parser, Debug)]
 #[command(
     name = "shellbox",
-    version,
-    about = "Fresh, isolated machines for agents, graders and RL rollouts"
+    about = "Fresh, isolated machines for agents, graders and RL rollouts",
+    disable_version_flag = true
 )]
 struct Cli {
+    /// Print the version and the backends this build has, then exit.
+    #[arg(short = 'V', long, action = clap::ArgAction::Version)]
+    version: Option<bool>,
+    /// Log what shellbox does to stderr (-v: info, -vv: debug). Without it (and without
+    /// RUST_LOG, which wins when set) shellbox prints no log lines.
+    #[arg(short = 'v', long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Sub,
 }
@@ -66,74 +74,145 @@ enum Sub {
         #[arg(long, required = true)]
         stdio: bool,
     },
-    /// Python environments for local machines.
+    /// Python environments for local machines (cargo feature `pyenv`).
     #[cfg(feature = "pyenv")]
     Pyenv {
         #[command(subcommand)]
         command: PyenvCommand,
     },
+    /// Python environments for local machines (not in this build: cargo feature `pyenv`).
+    #[cfg(not(feature = "pyenv"))]
+    Pyenv {
+        /// Ignored: this build has no pyenv support.
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            hide = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
+}
+
+/// `shellbox --version`: the version and what this build can do.
+fn version_text() -> String {
+    let backends: Vec<&str> = Backend::compiled().into_iter().map(Backend::name).collect();
+    format!(
+        "{} (backends: {}; pyenv: {})",
+        env!("CARGO_PKG_VERSION"),
+        if backends.is_empty() {
+            "none".to_string()
+        } else {
+            backends.join(", ")
+        },
+        if cfg!(feature = "pyenv") { "yes" } else { "no" }
+    )
 }
 
 /// Options that pick a backend and describe the machine.
 #[derive(clap::Args, Debug, Clone)]
-pub struct MachineArgs {
-    /// Backend: sim (default), local or docker.
-    #[arg(long, default_value = "sim")]
-    pub backend: String,
+pub(crate) struct MachineArgs {
+    /// Backend: sim, local or docker (cargo features of the same names; default: sim, else
+    /// the first this build has).
+    #[arg(long)]
+    pub(crate) backend: Option<String>,
     /// docker: an image the engine already has (never pulled).
     #[arg(long, value_name = "IMAGE")]
-    pub image: Option<String>,
+    pub(crate) image: Option<String>,
     /// docker: an image reference to pull from its registry.
     #[arg(long, value_name = "REFERENCE", conflicts_with = "image")]
-    pub registry_image: Option<String>,
+    pub(crate) registry_image: Option<String>,
     /// docker: a Dockerfile to build (context: --context, else the Dockerfile's directory).
     #[arg(long, value_name = "PATH", conflicts_with_all = ["image", "registry_image"])]
-    pub dockerfile: Option<PathBuf>,
+    pub(crate) dockerfile: Option<PathBuf>,
     /// docker: the build context of --dockerfile.
     #[arg(long, value_name = "DIR", requires = "dockerfile")]
-    pub context: Option<PathBuf>,
+    pub(crate) context: Option<PathBuf>,
     /// docker: an image tarball in `docker save` format to load.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["image", "registry_image", "dockerfile"])]
-    pub image_archive: Option<PathBuf>,
+    pub(crate) image_archive: Option<PathBuf>,
     /// Working directory of the machine (default /workspace).
     #[arg(long)]
-    pub workdir: Option<String>,
+    pub(crate) workdir: Option<String>,
     /// Network policy: deny (default) or allow.
     #[arg(long, default_value = "deny", value_parser = ["allow", "deny"])]
-    pub network: String,
+    pub(crate) network: String,
     /// local: a host directory mounted read-only at its own path (repeatable).
     #[arg(long = "read-only", value_name = "DIR")]
-    pub read_only: Vec<PathBuf>,
+    pub(crate) read_only: Vec<PathBuf>,
     /// local: a directory put first on PATH (repeatable).
     #[arg(long = "bin-dir", value_name = "DIR")]
-    pub bin_dirs: Vec<PathBuf>,
+    pub(crate) bin_dirs: Vec<PathBuf>,
     /// local: a host path shown read-only at a machine path, HOST:GUEST (repeatable).
     #[arg(long = "mount", value_name = "HOST:GUEST", value_parser = parse_host_guest)]
-    pub mounts: Vec<HostGuest>,
-    /// Memory limit in MiB.
+    pub(crate) mounts: Vec<HostGuest>,
+    /// Memory limit in MiB (docker: the container's limit; sim: the machine's memory
+    /// budget; local: not supported).
+    #[arg(long, value_name = "MIB")]
+    pub(crate) memory_mb: Option<u64>,
+    /// CPU limit in whole CPUs (docker only).
     #[arg(long)]
-    pub memory_mb: Option<u64>,
-    /// CPU limit in whole CPUs.
-    #[arg(long)]
-    pub cpus: Option<u32>,
+    pub(crate) cpus: Option<u32>,
 }
 
 impl MachineArgs {
-    pub fn backend(&self) -> Result<Backend, Error> {
-        self.backend.parse()
+    /// The backend `--backend` names, else sim, else the first this build has.
+    pub(crate) fn backend(&self) -> Result<Backend, Error> {
+        match &self.backend {
+            Some(name) => name.parse(),
+            None => Backend::compiled().into_iter().next().ok_or_else(|| {
+                Error::unsupported(
+                    "this build of shellbox has no backend; rebuild with the cargo feature sim, \
+                     local or docker",
+                )
+            }),
+        }
     }
 
     /// The machine spec these options describe.
-    pub fn spec(&self) -> Result<MachineSpec, Error> {
+    ///
+    /// Options the chosen backend does not take are refused here, naming the option (the
+    /// backends' own refusals name `MachineSpec` fields).
+    pub(crate) fn spec(&self) -> Result<MachineSpec, Error> {
         let backend = self.backend()?;
-        let mut spec = match backend {
+        let name = backend.name();
+        if name != "local"
+            && !(self.read_only.is_empty() && self.bin_dirs.is_empty() && self.mounts.is_empty())
+        {
+            return Err(Error::unsupported(format!(
+                "--read-only, --bin-dir and --mount need --backend local, not {backend}"
+            )));
+        }
+        if name != "docker"
+            && (self.image.is_some()
+                || self.registry_image.is_some()
+                || self.dockerfile.is_some()
+                || self.image_archive.is_some())
+        {
+            return Err(Error::unsupported(format!(
+                "--image, --registry-image, --dockerfile and --image-archive need --backend \
+                 docker, not {backend}"
+            )));
+        }
+        if name != "docker" && self.cpus.is_some() {
+            return Err(Error::unsupported(format!(
+                "--cpus needs --backend docker: the {backend} backend cannot limit CPUs"
+            )));
+        }
+        if name == "local" && self.memory_mb.is_some() {
+            return Err(Error::unsupported(
+                "--memory-mb needs --backend docker or sim: the local backend cannot limit memory",
+            ));
+        }
+        let mut spec: MachineSpec = match backend {
+            #[cfg(feature = "docker")]
             Backend::Docker => {
                 let source = if let Some(image) = &self.image {
-                    ImageSource::Docker(shellbox::DockerImage {
+                    shellbox::ImageSource::Docker(shellbox::DockerImage {
                         reference: image.clone(),
                     })
                 } else if let Some(reference) = &self.registry_image {
-                    ImageSource::Registry(shellbox::RegistryImage {
+                    shellbox::ImageSource::Registry(shellbox::RegistryImage {
                         reference: reference.clone(),
                         credentials: None,
                     })
@@ -151,12 +230,12 @@ impl MachineArgs {
                             .map(std::path::Path::to_path_buf)
                             .unwrap_or_else(|| PathBuf::from("/")),
                     };
-                    ImageSource::Dockerfile(shellbox::DockerfileSource {
+                    shellbox::ImageSource::Dockerfile(shellbox::DockerfileSource {
                         context,
                         dockerfile,
                     })
                 } else if let Some(path) = &self.image_archive {
-                    ImageSource::Archive(shellbox::ImageArchive { path: path.clone() })
+                    shellbox::ImageSource::Archive(shellbox::ImageArchive { path: path.clone() })
                 } else {
                     return Err(Error::invalid(
                         "the docker backend needs --image, --registry-image, --dockerfile or --image-archive",
@@ -164,37 +243,22 @@ impl MachineArgs {
                 };
                 MachineSpec::new(source)
             }
-            Backend::Local => MachineSpec::new(ImageSource::Host(HostImage {
+            #[cfg(feature = "local")]
+            Backend::Local => MachineSpec::new(shellbox::ImageSource::Host(shellbox::HostImage {
                 read_only: self.read_only.clone(),
                 bin_dirs: self.bin_dirs.clone(),
                 mounts: self
                     .mounts
                     .iter()
-                    .map(|m| Mount {
+                    .map(|m| shellbox::Mount {
                         host: m.host.clone(),
                         guest: m.guest.clone(),
                     })
                     .collect(),
             })),
+            #[cfg(feature = "sim")]
             Backend::Sim => MachineSpec::sim(),
         };
-        if backend != Backend::Local
-            && !(self.read_only.is_empty() && self.bin_dirs.is_empty() && self.mounts.is_empty())
-        {
-            return Err(Error::unsupported(format!(
-                "--read-only, --bin-dir and --mount need --backend local, not {backend}"
-            )));
-        }
-        if backend != Backend::Docker
-            && (self.image.is_some()
-                || self.registry_image.is_some()
-                || self.dockerfile.is_some()
-                || self.image_archive.is_some())
-        {
-            return Err(Error::unsupported(format!(
-                "image options need --backend docker, not {backend}"
-            )));
-        }
         if let Some(workdir) = &self.workdir {
             spec.workdir = workdir.clone();
         }
@@ -220,9 +284,13 @@ struct RunArgs {
     /// Working directory of the command (default: the machine's workdir).
     #[arg(long)]
     cwd: Option<String>,
-    /// Deadline: 30s, 1.5s, 2m, 250ms or plain seconds. On expiry exit 124.
-    #[arg(long, value_parser = parse_duration)]
-    timeout: Option<Duration>,
+    /// Deadline of the command; on expiry it is stopped and shellbox exits 124. Accepted
+    /// forms: a number of seconds (`30`, `1.5`, `1e3`) or a number with a unit, `ms`, `s`,
+    /// `m` or `h` (`250ms`, `1.5s`, `2m`, `1h`). `0` means no limit (as with timeout(1)),
+    /// and so does anything longer than 100 years; negative values are refused. Default: no
+    /// limit.
+    #[arg(long, value_parser = parse_timeout, allow_hyphen_values = true, value_name = "DURATION")]
+    timeout: Option<Timeout>,
     /// Bytes kept per stream: bytes, or with KiB, MiB, GiB (default 1MiB).
     #[arg(long, value_parser = parse_bytes, default_value = "1MiB")]
     output_limit: u64,
@@ -238,7 +306,11 @@ struct RunArgs {
     /// Copy a machine path to the host after running, MACHINE_PATH:HOST_PATH (repeatable).
     #[arg(long, value_name = "MACHINE_PATH:HOST_PATH", value_parser = parse_guest_host)]
     download: Vec<HostGuest>,
-    /// Print one JSON object with the result instead of streaming the output.
+    /// Print one JSON object with the result instead of streaming the output: exit_code,
+    /// reason, stdout, stderr (also as base64), *_truncated, and unsupported: what the
+    /// backend could not do as real Bash would (the simulator's refusals, syntax errors and
+    /// missing programs); always present, always [] on local and docker, which run real
+    /// programs.
     #[arg(long)]
     json: bool,
     /// The command and its arguments.
@@ -251,6 +323,10 @@ struct GcArgs {
     /// Backend to clean: docker.
     #[arg(long, default_value = "docker")]
     backend: String,
+    /// Only containers that also carry this label, KEY or KEY=VALUE (repeatable; Docker's
+    /// `label` filter). Without it, every dead owner's container on this engine is removed.
+    #[arg(long = "label", value_name = "KEY[=VALUE]")]
+    labels: Vec<String>,
 }
 
 #[cfg(feature = "pyenv")]
@@ -270,11 +346,17 @@ enum PyenvCommand {
     },
 }
 
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     let wants_json = std::env::args_os()
         .take_while(|a| a != "--")
         .any(|a| a == "--json");
-    let cli = match Cli::try_parse() {
+    // Leaked once: clap keeps the version as a `&'static str`.
+    let version: &'static str = Box::leak(version_text().into_boxed_str());
+    let command = <Cli as clap::CommandFactory>::command().version(version);
+    let parsed = command
+        .try_get_matches()
+        .and_then(|matches| <Cli as clap::FromArgMatches>::from_arg_matches(&matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind;
@@ -294,10 +376,24 @@ pub fn main() -> ExitCode {
                 .join(" ")
                 .trim_start_matches("error: ")
                 .to_string();
-            return fail(wants_json, "invalid_input", &first, Some(&message));
+            let help = match message.lines().find_map(|l| l.strip_prefix("Usage: ")) {
+                Some(usage) => {
+                    let words: Vec<&str> = usage
+                        .split_whitespace()
+                        .take_while(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+                        .collect();
+                    format!(" (see {} --help)", words.join(" "))
+                }
+                None => String::new(),
+            };
+            let failure = Failure {
+                kind: "invalid_input",
+                message: format!("{first}{help}"),
+            };
+            return fail(wants_json, &failure);
         }
     };
-    init_tracing();
+    init_tracing(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -306,9 +402,7 @@ pub fn main() -> ExitCode {
         Err(e) => {
             return fail(
                 wants_json,
-                "io",
-                &format!("cannot start the async runtime: {e}"),
-                None,
+                &Failure::from(Error::io("start the async runtime", e)),
             )
         }
     };
@@ -320,32 +414,48 @@ pub fn main() -> ExitCode {
             }
             Sub::Compare(args) => {
                 let json = args.json;
-                compare::compare(args).await.map_err(|e| (json, e))
+                compare::compare(args).await.map_err(|e| (json, e.into()))
             }
             Sub::Bench(args) => {
                 let json = args.json;
-                bench::bench(args).await.map_err(|e| (json, e))
+                bench::bench(args).await.map_err(|e| (json, e.into()))
             }
-            Sub::Gc(args) => gc(args).await.map_err(|e| (false, e)),
+            Sub::Gc(args) => gc(args).await.map_err(|e| (false, e.into())),
             Sub::Serve { stdio: _ } => {
                 Ok(ExitCode::from(shellbox::serve::serve_stdio().await as u8))
             }
             #[cfg(feature = "pyenv")]
-            Sub::Pyenv { command } => pyenv(command).await.map_err(|e| (false, e)),
+            Sub::Pyenv { command } => pyenv(command).await.map_err(|e| (false, e.into())),
+            #[cfg(not(feature = "pyenv"))]
+            Sub::Pyenv { .. } => Err((
+                false,
+                Error::unsupported(
+                    "this build of shellbox has no pyenv support; rebuild with the cargo feature \
+                     `pyenv`, e.g. cargo install --path . --features pyenv",
+                )
+                .into(),
+            )),
         }
     });
     // Leave background tasks (e.g. a docker cleanup on drop) a moment, not forever.
     runtime.shutdown_timeout(Duration::from_secs(10));
     match outcome {
         Ok(code) => code,
-        Err((json, e)) => fail(json, e.kind(), &e.to_string(), None),
+        Err((json, failure)) => fail(json, &failure),
     }
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("warn,shellbox_docker=info,shellbox_pyenv=info")
-    });
+/// Log lines go to stderr only when asked for: `RUST_LOG` (a tracing filter) wins, else
+/// `-v` (info) or `-vv` (debug); without either, nothing is logged.
+fn init_tracing(verbose: u8) {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => tracing_subscriber::EnvFilter::new(spec),
+        _ => match verbose {
+            0 => return,
+            1 => tracing_subscriber::EnvFilter::new("info"),
+            _ => tracing_subscriber::EnvFilter::new("debug"),
+        },
+    };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -354,20 +464,83 @@ fn init_tracing() {
         .try_init();
 }
 
+/// A failure of shellbox itself as the CLI reports it: the error's kind (as
+/// [`Error::kind`] names it) and a one-line message in the CLI's words.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    kind: &'static str,
+    message: String,
+}
+
+impl Failure {
+    /// `error`, its message prefixed with what the user asked for (e.g. `--upload ./in:/w`).
+    fn context(what: &str, error: Error) -> Failure {
+        let mut failure = Failure::from(error);
+        failure.message = format!("{what}: {}", failure.message);
+        failure
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        Failure {
+            kind: error.kind(),
+            message: in_cli_words(&error.to_string()),
+        }
+    }
+}
+
+/// `MachineSpec` and `Command` field names in a backend's message, and the options that set
+/// them, so messages name what the user typed.
+const FIELD_OPTIONS: &[(&str, &str)] = &[
+    ("memory_mb", "--memory-mb"),
+    ("output_limit_bytes", "--output-limit"),
+    ("registry_image", "--registry-image"),
+    ("image_archive", "--image-archive"),
+    ("bin_dirs", "--bin-dir"),
+    ("read_only", "--read-only"),
+    ("ImageSource::Sim", "--backend sim"),
+    ("ImageSource::Host", "--backend local"),
+];
+
+/// A message on one line (the lines joined with "; "), with field names replaced by the
+/// options that set them (whole words only).
+fn in_cli_words(message: &str) -> String {
+    let mut text = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    for (field, option) in FIELD_OPTIONS {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(field) {
+            let before = rest[..at].chars().next_back();
+            let after = rest[at + field.len()..].chars().next();
+            let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+            out.push_str(&rest[..at]);
+            out.push_str(if word(before) || word(after) {
+                field
+            } else {
+                option
+            });
+            rest = &rest[at + field.len()..];
+        }
+        out.push_str(rest);
+        text = out;
+    }
+    text
+}
+
 /// Prints shellbox's own failure (one line, or the JSON error object) and returns 125.
-fn fail(json: bool, kind: &str, message: &str, detail: Option<&str>) -> ExitCode {
+fn fail(json: bool, failure: &Failure) -> ExitCode {
     if json {
-        let value = serde_json::json!({"error": {"kind": kind, "message": message}});
+        let value =
+            serde_json::json!({"error": {"kind": failure.kind, "message": failure.message}});
         out!("{value}");
     } else {
-        eprintln!("shellbox: {message}");
-        if let Some(detail) = detail {
-            if detail.contains("Usage:") {
-                if let Some(usage) = detail.lines().find(|l| l.starts_with("Usage:")) {
-                    eprintln!("{usage}");
-                }
-            }
-        }
+        eprintln!("shellbox: {}", failure.message);
     }
     ExitCode::from(EXIT_SHELLBOX_ERROR)
 }
@@ -397,12 +570,80 @@ async fn create(backend: Backend, spec: MachineSpec) -> Result<Created, Error> {
             sim: Some(machine),
         });
     }
-    let factory: Arc<dyn MachineFactory> = shellbox::factory(backend).await?;
+    let factory: Arc<dyn MachineFactory> = match shellbox::factory(backend).await {
+        Ok(factory) => factory,
+        #[cfg(feature = "docker")]
+        Err(e) if backend == Backend::Docker => return Err(docker_connect_error(e)),
+        Err(e) => return Err(e),
+    };
     Ok(Created {
         machine: factory.create(spec).await?,
         #[cfg(feature = "sim")]
         sim: None,
     })
+}
+
+/// The Docker Engine endpoint shellbox connects to: `DOCKER_HOST`, else the local socket.
+#[cfg(feature = "docker")]
+fn docker_host() -> String {
+    std::env::var("DOCKER_HOST")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unix:///var/run/docker.sock".to_string())
+}
+
+/// Replaces a failed connection to the Docker Engine by its cause in the user's words, found
+/// by connecting to the endpoint again: "permission denied on /var/run/docker.sock" (this
+/// user may not use the engine), no socket there, or a TCP `DOCKER_HOST` that refused the
+/// connection. Other failures are returned as they are.
+#[cfg(feature = "docker")]
+fn docker_connect_error(error: Error) -> Error {
+    use std::io::ErrorKind;
+    let host = docker_host();
+    let cause = if let Some(path) = host.strip_prefix("unix://") {
+        match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => None,
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => Some(format!(
+                "permission denied on {path}: this user may not use the Docker Engine (run as \
+                 root or as a member of the socket's group, usually `docker`)"
+            )),
+            Err(e) if e.kind() == ErrorKind::NotFound => Some(format!(
+                "no Docker Engine socket at {path} (is the engine installed and running? \
+                 DOCKER_HOST names another endpoint)"
+            )),
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => Some(format!(
+                "connection refused on {path}: the Docker Engine is not running"
+            )),
+            Err(e) => Some(format!("cannot connect to {path}: {e}")),
+        }
+    } else if let Some(address) = host.strip_prefix("tcp://") {
+        let address = address.trim_end_matches('/');
+        match std::net::ToSocketAddrs::to_socket_addrs(address)
+            .ok()
+            .and_then(|mut a| a.next())
+        {
+            None => Some(format!("cannot resolve DOCKER_HOST={host}")),
+            Some(socket) => {
+                match std::net::TcpStream::connect_timeout(&socket, Duration::from_secs(5)) {
+                    Ok(_) => None,
+                    Err(e) if e.kind() == ErrorKind::ConnectionRefused => Some(format!(
+                        "connection refused by {address} (DOCKER_HOST={host}): no Docker \
+                         Engine listens there"
+                    )),
+                    Err(e) => Some(format!(
+                        "cannot connect to {address} (DOCKER_HOST={host}): {e}"
+                    )),
+                }
+            }
+        }
+    } else {
+        None
+    };
+    // The cause replaces bollard's words ("client error (Connect)"), which name none.
+    match cause {
+        Some(cause) => Error::backend("connect to the Docker Engine", cause),
+        None => error,
+    }
 }
 
 /// Lets the CLI keep a typed handle on a simulator machine it also uses as `dyn Machine`.
@@ -429,7 +670,7 @@ impl Machine for SharedMachine {
     }
 }
 
-async fn run(args: RunArgs) -> Result<ExitCode, Error> {
+async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let backend = args.machine.backend()?;
     let mut spec = args.machine.spec()?;
     for (k, v) in &args.env {
@@ -438,9 +679,28 @@ async fn run(args: RunArgs) -> Result<ExitCode, Error> {
     spec.validate()?;
     let mut command = Command::from_argv(args.argv.clone()).output_limit_bytes(args.output_limit);
     command.cwd = args.cwd.clone();
-    // As with timeout(1), a zero duration disables the timeout.
-    command.timeout = args.timeout.filter(|t| !t.is_zero());
+    command.timeout = args.timeout.and_then(|t| t.0);
     command.user = args.user.clone();
+    // Transfer sources on this host are checked before a machine is made for nothing.
+    for up in &args.upload {
+        if let Err(e) = std::fs::symlink_metadata(&up.host) {
+            let what = format!("--upload {}:{}", up.host.display(), up.guest);
+            return Err(if e.kind() == std::io::ErrorKind::NotFound {
+                Failure {
+                    kind: "not_found",
+                    message: format!(
+                        "{what}: the upload source {} does not exist",
+                        up.host.display()
+                    ),
+                }
+            } else {
+                Failure::context(
+                    &what,
+                    Error::io(format!("read the upload source {}", up.host.display()), e),
+                )
+            });
+        }
+    }
     if args.interactive {
         // The contract hands a command its whole stdin at once, so it is read before the
         // machine starts, and bounded so an endless stdin fails instead of eating memory.
@@ -453,16 +713,19 @@ async fn run(args: RunArgs) -> Result<ExitCode, Error> {
             return Err(Error::invalid(format!(
                 "stdin is larger than {} MiB; give large inputs with --upload",
                 MAX_STDIN_BYTES >> 20
-            )));
+            ))
+            .into());
         }
         command.stdin = input.into();
     }
     command.validate()?;
     for up in &args.upload {
-        shellbox::validate::validate_guest_path(&up.guest)?;
+        shellbox::validate::validate_guest_path(&up.guest)
+            .map_err(|e| Failure::context(&format!("--upload {}", up.guest), e))?;
     }
     for down in &args.download {
-        shellbox::validate::validate_guest_path(&down.guest)?;
+        shellbox::validate::validate_guest_path(&down.guest)
+            .map_err(|e| Failure::context(&format!("--download {}", down.guest), e))?;
     }
 
     // SIGINT, SIGTERM and SIGHUP stop the command and close the machine (nothing is left
@@ -492,18 +755,76 @@ async fn run(args: RunArgs) -> Result<ExitCode, Error> {
     let closed = machine.close().await;
     let (code, result_json) = outcome?;
     closed?;
-    if let Some(value) = result_json {
+    if let Some(mut value) = result_json {
+        // One rule on every backend: what the machine could not do as real Bash would.
+        // Only the simulator has such a boundary; local and docker run real programs.
+        #[allow(unused_mut)]
+        let mut unsupported: Vec<String> = Vec::new();
         #[cfg(feature = "sim")]
-        let value = {
-            let mut value = value;
-            if let Some(sim) = &created.sim {
-                value["unsupported"] = serde_json::json!(sim.unsupported());
-            }
-            value
-        };
+        if let Some(sim) = &created.sim {
+            unsupported = sim.unsupported();
+        }
+        value["unsupported"] = serde_json::json!(unsupported);
         out!("{value}");
     }
     Ok(code)
+}
+
+/// Where the last byte shellbox wrote to a stream was, so its own notes start on a line of
+/// their own.
+struct LineState {
+    /// Whether stdout and stderr are the same file (e.g. both the terminal, or `2>&1`).
+    same_file: bool,
+    stdout_open_line: bool,
+    stderr_open_line: bool,
+    /// Whether the last byte written to either stream, in order, ended a line.
+    last_open_line: bool,
+}
+
+impl LineState {
+    fn new() -> Self {
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::MetadataExt;
+        let id = |fd: std::os::fd::BorrowedFd<'_>| {
+            let file = std::fs::File::from(fd.try_clone_to_owned().ok()?);
+            let meta = file.metadata().ok()?;
+            Some((meta.dev(), meta.ino()))
+        };
+        let out = id(std::io::stdout().as_fd());
+        let err = id(std::io::stderr().as_fd());
+        LineState {
+            same_file: out.is_some() && out == err,
+            stdout_open_line: false,
+            stderr_open_line: false,
+            last_open_line: false,
+        }
+    }
+
+    fn wrote(&mut self, stdout: bool, chunk: &[u8]) {
+        if let Some(&last) = chunk.last() {
+            let open = last != b'\n';
+            if stdout {
+                self.stdout_open_line = open;
+            } else {
+                self.stderr_open_line = open;
+            }
+            self.last_open_line = open;
+        }
+    }
+
+    /// Writes a note of shellbox's to stderr on a line of its own.
+    fn note(&mut self, text: &str) {
+        let open = if self.same_file {
+            self.last_open_line
+        } else {
+            self.stderr_open_line
+        };
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "{}shellbox: {text}", if open { "\n" } else { "" });
+        let _ = err.flush();
+        self.stderr_open_line = false;
+        self.last_open_line = false;
+    }
 }
 
 /// Uploads, runs (streaming, or collected for `--json`), downloads.
@@ -511,9 +832,11 @@ async fn run_in(
     machine: &dyn Machine,
     args: &RunArgs,
     command: Command,
-) -> Result<(ExitCode, Option<serde_json::Value>), Error> {
+) -> Result<(ExitCode, Option<serde_json::Value>), Failure> {
     for up in &args.upload {
-        machine.upload(&up.host, &up.guest).await?;
+        machine.upload(&up.host, &up.guest).await.map_err(|e| {
+            Failure::context(&format!("--upload {}:{}", up.host.display(), up.guest), e)
+        })?;
     }
     let (code, json) = if args.json {
         let result = machine.run(command).await?;
@@ -535,6 +858,7 @@ async fn run_in(
         let mut code = ExitCode::from(EXIT_SHELLBOX_ERROR);
         let stdout = std::io::stdout();
         let stderr = std::io::stderr();
+        let mut lines = LineState::new();
         while let Some(event) = stream.next().await {
             match event? {
                 Event::Stdout(chunk) => {
@@ -545,21 +869,24 @@ async fn run_in(
                         drop(stream);
                         return Ok((ExitCode::from(EXIT_BROKEN_PIPE), None));
                     }
+                    lines.wrote(true, &chunk);
                 }
                 Event::Stderr(chunk) => {
                     let mut err = stderr.lock();
                     let _ = err.write_all(&chunk).and_then(|_| err.flush());
+                    lines.wrote(false, &chunk);
                 }
                 Event::Exit(status) => {
                     if status.reason == ExitReason::TimedOut {
-                        eprintln!("shellbox: command timed out");
+                        lines.note("command timed out (--timeout)");
                     }
                     for (truncated, name) in [
                         (status.stdout_truncated, "stdout"),
                         (status.stderr_truncated, "stderr"),
                     ] {
                         if truncated {
-                            eprintln!("shellbox: {name} was cut at {limit} bytes (--output-limit)");
+                            lines
+                                .note(&format!("{name} was cut at {limit} bytes (--output-limit)"));
                         }
                     }
                     code = status_code(status.exit_code, status.reason);
@@ -569,7 +896,15 @@ async fn run_in(
         (code, None)
     };
     for down in &args.download {
-        machine.download(&down.guest, &down.host).await?;
+        machine
+            .download(&down.guest, &down.host)
+            .await
+            .map_err(|e| {
+                Failure::context(
+                    &format!("--download {}:{}", down.guest, down.host.display()),
+                    e,
+                )
+            })?;
     }
     Ok((code, json))
 }
@@ -601,8 +936,11 @@ async fn gc(args: GcArgs) -> Result<ExitCode, Error> {
     match backend {
         #[cfg(feature = "docker")]
         Backend::Docker => {
-            let factory = shellbox::docker::DockerMachineFactory::connect().await?;
-            let report = shellbox::docker::gc(factory.docker()).await?;
+            let factory = shellbox::docker::DockerMachineFactory::connect()
+                .await
+                .map_err(docker_connect_error)?;
+            let labels: Vec<&str> = args.labels.iter().map(String::as_str).collect();
+            let report = shellbox::docker::gc_with_labels(factory.docker(), &labels).await?;
             for name in &report.removed {
                 out!("removed {name}");
             }
@@ -621,9 +959,9 @@ async fn gc(args: GcArgs) -> Result<ExitCode, Error> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        #[allow(unreachable_patterns)]
         other => Err(Error::unsupported(format!(
-            "gc cleans docker containers; {other} machines leave nothing behind once their process ends{}",
-            if cfg!(feature = "docker") { "" } else { " (and this build has no docker backend)" }
+            "gc cleans docker containers; {other} machines leave nothing behind once their process ends"
         ))),
     }
 }

@@ -554,16 +554,16 @@ pub struct Limits {
 
 mod limits_default {
     use crate::DownloadLimits;
-    pub fn max_files() -> usize {
+    pub(super) fn max_files() -> usize {
         DownloadLimits::default().max_files
     }
-    pub fn max_bytes() -> u64 {
+    pub(super) fn max_bytes() -> u64 {
         DownloadLimits::default().max_bytes
     }
-    pub fn max_file_bytes() -> u64 {
+    pub(super) fn max_file_bytes() -> u64 {
         DownloadLimits::default().max_file_bytes
     }
-    pub fn timeout() -> f64 {
+    pub(super) fn timeout() -> f64 {
         DownloadLimits::default().timeout.as_secs_f64()
     }
 }

@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 
 /// `six==1.17.0` locked with its two real PyPI hashes (wheel and sdist), as
 /// `uv pip compile --generate-hashes` writes them.
-pub const SIX_LOCK: &str = "six==1.17.0 \\\n    --hash=sha256:4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274 \\\n    --hash=sha256:ff70335d468e7eb6ec65b95b99d3a2836546063f63acc5171de367e834932a81\n";
+pub(crate) const SIX_LOCK: &str = "six==1.17.0 \\\n    --hash=sha256:4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274 \\\n    --hash=sha256:ff70335d468e7eb6ec65b95b99d3a2836546063f63acc5171de367e834932a81\n";
 
 /// The same requirement with a hash that matches no file: uv must refuse it.
-pub const BAD_HASH_LOCK: &str = "six==1.17.0 \\\n    --hash=sha256:0000000000000000000000000000000000000000000000000000000000000000\n";
+pub(crate) const BAD_HASH_LOCK: &str = "six==1.17.0 \\\n    --hash=sha256:0000000000000000000000000000000000000000000000000000000000000000\n";
 
 /// A scratch directory under the target dir (not /tmp, which local machines replace).
-pub fn scratch() -> tempfile::TempDir {
+pub(crate) fn scratch() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("pyenv-test-")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
@@ -20,14 +20,14 @@ pub fn scratch() -> tempfile::TempDir {
 }
 
 /// Writes a lock file into `dir` and returns its path.
-pub fn write_lock(dir: &Path, name: &str, text: &str) -> PathBuf {
+pub(crate) fn write_lock(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path
 }
 
 /// The absolute path of `uv` on PATH, or prints the SKIP line and returns None.
-pub fn real_uv(test: &str) -> Option<PathBuf> {
+pub(crate) fn real_uv(test: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     for dir in std::env::split_paths(&path) {
         let candidate = dir.join("uv");
@@ -48,7 +48,7 @@ pub fn real_uv(test: &str) -> Option<PathBuf> {
 
 /// The interpreter the tests build from: `$SHELLBOX_PYENV_TEST_PYTHON`, else the real
 /// executable behind `python3` on PATH (`sys.executable`, so pyenv shims are seen through).
-pub fn test_python(test: &str) -> Option<PathBuf> {
+pub(crate) fn test_python(test: &str) -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("SHELLBOX_PYENV_TEST_PYTHON") {
         return Some(PathBuf::from(path));
     }
@@ -68,7 +68,7 @@ pub fn test_python(test: &str) -> Option<PathBuf> {
 }
 
 /// `python -I -c 'import sys; print(sys.base_prefix)'`, resolved.
-pub fn base_prefix(python: &Path) -> PathBuf {
+pub(crate) fn base_prefix(python: &Path) -> PathBuf {
     let output = std::process::Command::new(python)
         .args(["-I", "-c", "import sys; print(sys.base_prefix)"])
         .output()
@@ -81,7 +81,7 @@ pub fn base_prefix(python: &Path) -> PathBuf {
 
 /// A uv wrapper that appends each invocation's arguments to `log`, then runs the real uv:
 /// counts how often a build really ran uv.
-pub fn counting_uv(dir: &Path, real: &Path, log: &Path) -> PathBuf {
+pub(crate) fn counting_uv(dir: &Path, real: &Path, log: &Path) -> PathBuf {
     let wrapper = dir.join("counting-uv");
     std::fs::write(
         &wrapper,
@@ -97,7 +97,7 @@ pub fn counting_uv(dir: &Path, real: &Path, log: &Path) -> PathBuf {
 }
 
 /// How many logged uv invocations start with `prefix` (e.g. `venv`, `pip sync`).
-pub fn count_calls(log: &Path, prefix: &str) -> usize {
+pub(crate) fn count_calls(log: &Path, prefix: &str) -> usize {
     std::fs::read_to_string(log)
         .unwrap_or_default()
         .lines()
