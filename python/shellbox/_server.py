@@ -76,6 +76,9 @@ class Server:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             close_fds=True,
+            # Its own session: a Ctrl-C meant for this program does not end the server (and
+            # its machines) behind the program's back; the end of its stdin does.
+            start_new_session=True,
         )
         assert self._process.stdin is not None and self._process.stdout is not None
         self._stdin: IO[bytes] = self._process.stdin

@@ -193,3 +193,9 @@ def test_the_readme_python_example_runs_as_written() -> None:
     completed = subprocess.run([sys.executable, "-c", examples[0]], capture_output=True, text=True, timeout=60)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout == "3 b'hi\\n'\n"
+
+
+def test_the_server_has_its_own_session() -> None:
+    """A Ctrl-C for the program (SIGINT to its process group) does not reach the server."""
+    factory = factory_for("sim")
+    assert os.getsid(factory.server_pid) == factory.server_pid != os.getsid(0)
