@@ -164,3 +164,9 @@ pub fn default_spec(backend: Backend, image: Option<&str>) -> Result<MachineSpec
         },
     }
 }
+
+/// README.md, whose Rust program is compiled and run as a doc test (`cargo test --doc`), so
+/// the README cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
