@@ -1058,7 +1058,9 @@ impl Interp<'_> {
                     Some(Value::Arr(m)) => {
                         PV::L(m.values().map(|s| s.to_string()).collect(), *concatenate)
                     }
-                    Some(Value::Assoc(m)) => PV::L(m.values().cloned().collect(), *concatenate),
+                    Some(Value::Assoc(m)) => {
+                        PV::L(m.values().map(String::from).collect(), *concatenate)
+                    }
                 }
             }
         })
@@ -1461,7 +1463,7 @@ impl Interp<'_> {
                 Some(Value::Arr(m)) => {
                     PV::L(m.keys().map(|k| k.to_string()).collect(), *concatenate)
                 }
-                Some(Value::Assoc(m)) => PV::L(m.keys().cloned().collect(), *concatenate),
+                Some(Value::Assoc(m)) => PV::L(m.keys().map(String::from).collect(), *concatenate),
             },
         };
         match v {

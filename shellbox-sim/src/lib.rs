@@ -849,7 +849,7 @@ fn execute(
     let cwd = cmd.cwd.clone().unwrap_or_else(|| workdir.to_string());
     let mut sh = Shell::new(pid, cwd.clone());
     let export = |sh: &mut Shell, k: &str, v: &str| {
-        let mut var = Var::s(v.to_string());
+        let mut var = Var::s(v);
         var.exported = true;
         sh.vars.insert(k.to_string(), var);
     };

@@ -38,42 +38,47 @@ fn release(n: usize) {
 /// A metered string: a variable's value or an array element. Immutable and shared, so a
 /// subshell's copy of the variables shares their text as a forked bash shares its pages:
 /// the bytes are charged once, when the text is made, and released when its last holder
-/// drops it.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct MStr(std::rc::Rc<Held>);
-
+/// drops it. One allocation, as a `String` is.
 #[derive(PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct Held(String);
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        release(self.0.len());
-    }
-}
+pub struct MStr(std::rc::Rc<str>);
 
 impl MStr {
     /// The text.
     pub fn as_str(&self) -> &str {
-        &self.0 .0
+        &self.0
+    }
+}
+
+impl Clone for MStr {
+    fn clone(&self) -> Self {
+        MStr(self.0.clone())
+    }
+}
+
+impl Drop for MStr {
+    fn drop(&mut self) {
+        if std::rc::Rc::strong_count(&self.0) == 1 {
+            release(self.0.len());
+        }
     }
 }
 
 impl Default for MStr {
     fn default() -> Self {
-        MStr::from(String::new())
-    }
-}
-
-impl From<String> for MStr {
-    fn from(s: String) -> Self {
-        charge(s.len());
-        MStr(std::rc::Rc::new(Held(s)))
+        MStr::from("")
     }
 }
 
 impl From<&str> for MStr {
     fn from(s: &str) -> Self {
-        MStr::from(s.to_string())
+        charge(s.len());
+        MStr(std::rc::Rc::from(s))
+    }
+}
+
+impl From<String> for MStr {
+    fn from(s: String) -> Self {
+        MStr::from(s.as_str())
     }
 }
 
@@ -84,15 +89,15 @@ impl From<MStr> for String {
 }
 
 impl std::ops::Deref for MStr {
-    type Target = String;
-    fn deref(&self) -> &String {
-        &self.0 .0
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
     }
 }
 
 impl std::borrow::Borrow<str> for MStr {
     fn borrow(&self) -> &str {
-        self.as_str()
+        &self.0
     }
 }
 

@@ -155,8 +155,8 @@ impl AssocMap {
     pub fn new() -> Self {
         Self::default()
     }
-    fn ordered(&self) -> Vec<(&String, &String)> {
-        let mut v: Vec<(&String, &String, u64, u32)> = self
+    fn ordered(&self) -> Vec<(&str, &str)> {
+        let mut v: Vec<(&str, &str, u64, u32)> = self
             .map
             .iter()
             .map(|(k, (val, seq))| (&**k, &**val, *seq, bash_bucket(k)))
@@ -164,16 +164,16 @@ impl AssocMap {
         v.sort_by_key(|e| (e.3, std::cmp::Reverse(e.2)));
         v.into_iter().map(|(k, val, _, _)| (k, val)).collect()
     }
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &String)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.ordered().into_iter()
     }
-    pub fn keys(&self) -> impl Iterator<Item = &String> {
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.ordered().into_iter().map(|(k, _)| k)
     }
-    pub fn values(&self) -> impl Iterator<Item = &String> {
+    pub fn values(&self) -> impl Iterator<Item = &str> {
         self.ordered().into_iter().map(|(_, v)| v)
     }
-    pub fn get(&self, k: &str) -> Option<&String> {
+    pub fn get(&self, k: &str) -> Option<&str> {
         self.map.get(k).map(|e| &*e.0)
     }
     pub fn insert(&mut self, k: String, v: String) {
@@ -203,7 +203,7 @@ pub struct Var {
 }
 
 impl Var {
-    pub fn s(v: String) -> Self {
+    pub fn s(v: impl Into<MStr>) -> Self {
         Var {
             value: Value::Str(v.into()),
             exported: false,
@@ -216,7 +216,7 @@ impl Var {
         match &self.value {
             Value::Str(s) => s.to_string(),
             Value::Arr(m) => m.get(&0).map(|s| s.to_string()).unwrap_or_default(),
-            Value::Assoc(m) => m.get("0").cloned().unwrap_or_default(),
+            Value::Assoc(m) => m.get("0").map(String::from).unwrap_or_default(),
         }
     }
 }
@@ -2678,7 +2678,7 @@ pub fn set_elem(sh: &mut Shell, name: &str, key: &str, val: String) -> Result<()
 
 pub fn get_elem(it: &mut Interp<'_>, sh: &mut Shell, name: &str, key: &str) -> String {
     match sh.vars.get(name).map(|v| v.value.clone()) {
-        Some(Value::Assoc(m)) => m.get(key).cloned().unwrap_or_default(),
+        Some(Value::Assoc(m)) => m.get(key).map(String::from).unwrap_or_default(),
         Some(Value::Arr(m)) => {
             let i = match it.eval_arith_str(sh, key) {
                 Ok(Ok(i)) => i,
