@@ -566,6 +566,31 @@ fn cancel_stops_a_running_command_on_sim() {
     assert!(s.finish().success());
 }
 
+/// An id may be reused once its request was cancelled: the cancelled request's end never
+/// unregisters the new one (which stays cancellable).
+#[test]
+fn a_reused_id_stays_cancellable() {
+    let mut s = Server::start(None);
+    let f = s.factory("sim");
+    let one = s.create(&f, sim_spec());
+    let two = s.create(&f, sim_spec());
+    let busy = json!({"argv": ["sh", "-c", "while :; do :; done"]});
+    s.send("r", "run", json!({"machine": one, "command": busy}));
+    std::thread::sleep(Duration::from_millis(100));
+    // Pipelined: the cancel, then a new request with the same id, before any answer.
+    s.send("c1", "cancel", json!({"id": "r"}));
+    s.send("r", "run", json!({"machine": two, "command": busy}));
+    assert_eq!(s.answer("c1")["result"], json!({"cancelled": true}));
+    assert_eq!(error_kind(&s.answer("r")).0, "cancelled");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        s.ok("c2", "cancel", json!({"id": "r"})),
+        json!({"cancelled": true})
+    );
+    assert_eq!(error_kind(&s.answer("r")).0, "cancelled");
+    assert!(s.finish().success());
+}
+
 #[test]
 fn bad_input_of_every_kind_is_answered_and_the_server_goes_on() {
     let mut s = Server::start(None);

@@ -422,7 +422,9 @@ pub(crate) fn main() -> ExitCode {
             }
             Sub::Gc(args) => gc(args).await.map_err(|e| (false, e.into())),
             Sub::Serve { stdio: _ } => {
-                Ok(ExitCode::from(shellbox::serve::serve_stdio().await as u8))
+                // Every machine is closed and the output flushed: exit now, without waiting
+                // for the runtime's blocking stdin reader (it never ends on a signal).
+                std::process::exit(shellbox::serve::serve_stdio().await)
             }
             #[cfg(feature = "pyenv")]
             Sub::Pyenv { command } => pyenv(command).await.map_err(|e| (false, e.into())),

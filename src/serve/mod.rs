@@ -130,8 +130,10 @@ struct State {
     machines: Mutex<HashMap<u64, Arc<dyn Machine>>>,
     next_factory: AtomicU64,
     next_machine: AtomicU64,
-    /// Request id (as JSON text) -> the sender that cancels it.
-    in_flight: Mutex<HashMap<String, oneshot::Sender<()>>>,
+    /// Request id (as JSON text) -> (this request's serial, the sender that cancels it). The
+    /// serial keeps a finished request from removing a later one that reuses its id.
+    in_flight: Mutex<HashMap<String, (u64, oneshot::Sender<()>)>>,
+    next_serial: AtomicU64,
     out: mpsc::Sender<String>,
 }
 
@@ -275,6 +277,7 @@ where
         next_factory: AtomicU64::new(1),
         next_machine: AtomicU64::new(1),
         in_flight: Mutex::new(HashMap::new()),
+        next_serial: AtomicU64::new(0),
         out: out_tx,
     });
     let permits = Arc::new(Semaphore::new(options.max_in_flight.max(1)));
@@ -306,7 +309,7 @@ where
     // Cancel what is in flight: each request answers `cancelled` and drops its work, which
     // kills its command.
     let cancels: Vec<_> = lock(&state.in_flight).drain().collect();
-    for (_, cancel) in cancels {
+    for (_, (_, cancel)) in cancels {
         let _ = cancel.send(());
     }
     let drain = async { while tasks.join_next().await.is_some() {} };
@@ -506,7 +509,7 @@ async fn handle_line(
         // Answered in order, at once: the cancelled request answers `cancelled` itself.
         let answer = params::<CancelParams>("cancel", params_value).and_then(|p| {
             let cancel = lock(&state.in_flight).remove(&p.id.to_string());
-            let cancelled = cancel.map(|c| c.send(()).is_ok()).unwrap_or(false);
+            let cancelled = cancel.map(|(_, c)| c.send(()).is_ok()).unwrap_or(false);
             to_value(&CancelResult { cancelled })
         });
         state.send(answer_line(&id, answer)).await;
@@ -514,12 +517,13 @@ async fn handle_line(
     }
     let key = id.to_string();
     let (cancel_tx, cancel_rx) = oneshot::channel();
+    let serial = state.next_serial.fetch_add(1, Ordering::SeqCst);
     let duplicate = {
         let mut in_flight = lock(&state.in_flight);
         if in_flight.contains_key(&key) {
             true
         } else {
-            in_flight.insert(key.clone(), cancel_tx);
+            in_flight.insert(key.clone(), (serial, cancel_tx));
             false
         }
     };
@@ -540,7 +544,12 @@ async fn handle_line(
             answer = work => answer,
             Ok(()) = cancel_rx => Err(Failure::cancelled()),
         };
-        lock(&state.in_flight).remove(&key);
+        {
+            let mut in_flight = lock(&state.in_flight);
+            if in_flight.get(&key).is_some_and(|(s, _)| *s == serial) {
+                in_flight.remove(&key);
+            }
+        }
         state.send(answer_line(&id, answer)).await;
     });
 }
