@@ -1348,7 +1348,10 @@ mod hardening_tests {
         fs::write(d.join("a/f"), b"x").unwrap();
         let fifo = d.join("a/b/fifo");
         // mkfifo(1), not libc::mkfifo: the workspace forbids unsafe code outside shellbox-local.
-        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
         assert!(made.success());
         for err in [
             pack_path(&d, Some("d"), Vec::new()).unwrap_err(),
