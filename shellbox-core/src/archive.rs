@@ -399,6 +399,10 @@ pub struct TreeWriter {
     /// Everything created, in order, for the rollback.
     created: Vec<PathBuf>,
     done: bool,
+    /// The parent (components under the target) last checked to be real directories all
+    /// the way down: entries arrive grouped by directory, so most skip the walk. Forgotten
+    /// whenever the writer removes anything.
+    ready_parent: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for TreeWriter {
@@ -424,6 +428,7 @@ impl TreeWriter {
             links: Vec::new(),
             created: Vec::new(),
             done: false,
+            ready_parent: None,
         }
     }
 
@@ -484,7 +489,13 @@ impl TreeWriter {
             ),
             PrepError::Io(p, e) => Error::io(format!("create directory {}", p.display()), e),
         })?;
-        let existing = fs::symlink_metadata(&dest).ok();
+        // A new file is created with `O_EXCL` first (which never follows a link) and only
+        // looks at what is there when that fails: one lookup less per file.
+        let existing = if matches!(entry, TreeEntry::File { .. }) {
+            None
+        } else {
+            fs::symlink_metadata(&dest).ok()
+        };
         match entry {
             TreeEntry::Directory { mode, mtime } => {
                 match &existing {
@@ -496,7 +507,7 @@ impl TreeWriter {
                         }
                     }
                     Some(_) => {
-                        remove_path(&dest).map_err(io_at(&dest, "replace"))?;
+                        self.replace(&dest)?;
                         self.create_dir(&dest)?;
                     }
                     None => self.create_dir(&dest)?,
@@ -520,7 +531,7 @@ impl TreeWriter {
                     ));
                 }
                 if existing.is_some() {
-                    remove_path(&dest).map_err(io_at(&dest, "replace"))?;
+                    self.replace(&dest)?;
                 }
                 let link_path = PathBuf::from(String::from_utf8_lossy(link).into_owned());
                 std::os::unix::fs::symlink(&link_path, &dest)
@@ -548,26 +559,32 @@ impl TreeWriter {
                     return Err(self.refusal(name, "hard link source is not a regular file"));
                 }
                 if existing.is_some() {
-                    remove_path(&dest).map_err(io_at(&dest, "replace"))?;
+                    self.replace(&dest)?;
                 }
                 fs::hard_link(&src, &dest).map_err(io_at(&dest, "create hard link"))?;
                 self.created.push(dest);
                 self.summary.files += 1;
             }
             TreeEntry::File { data, mode, mtime } => {
-                if rel.is_empty() && existing.as_ref().is_some_and(|m| m.is_dir()) {
-                    return Err(
-                        self.refusal(name, "would replace the target directory with a file")
-                    );
-                }
-                if existing.is_some() {
-                    remove_path(&dest).map_err(io_at(&dest, "replace"))?;
-                }
-                let mut file = fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&dest)
-                    .map_err(io_at(&dest, "create"))?;
+                let create = || {
+                    fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(&dest)
+                };
+                let mut file = match create() {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                        let is_dir = fs::symlink_metadata(&dest).is_ok_and(|m| m.is_dir());
+                        if rel.is_empty() && is_dir {
+                            return Err(self
+                                .refusal(name, "would replace the target directory with a file"));
+                        }
+                        self.replace(&dest)?;
+                        create().map_err(io_at(&dest, "create"))?
+                    }
+                    Err(e) => return Err(io_at(&dest, "create")(e)),
+                };
                 self.created.push(dest.clone());
                 let n =
                     io::copy(data, &mut file).map_err(|e| self.refusal(name, &e.to_string()))?;
@@ -672,12 +689,16 @@ impl TreeWriter {
             }
             return Ok(());
         }
+        let parent_rel = &rel[..rel.len() - 1];
+        if self.ready_parent.as_deref() == Some(parent_rel) {
+            return Ok(());
+        }
         if fs::symlink_metadata(&self.target).is_err() {
             let target = self.target.clone();
             create_dir_all_tracked(&target, &mut self.created)?;
         }
         let mut p = self.target.clone();
-        for c in &rel[..rel.len() - 1] {
+        for c in parent_rel {
             p.push(c);
             match fs::symlink_metadata(&p) {
                 Ok(m) if m.file_type().is_symlink() => return Err(PrepError::Symlink(p)),
@@ -695,7 +716,14 @@ impl TreeWriter {
                 Err(e) => return Err(PrepError::Io(p, e)),
             }
         }
+        self.ready_parent = Some(parent_rel.to_vec());
         Ok(())
+    }
+
+    /// Removes what stands at `dest` so an entry can replace it (never following a link).
+    fn replace(&mut self, dest: &Path) -> Result<(), Error> {
+        self.ready_parent = None;
+        remove_path(dest).map_err(io_at(dest, "replace"))
     }
 }
 
