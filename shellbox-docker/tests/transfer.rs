@@ -15,9 +15,12 @@ async fn sh(m: &dyn Machine, script: &str) -> String {
 }
 
 fn mkfifo(path: &std::path::Path) {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: mkfifo on a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    // mkfifo(1): the workspace forbids unsafe code outside shellbox-local.
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
