@@ -442,13 +442,13 @@ fn fuzz_child() {
     if std::env::var_os("SHELLBOX_FUZZ_CHILD").is_none() {
         return;
     }
-    let limit = libc::rlimit {
-        rlim_cur: ADDRESS_SPACE_BYTES,
-        rlim_max: ADDRESS_SPACE_BYTES,
-    };
-    // SAFETY: setrlimit reads the struct we pass; it affects only this (child) process.
-    let rc = unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) };
-    assert_eq!(rc, 0, "setrlimit(RLIMIT_AS)");
+    // affects only this (child) process
+    nix::sys::resource::setrlimit(
+        nix::sys::resource::Resource::RLIMIT_AS,
+        ADDRESS_SPACE_BYTES,
+        ADDRESS_SPACE_BYTES,
+    )
+    .expect("setrlimit(RLIMIT_AS)");
     let secs: u64 = std::env::var("SHELLBOX_FUZZ_SECS")
         .ok()
         .and_then(|s| s.parse().ok())

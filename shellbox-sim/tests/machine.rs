@@ -359,8 +359,7 @@ fn upload_refuses_special_files_without_opening_them() {
     // a FIFO (opening it would block forever), alone and inside a directory
     let host = tempfile::tempdir().unwrap();
     let fifo = host.path().join("f");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
     let e = m.upload_sync(&fifo, "/workspace/z").unwrap_err();
     assert!(matches!(e, Error::Transfer { .. }), "{e:?}");
     let e = m.upload_sync(host.path(), "/workspace/d").unwrap_err();
