@@ -23,9 +23,19 @@ use shellbox_core::{Error, Event, EventStream, ExitReason, ExitStatus};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::sync::{mpsc, watch};
 
+use crate::cgroup::MachineCgroup;
 use crate::ns::MachineNamespaces;
 use crate::plan::Limit;
 use crate::seccomp::SeccompSetup;
+
+/// What confines a command besides bwrap's own options: the machine's namespaces its
+/// launcher joins, the seccomp filters, and the machine's pids cgroup the launcher enters.
+#[derive(Default)]
+pub(crate) struct Confinement {
+    pub namespaces: Option<Arc<MachineNamespaces>>,
+    pub seccomp: Option<Arc<SeccompSetup>>,
+    pub cgroup: Option<Arc<MachineCgroup>>,
+}
 
 /// The fixed environment bwrap itself runs with (REFERENCE 4.4); the sandbox clears it.
 pub const CONTROL_ENV: [(&str, &str); 3] = [
@@ -51,6 +61,7 @@ pub(crate) struct Prepared {
     limits: Vec<Limit>,
     namespaces: Option<Arc<MachineNamespaces>>,
     seccomp: Option<Arc<SeccompSetup>>,
+    cgroup: Option<Arc<MachineCgroup>>,
 }
 
 fn errno_io(e: nix::errno::Errno) -> std::io::Error {
@@ -66,17 +77,22 @@ fn errno_io(e: nix::errno::Errno) -> std::io::Error {
 /// keeps open for as long as the command exists. With `seccomp`, its command program's
 /// memfd is re-opened in the child at its own fd number (the third value given to `args`,
 /// for bwrap's `--seccomp`), and its launcher program, if any, is loaded last, just before
-/// the exec. No helper process is involved.
+/// the exec. Before anything else it writes itself into the machine's pids cgroup, so
+/// bwrap and all it starts are counted. No helper process is involved.
 pub(crate) fn prepare(
     bwrap: &Path,
     env_options: &[u8],
     limits: Vec<Limit>,
     with_status: bool,
-    namespaces: Option<Arc<MachineNamespaces>>,
-    seccomp: Option<Arc<SeccompSetup>>,
+    confinement: Confinement,
     args: impl FnOnce(i32, Option<i32>, Option<i32>) -> Vec<OsString>,
 ) -> Result<Prepared, Error> {
     use nix::sys::memfd::{memfd_create, MFdFlags};
+    let Confinement {
+        namespaces,
+        seccomp,
+        cgroup,
+    } = confinement;
     let memfd = memfd_create("shellbox-env", MFdFlags::MFD_CLOEXEC)
         .map_err(|e| Error::io("create environment memfd", errno_io(e)))?;
     let written = nix::unistd::write(&memfd, env_options)
@@ -111,6 +127,7 @@ pub(crate) fn prepare(
         limits,
         namespaces,
         seccomp,
+        cgroup,
     })
 }
 
@@ -127,6 +144,7 @@ impl Prepared {
             limits,
             namespaces,
             seccomp,
+            cgroup,
         } = self;
         let reopens = reopens(memfd.as_raw_fd(), seccomp.as_deref());
         let status_fd = status_write.as_ref().map(|w| w.as_raw_fd());
@@ -141,11 +159,12 @@ impl Prepared {
             limits.iter().map(raw_limit).collect();
         let pre_exec = move || -> std::io::Result<()> {
             // Keep the fds alive in the Command; only their numbers are used here.
-            let _keep = (&memfd, &status_write, &namespaces);
+            let _keep = (&memfd, &status_write, &namespaces, &cgroup);
             let filter = seccomp.as_ref().and_then(|s| s.launcher());
+            let procs = cgroup.as_ref().map(|c| c.procs_fd());
             // SAFETY: async-signal-safe system calls in the forked child on values
             // prepared before the fork; no allocation happens here.
-            match unsafe { child_setup(&joins, &limits, &reopens, status_fd, filter) } {
+            match unsafe { child_setup(procs, &joins, &limits, &reopens, status_fd, filter) } {
                 0 => Ok(()),
                 errno => Err(std::io::Error::from_raw_os_error(errno)),
             }
@@ -189,7 +208,8 @@ fn errno() -> i32 {
 }
 
 /// The launcher's work between fork (or vfork) and exec, shared by both spawn paths:
-/// join the machine's namespaces, new session, limits, niceness +10, default SIGPIPE and
+/// enter the machine's pids cgroup (write `0` to its open `cgroup.procs`), join the
+/// machine's namespaces, new session, limits, niceness +10, default SIGPIPE and
 /// SIGXFSZ, every fd from 3 up close-on-exec, each `(fd, /proc/self/fd/N)` of `reopens`
 /// re-opened at its number, the status fd made inheritable and, last, the launcher's
 /// seccomp `filter` loaded. Returns 0 or the failing call's errno.
@@ -198,12 +218,18 @@ fn errno() -> i32 {
 /// Only for a freshly forked or vforked child: it makes raw system calls, allocates
 /// nothing and touches only its arguments.
 unsafe fn child_setup(
+    cgroup_procs: Option<RawFd>,
     joins: &[(RawFd, libc::c_int)],
     limits: &[(libc::__rlimit_resource_t, libc::rlimit)],
     reopens: &[(RawFd, CString)],
     status_fd: Option<RawFd>,
     filter: Option<&[seccompiler::sock_filter]>,
 ) -> i32 {
+    if let Some(fd) = cgroup_procs {
+        if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+            return errno();
+        }
+    }
     for &(fd, nstype) in joins {
         if libc::setns(fd, nstype) != 0 {
             return errno();
@@ -269,6 +295,7 @@ unsafe fn child_setup(
 /// Everything the vforked child reads: prepared by the parent before `clone(2)`, on the
 /// parent's stack, which stays untouched while the parent waits (`CLONE_VFORK`).
 struct ChildContext<'a> {
+    cgroup_procs: Option<RawFd>,
     joins: Vec<(RawFd, libc::c_int)>,
     limits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
     reopens: Vec<(RawFd, CString)>,
@@ -289,6 +316,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     unsafe {
         let ctx = &*(arg as *const ChildContext);
         let mut err = child_setup(
+            ctx.cgroup_procs,
             &ctx.joins,
             &ctx.limits,
             &ctx.reopens,
@@ -418,6 +446,7 @@ fn spawn_vfork(prepared: &Prepared) -> std::io::Result<RawChild> {
             .collect::<Vec<_>>()
     };
     let ctx = ChildContext {
+        cgroup_procs: prepared.cgroup.as_ref().map(|c| c.procs_fd()),
         joins: prepared
             .namespaces
             .as_ref()

@@ -20,6 +20,12 @@
 //!   and the rest of [`seccomp::refused`]; `EPERM`, `clone3` `ENOSYS`), built once per
 //!   factory, handed to bwrap with `--seccomp FD`; as root the launcher also loads the part
 //!   bwrap's set-up does not need, so the sandbox's PID 1 is bound too (see [`seccomp`]);
+//! - a bounded process count: the machine's own pids cgroup (v2, or the v1 `pids`
+//!   hierarchy) with `pids.max` = [`MachineSpec::pids_limit`](shellbox_core::MachineSpec),
+//!   entered by the launcher before it execs bwrap and emptied (every process killed) and
+//!   removed by close; where none can be made (a non-root host process, no pids
+//!   controller) only `RLIMIT_NPROC` below applies, which does nothing for UID 0 (see
+//!   the `cgroup` module);
 //! - no capabilities, `no_new_privs`, niceness +10, `RLIMIT_CORE` 0, `RLIMIT_FSIZE` 1 GiB,
 //!   `RLIMIT_NPROC` host tasks + 256, `RLIMIT_CPU` from the timeout, default SIGPIPE and
 //!   SIGXFSZ — set in the launcher (a `clone(CLONE_VM | CLONE_VFORK)` child, as
@@ -71,6 +77,7 @@
 
 #![warn(missing_docs)]
 
+mod cgroup;
 mod fsops;
 mod guest;
 mod launch;
@@ -87,6 +94,7 @@ pub mod seccomp;
 pub const LOCAL_CAPABILITIES: shellbox_core::Capabilities =
     shellbox_core::Capabilities::linux_process().with_sources(&["host"]);
 
+pub use cgroup::CGROUP_BASE_NAME;
 pub use launch::{parse_exit_code, CONTROL_ENV};
 pub use machine::{
     machine_bwrap_args, LocalMachine, LocalMachineFactory, LocalOptions, PROBE_TIMEOUT,

@@ -51,6 +51,8 @@ struct FactoryInner {
     share_ns: bool,
     /// The seccomp filters every command gets (see the `seccomp` module), built once.
     seccomp: Arc<SeccompSetup>,
+    /// Where machines' pids cgroups are made; `None` where none can be (see `cgroup`).
+    cgroups: Option<crate::cgroup::CgroupBase>,
 }
 
 /// Creates [`LocalMachine`]s: commands on this host in bubblewrap sandboxes, each machine
@@ -153,6 +155,17 @@ impl LocalMachineFactory {
             }
         })?;
         let seccomp = Arc::new(seccomp);
+        let cgroups = if nix::unistd::geteuid().is_root() {
+            match crate::cgroup::CgroupBase::setup() {
+                Ok(base) => Some(base),
+                Err(e) => {
+                    tracing::debug!("no pids cgroup for machines ({e}); RLIMIT_NPROC only");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let candidates = bwrap_candidates(options.bwrap.as_deref());
         if candidates.is_empty() {
             return Err(Error::SandboxUnavailable {
@@ -171,6 +184,7 @@ impl LocalMachineFactory {
                 facts: facts.clone(),
                 share_ns,
                 seccomp: seccomp.clone(),
+                cgroups: cgroups.clone(),
             };
             match probe(&inner) {
                 Ok(()) => {
@@ -244,8 +258,8 @@ impl LocalMachineFactory {
             .collect::<Result<Vec<_>, _>>()?;
         bin_dirs.extend(self.inner.bin_dirs.iter().cloned());
         let inner = self.inner.clone();
-        let (w, network) = (workdir.clone(), spec.network);
-        let (layout, namespaces) = tokio::task::spawn_blocking(move || {
+        let (w, network, pids_limit) = (workdir.clone(), spec.network, spec.pids_limit);
+        let (layout, namespaces, cgroup) = tokio::task::spawn_blocking(move || {
             let (root, etc_binds) = root::create_root(&inner.facts, &mounts, &w)?;
             let mut layout = Layout {
                 root,
@@ -254,10 +268,17 @@ impl LocalMachineFactory {
                 etc_binds,
                 shared: plan::Shared::default(),
             };
-            match make_namespaces(&inner, &layout) {
-                Ok(namespaces) => {
+            let made = make_namespaces(&inner, &layout).and_then(|namespaces| {
+                let cgroup = match &inner.cgroups {
+                    Some(base) => Some(machine_cgroup(base, &layout.root, pids_limit)?),
+                    None => None,
+                };
+                Ok((namespaces, cgroup))
+            });
+            match made {
+                Ok((namespaces, cgroup)) => {
                     layout.shared = namespaces.shared();
-                    Ok((layout, namespaces))
+                    Ok((layout, namespaces, cgroup))
                 }
                 Err(e) => {
                     if let Err(re) = root::remove_root(&layout.root) {
@@ -281,8 +302,27 @@ impl LocalMachineFactory {
             closed: AtomicBool::new(false),
             registry: Arc::new(Registry::default()),
             shutdown,
+            cgroup: cgroup.map(Arc::new),
         })
     }
+}
+
+/// The machine's pids cgroup, named after the private directory around its `root`.
+///
+/// # Errors
+/// [`Error::Io`] when the cgroup cannot be made although the factory's base could.
+fn machine_cgroup(
+    base: &crate::cgroup::CgroupBase,
+    root: &Path,
+    pids_limit: u32,
+) -> Result<crate::cgroup::MachineCgroup, Error> {
+    let name = root
+        .parent()
+        .and_then(Path::file_name)
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| Error::invalid(format!("machine root {} has no name", root.display())))?;
+    crate::cgroup::MachineCgroup::create(base, name, pids_limit)
+        .map_err(|e| Error::io("create the machine's pids cgroup", e))
 }
 
 /// The namespaces a machine with this layout makes once: none when the factory cannot
@@ -372,8 +412,11 @@ fn probe_in(
         &env_options,
         Vec::new(),
         false,
-        Some(namespaces),
-        Some(inner.seccomp.clone()),
+        launch::Confinement {
+            namespaces: Some(namespaces),
+            seccomp: Some(inner.seccomp.clone()),
+            cgroup: None,
+        },
         |env_fd, _, seccomp_fd| {
             plan::bwrap_args(
                 layout,
@@ -478,6 +521,8 @@ pub struct LocalMachine {
     closed: AtomicBool,
     registry: Arc<Registry>,
     shutdown: watch::Sender<bool>,
+    /// The machine's pids cgroup (see the `cgroup` module); `None` where none can be made.
+    cgroup: Option<Arc<crate::cgroup::MachineCgroup>>,
 }
 
 impl std::fmt::Debug for LocalMachine {
@@ -568,6 +613,34 @@ impl LocalMachine {
             .collect()
     }
 
+    /// The directory of the machine's pids cgroup (`<cgroup mount>/shellbox-local/<name>`),
+    /// or `None` when this host gives machines none (then only `RLIMIT_NPROC` bounds
+    /// processes; see [`MachineSpec::pids_limit`]). Gone after close.
+    pub fn cgroup_dir(&self) -> Option<&Path> {
+        self.cgroup.as_deref().map(|c| c.dir())
+    }
+
+    /// What confines each command: the shared namespaces, the seccomp filters, the cgroup.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] once the namespaces were released.
+    fn confinement(&self) -> Result<launch::Confinement, Error> {
+        Ok(launch::Confinement {
+            namespaces: Some(self.namespaces()?),
+            seccomp: Some(self.factory.seccomp.clone()),
+            cgroup: self.cgroup.clone(),
+        })
+    }
+
+    /// Kills every process of the machine's cgroup and removes it, waiting up to `wait`.
+    fn remove_cgroup(cgroup: Option<&crate::cgroup::MachineCgroup>, wait: Duration) {
+        if let Some(c) = cgroup {
+            if let Err(e) = c.kill_and_remove(wait) {
+                tracing::warn!("local machine cgroup: {e}");
+            }
+        }
+    }
+
     /// The machine's shared namespaces, or [`Error::Closed`] once they were released.
     fn namespaces(&self) -> Result<Arc<crate::ns::MachineNamespaces>, Error> {
         self.namespaces
@@ -637,8 +710,7 @@ impl LocalMachine {
             &env_options,
             limits,
             false,
-            Some(self.namespaces()?),
-            Some(self.factory.seccomp.clone()),
+            self.confinement()?,
             |env_fd, status_fd, seccomp_fd| {
                 plan::bwrap_args(
                     &self.layout,
@@ -681,8 +753,7 @@ impl Machine for LocalMachine {
             &env_options,
             limits,
             true,
-            Some(self.namespaces()?),
-            Some(self.factory.seccomp.clone()),
+            self.confinement()?,
             |env_fd, status_fd, seccomp_fd| {
                 plan::bwrap_args(
                     &self.layout,
@@ -744,6 +815,13 @@ impl Machine for LocalMachine {
             return Ok(());
         }
         self.shutdown_now();
+        // Every process of the machine dies, background ones and escapees included.
+        let cgroup = self.cgroup.clone();
+        tokio::task::spawn_blocking(move || {
+            Self::remove_cgroup(cgroup.as_deref(), Duration::from_secs(5))
+        })
+        .await
+        .map_err(|e| Error::backend("remove machine cgroup", e))?;
         let started = Instant::now();
         while self.registry.len() > 0 && started.elapsed() < Duration::from_secs(10) {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -762,6 +840,7 @@ impl Drop for LocalMachine {
             return;
         }
         self.shutdown_now();
+        Self::remove_cgroup(self.cgroup.as_deref(), Duration::from_secs(1));
         self.release_namespaces();
         if let Err(e) = root::remove_root(&self.layout.root) {
             tracing::warn!("dropping an unclosed local machine: {e}");

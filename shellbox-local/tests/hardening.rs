@@ -299,3 +299,101 @@ async fn machines_share_no_keys_processes_or_files() {
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+
+fn read_trim(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_bomb_is_bounded_by_the_pids_cgroup() {
+    let Some(factory) = common::factory("fork_bomb_is_bounded_by_the_pids_cgroup") else {
+        return;
+    };
+    let limit = 64u32;
+    let m = factory
+        .create_local(MachineSpec::host().pids_limit(limit))
+        .await
+        .unwrap();
+    let Some(cgroup) = m.cgroup_dir().map(Path::to_path_buf) else {
+        // Only a root host process with a pids controller gets one (RLIMIT_NPROC otherwise).
+        eprintln!(
+            "SKIP fork_bomb_is_bounded_by_the_pids_cgroup: no pids cgroup here (root: {})",
+            nix::unistd::geteuid().is_root()
+        );
+        m.close().await.unwrap();
+        return;
+    };
+    assert_eq!(read_trim(&cgroup.join("pids.max")), limit.to_string());
+    // A real fork bomb, ended by its timeout. Meanwhile the host samples the cgroup.
+    let bomb = m.run(
+        Command::shell("b() { b | b & }; b; sleep 10")
+            .timeout(Duration::from_secs(4))
+            .output_limit_bytes(4096),
+    );
+    let sampler = async {
+        let mut peak = 0u32;
+        for _ in 0..60 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let now: u32 = read_trim(&cgroup.join("pids.current")).parse().unwrap_or(0);
+            peak = peak.max(now);
+        }
+        peak
+    };
+    let (r, peak) = tokio::join!(bomb, sampler);
+    let r = r.unwrap();
+    assert_eq!(r.reason, shellbox_core::ExitReason::TimedOut, "{r:?}");
+    assert!(peak > limit / 2, "the bomb never got going: peak {peak}");
+    assert!(peak <= limit, "peak {peak} over the limit {limit}");
+    // The kernel refused forks at the limit.
+    let events = read_trim(&cgroup.join("pids.events"));
+    assert!(
+        events
+            .split_whitespace()
+            .nth(1)
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|n| n > 0),
+        "{events}"
+    );
+    // The machine still works, with room for a command.
+    let r = run(&m, Command::shell("echo ok")).await;
+    assert_eq!(r.stdout_lossy(), "ok\n");
+    // Every command's processes (bwrap included) are in the machine's cgroup.
+    let r = run(&m, Command::shell("cat /proc/self/cgroup")).await;
+    assert!(r.stdout_lossy().lines().any(|l| l.ends_with(":/")), "{r:?}");
+    m.close().await.unwrap();
+    assert!(!cgroup.exists(), "{} left after close", cgroup.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_kills_every_process_of_the_cgroup() {
+    let Some(factory) = common::factory("close_kills_every_process_of_the_cgroup") else {
+        return;
+    };
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    let Some(cgroup) = m.cgroup_dir().map(Path::to_path_buf) else {
+        eprintln!("SKIP close_kills_every_process_of_the_cgroup: no pids cgroup here");
+        m.close().await.unwrap();
+        return;
+    };
+    assert_eq!(
+        read_trim(&cgroup.join("pids.max")),
+        shellbox_core::DEFAULT_PIDS_LIMIT.to_string()
+    );
+    run(
+        &m,
+        Command::shell("setsid sh -c 'sleep 3002' > /dev/null 2>&1 < /dev/null &"),
+    )
+    .await;
+    let procs = read_trim(&cgroup.join("cgroup.procs"));
+    let pids: Vec<i32> = procs.lines().filter_map(|l| l.parse().ok()).collect();
+    m.close().await.unwrap();
+    assert!(!cgroup.exists());
+    for pid in pids {
+        let alive = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.windows(4).any(|w| w == b"3002"));
+        assert!(!alive, "process {pid} of the machine survived close");
+    }
+}
