@@ -251,6 +251,28 @@ pub fn kill_and_remove(version: CgroupVersion, dir: &Path, wait: Duration) -> st
     }
 }
 
+/// Kills and removes the cgroup named `name` (a machine's private directory name) in
+/// either hierarchy, if it exists: for `gc`, which knows the name of a leaked machine but
+/// not which hierarchy its factory used. Makes nothing.
+///
+/// # Errors
+/// `name` is not a plain `shellbox-local-*` name, or the cgroup stays busy after `wait`.
+pub fn remove_leaked(name: &str, wait: Duration) -> std::io::Result<()> {
+    if !name.starts_with(crate::root::ROOT_PREFIX) || name.contains('/') || name.contains("..") {
+        return Err(std::io::Error::other(format!(
+            "not a machine name: {name:?}"
+        )));
+    }
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let (v2, v1) = pids_mounts(&info);
+    for (version, mount) in [(CgroupVersion::V2, v2), (CgroupVersion::V1, v1)] {
+        if let Some(mount) = mount {
+            kill_and_remove(version, &mount.join(CGROUP_BASE_NAME).join(name), wait)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,6 +35,11 @@
 //! - a timeout SIGKILLs bwrap's process group; bwrap's `--die-with-parent` and the PID
 //!   namespace take every descendant with it; output written before the kill is kept.
 //!
+//! Each machine's private directory holds an owner marker ([`OWNER_FILE`]: the owner's
+//! pid, its start time from `/proc/PID/stat` and the host name, like the Docker backend's
+//! labels); [`gc`] removes the directories (with their cgroups and mounts) whose owner is
+//! gone, as `shellbox gc --backend local` does.
+//!
 //! The sandbox line is built by the pure [`plan::bwrap_args`]; the behaviour follows the
 //! reference library's local backend (REFERENCE.md section 4) in its read-only mode.
 //! It isolates trusted commands; it is not a security boundary against hostile code.
@@ -79,6 +84,7 @@
 
 mod cgroup;
 mod fsops;
+mod gc;
 mod guest;
 mod launch;
 mod machine;
@@ -95,6 +101,7 @@ pub const LOCAL_CAPABILITIES: shellbox_core::Capabilities =
     shellbox_core::Capabilities::linux_process().with_sources(&["host"]);
 
 pub use cgroup::CGROUP_BASE_NAME;
+pub use gc::{gc, gc_in, GcReport, Owner, OWNER_FILE};
 pub use launch::{parse_exit_code, CONTROL_ENV};
 pub use machine::{
     machine_bwrap_args, LocalMachine, LocalMachineFactory, LocalOptions, PROBE_TIMEOUT,

@@ -66,6 +66,12 @@ pub fn create_root(
         .tempdir()
         .map_err(|e| Error::io("create machine root in the host temp dir", e))?;
     let private = dir.keep();
+    // The owner marker comes first, so `gc` can tell whose directory this is from the
+    // moment it holds anything else.
+    if let Err(e) = crate::gc::write_marker(&private) {
+        let _ = fs::remove_dir_all(&private);
+        return Err(e);
+    }
     let root = private.join(ROOT_DIR_NAME);
     if let Err(e) = fs::create_dir(&root) {
         let _ = fs::remove_dir(&private);
@@ -156,6 +162,24 @@ pub fn mounts_below(dir: &Path) -> Vec<PathBuf> {
         .map(|field| PathBuf::from(decode_mountinfo(field)))
         .filter(|p| p.starts_with(dir))
         .collect()
+}
+
+/// Detaches the file system mounted at `root` itself in this mount namespace (a machine's
+/// size-limited root), if any; nothing else.
+///
+/// # Errors
+/// [`Error::Io`] when it is mounted and cannot be detached.
+pub fn unmount_root_fs(root: &Path) -> Result<(), Error> {
+    if !mounts_below(root).iter().any(|m| m == root) {
+        return Ok(());
+    }
+    let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(root.as_os_str()))
+        .map_err(|_| Error::invalid(format!("{} holds a NUL byte", root.display())))?;
+    // SAFETY: umount2 on a NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+        return Err(io("unmount", root, std::io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 /// Decodes the `\NNN` octal escapes of a mountinfo field.

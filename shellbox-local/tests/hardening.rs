@@ -5,7 +5,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use shellbox_core::{Command, CommandResult, HostImage, ImageSource, Machine, MachineSpec, Mount};
@@ -396,4 +396,110 @@ async fn close_kills_every_process_of_the_cgroup() {
             .is_ok_and(|c| c.windows(4).any(|w| w == b"3002"));
         assert!(!alive, "process {pid} of the machine survived close");
     }
+}
+
+/// Not a test of its own: the owner process of `gc_removes_roots_of_dead_owners_only`,
+/// which runs this test binary again with `SHELLBOX_LOCAL_GC_CHILD=1` (and `TMPDIR` set to
+/// a private directory): it makes a machine, prints `ROOT <path>` and waits to be killed.
+/// Without the variable it returns at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_owner_child() {
+    if std::env::var_os("SHELLBOX_LOCAL_GC_CHILD").is_none() {
+        return;
+    }
+    let factory = shellbox_local::LocalMachineFactory::new(Default::default()).unwrap();
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    run(&m, Command::shell("echo kept > /workspace/f")).await;
+    println!(
+        "ROOT {} {}",
+        m.root().display(),
+        m.cgroup_dir()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    );
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+/// Starts an owner process (see [`gc_owner_child`]) making its machine in `tmpdir`;
+/// returns it with its root and cgroup directory.
+fn start_owner(tmpdir: &Path) -> (std::process::Child, PathBuf, Option<PathBuf>) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "gc_owner_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("SHELLBOX_LOCAL_GC_CHILD", "1")
+        .env("TMPDIR", tmpdir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        // libtest prints "test gc_owner_child ... " before it on the same line.
+        if let Some((_, rest)) = line.split_once("ROOT ") {
+            let mut parts = rest.split(' ');
+            let root = PathBuf::from(parts.next().unwrap());
+            let cgroup = parts.next().filter(|s| !s.is_empty()).map(PathBuf::from);
+            return (child, root, cgroup);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("the owner process printed no ROOT line");
+}
+
+fn kill_and_wait(child: &mut std::process::Child) {
+    // SIGKILL: the owner gets no chance to clean up.
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_removes_roots_of_dead_owners_only() {
+    if common::factory("gc_removes_roots_of_dead_owners_only").is_none() {
+        return;
+    }
+    let base = tempfile::tempdir().unwrap();
+    let (mut dead, dead_root, dead_cgroup) = start_owner(base.path());
+    let (mut live, live_root, _) = start_owner(base.path());
+    let marker = dead_root.parent().unwrap().join(shellbox_local::OWNER_FILE);
+    let owner = shellbox_local::Owner::from_json(&std::fs::read_to_string(&marker).unwrap())
+        .expect("marker");
+    assert_eq!(owner.pid, dead.id());
+    kill_and_wait(&mut dead);
+    // The killed owner left its machine behind.
+    assert_eq!(
+        std::fs::read_to_string(dead_root.join("workspace/f")).unwrap(),
+        "kept\n"
+    );
+    let report = tokio::task::spawn_blocking({
+        let dir = base.path().to_path_buf();
+        move || shellbox_local::gc_in(&dir)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        report.removed,
+        vec![dead_root.parent().unwrap().to_path_buf()]
+    );
+    assert_eq!((report.kept, report.failed.len()), (1, 0), "{report:?}");
+    assert!(!dead_root.parent().unwrap().exists());
+    if let Some(cgroup) = dead_cgroup {
+        assert!(!cgroup.exists(), "{} left", cgroup.display());
+    }
+    // The live owner's machine is untouched; once it is killed, gc takes it too.
+    assert!(live_root.join("workspace/f").exists());
+    kill_and_wait(&mut live);
+    let report = shellbox_local::gc_in(base.path()).unwrap();
+    assert_eq!(
+        report.removed,
+        vec![live_root.parent().unwrap().to_path_buf()]
+    );
+    assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0);
 }

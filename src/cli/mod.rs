@@ -320,7 +320,8 @@ struct RunArgs {
 
 #[derive(clap::Args, Debug)]
 struct GcArgs {
-    /// Backend to clean: docker.
+    /// Backend to clean: docker (containers) or local (machine roots in the host temp dir,
+    /// with their pids cgroups and mounts).
     #[arg(long, default_value = "docker")]
     backend: String,
     /// Only containers that also carry this label, KEY or KEY=VALUE (repeatable; Docker's
@@ -961,9 +962,37 @@ async fn gc(args: GcArgs) -> Result<ExitCode, Error> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        #[cfg(feature = "local")]
+        Backend::Local => {
+            if !args.labels.is_empty() {
+                return Err(Error::invalid(
+                    "--label selects docker containers; local machines carry no labels",
+                ));
+            }
+            let report = tokio::task::spawn_blocking(shellbox::local::gc)
+                .await
+                .map_err(|e| Error::backend("gc local machines", e.to_string()))??;
+            for dir in &report.removed {
+                out!("removed {}", dir.display());
+            }
+            for (dir, why) in &report.failed {
+                eprintln!("shellbox: could not remove {}: {why}", dir.display());
+            }
+            out!(
+                "{} removed, {} kept (owner alive), {} skipped (other host or no owner marker), {} failed",
+                report.removed.len(),
+                report.kept,
+                report.skipped,
+                report.failed.len()
+            );
+            if !report.failed.is_empty() {
+                return Ok(ExitCode::from(1));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         #[allow(unreachable_patterns)]
         other => Err(Error::unsupported(format!(
-            "gc cleans docker containers; {other} machines leave nothing behind once their process ends"
+            "gc cleans docker containers and local machine roots; {other} machines leave nothing behind once their process ends"
         ))),
     }
 }
