@@ -484,7 +484,7 @@ fn split_fields(fields: Vec<Field>, ifs: &str) -> Option<Vec<Field>> {
         };
         while i < bytes.len() {
             scanned += 1;
-            if scanned % CHUNK_BYTES == 0 && crate::shell::wall_expired() {
+            if scanned.is_multiple_of(CHUNK_BYTES) && crate::shell::wall_expired() {
                 return None;
             }
             let ch_len = utf8_len(bytes[i]);

@@ -163,7 +163,7 @@ impl Compiled {
             if sid.is_dead() || sid.is_quit() {
                 return Ok(found);
             }
-            if (s.len() - i) % CHECK_EVERY == 0 {
+            if (s.len() - i).is_multiple_of(CHECK_EVERY) {
                 check()?;
             }
         }
@@ -315,7 +315,7 @@ pub fn replace(
             let mut steps = 0usize;
             while pos <= s.len() {
                 steps += 1;
-                if steps % 64 == 0 {
+                if steps.is_multiple_of(64) {
                     check()?;
                 }
                 // the leftmost start at or after `pos` where a non-empty match begins,
