@@ -78,6 +78,7 @@ mod expand;
 mod glob;
 mod mem;
 mod pattern;
+mod programs;
 mod shell;
 mod tar;
 mod utils;
@@ -197,7 +198,7 @@ impl SimMachineFactory {
             .memory_bytes
             .unwrap_or(spec.memory_mb.unwrap_or(2048) * 1024 * 1024);
         let mut world = World {
-            vfs: Vfs::new(disk, CLOCK_START_EPOCH_SECS),
+            vfs: Vfs::new(disk, CLOCK_START_EPOCH_SECS, programs::names()),
             clock_ns: 0,
             epoch: CLOCK_START_EPOCH_SECS,
             next_pid: 1,
@@ -1028,5 +1029,5 @@ impl Machine for SimMachine {
 
 /// Whether a name is one of the simulator's virtual executables under `/bin` and `/usr/bin`.
 pub fn is_supported_utility(name: &str) -> bool {
-    vfs::UTILITIES.contains(&name)
+    programs::find(name).is_some()
 }

@@ -4,13 +4,6 @@
 
 use std::collections::BTreeMap;
 
-/// Names of the programs present as virtual executables under `/bin` and `/usr/bin`.
-pub const UTILITIES: &[&str] = &[
-    "[", "basename", "bash", "cat", "chmod", "cp", "date", "dirname", "echo", "env", "false",
-    "head", "kill", "ln", "ls", "mkdir", "mv", "printf", "pwd", "rm", "rmdir", "seq", "sh",
-    "sleep", "stat", "tail", "tar", "tee", "test", "timeout", "touch", "true", "wc",
-];
-
 /// A filesystem error, named like the errno it stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Errno {
@@ -130,6 +123,8 @@ pub struct Vfs {
     /// Current virtual time, seconds since the epoch.
     pub now: i64,
     bins_ready: bool,
+    /// The programs `/bin` and `/usr/bin` list (the command table's names).
+    bin_names: &'static [&'static str],
 }
 
 /// The root inode.
@@ -138,8 +133,9 @@ pub const ROOT: usize = 0;
 impl Vfs {
     /// A filesystem with `/`, `/tmp`, `/root`, `/dev/*`, `/bin`, `/usr/bin` (populated
     /// lazily), `/etc`, `/home`, `/var`.
-    pub fn new(disk_limit: u64, now: i64) -> Self {
+    pub fn new(disk_limit: u64, now: i64, bin_names: &'static [&'static str]) -> Self {
         let mut v = Vfs {
+            bin_names,
             nodes: Vec::with_capacity(24),
             free: Vec::new(),
             used_bytes: 0,
@@ -223,7 +219,7 @@ impl Vfs {
             let Ok(d) = self.resolve("/", dir, true) else {
                 continue;
             };
-            for name in UTILITIES {
+            for name in self.bin_names {
                 let ino = self.alloc(Inode {
                     kind: Kind::Exe(name),
                     mode: 0o755,
