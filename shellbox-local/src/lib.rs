@@ -26,6 +26,9 @@
 //!   removed by close; where none can be made (a non-root host process, no pids
 //!   controller) only `RLIMIT_NPROC` below applies, which does nothing for UID 0 (see
 //!   the `cgroup` module);
+//! - with `storage_mb` (a root host process only), a machine root that is a `tmpfs` of that
+//!   size mounted on the root directory at create and detached at close: a write past it
+//!   fails with `ENOSPC` and never reaches the host disk;
 //! - no capabilities, `no_new_privs`, niceness +10, `RLIMIT_CORE` 0, `RLIMIT_FSIZE` 1 GiB,
 //!   `RLIMIT_NPROC` host tasks + 256, `RLIMIT_CPU` from the timeout, default SIGPIPE and
 //!   SIGXFSZ — set in the launcher (a `clone(CLONE_VM | CLONE_VFORK)` child, as
@@ -95,10 +98,16 @@ pub mod seccomp;
 
 /// What the local backend offers ([`shellbox_core::MachineFactory::capabilities`]): Linux
 /// processes with every task capability of the reference (`shell`, `filesystem`, `python`,
-/// `process`, `network`, `git_repository`); the `host` source; no resource limit it can
-/// enforce through bwrap yet.
+/// `process`, `network`, `git_repository`); the `host` source; no memory, CPU or GPU
+/// limit. A factory in a root host process also enforces `storage_mb`
+/// ([`LOCAL_ROOT_CAPABILITIES`]).
 pub const LOCAL_CAPABILITIES: shellbox_core::Capabilities =
     shellbox_core::Capabilities::linux_process().with_sources(&["host"]);
+
+/// [`LOCAL_CAPABILITIES`] of a factory in a root host process: `storage_mb` is enforced
+/// with a size-limited `tmpfs` root.
+pub const LOCAL_ROOT_CAPABILITIES: shellbox_core::Capabilities =
+    LOCAL_CAPABILITIES.with_limits(false, false, true, false);
 
 pub use cgroup::CGROUP_BASE_NAME;
 pub use gc::{gc, gc_in, GcReport, Owner, OWNER_FILE};

@@ -209,10 +209,12 @@ impl LocalMachineFactory {
     /// # Errors
     /// [`Error::InvalidInput`] for a spec failing [`MachineSpec::validate`] or a missing
     /// read-only host path; [`Error::Unsupported`] for a source other than
-    /// [`ImageSource::Host`], any of `cpus`, `memory_mb`, `storage_mb`, non-zero `gpus`
-    /// (bwrap enforces none of them), a mount inside a system directory or another mount,
-    /// a workdir inside a system directory or mount; [`Error::Io`] when the root cannot be
-    /// made. Nothing is left behind on error.
+    /// [`ImageSource::Host`], any of `cpus`, `memory_mb`, non-zero `gpus`
+    /// (bwrap enforces none of them), `storage_mb` when this process is not root (the
+    /// bound is a `tmpfs` mounted on the machine root; `storage_mb` over 2^44 - 1 MiB is
+    /// [`Error::InvalidInput`]), a mount inside a system directory or another mount,
+    /// a workdir inside a system directory or mount; [`Error::Io`] when the root, its
+    /// file system or its pids cgroup cannot be made. Nothing is left behind on error.
     pub async fn create_local(&self, spec: MachineSpec) -> Result<LocalMachine, Error> {
         spec.validate()?;
         let ImageSource::Host(image) = &spec.source else {
@@ -224,7 +226,6 @@ impl LocalMachineFactory {
         for (field, set) in [
             ("cpus", spec.cpus.is_some()),
             ("memory_mb", spec.memory_mb.is_some()),
-            ("storage_mb", spec.storage_mb.is_some()),
             ("gpus", spec.gpus != 0),
         ] {
             if set {
@@ -232,6 +233,17 @@ impl LocalMachineFactory {
                     "the local backend cannot enforce {field}"
                 )));
             }
+        }
+        if spec.storage_mb.is_some_and(|mb| mb > u64::MAX >> 20) {
+            return Err(Error::invalid(format!(
+                "storage_mb {} is over the largest byte count",
+                spec.storage_mb.unwrap_or_default()
+            )));
+        }
+        if spec.storage_mb.is_some() && !nix::unistd::geteuid().is_root() {
+            return Err(Error::unsupported(
+                "the local backend bounds storage_mb with a tmpfs root, which needs a root host process",
+            ));
         }
         let image_read_only = image
             .read_only
@@ -258,9 +270,14 @@ impl LocalMachineFactory {
             .collect::<Result<Vec<_>, _>>()?;
         bin_dirs.extend(self.inner.bin_dirs.iter().cloned());
         let inner = self.inner.clone();
-        let (w, network, pids_limit) = (workdir.clone(), spec.network, spec.pids_limit);
+        let (w, network, pids_limit, storage_mb) = (
+            workdir.clone(),
+            spec.network,
+            spec.pids_limit,
+            spec.storage_mb,
+        );
         let (layout, namespaces, cgroup) = tokio::task::spawn_blocking(move || {
-            let (root, etc_binds) = root::create_root(&inner.facts, &mounts, &w)?;
+            let (root, etc_binds) = root::create_root(&inner.facts, &mounts, &w, storage_mb)?;
             let mut layout = Layout {
                 root,
                 network,
@@ -377,7 +394,7 @@ fn probe(inner: &FactoryInner) -> Result<(), String> {
         })
         .collect();
     let (root, etc_binds) =
-        root::create_root(&inner.facts, &mounts, "/").map_err(|e| e.to_string())?;
+        root::create_root(&inner.facts, &mounts, "/", None).map_err(|e| e.to_string())?;
     let mut layout = Layout {
         root: root.clone(),
         network: shellbox_core::NetworkPolicy::Deny,
@@ -490,7 +507,11 @@ impl MachineFactory for LocalMachineFactory {
     }
 
     fn capabilities(&self) -> shellbox_core::Capabilities {
-        crate::LOCAL_CAPABILITIES
+        if nix::unistd::geteuid().is_root() {
+            crate::LOCAL_ROOT_CAPABILITIES
+        } else {
+            crate::LOCAL_CAPABILITIES
+        }
     }
 
     async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {

@@ -50,12 +50,18 @@ fn io(op: &str, path: &Path, e: std::io::Error) -> Error {
 /// `/proc` and every mount, and the workdir. Returns the root and the host directories to
 /// bind read-only over the private `/etc`. On error the partial root is removed.
 ///
+/// With `storage_mb`, the root is a file system of its own bounded to that many MiB (see
+/// [`mount_root_fs`]) mounted on the empty root directory before anything is put in it,
+/// so the machine's files (the private `/etc` copies included) never reach the host disk
+/// and a write past the bound fails with `ENOSPC`.
+///
 /// # Errors
 /// [`Error::Io`] when the host refuses a step.
 pub fn create_root(
     facts: &HostFacts,
     mounts: &[ReadOnlyMount],
     workdir: &str,
+    storage_mb: Option<u64>,
 ) -> Result<(PathBuf, Vec<PathBuf>), Error> {
     // The root lives inside a 0700 directory of its own, so no other host user can reach
     // into a running machine (plant files in its /tmp, or run a setuid file a command made
@@ -74,8 +80,14 @@ pub fn create_root(
     }
     let root = private.join(ROOT_DIR_NAME);
     if let Err(e) = fs::create_dir(&root) {
-        let _ = fs::remove_dir(&private);
+        let _ = fs::remove_dir_all(&private);
         return Err(io("mkdir", &root, e));
+    }
+    if let Some(mb) = storage_mb {
+        if let Err(e) = mount_root_fs(&root, mb) {
+            let _ = fs::remove_dir_all(&private);
+            return Err(e);
+        }
     }
     match fill_root(&root, facts, mounts, workdir) {
         Ok(etc_binds) => Ok((root, etc_binds)),
@@ -164,20 +176,71 @@ pub fn mounts_below(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Inodes per MiB of a size-limited root (one per 4 KiB, four times ext4's default
+/// ratio): empty files cost kernel memory the byte bound does not count.
+pub const ROOT_FS_INODES_PER_MB: u64 = 256;
+
+/// The fewest inodes a size-limited root gets.
+pub const ROOT_FS_MIN_INODES: u64 = 16_384;
+
+/// The `tmpfs` options of a size-limited root of `storage_mb` MiB: `size`, `nr_inodes`
+/// ([`ROOT_FS_INODES_PER_MB`] per MiB, at least [`ROOT_FS_MIN_INODES`]) and mode 0755.
+pub fn root_fs_options(storage_mb: u64) -> String {
+    let inodes = storage_mb
+        .saturating_mul(ROOT_FS_INODES_PER_MB)
+        .max(ROOT_FS_MIN_INODES);
+    format!("size={storage_mb}m,nr_inodes={inodes},mode=0755")
+}
+
+/// Mounts a `tmpfs` bounded to `storage_mb` MiB ([`root_fs_options`]; `nosuid`, `nodev`)
+/// on the empty directory `root`, in this process's mount namespace, so the host-side
+/// transfer code and every command see the same bounded file system. A tmpfs costs
+/// microseconds to make (a loop-backed ext4 image costs tens of milliseconds of `mkfs`
+/// per machine) and holds its files in memory (and swap), counted against the bound.
+///
+/// # Errors
+/// [`Error::Io`] when the mount is refused (`EPERM` without `CAP_SYS_ADMIN`).
+pub fn mount_root_fs(root: &Path, storage_mb: u64) -> Result<(), Error> {
+    let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(root.as_os_str()))
+        .map_err(|_| Error::invalid(format!("{} holds a NUL byte", root.display())))?;
+    let options = std::ffi::CString::new(root_fs_options(storage_mb)).expect("no NUL");
+    // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+    let r = unsafe {
+        libc::mount(
+            c"shellbox-local".as_ptr(),
+            c.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            options.as_ptr().cast(),
+        )
+    };
+    if r != 0 {
+        return Err(io(
+            "mount the size-limited root at",
+            root,
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
 /// Detaches the file system mounted at `root` itself in this mount namespace (a machine's
 /// size-limited root), if any; nothing else.
 ///
 /// # Errors
 /// [`Error::Io`] when it is mounted and cannot be detached.
 pub fn unmount_root_fs(root: &Path) -> Result<(), Error> {
-    if !mounts_below(root).iter().any(|m| m == root) {
-        return Ok(());
-    }
     let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(root.as_os_str()))
         .map_err(|_| Error::invalid(format!("{} holds a NUL byte", root.display())))?;
-    // SAFETY: umount2 on a NUL-terminated path.
-    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
-        return Err(io("unmount", root, std::io::Error::last_os_error()));
+    // A tmpfs may be stacked more than once only by someone else; unmount what is there.
+    for _ in 0..8 {
+        if !mounts_below(root).iter().any(|m| m == root) {
+            return Ok(());
+        }
+        // SAFETY: umount2 on a NUL-terminated path.
+        if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+            return Err(io("unmount", root, std::io::Error::last_os_error()));
+        }
     }
     Ok(())
 }
@@ -207,7 +270,9 @@ pub fn decode_mountinfo(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Removes a machine root and the private directory around it. Refuses when anything is mounted below it in this process's
+/// Removes a machine root and the private directory around it, first detaching the root's
+/// own size-limited file system ([`unmount_root_fs`]). Refuses when anything else is
+/// mounted below it in this process's
 /// mount namespace (sandbox mounts live in their own namespaces, so this never happens
 /// unless something else mounted there), so a removal can never reach host files through a
 /// bind mount. Retries briefly while killed sandbox processes finish dying. A missing root
@@ -216,6 +281,8 @@ pub fn decode_mountinfo(field: &str) -> String {
 /// # Errors
 /// [`Error::Io`] when the directory cannot be removed.
 pub fn remove_root(root: &Path) -> Result<(), Error> {
+    // The machine's own size-limited root file system goes first (its processes are dead).
+    unmount_root_fs(root)?;
     let mounted = mounts_below(root);
     if !mounted.is_empty() {
         return Err(Error::io(

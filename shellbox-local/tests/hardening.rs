@@ -408,7 +408,13 @@ async fn gc_owner_child() {
         return;
     }
     let factory = shellbox_local::LocalMachineFactory::new(Default::default()).unwrap();
-    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    // As root, with a size-limited root file system too, which gc must unmount.
+    let spec = if nix::unistd::geteuid().is_root() {
+        MachineSpec::host().storage_mb(16)
+    } else {
+        MachineSpec::host()
+    };
+    let m = factory.create_local(spec).await.unwrap();
     run(&m, Command::shell("echo kept > /workspace/f")).await;
     println!(
         "ROOT {} {}",
@@ -490,11 +496,15 @@ async fn gc_removes_roots_of_dead_owners_only() {
     );
     assert_eq!((report.kept, report.failed.len()), (1, 0), "{report:?}");
     assert!(!dead_root.parent().unwrap().exists());
+    assert!(mount_of(&dead_root).is_some_and(|(p, _)| p != dead_root));
     if let Some(cgroup) = dead_cgroup {
         assert!(!cgroup.exists(), "{} left", cgroup.display());
     }
     // The live owner's machine is untouched; once it is killed, gc takes it too.
     assert!(live_root.join("workspace/f").exists());
+    if nix::unistd::geteuid().is_root() {
+        assert_eq!(mount_of(&live_root).map(|m| m.0), Some(live_root.clone()));
+    }
     kill_and_wait(&mut live);
     let report = shellbox_local::gc_in(base.path()).unwrap();
     assert_eq!(
@@ -502,4 +512,90 @@ async fn gc_removes_roots_of_dead_owners_only() {
         vec![live_root.parent().unwrap().to_path_buf()]
     );
     assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0);
+}
+
+/// The file system type and mount point of the mount holding `path` (from mountinfo).
+fn mount_of(path: &Path) -> Option<(PathBuf, String)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let sep = f.iter().position(|x| *x == "-")?;
+            Some((PathBuf::from(f[4]), f[sep + 1].to_string()))
+        })
+        .filter(|(point, _)| path.starts_with(point))
+        .max_by_key(|(point, _)| point.as_os_str().len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_mb_bounds_the_root_with_a_tmpfs() {
+    let Some(factory) = common::factory("storage_mb_bounds_the_root_with_a_tmpfs") else {
+        return;
+    };
+    if !nix::unistd::geteuid().is_root() {
+        let err = factory
+            .create_local(MachineSpec::host().storage_mb(16))
+            .await
+            .unwrap_err();
+        assert!(err.is_unsupported(), "{err}");
+        eprintln!("SKIP storage_mb_bounds_the_root_with_a_tmpfs: needs a root host process");
+        return;
+    }
+    let m = factory
+        .create_local(MachineSpec::host().storage_mb(16))
+        .await
+        .unwrap();
+    let root = m.root().to_path_buf();
+    // The root is a file system of its own, not the host disk.
+    assert_eq!(mount_of(&root), Some((root.clone(), "tmpfs".to_string())));
+    let host_tmp_fs = mount_of(&std::env::temp_dir()).unwrap();
+    assert_ne!(host_tmp_fs.0, root);
+    // Writing past the bound fails with ENOSPC inside the machine, anywhere writable.
+    for dir in ["/workspace", "/tmp", "/home/shellbox"] {
+        let r = run(
+            &m,
+            Command::shell(format!(
+                "dd if=/dev/zero of={dir}/big bs=1M count=32 2>&1; echo status=$?; rm -f {dir}/big"
+            )),
+        )
+        .await;
+        let text = r.stdout_lossy();
+        assert!(text.contains("No space left on device"), "{dir}: {text}");
+        assert!(text.contains("status=1"), "{dir}: {text}");
+    }
+    // What fits is written and read back, also through the host-side transfer code.
+    let r = run(
+        &m,
+        Command::shell(
+            "dd if=/dev/zero of=/workspace/ok bs=1M count=4 2>/dev/null && wc -c < /workspace/ok",
+        ),
+    )
+    .await;
+    assert_eq!(r.stdout_lossy().trim(), "4194304");
+    let tmp = tempfile::tempdir().unwrap();
+    m.download("/workspace/ok", &tmp.path().join("ok"))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::metadata(tmp.path().join("ok")).unwrap().len(),
+        4 << 20
+    );
+    // Many empty files are bounded too (inodes).
+    let r = run(
+        &m,
+        Command::shell("i=0; while [ $i -lt 20000 ]; do printf '' > /tmp/f$i 2>/dev/null || break; i=$((i+1)); done; echo $i"),
+    )
+    .await;
+    let made: u32 = r.stdout_lossy().trim().parse().unwrap();
+    assert!(made < 20000, "{made} files");
+    m.close().await.unwrap();
+    assert!(
+        mount_of(&root).is_some_and(|(p, _)| p != root),
+        "the tmpfs is still mounted"
+    );
+    assert!(!root.exists());
+    // Without storage_mb the root stays on the host temp dir's file system.
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    assert_eq!(mount_of(m.root()), Some(host_tmp_fs));
+    m.close().await.unwrap();
 }
