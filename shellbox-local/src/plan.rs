@@ -555,8 +555,8 @@ pub fn parse_loadavg_tasks(loadavg: &str) -> Option<u64> {
 /// process. `lookup` maps a name or numeric string to `(uid, gid)` of a host account.
 ///
 /// # Errors
-/// [`Error::Unsupported`] for an account the host does not have, or another account when
-/// the host process is not root.
+/// [`Error::Unsupported`] "no such user: NAME" for an account the host does not have (the
+/// rule every backend follows), or another account when the host process is not root.
 pub fn plan_user(
     user: Option<&str>,
     my_uid: u32,
@@ -568,7 +568,7 @@ pub fn plan_user(
     }
     let Some((uid, gid)) = lookup(user) else {
         return Err(Error::unsupported(format!(
-            "user {user:?}: no host account has this name or UID"
+            "no such user: {user} (no host account has this name or UID)"
         )));
     };
     if uid == my_uid {
@@ -1070,10 +1070,9 @@ mod tests {
                 gid: 65534
             })
         );
-        assert!(plan_user(Some("ghost"), 0, &lookup)
-            .unwrap_err()
-            .to_string()
-            .contains("no host account"));
+        let ghost = plan_user(Some("ghost"), 0, &lookup).unwrap_err();
+        assert!(ghost.is_unsupported());
+        assert!(ghost.to_string().contains("no such user: ghost"), "{ghost}");
         assert!(plan_user(Some("65534"), 1000, &lookup)
             .unwrap_err()
             .is_unsupported());

@@ -329,7 +329,10 @@ async fn fork_bomb_is_bounded_by_the_pids_cgroup() {
     assert_eq!(read_trim(&cgroup.join("pids.max")), limit.to_string());
     // A real fork bomb, ended by its timeout. Meanwhile the host samples the cgroup.
     let bomb = m.run(
-        Command::shell("b() { b | b & }; b; sleep 10")
+        // bash retries a failed fork (dash gives up and exits), so the bomb stays at the limit.
+        Command::new("bash")
+            .arg("-c")
+            .arg("b() { b | b & }; b; sleep 10")
             .timeout(Duration::from_secs(4))
             .output_limit_bytes(4096),
     );
@@ -597,5 +600,80 @@ async fn storage_mb_bounds_the_root_with_a_tmpfs() {
     // Without storage_mb the root stays on the host temp dir's file system.
     let m = factory.create_local(MachineSpec::host()).await.unwrap();
     assert_eq!(mount_of(m.root()), Some(host_tmp_fs));
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_rule_for_unknown_users_and_kernel_directories() {
+    let Some(factory) = common::factory("one_rule_for_unknown_users_and_kernel_directories") else {
+        return;
+    };
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    // RULES-15 rule 2: an unknown user is Unsupported naming the user, before anything runs.
+    let err = m
+        .run(Command::shell("touch /workspace/ran").user("shellbox-no-such-user"))
+        .await
+        .unwrap_err();
+    assert!(err.is_unsupported(), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("no such user: shellbox-no-such-user"),
+        "{err}"
+    );
+    assert!(!m.root().join("workspace/ran").exists());
+    // Rule 3: a working directory under /proc, /sys or /dev, as the spec's or a command's.
+    for dir in ["/proc", "/proc/1", "/sys/kernel", "/dev", "/dev/shm"] {
+        let err = m.run(Command::new("true").cwd(dir)).await.unwrap_err();
+        assert!(
+            err.is_unsupported() && err.to_string().contains("kernel-provided"),
+            "cwd {dir}: {err}"
+        );
+        let err = factory
+            .create_local(MachineSpec::host().workdir(dir))
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("workdir {dir} accepted"));
+        assert!(
+            err.is_unsupported() && err.to_string().contains("kernel-provided"),
+            "workdir {dir}: {err}"
+        );
+    }
+    // A look-alike is an ordinary directory.
+    let r = run(&m, Command::new("pwd").cwd("/devices")).await;
+    assert_eq!(r.exit_code, Some(2), "{r:?}");
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_timeouts_saturate() {
+    let Some(factory) = common::factory("huge_timeouts_saturate") else {
+        return;
+    };
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    // Issue 8, item 8: Duration::MAX (and anything past the clock's range) is no deadline
+    // in practice; it must not panic or change the result.
+    for timeout in [
+        Duration::MAX,
+        Duration::from_secs(u64::MAX),
+        Duration::from_secs(10_000_000_000_000_000_000),
+    ] {
+        let r = m
+            .run(Command::shell("echo hi; exit 3").timeout(timeout))
+            .await
+            .unwrap();
+        assert_eq!((r.exit_code, r.stdout_lossy().as_str()), (Some(3), "hi\n"));
+        let mut stream = m
+            .run_stream(Command::new("true").timeout(timeout))
+            .await
+            .unwrap();
+        let mut last = None;
+        while let Some(item) = futures::StreamExt::next(&mut stream).await {
+            last = Some(item.unwrap());
+        }
+        assert!(
+            matches!(last, Some(shellbox_core::Event::Exit(ref s)) if s.exit_code == Some(0)),
+            "{last:?}"
+        );
+    }
     m.close().await.unwrap();
 }

@@ -212,7 +212,10 @@ async fn user_switch_to_nobody_from_root() {
         .await
         .unwrap_err();
     assert!(
-        err.is_unsupported() && err.to_string().contains("no host account"),
+        err.is_unsupported()
+            && err
+                .to_string()
+                .contains("no such user: no-such-account-xyz"),
         "{err}"
     );
     m.close().await.unwrap();
