@@ -47,7 +47,7 @@
 //! `exec`, `shift`, `getopts`, `printf` (with `-v`, `%q`, `%b`, `%(fmt)T`), `command -v`,
 //! `type`, `time`, `pushd`/`popd`, `umask`, `shopt`.
 //!
-//! The programs under `/bin` and `/usr/bin`: `[ basename bash cat chmod cp date dirname echo
+//! The programs under `/bin` and `/usr/bin`: `[ basename bash cat chmod cp cut date dirname echo
 //! env false head kill ln ls mkdir mv printf pwd rm rmdir seq sh sleep stat tail tar tee
 //! test timeout touch true wc` (`tar` creates, extracts and lists uncompressed archives, what
 //! shellbox's transfer helpers need). `/dev/zero` and `/dev/urandom` (deterministic

@@ -44,6 +44,99 @@ const CASES: &[&[&str]] = &[
     &["dirname", "--nope"],
 ];
 
+/// (argv, stdin) cases.
+const WITH_INPUT: &[(&[&str], &str)] = &[
+    (&["cut", "-c1"], "\u{e9}:b\n"),
+    (&["cut", "-d:", "-f1,3", "--output-delimiter=XY"], "a:b:c\n"),
+    (&["cut", "-b1-2,4-", "--output-delimiter=_"], "abcdef\n"),
+    (&["cut", "-f1", "-d:"], "abc\n"),
+    (&["cut", "-s", "-f1", "-d:"], "abc\nx:y\n"),
+    (&["cut", "-f0"], ""),
+    (&["cut", "-f3-1"], ""),
+    (&["cut"], ""),
+    (&["cut", "-c1", "-d:"], ""),
+    (&["cut", "-d::", "-f1"], ""),
+    (&["cut", "-f2"], "a\tb\nc\n"),
+    (&["cut", "-c2-"], "abcdef"),
+    (&["cut", "-f1", "nofile"], ""),
+    (&["cut", "-d:", "--complement", "-f2"], "a:b:c\n"),
+    (&["cut", "-f1,x"], "x\n"),
+    (&["cut", "-c-2,2-"], "abc\n"),
+    (&["cut", "-c1", "-f1"], ""),
+    (&["cut", "-b0"], ""),
+    (&["cut", "-bx"], ""),
+    (&["cut", "-b-"], ""),
+    (&["cut", "-b1-2-3"], ""),
+    (&["cut", "-b,1"], ""),
+    (&["cut", "-b2-1"], ""),
+    (&["cut", "-b99999999999999999999"], ""),
+    (&["cut", "-f1-2-3"], ""),
+    (&["cut", "-b", "2,1"], "abc\n"),
+    (&["cut", "-d", " ", "-f", "2"], "a b\n"),
+    (&["cut", "-d:", "-f3"], "a:b\n"),
+    (&["cut", "-d:", "-f2-", "-s"], "a:b\nnone\n"),
+    (&["cut", "-d:", "-f2"], "nodelim\n"),
+    (&["cut", "-z", "-d:", "-f2"], "a:b\0c:d"),
+    (&["cut", "--fie=2", "--delim=,"], "1,2,3\n4,5\n"),
+    (&["cut", "-c", "3,1", "-"], "xyz\n\n"),
+    (&["cut", "-s", "-c1"], "a\n"),
+    (&["cut", "-f1", "-d"], ""),
+    (&["cut", "--bogus"], ""),
+    (&["cut", "-n", "-b1"], "ab\n"),
+];
+
+#[test]
+fn programs_with_input_match_gnu() {
+    let gnu = std::process::Command::new("cut")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("GNU coreutils"))
+        .unwrap_or(false);
+    if !gnu {
+        eprintln!("SKIP programs_with_input_match_gnu: no GNU coreutils on this host");
+        return;
+    }
+    let f = SimMachineFactory::new();
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for (argv, input) in WITH_INPUT {
+        use std::io::Write;
+        let mut child = std::process::Command::new(argv[0])
+            .args(&argv[1..])
+            .current_dir(dir.path())
+            .env_clear()
+            .env("LANG", "C.UTF-8")
+            .env("PATH", "/usr/bin:/bin")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // a tool that refuses its options exits without reading: a broken pipe is fine
+        let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
+        let real = child.wait_with_output().unwrap();
+        let m = f.create_sim(MachineSpec::sim()).unwrap();
+        let sim = m
+            .run_sync(Command::from_argv(argv.iter().copied()).stdin(input.as_bytes().to_vec()))
+            .unwrap();
+        if real.stdout != sim.stdout
+            || real.stderr != sim.stderr
+            || real.status.code() != sim.exit_code
+        {
+            failures.push(format!(
+                "{argv:?} <<< {input:?}\n  gnu: {:?} {:?} {:?}\n  sim: {:?} {:?} {:?}",
+                real.status.code(),
+                String::from_utf8_lossy(&real.stdout),
+                String::from_utf8_lossy(&real.stderr),
+                sim.exit_code,
+                String::from_utf8_lossy(&sim.stdout),
+                String::from_utf8_lossy(&sim.stderr),
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn programs_match_gnu() {
     let gnu = std::process::Command::new("basename")

@@ -8,6 +8,7 @@
 //! not moved here yet (`main: None`) still run from `utils.rs`.
 
 mod basename;
+mod cut;
 mod dirname;
 pub(crate) mod opts;
 
@@ -41,6 +42,10 @@ pub(crate) const TABLE: &[Program] = &[
     legacy("cat"),
     legacy("chmod"),
     legacy("cp"),
+    Program {
+        name: "cut",
+        main: Some(cut::main),
+    },
     legacy("date"),
     Program {
         name: "dirname",
@@ -121,6 +126,16 @@ impl<'i, 'w> Ctx<'i, 'w> {
         self.it.record(&msg);
         self.it.err(self.sh, &format!("bash: {msg} (shellbox-sim)"));
         Ok(2)
+    }
+
+    /// The bytes of input operand `name` (`-` is standard input), or the error's words
+    /// (`No such file or directory`).
+    pub(crate) fn read_input(&mut self, name: &str) -> Result<Vec<u8>, &'static str> {
+        if name == "-" {
+            Ok(self.it.read_all(self.sh, 0))
+        } else {
+            self.it.read_file(self.sh, name).map_err(|e| e.msg())
+        }
     }
 
     /// Counts one unit of work against the budgets and the deadline.
