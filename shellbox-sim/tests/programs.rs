@@ -83,11 +83,45 @@ const WITH_INPUT: &[(&[&str], &str)] = &[
     (&["cut", "-f1", "-d"], ""),
     (&["cut", "--bogus"], ""),
     (&["cut", "-n", "-b1"], "ab\n"),
+    (&["tr", "a-z", "A-Z"], "hello\n"),
+    (&["tr", "-d", "l"], "hello\n"),
+    (&["tr", "-s", "a-c"], "aabbcc\n"),
+    (&["tr", "-c", "a-z\\n", "X"], "hello, world\n"),
+    (&["tr", "-cd", "a-z"], "hello, world\n"),
+    (&["tr", "el", "x"], "hello\n"),
+    (&["tr", "-t", "elo", "xy"], "hello\n"),
+    (&["tr"], ""),
+    (&["tr", "a"], ""),
+    (&["tr", "a", "b", "c"], ""),
+    (&["tr", "z-a", "b"], "x\n"),
+    (&["tr", "a", ""], "x\n"),
+    (&["tr", "[:space:]", "\\n"], "a b\tc\n"),
+    (&["tr", "[:lower:]", "[:upper:]"], "abc\n"),
+    (&["tr", "[:upper:]", "[:lower:]"], "ABC def\n"),
+    (&["tr", "a-c", "[:upper:]"], "abc\n"),
+    (&["tr", "a", "[:digit:]"], "ab\n"),
+    (&["tr", "\\\\", "/"], "a\\b\n"),
+    (&["tr", "\\t", " "], "a\tb"),
+    (&["tr", "-d", "[:alpha:]"], "abc1\n"),
+    (&["tr", "-s", "a-z", "x"], "abc\n"),
+    (&["tr", "-ds", "a", "b"], "aaabbbc\n"),
+    (&["tr", "-d", "a", "b"], "abc\n"),
+    (&["tr", "\\101", "x"], "ABC\n"),
+    (&["tr", "[a*]", "x"], "abc\n"),
+    (&["tr", "-s", " "], "a   b    c\n"),
+    (&["tr", "-s", "[:space:]"], "a \n\n b\n"),
+    (&["tr", "0-9", "a"], "2024-01-01\n"),
+    (&["tr", "-c", "[:alnum:]", "_"], "a-b c\n"),
+    (&["tr", "--delete", "--squeeze-repeats", "x", "y"], "xyyz\n"),
+    (&["tr", "-x", "a"], ""),
+    (&["tr", "[:nope:]", "a"], ""),
+    (&["tr", "abc", "\\n"], "cab\n"),
+    (&["tr", "a-f", "0-2"], "abcdef\n"),
 ];
 
 #[test]
 fn programs_with_input_match_gnu() {
-    let gnu = std::process::Command::new("cut")
+    let gnu = std::process::Command::new("tr")
         .arg("--version")
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).contains("GNU coreutils"))

@@ -11,6 +11,7 @@ mod basename;
 mod cut;
 mod dirname;
 pub(crate) mod opts;
+mod tr;
 
 use std::sync::OnceLock;
 
@@ -74,6 +75,10 @@ pub(crate) const TABLE: &[Program] = &[
     legacy("test"),
     legacy("timeout"),
     legacy("touch"),
+    Program {
+        name: "tr",
+        main: Some(tr::main),
+    },
     legacy("true"),
     legacy("wc"),
 ];
