@@ -53,11 +53,14 @@ fn refuse_kernel_path(path: &str) -> Result<(), Error> {
 /// the target path, so missing parents are created by the engine and a directory's entry
 /// gives `target` the source directory's mode.
 ///
-/// The whole source is checked first ([`check_packable`]): a special file (RULES 4) or an
-/// unreadable file anywhere in it fails the upload before anything reaches the container.
-/// The engine's own refusals part way (a directory where the upload has a file, with
-/// `noOverwriteDirNonDir`) still leave the entries it extracted before: the archive endpoint
-/// has no staging, and renaming a staged tree would need a program in the image.
+/// The engine extracts entry by entry and keeps what it extracted when it stops, and the
+/// archive endpoint has no staging (renaming a staged tree would need a program in the
+/// image), so what could stop it part way is checked before anything is sent: the whole
+/// source ([`check_packable`]: a special file (RULES 4) or an unreadable file anywhere), and
+/// every place where the upload meets what the container already holds ([`find_conflict`]:
+/// a directory where the upload has a file or the reverse, which `noOverwriteDirNonDir`
+/// refuses). Only a command changing the target during the upload can still make it stop
+/// part way.
 pub(crate) async fn upload(inner: &Inner, source: &Path, target: &str) -> Result<(), Error> {
     validate_guest_path(target)?;
     refuse_kernel_path(target)?;
@@ -79,6 +82,7 @@ pub(crate) async fn upload(inner: &Inner, source: &Path, target: &str) -> Result
     let source: PathBuf = tokio::fs::canonicalize(source)
         .await
         .map_err(|e| Error::io(format!("resolve {}", source.display()), e))?;
+    find_conflict(inner, &source, target).await?;
     let root_name: Option<String> = if target == "/" {
         if !meta.is_dir() {
             return Err(Error::invalid(format!(
@@ -131,6 +135,84 @@ pub(crate) async fn upload(inner: &Inner, source: &Path, target: &str) -> Result
         (Err(e), Ok(())) => Err(e),
         (Ok(()), Ok(())) => Ok(()),
     }
+}
+
+/// What the container holds at `path`: `None` when nothing, `Some(true)` for a directory,
+/// `Some(false)` for anything else (a symlink included: the engine does not merge into one).
+async fn guest_kind(inner: &Inner, path: &str) -> Result<Option<bool>, Error> {
+    let options = ContainerArchiveInfoOptions {
+        path: path.to_string(),
+    };
+    match inner
+        .docker
+        .get_container_archive_info(&inner.id, Some(options))
+        .await
+    {
+        Ok(s) => Ok(Some(
+            s.file_mode & GO_MODE_DIR != 0 && s.file_mode & GO_MODE_SYMLINK == 0,
+        )),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(inner.engine_error("stat archive path", e)),
+    }
+}
+
+/// Finds, before anything is sent, an entry of uploading `source` (a resolved host path) to
+/// `target` that meets a directory where it is a file or a non-directory where it is a
+/// directory: the engine (`noOverwriteDirNonDir`) would refuse it after extracting the
+/// entries before it. Walks only where both trees have directories (one engine stat per
+/// entry there; a new target costs one stat).
+///
+/// # Errors
+/// [`Error::Transfer`] naming the guest path of the first conflict; the engine's errors.
+async fn find_conflict(inner: &Inner, source: &Path, target: &str) -> Result<(), Error> {
+    let conflict = |guest: &str, src_dir: bool| {
+        Error::transfer(
+            guest,
+            if src_dir {
+                "a file (or symlink) is in the way of a directory"
+            } else {
+                "a directory is in the way of a file"
+            },
+        )
+    };
+    let src_dir = source.is_dir();
+    match guest_kind(inner, target).await? {
+        None => return Ok(()),
+        // The engine refuses this at the first entry, before anything lands.
+        Some(dst_dir) if dst_dir != src_dir => return Err(conflict(target, src_dir)),
+        Some(_) if !src_dir => return Ok(()),
+        Some(_) => {}
+    }
+    let mut queue = vec![(source.to_path_buf(), target.to_string())];
+    while let Some((host_dir, guest_dir)) = queue.pop() {
+        let mut entries = tokio::fs::read_dir(&host_dir)
+            .await
+            .map_err(|e| Error::io(format!("read directory {}", host_dir.display()), e))?;
+        while let Some(entry) = entries
+            .next_entry()
+            .await
+            .map_err(|e| Error::io(format!("read directory {}", host_dir.display()), e))?
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let guest = if guest_dir == "/" {
+                format!("/{name}")
+            } else {
+                format!("{guest_dir}/{name}")
+            };
+            let is_dir = entry
+                .file_type()
+                .await
+                .map_err(|e| Error::io(format!("stat {}", entry.path().display()), e))?
+                .is_dir();
+            match guest_kind(inner, &guest).await? {
+                None => {}
+                Some(true) if is_dir => queue.push((entry.path(), guest)),
+                Some(dst_dir) if dst_dir == is_dir => {}
+                Some(_) => return Err(conflict(&guest, is_dir)),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Guest `source` → host `target`. A directory's contents go into `target`; a file goes to

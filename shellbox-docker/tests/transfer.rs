@@ -50,6 +50,28 @@ async fn special_files_fail_transfers_before_anything_lands() {
         );
     }
     assert_eq!(sh(&*m, "ls -A /w; ls -A /w/t").await, "t\nkeep\n");
+    // A conflict deep in the merge (a file where the upload has a directory) is found
+    // before the first entry is sent.
+    std::fs::remove_file(src.join("d19/deep/zz-fifo")).unwrap();
+    std::fs::create_dir_all(src.join("t2/sub")).unwrap();
+    std::fs::write(src.join("t2/sub/x"), b"x").unwrap();
+    sh(&*m, "mkdir -p /w/t/t2 && echo file > /w/t/t2/sub").await;
+    let err = m.upload(&src, "/w/t").await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Transfer { path, .. } if path == "/w/t/t2/sub"),
+        "{err:?}"
+    );
+    assert_eq!(
+        sh(&*m, "ls -A /w/t; cat /w/t/t2/sub").await,
+        "keep\nt2\nfile\n"
+    );
+    // Without it the upload merges.
+    sh(&*m, "rm /w/t/t2/sub").await;
+    m.upload(&src, "/w/t").await.unwrap();
+    assert_eq!(
+        sh(&*m, "cat /w/t/keep /w/t/a0.txt /w/t/t2/sub/x").await,
+        "old\nnewx"
+    );
     // Guest special files are refused by the shared download writer, at once.
     sh(
         &*m,
