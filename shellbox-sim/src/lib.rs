@@ -49,7 +49,7 @@
 //!
 //! The programs under `/bin` and `/usr/bin`: `[ basename bash cat chmod cp cut date dirname echo
 //! env false head kill ln ls mkdir mv printf pwd rm rmdir seq sh sleep stat tail tar tee
-//! test timeout touch tr true wc` (`tar` creates, extracts and lists uncompressed archives, what
+//! test timeout touch tr true uniq wc` (`tar` creates, extracts and lists uncompressed archives, what
 //! shellbox's transfer helpers need). `/dev/zero` and `/dev/urandom` (deterministic
 //! pseudo-random bytes) are endless: `cat` streams them until its reader exits or a budget
 //! runs out, `head -c N` reads N bytes; reading one whole any other way fails visibly

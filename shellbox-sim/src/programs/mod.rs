@@ -12,6 +12,7 @@ mod cut;
 mod dirname;
 pub(crate) mod opts;
 mod tr;
+mod uniq;
 
 use std::sync::OnceLock;
 
@@ -80,6 +81,10 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(tr::main),
     },
     legacy("true"),
+    Program {
+        name: "uniq",
+        main: Some(uniq::main),
+    },
     legacy("wc"),
 ];
 
