@@ -31,6 +31,20 @@ impl CommandSemantics {
     }
 }
 
+/// Which persistent shell sessions a backend offers
+/// ([`Machine::open_shell`](crate::Machine::open_shell), REFERENCE.md section 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionKind {
+    /// A real shell on a pseudo-terminal: `execute` may return
+    /// [`ShellStatus::Running`](crate::ShellStatus::Running); `read`, `write` and
+    /// `interrupt` follow the running command (local, docker).
+    Interactive,
+    /// Each `execute` runs to completion; `read` and `write` are
+    /// [`Error::Unsupported`] (the simulator).
+    NonInteractive,
+}
+
 /// What one backend offers. Every field is a plain fact; nothing here is probed per call.
 ///
 /// The named task capabilities (`shell`, `filesystem`, `python`, `process`, `network`,
@@ -63,6 +77,9 @@ pub struct Capabilities {
     pub storage_limit: bool,
     /// It can give a machine GPUs (`gpus > 0`).
     pub gpus: bool,
+    /// The persistent shell sessions `open_shell` gives; `None` when it returns
+    /// [`Error::Unsupported`] (the default of both constructors).
+    pub shell_sessions: Option<SessionKind>,
 }
 
 /// The task capability names of the reference library, in its order.
@@ -93,6 +110,7 @@ impl Capabilities {
             cpu_limit: false,
             storage_limit: false,
             gpus: false,
+            shell_sessions: None,
         }
     }
 
@@ -112,6 +130,7 @@ impl Capabilities {
             cpu_limit: false,
             storage_limit: false,
             gpus: false,
+            shell_sessions: None,
         }
     }
 
@@ -127,6 +146,12 @@ impl Capabilities {
         self.cpu_limit = cpu;
         self.storage_limit = storage;
         self.gpus = gpus;
+        self
+    }
+
+    /// The same capabilities offering these shell sessions.
+    pub const fn with_shell_sessions(mut self, kind: SessionKind) -> Self {
+        self.shell_sessions = Some(kind);
         self
     }
 

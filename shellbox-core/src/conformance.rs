@@ -25,6 +25,7 @@ use futures::StreamExt;
 
 use crate::{
     Command, CommandResult, Error, Event, ExitReason, Machine, MachineFactory, MachineSpec,
+    SessionKind, ShellSession, ShellStatus, ShellUpdate,
 };
 
 /// What a conformance case needs: a factory and the spec of the machines it creates.
@@ -662,6 +663,490 @@ pub async fn run_stream_matches_run(h: &Harness) {
     m.close().await.unwrap();
 }
 
+// ---------------------------------------------------------------------------------------
+// Persistent shell sessions (REFERENCE.md section 2). Each case returns at once on a backend
+// whose capabilities declare no sessions; the interactive-only parts (Running, read, write,
+// interrupt of a running command, background jobs) are skipped on a non-interactive one.
+//
+// Output is compared byte for byte: an interactive backend must deliver the command's bytes
+// unchanged (its terminal's output processing off, so `\n` stays `\n`, no `\r` added), as a
+// non-interactive one does.
+// ---------------------------------------------------------------------------------------
+
+/// The per-call bound every session case waits at most (commands here finish in well under
+/// a second; a hang fails the case instead of stalling the suite).
+const SESSION_WAIT: Duration = Duration::from_secs(30);
+const SESSION_LIMIT: u64 = 1 << 20;
+
+/// A machine and its session when the backend declares sessions.
+async fn open_session(
+    h: &Harness,
+) -> Option<(Box<dyn Machine>, Arc<dyn ShellSession>, SessionKind)> {
+    let kind = h.factory.capabilities().shell_sessions?;
+    let m = h.machine().await;
+    let s = m
+        .open_shell()
+        .await
+        .unwrap_or_else(|e| panic!("open_shell failed on {}: {e}", h.factory.backend()));
+    assert_eq!(
+        s.interactive(),
+        kind == SessionKind::Interactive,
+        "interactive() must match the declared SessionKind"
+    );
+    Some((m, s, kind))
+}
+
+/// Runs `command` to completion: `execute`, then `read` while it reports Running (output
+/// gathered across calls), panicking unless it ends Completed within [`SESSION_WAIT`].
+async fn complete(s: &dyn ShellSession, command: &str) -> (String, i32) {
+    let (out, code) = complete_bytes(s, command).await;
+    (text(&out), code)
+}
+
+async fn complete_bytes(s: &dyn ShellSession, command: &str) -> (Vec<u8>, i32) {
+    let started = Instant::now();
+    let mut u = s
+        .execute(command, SESSION_WAIT, SESSION_LIMIT)
+        .await
+        .unwrap_or_else(|e| panic!("execute {command:?} failed: {e}"));
+    let mut out = u.output.to_vec();
+    while u.status == ShellStatus::Running {
+        assert!(
+            started.elapsed() < SESSION_WAIT,
+            "{command:?} did not complete within {SESSION_WAIT:?}; so far {:?}",
+            text(&out)
+        );
+        u = s.read(Duration::from_secs(1), SESSION_LIMIT).await.unwrap();
+        out.extend_from_slice(&u.output);
+    }
+    assert_eq!(
+        u.status,
+        ShellStatus::Completed,
+        "{command:?}: {u:?}, output {:?}",
+        text(&out)
+    );
+    assert!(!u.truncated, "{command:?} truncated under 1 MiB");
+    (out, u.exit_code.expect("Completed carries an exit code"))
+}
+
+/// Follows a Running command with `read` until it leaves Running (within [`SESSION_WAIT`]),
+/// returning the last update with all output gathered.
+async fn read_until_done(s: &dyn ShellSession, first: ShellUpdate) -> ShellUpdate {
+    let started = Instant::now();
+    let mut out = first.output.to_vec();
+    let mut u = first;
+    while u.status == ShellStatus::Running {
+        assert!(
+            started.elapsed() < SESSION_WAIT,
+            "still running after {SESSION_WAIT:?}; so far {:?}",
+            text(&out)
+        );
+        u = s.read(Duration::from_secs(1), SESSION_LIMIT).await.unwrap();
+        out.extend_from_slice(&u.output);
+    }
+    u.output = out.into();
+    u
+}
+
+/// cwd, exported and plain variables, functions and exit statuses persist across calls; a
+/// `run` on the same machine never sees the session's state; (interactive) a background
+/// job started in one call is still Running in a later one.
+pub async fn session_state_persists(h: &Harness) {
+    let Some((m, s, kind)) = open_session(h).await else {
+        return;
+    };
+    let wd = h.workdir().trim_end_matches('/').to_string();
+    assert_eq!(
+        complete(&*s, "pwd").await,
+        (format!("{}\n", h.workdir()), 0)
+    );
+    assert_eq!(complete(&*s, "echo hi").await, ("hi\n".into(), 0));
+    assert_eq!(complete(&*s, "false").await, (String::new(), 1));
+    assert_eq!(complete(&*s, "(exit 7)").await, (String::new(), 7));
+    assert_eq!(
+        complete(
+            &*s,
+            "mkdir -p sbdir && cd sbdir && export SB_EXPORTED=e1 && SB_PLAIN=p1; \
+             sb_fn() { echo \"fn:$1:$SB_PLAIN\"; }"
+        )
+        .await,
+        (String::new(), 0)
+    );
+    assert_eq!(
+        complete(
+            &*s,
+            "pwd; echo \"$SB_EXPORTED\"; sb_fn a; sh -c 'echo \"child:$SB_EXPORTED\"'"
+        )
+        .await,
+        (format!("{wd}/sbdir\ne1\nfn:a:p1\nchild:e1\n"), 0)
+    );
+    let r = sh(
+        &*m,
+        "pwd; echo \"${SB_EXPORTED-unset}\"; command -v sb_fn || echo nofn",
+    )
+    .await;
+    assert_eq!(
+        text(&r.stdout),
+        format!("{}\nunset\nnofn\n", h.workdir()),
+        "run must not see the session's state"
+    );
+    sh(&*m, "export SB_FROM_RUN=r; cd /").await;
+    assert_eq!(
+        complete(&*s, "echo \"${SB_FROM_RUN-unset}\"; pwd").await,
+        (format!("unset\n{wd}/sbdir\n"), 0),
+        "the session must not see run's state"
+    );
+    if kind == SessionKind::Interactive {
+        assert_eq!(complete(&*s, "sleep 20 &").await.1, 0);
+        let (out, code) = complete(&*s, "jobs").await;
+        assert_eq!(code, 0);
+        assert!(
+            out.contains("Running") && out.contains("sleep 20"),
+            "a background job lives on between calls: {out:?}"
+        );
+    }
+    s.close().await.unwrap();
+    m.close().await.unwrap();
+}
+
+/// A long command returns Running and completes through `read`; `execute` while it runs,
+/// and `read`/`write`/`interrupt` with nothing running are [`Error::ShellState`] (on a
+/// non-interactive session `execute` completes whatever `wait` is and `read`/`write` are
+/// [`Error::Unsupported`]); a second `open_shell` returns the same session.
+pub async fn session_running_then_read(h: &Harness) {
+    let Some((m, s, kind)) = open_session(h).await else {
+        return;
+    };
+    let again = m.open_shell().await.unwrap();
+    complete(&*s, "SB_SAME=1").await;
+    assert_eq!(
+        complete(&*again, "echo \"${SB_SAME-unset}\"").await.0,
+        "1\n",
+        "a second open_shell must return the same session"
+    );
+    if kind == SessionKind::NonInteractive {
+        let u = s
+            .execute("sleep 0.2; echo late", Duration::ZERO, SESSION_LIMIT)
+            .await
+            .unwrap();
+        assert_eq!(
+            (u.status, text(&u.output), u.exit_code),
+            (ShellStatus::Completed, "late\n".into(), Some(0))
+        );
+        assert!(s
+            .read(Duration::ZERO, SESSION_LIMIT)
+            .await
+            .unwrap_err()
+            .is_unsupported());
+        assert!(s.write(b"x\n").await.unwrap_err().is_unsupported());
+        m.close().await.unwrap();
+        return;
+    }
+    for e in [
+        s.read(Duration::ZERO, SESSION_LIMIT).await.unwrap_err(),
+        s.write(b"x\n").await.unwrap_err(),
+        s.interrupt().await.unwrap_err(),
+    ] {
+        assert!(matches!(e, Error::ShellState(_)), "nothing runs: {e:?}");
+    }
+    let u = s
+        .execute(
+            "echo start; sleep 1; echo end",
+            Duration::from_millis(300),
+            SESSION_LIMIT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(u.status, ShellStatus::Running, "{u:?}");
+    assert_eq!(u.exit_code, None);
+    let e = s
+        .execute("echo no", Duration::ZERO, SESSION_LIMIT)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::ShellState(_)), "{e:?}");
+    let done = read_until_done(&*s, u).await;
+    assert_eq!(
+        (done.status, text(&done.output), done.exit_code),
+        (ShellStatus::Completed, "start\nend\n".into(), Some(0))
+    );
+    let e = s.read(Duration::ZERO, SESSION_LIMIT).await.unwrap_err();
+    assert!(matches!(e, Error::ShellState(_)), "{e:?}");
+    assert_eq!(complete(&*s, "echo after").await, ("after\n".into(), 0));
+    m.close().await.unwrap();
+}
+
+/// `write` feeds the running command's terminal input: a `read -r` loop gets each line
+/// (interactive only).
+pub async fn session_write_feeds_read(h: &Harness) {
+    let Some((m, s, kind)) = open_session(h).await else {
+        return;
+    };
+    if kind != SessionKind::Interactive {
+        m.close().await.unwrap();
+        return;
+    }
+    // The reference's example.
+    let u = s
+        .execute(
+            "read -r value; printf 'read=%s' \"$value\"",
+            Duration::from_millis(200),
+            SESSION_LIMIT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(u.status, ShellStatus::Running, "{u:?}");
+    s.write(b"input\n").await.unwrap();
+    let done = read_until_done(
+        &*s,
+        s.read(Duration::from_secs(5), SESSION_LIMIT).await.unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (done.status, text(&done.output), done.exit_code),
+        (ShellStatus::Completed, "read=input".into(), Some(0))
+    );
+    let u = s
+        .execute(
+            "while read -r line; do echo \"got:$line\"; [ \"$line\" = end ] && break; done; echo out",
+            Duration::from_millis(200),
+            SESSION_LIMIT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(u.status, ShellStatus::Running, "{u:?}");
+    s.write(b"a b\n").await.unwrap();
+    s.write(b"'quoted' $HOME\nend\n").await.unwrap();
+    let done = read_until_done(&*s, u).await;
+    assert_eq!(
+        (done.status, text(&done.output), done.exit_code),
+        (
+            ShellStatus::Completed,
+            "got:a b\ngot:'quoted' $HOME\ngot:end\nout\n".into(),
+            Some(0)
+        )
+    );
+    m.close().await.unwrap();
+}
+
+/// `interrupt` of `sleep 1000` ends it promptly with 130 and the session keeps working, its
+/// state intact.
+pub async fn session_interrupt(h: &Harness) {
+    let Some((m, s, kind)) = open_session(h).await else {
+        return;
+    };
+    complete(&*s, "SB_KEEP=kept").await;
+    let started = Instant::now();
+    let done = if kind == SessionKind::Interactive {
+        let u = s
+            .execute("sleep 1000", Duration::from_millis(300), SESSION_LIMIT)
+            .await
+            .unwrap();
+        assert_eq!(u.status, ShellStatus::Running, "{u:?}");
+        s.interrupt().await.unwrap();
+        read_until_done(&*s, u).await
+    } else {
+        let running = {
+            let s = s.clone();
+            tokio::spawn(async move { s.execute("sleep 1000", SESSION_WAIT, SESSION_LIMIT).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        s.interrupt().await.unwrap();
+        running.await.unwrap().unwrap()
+    };
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "interrupt took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        (done.status, done.exit_code),
+        (ShellStatus::Completed, Some(130)),
+        "{done:?}"
+    );
+    assert_eq!(
+        complete(&*s, "echo \"$SB_KEEP\"").await,
+        ("kept\n".into(), 0)
+    );
+    m.close().await.unwrap();
+}
+
+/// A shell that exits gives Reset (no exit code); the next `execute` runs in a fresh shell
+/// started in the workdir, files kept, variables gone. (Interactive: a shell killed by a
+/// signal is a Reset too.)
+pub async fn session_reset_after_exit(h: &Harness) {
+    let Some((m, s, kind)) = open_session(h).await else {
+        return;
+    };
+    complete(
+        &*s,
+        "echo data > sb_keep.txt; mkdir -p sbsub; cd sbsub; SB_GONE=1",
+    )
+    .await;
+    let u = s
+        .execute("exit 3", SESSION_WAIT, SESSION_LIMIT)
+        .await
+        .unwrap();
+    let u = read_until_done(&*s, u).await;
+    assert_eq!((u.status, u.exit_code), (ShellStatus::Reset, None), "{u:?}");
+    assert_eq!(
+        complete(&*s, "pwd; cat sb_keep.txt; echo \"${SB_GONE-unset}\"").await,
+        (format!("{}\ndata\nunset\n", h.workdir()), 0)
+    );
+    if kind == SessionKind::Interactive {
+        let u = s
+            .execute("kill -9 $$", SESSION_WAIT, SESSION_LIMIT)
+            .await
+            .unwrap();
+        let u = read_until_done(&*s, u).await;
+        assert_eq!((u.status, u.exit_code), (ShellStatus::Reset, None), "{u:?}");
+        assert_eq!(complete(&*s, "echo again").await, ("again\n".into(), 0));
+    }
+    m.close().await.unwrap();
+}
+
+/// Heredocs, quotes, long lines, control characters, binary output and text that looks
+/// like any completion marker all complete with the exact bytes.
+pub async fn session_output_is_exact(h: &Harness) {
+    let Some((m, s, _)) = open_session(h).await else {
+        return;
+    };
+    assert_eq!(
+        complete(
+            &*s,
+            "cat <<'EOF'\nline one\n$not_expanded 'q' \"d\"\nEOF\necho after"
+        )
+        .await,
+        ("line one\n$not_expanded 'q' \"d\"\nafter\n".into(), 0)
+    );
+    assert_eq!(
+        complete(&*s, "x=5; cat <<EOF\nx=$x\nEOF").await,
+        ("x=5\n".into(), 0)
+    );
+    let long = "y".repeat(10_000);
+    assert_eq!(
+        complete(&*s, &format!("echo {long}")).await,
+        (format!("{long}\n"), 0)
+    );
+    assert_eq!(
+        complete(&*s, "printf 'a\tb\\n'; echo 'it'\\''s'").await,
+        ("a\tb\nit's\n".into(), 0)
+    );
+    // Look-alikes of the markers backends use: prompts, OSC 133/633 sequences, nonce-like
+    // text, the shell's own prompt settings, with and without a newline.
+    for lookalike in [
+        "printf 'SB00000000000000000000000000000000:1:0;'",
+        "printf '\\036\\037__SHELLBOX_DONE__ 0\\n'",
+        "printf '\\033]633;D;0\\007\\033]133;D;0\\007'",
+        "printf '$ \\n# \\n> '",
+        "echo \"$PS1\"; echo \"${PROMPT_COMMAND-}\"",
+    ] {
+        let (out, code) = complete_bytes(&*s, &format!("{lookalike}; echo; echo tail")).await;
+        assert_eq!(code, 0, "{lookalike}");
+        assert!(out.ends_with(b"\ntail\n"), "{lookalike}: {:?}", text(&out));
+    }
+    let (out, code) = complete_bytes(
+        &*s,
+        "set > /dev/null; set | wc -l > /dev/null; printf '\\000\\001\\377\\376\\r\\n\\033[0mend'",
+    )
+    .await;
+    assert_eq!(code, 0);
+    assert_eq!(out, b"\x00\x01\xff\xfe\r\n\x1b[0mend".to_vec());
+    assert_eq!(
+        complete(&*s, "if then").await.1,
+        2,
+        "a syntax error completes with 2"
+    );
+    assert_eq!(complete(&*s, "echo 'unterminated").await.1, 2);
+    assert_eq!(complete(&*s, "echo ok").await, ("ok\n".into(), 0));
+    m.close().await.unwrap();
+}
+
+/// 10 MiB of output under a 64 KiB limit: the first 64 KiB with `truncated`, the command
+/// completes, and the session keeps working untruncated.
+pub async fn session_output_limit(h: &Harness) {
+    let Some((m, s, _)) = open_session(h).await else {
+        return;
+    };
+    let script = "s=0123456789abcdef; for i in 1 2 3 4 5 6 7 8 9 10 11 12; do s=$s$s; done; \
+                  i=0; while [ $i -lt 160 ]; do printf %s \"$s\"; i=$((i+1)); done";
+    let u = s
+        .execute(script, Duration::from_secs(120), 64 * 1024)
+        .await
+        .unwrap();
+    let mut out = u.output.to_vec();
+    let mut truncated = u.truncated;
+    let mut u = u;
+    let started = Instant::now();
+    while u.status == ShellStatus::Running {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "10 MiB did not drain"
+        );
+        u = s.read(Duration::from_secs(5), 64 * 1024).await.unwrap();
+        out.extend_from_slice(&u.output);
+        truncated |= u.truncated;
+    }
+    assert_eq!((u.status, u.exit_code), (ShellStatus::Completed, Some(0)));
+    assert!(truncated);
+    let pattern: Vec<u8> = b"0123456789abcdef"
+        .iter()
+        .copied()
+        .cycle()
+        .take(64 * 1024)
+        .collect();
+    assert!(out.len() >= 64 * 1024, "got {} bytes", out.len());
+    assert!(out[..64 * 1024] == pattern[..], "the first 64 KiB are kept");
+    let u = s.execute("echo ok", SESSION_WAIT, 64 * 1024).await.unwrap();
+    assert_eq!(
+        (u.status, text(&u.output), u.exit_code, u.truncated),
+        (ShellStatus::Completed, "ok\n".into(), Some(0), false)
+    );
+    m.close().await.unwrap();
+}
+
+/// Closing the machine mid-command ends the session: it returns promptly and every later
+/// session call is [`Error::Closed`]. (Backends check in their own tests that no process
+/// or container is left.) Closing the session alone is idempotent and leaves the machine
+/// working.
+pub async fn session_close(h: &Harness) {
+    let Some((m, s, kind)) = open_session(h).await else {
+        return;
+    };
+    complete(&*s, "echo x").await;
+    s.close().await.unwrap();
+    s.close().await.unwrap();
+    assert_eq!(text(&sh(&*m, "echo alive").await.stdout), "alive\n");
+    let s = m.open_shell().await.unwrap();
+    let running = if kind == SessionKind::Interactive {
+        let u = s
+            .execute("sleep 1000", Duration::from_millis(300), SESSION_LIMIT)
+            .await
+            .unwrap();
+        assert_eq!(u.status, ShellStatus::Running);
+        None
+    } else {
+        let s = s.clone();
+        Some(tokio::spawn(async move {
+            s.execute("sleep 1000", SESSION_WAIT, SESSION_LIMIT).await
+        }))
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    m.close().await.unwrap();
+    if let Some(running) = running {
+        let _ = tokio::time::timeout(Duration::from_secs(10), running)
+            .await
+            .expect("a session command must end when its machine closes");
+    }
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let e = s
+        .execute("echo no", SESSION_WAIT, SESSION_LIMIT)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Closed), "{e:?}");
+    assert!(matches!(m.open_shell().await, Err(Error::Closed)));
+}
+
 fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -696,7 +1181,15 @@ macro_rules! conformance_tests {
             closed_machine_errors,
             concurrent_commands,
             machines_are_isolated,
-            run_stream_matches_run
+            run_stream_matches_run,
+            session_state_persists,
+            session_running_then_read,
+            session_write_feeds_read,
+            session_interrupt,
+            session_reset_after_exit,
+            session_output_is_exact,
+            session_output_limit,
+            session_close
         );
     };
     (@cases $harness:path; $($case:ident),* $(,)?) => {

@@ -33,7 +33,7 @@ pub mod validate;
 
 pub use capabilities::{
     check_execution_requirements, Capabilities, CommandSemantics, ExecutionRequirements,
-    CAPABILITY_NAMES,
+    SessionKind, CAPABILITY_NAMES,
 };
 pub use capture::{collect, EventStream, OutputLimiter};
 pub use command::{
