@@ -198,6 +198,7 @@ impl DockerMachineFactory {
                         removed: AtomicBool::new(false),
                         close_lock: tokio::sync::Mutex::new(()),
                     }),
+                    session: std::sync::Mutex::new(None),
                 })
             }
             Err(e) => {

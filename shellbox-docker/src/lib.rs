@@ -67,6 +67,7 @@ mod factory;
 mod gc;
 mod image;
 mod machine;
+mod session;
 mod transfer;
 
 /// What the docker backend offers ([`shellbox_core::MachineFactory::capabilities`]): Linux
@@ -76,13 +77,15 @@ mod transfer;
 pub const DOCKER_CAPABILITIES: shellbox_core::Capabilities =
     shellbox_core::Capabilities::linux_process()
         .with_sources(&["docker", "registry", "dockerfile", "archive"])
-        .with_limits(true, true, true, true);
+        .with_limits(true, true, true, true)
+        .with_shell_sessions(shellbox_core::SessionKind::Interactive);
 
 pub use bollard;
 pub use factory::DockerMachineFactory;
 pub use gc::{gc, gc_with_labels, GcReport};
 pub use image::{dockerfile_image_tag, ensure_busybox_image, image_source_key, BUSYBOX_TEST_IMAGE};
 pub use machine::DockerMachine;
+pub use session::{DockerSession, INTERRUPT_BOUND};
 
 #[doc(hidden)]
 pub use machine::floor_exec_true;

@@ -64,6 +64,8 @@ const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
 /// container removed) and the run returns [`Error::Terminated`].
 pub struct DockerMachine {
     pub(crate) inner: Arc<Inner>,
+    /// The machine's one shell session, made by the first `open_shell`.
+    pub(crate) session: std::sync::Mutex<Option<Arc<crate::session::DockerSession>>>,
 }
 
 impl std::fmt::Debug for DockerMachine {
@@ -240,7 +242,7 @@ pub(crate) async fn remove_container(docker: &Docker, id: &str) -> Result<(), Er
 }
 
 impl Inner {
-    fn check_open(&self) -> Result<(), Error> {
+    pub(crate) fn check_open(&self) -> Result<(), Error> {
         if self.closed.load(Ordering::SeqCst) {
             Err(Error::Closed)
         } else {
@@ -478,6 +480,23 @@ impl Machine for DockerMachine {
     async fn download(&self, source: &str, target: &Path) -> Result<(), Error> {
         self.inner.ensure_running().await?;
         crate::transfer::download(&self.inner, source, target).await
+    }
+
+    /// The machine's persistent shell ([`DockerSession`](crate::DockerSession)):
+    /// one exec on a terminal, started by the first `execute`. A second call returns the
+    /// same session; after the session was closed, a new one.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] after the machine closed.
+    async fn open_shell(&self) -> Result<Arc<dyn shellbox_core::ShellSession>, Error> {
+        self.inner.check_open()?;
+        let mut slot = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(session) = slot.as_ref().filter(|s| !s.is_closed()) {
+            return Ok(session.clone());
+        }
+        let session = Arc::new(crate::session::DockerSession::new(self.inner.clone()));
+        *slot = Some(session.clone());
+        Ok(session)
     }
 
     async fn close(&self) -> Result<(), Error> {

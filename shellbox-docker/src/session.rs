@@ -1,0 +1,936 @@
+//! The persistent shell session of a container: one attached exec on a terminal.
+//!
+//! # How it works
+//!
+//! [`DockerSession`] runs one exec with a TTY (`Tty: true`, stdin attached, 24×80 through
+//! `POST /exec/{id}/resize`) of
+//! `stty -echo -opost -ixon; exec bash --noprofile --norc --noediting -i` (or `exec sh -i`
+//! where the image has no bash, e.g. busybox's ash), in the machine's workdir, as the image's
+//! user, with the container's environment plus `SHELLBOX_SESSION_ID=<random hex>`, which
+//! every process of the session inherits.
+//!
+//! - **Terminal**: echo off (what is written to the shell is never output); output
+//!   processing off (`-opost`: the command's bytes arrive unchanged, `\n` is not turned into
+//!   `\r\n`); flow control off (`-ixon`: a written `^S` cannot freeze the output). Input is
+//!   canonical, so the terminal's INTR character (`^C`) raises SIGINT in its foreground
+//!   process group, and a command reading its input gets whole lines. stdout and stderr are
+//!   one stream, as on any terminal. bash runs without readline (`--noediting`): readline
+//!   echoes input itself whatever the terminal says and brings bracketed paste; without it
+//!   bash reads plain lines, as ash does (busybox's line editing falls back to plain reads
+//!   when echo is off). No history (`set +o history`, `HISTFILE` unset), empty `PS2`.
+//! - **Completion**: each command gets a sequence number `k`. The shell prints, whenever it
+//!   is back at its prompt, `SB<nonce>:<k>:<$?>;`, where the nonce is 32 random hex digits
+//!   drawn per session: through `PROMPT_COMMAND` in bash (bash keeps a stale prompt after a
+//!   syntax error in `eval`, its `PROMPT_COMMAND` still runs), through `PS1` (with
+//!   `${__shellbox_seq}` and `$?` expanded) in ash. The host strips the first marker of the
+//!   current `k` from the output and reports `Completed` with its status; markers of other
+//!   numbers (a prompt for stray input written after a command ended) are dropped. A command
+//!   cannot end itself early by printing marker-like text: the nonce is in no output and no
+//!   file; only a command that deliberately reads the shell's own `PS1` or `PROMPT_COMMAND`
+//!   and prints it expanded can, which only confuses the session it runs in (its own).
+//! - **Sending a command**: one line, `__shellbox_seq=k; eval '<command>'`, with `'` written
+//!   as `'\''`, so the whole command (heredocs, several lines) is one `eval` and a syntax
+//!   error in it is one failed command with status 2. A command with bytes outside printable
+//!   ASCII (other than tab and newline) or with a line longer than 1000 bytes (the terminal
+//!   holds at most 4095 bytes of one input line) is sent as
+//!   `eval "$(printf '<octal escapes>'\<newline>'...')"` in lines of at most 1000 bytes, so
+//!   no control character reaches the terminal's line discipline.
+//! - **Interrupt**: writes `^C` to the terminal; the line discipline signals the foreground
+//!   process group (the running job under the shell's job control; the shell itself for a
+//!   built-in loop), and the shell reports 130. If the prompt has not come back within
+//!   [`INTERRUPT_BOUND`], the shell and everything of its session are killed and the next
+//!   `read` is `Reset`.
+//! - **Reset**: when the shell exits (`exit`, killed), noticed by the end of the exec's
+//!   output or by the engine reporting the exec ended (background jobs may hold the terminal
+//!   open), every process of the session (its terminal session, and every process carrying
+//!   its `SHELLBOX_SESSION_ID`) is killed, and the next `execute` starts a fresh shell in the
+//!   workdir. Files are the container's and stay.
+//! - **Bounds**: nothing is read from the terminal between calls, so a command writing more
+//!   than the terminal buffers blocks until the next `read`; within a call, bytes past the
+//!   call's `output_limit_bytes` are read and dropped (`truncated`).
+//! - **Close**: the session's processes are killed; closing the machine removes the
+//!   container with everything in it.
+//!
+//! Requirements on the image: `stty` (busybox and coreutils have it); bash is used when
+//! `command -v bash` finds it.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bollard::container::LogOutput;
+use bollard::exec::{ResizeExecOptions, StartExecOptions, StartExecResults};
+use bollard::models::ExecConfig;
+use bytes::{Bytes, BytesMut};
+use futures::{Stream, StreamExt};
+use shellbox_core::{async_trait, Error, OutputLimiter, ShellSession, ShellStatus, ShellUpdate};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
+
+use crate::machine::Inner;
+
+/// How long the shell may take to start and print its first marker.
+const START_BOUND: Duration = Duration::from_secs(30);
+/// How long after `interrupt` the shell must be back at its prompt before it is replaced.
+pub const INTERRUPT_BOUND: Duration = Duration::from_secs(5);
+/// How often a call waiting for output asks the engine whether the shell's exec still runs.
+const EXEC_POLL: Duration = Duration::from_millis(500);
+/// How long the kill of a session's processes may take.
+const KILL_BOUND: Duration = Duration::from_secs(10);
+/// The longest input line sent to the terminal.
+const LINE_MAX: usize = 1000;
+
+/// Started with `sh -c START sh`: set the terminal up, then become the shell.
+const START: &str = "stty -echo -opost -ixon || exit 97
+if command -v bash >/dev/null 2>&1; then exec bash --noprofile --norc --noediting -i; fi
+exec sh -i";
+
+/// Run as root: `sh -c SESSION_KILL sh <session id>`. Kills every process carrying
+/// `SHELLBOX_SESSION_ID=<id>` and every process of a terminal session led by one of them,
+/// then checks `/proc` every 50 ms until none is left alive (exit 0) or 5 s pass (exit 1).
+const SESSION_KILL: &str = r#"m=$1
+case "$m" in ''|*[!0-9a-f]*) exit 3;; esac
+sids=' '
+n=0
+while :; do
+  live=0
+  for d in /proc/[0-9]*; do
+    q=${d#/proc/}
+    [ "$q" = 1 ] || [ "$q" = $$ ] && continue
+    l=$(cat "$d/stat" 2>/dev/null) || continue
+    [ -n "$l" ] || continue
+    r=${l##*) }
+    set -- $r
+    [ $# -ge 4 ] || continue
+    [ "$1" = Z ] || [ "$1" = X ] && continue
+    hit=0
+    if grep -zqsxF "SHELLBOX_SESSION_ID=$m" "$d/environ" 2>/dev/null; then
+      hit=1
+      [ "$4" = "$q" ] && sids="$sids$q "
+    fi
+    case "$sids" in *" $4 "*) hit=1;; esac
+    if [ "$hit" = 1 ]; then kill -KILL "$q" 2>/dev/null; live=1; fi
+  done
+  [ "$live" = 0 ] && exit 0
+  n=$((n+1))
+  [ "$n" -ge 100 ] && exit 1
+  sleep 0.05
+done"#;
+
+type Output = Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send>>;
+type Input = Pin<Box<dyn AsyncWrite + Send>>;
+
+/// Where the session stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No shell runs (never started, or after a reset): the next `execute` starts one.
+    NoShell,
+    /// The shell waits at its prompt.
+    Idle,
+    /// Command `seq` runs; `interrupted` is when `interrupt` was first called for it.
+    Running {
+        seq: u64,
+        interrupted: Option<Instant>,
+    },
+    /// Closed for good.
+    Closed,
+}
+
+/// The reading side of the running shell.
+struct ShellIo {
+    exec_id: String,
+    output: Output,
+    scanner: Scanner,
+}
+
+/// The persistent shell of a [`DockerMachine`](crate::DockerMachine) (see the module
+/// docs above for the terminal, completion detection, interrupt and reset rules).
+pub struct DockerSession {
+    inner: Arc<Inner>,
+    /// `SB<nonce>:` — the start of every completion marker of this session.
+    prefix: Vec<u8>,
+    /// The value of `SHELLBOX_SESSION_ID` the shell's processes carry.
+    session_id: String,
+    phase: Mutex<Phase>,
+    seq: AtomicU64,
+    /// Held by a call while it reads output.
+    io: tokio::sync::Mutex<Option<ShellIo>>,
+    /// The terminal's input, apart so `write` and `interrupt` do not wait for a `read`.
+    input: tokio::sync::Mutex<Option<Input>>,
+}
+
+impl std::fmt::Debug for DockerSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerSession")
+            .field("container", &self.inner.name)
+            .field("phase", &self.phase())
+            .finish()
+    }
+}
+
+fn running_error() -> Error {
+    Error::ShellState(
+        "a command is still running in this session: read, write or interrupt it first".into(),
+    )
+}
+
+fn idle_error(what: &str) -> Error {
+    Error::ShellState(format!("no command is running in this session to {what}"))
+}
+
+impl DockerSession {
+    pub(crate) fn new(inner: Arc<Inner>) -> Self {
+        let nonce = crate::factory::unique_hex();
+        DockerSession {
+            inner,
+            prefix: format!("SB{nonce}:").into_bytes(),
+            session_id: crate::factory::unique_hex(),
+            phase: Mutex::new(Phase::NoShell),
+            seq: AtomicU64::new(0),
+            io: tokio::sync::Mutex::new(None),
+            input: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    fn phase(&self) -> Phase {
+        *self.phase.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_phase(&self, phase: Phase) {
+        let mut p = self.phase.lock().unwrap_or_else(|p| p.into_inner());
+        if *p != Phase::Closed {
+            *p = phase;
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.phase() == Phase::Closed
+    }
+
+    /// [`Error::Closed`] when the session or its machine is closed.
+    fn check_open(&self) -> Result<(), Error> {
+        if self.inner.closed.load(Ordering::SeqCst) || self.is_closed() {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn nonce_text(&self) -> String {
+        String::from_utf8_lossy(&self.prefix[2..self.prefix.len() - 1]).into_owned()
+    }
+
+    /// The first line written to a new shell: no history, empty PS2, the completion marker
+    /// through PROMPT_COMMAND (bash) or PS1 (ash), sequence 0.
+    fn init_line(&self) -> String {
+        let nonce = self.nonce_text();
+        format!(
+            "unset HISTFILE PROMPT_COMMAND; set +o history 2>/dev/null; PS2=''; __shellbox_seq=0; \
+             if [ -n \"${{BASH_VERSION-}}\" ]; then PS1=''; \
+             PROMPT_COMMAND='printf \"SB{nonce}:%s:%s;\" \"$__shellbox_seq\" \"$?\"'; \
+             else PS1='SB{nonce}:${{__shellbox_seq}}:$?;'; fi\n"
+        )
+    }
+
+    /// Starts a fresh shell and waits for its first marker.
+    async fn start(&self, io: &mut Option<ShellIo>) -> Result<(), Error> {
+        let inner = &self.inner;
+        let workdir = if inner.spec.workdir.is_empty() {
+            "/".to_string()
+        } else {
+            inner.spec.workdir.clone()
+        };
+        let config = ExecConfig {
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(true),
+            env: Some(vec![format!("SHELLBOX_SESSION_ID={}", self.session_id)]),
+            cmd: Some(vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                START.into(),
+                "sh".into(),
+            ]),
+            working_dir: Some(workdir),
+            ..Default::default()
+        };
+        let exec = match inner.docker.create_exec(&inner.id, config).await {
+            Ok(exec) => exec,
+            Err(e) => return Err(inner.start_failure("create session exec", e).await),
+        };
+        let (output, mut input) = self.attach(&exec.id).await?;
+        let resize = ResizeExecOptions {
+            height: 24,
+            width: 80,
+        };
+        if let Err(e) = inner.docker.resize_exec(&exec.id, resize).await {
+            tracing::debug!(target: "shellbox_docker", "resize of the session terminal failed: {e}");
+        }
+        input
+            .write_all(self.init_line().as_bytes())
+            .await
+            .map_err(|e| Error::io("write to the session terminal", e))?;
+        input
+            .flush()
+            .await
+            .map_err(|e| Error::io("write to the session terminal", e))?;
+        let mut shell = ShellIo {
+            exec_id: exec.id,
+            output,
+            scanner: Scanner::new(self.prefix.clone()),
+        };
+        let deadline = Instant::now() + START_BOUND;
+        let mut seen = BytesMut::new();
+        loop {
+            match shell.scanner.next() {
+                Scan::Marker(0, _) => break,
+                Scan::Marker(..) => continue,
+                Scan::Output(b) => {
+                    if seen.len() < 4096 {
+                        seen.extend_from_slice(&b);
+                    }
+                    continue;
+                }
+                Scan::NeedMore => {}
+            }
+            let item = tokio::select! {
+                item = shell.output.next() => item,
+                _ = tokio::time::sleep_until(deadline) => {
+                    self.kill_processes().await;
+                    return Err(Error::TimedOut {
+                        operation: format!("start a shell session in container {}", inner.name),
+                        after: START_BOUND,
+                    });
+                }
+            };
+            match item {
+                Some(Ok(chunk)) => shell.scanner.push(chunk),
+                Some(Err(e)) => {
+                    self.check_open()?;
+                    return Err(Error::io("read the session terminal", e));
+                }
+                None => {
+                    self.check_open()?;
+                    inner.ensure_running().await?;
+                    return Err(Error::unsupported(format!(
+                        "the image cannot run a shell session (it needs stty and sh): {}",
+                        String::from_utf8_lossy(&seen).trim()
+                    )));
+                }
+            }
+        }
+        *io = Some(shell);
+        *self.input.lock().await = Some(Box::pin(input));
+        self.set_phase(Phase::Idle);
+        Ok(())
+    }
+
+    /// Starts the exec attached: through a connection of its own to the engine's address
+    /// (an HTTP/1.1 `POST /exec/{id}/start` upgraded to the raw terminal stream), so the
+    /// terminal's bytes arrive exactly as written. bollard 0.21's attach decoder guesses the
+    /// stream's framing per chunk and takes a chunk beginning with a byte 0, 1 or 2 for a
+    /// multiplexing header, which binary output can hit; its stream is used only when the
+    /// factory does not know the engine's address
+    /// ([`with_client`](crate::DockerMachineFactory::with_client)).
+    async fn attach(&self, exec_id: &str) -> Result<(Output, Input), Error> {
+        let inner = &self.inner;
+        if let Some(endpoint) = inner.endpoint.as_deref() {
+            let version = inner.docker.client_version();
+            let path = format!(
+                "/v{}.{}/exec/{exec_id}/start",
+                version.major_version, version.minor_version
+            );
+            if let Some(socket) = endpoint.strip_prefix("unix://") {
+                let stream = tokio::net::UnixStream::connect(socket)
+                    .await
+                    .map_err(|e| Error::io(format!("connect to {endpoint}"), e))?;
+                return raw_attach(stream, &path).await;
+            }
+            if let Some(address) = endpoint
+                .strip_prefix("tcp://")
+                .or_else(|| endpoint.strip_prefix("http://"))
+            {
+                let stream = tokio::net::TcpStream::connect(address.trim_end_matches('/'))
+                    .await
+                    .map_err(|e| Error::io(format!("connect to {endpoint}"), e))?;
+                return raw_attach(stream, &path).await;
+            }
+        }
+        let options = StartExecOptions {
+            detach: false,
+            tty: true,
+            output_capacity: None,
+        };
+        let started = match inner.docker.start_exec(exec_id, Some(options)).await {
+            Ok(started) => started,
+            Err(e) => return Err(inner.start_failure("start session exec", e).await),
+        };
+        let StartExecResults::Attached { output, input } = started else {
+            return Err(Error::backend(
+                "start session exec",
+                "the engine did not attach",
+            ));
+        };
+        let output = output.map(|item| item.map(chunk_bytes).map_err(std::io::Error::other));
+        Ok((Box::pin(output), input))
+    }
+
+    /// Kills every process of the session (as root, bounded); logs a failure.
+    async fn kill_processes(&self) {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let attempt = tokio::time::timeout(
+            KILL_BOUND,
+            self.inner.root_exec(SESSION_KILL, &[&self.session_id]),
+        )
+        .await;
+        match attempt {
+            Ok(Ok((0, _, _))) => {}
+            Ok(Ok((code, out, err))) => {
+                tracing::warn!(target: "shellbox_docker", container = %self.inner.name, "killing a shell session's processes failed (exit {code}): {}{}", out.trim(), err.trim())
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(target: "shellbox_docker", container = %self.inner.name, "could not kill a shell session's processes: {e}")
+            }
+            Err(_) => {
+                tracing::warn!(target: "shellbox_docker", container = %self.inner.name, "killing a shell session's processes took more than {KILL_BOUND:?}")
+            }
+        }
+    }
+
+    /// Ends the current shell (everything of its session killed) and reports Reset.
+    async fn reset(
+        &self,
+        io: &mut Option<ShellIo>,
+        output: BytesMut,
+        limiter: &OutputLimiter,
+    ) -> Result<ShellUpdate, Error> {
+        *io = None;
+        *self.input.lock().await = None;
+        self.kill_processes().await;
+        self.check_open()?;
+        self.set_phase(Phase::NoShell);
+        Ok(ShellUpdate {
+            output: output.freeze(),
+            status: ShellStatus::Reset,
+            exit_code: None,
+            truncated: limiter.truncated(),
+        })
+    }
+
+    /// Gathers output of command `seq` until its marker, the shell's end, the interrupt
+    /// bound or `wait`.
+    async fn pump(
+        &self,
+        io: &mut Option<ShellIo>,
+        seq: u64,
+        wait: Duration,
+        limit: u64,
+    ) -> Result<ShellUpdate, Error> {
+        let deadline = Instant::now().checked_add(wait);
+        let mut limiter = OutputLimiter::new(limit);
+        let mut out = BytesMut::new();
+        let mut poll = tokio::time::interval_at(Instant::now() + EXEC_POLL, EXEC_POLL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let Some(shell) = io.as_mut() else {
+                return self.reset(io, out, &limiter).await;
+            };
+            match shell.scanner.next() {
+                Scan::Output(b) => {
+                    if let Some(kept) = limiter.admit(b) {
+                        out.extend_from_slice(&kept);
+                    }
+                    continue;
+                }
+                Scan::Marker(n, status) if n == seq => {
+                    self.set_phase(Phase::Idle);
+                    return Ok(ShellUpdate {
+                        output: out.freeze(),
+                        status: ShellStatus::Completed,
+                        exit_code: Some(status),
+                        truncated: limiter.truncated(),
+                    });
+                }
+                // A prompt for something else (stray input after an earlier command).
+                Scan::Marker(..) => continue,
+                Scan::NeedMore => {}
+            }
+            let interrupt_deadline = match self.phase() {
+                Phase::Running {
+                    interrupted: Some(at),
+                    ..
+                } => Some(at + INTERRUPT_BOUND),
+                Phase::Closed => return Err(Error::Closed),
+                _ => None,
+            };
+            tokio::select! {
+                biased;
+                item = shell.output.next() => match item {
+                    Some(Ok(chunk)) => shell.scanner.push(chunk),
+                    Some(Err(_)) | None => {
+                        self.check_open()?;
+                        return self.reset(io, out, &limiter).await;
+                    }
+                },
+                _ = sleep_until_opt(deadline) => {
+                    self.check_open()?;
+                    return Ok(ShellUpdate {
+                        output: out.freeze(),
+                        status: ShellStatus::Running,
+                        exit_code: None,
+                        truncated: limiter.truncated(),
+                    });
+                }
+                _ = sleep_until_opt(interrupt_deadline) => {
+                    tracing::debug!(target: "shellbox_docker", container = %self.inner.name, "the shell did not come back within {INTERRUPT_BOUND:?} of an interrupt: replacing it");
+                    return self.reset(io, out, &limiter).await;
+                }
+                _ = poll.tick() => {
+                    self.check_open()?;
+                    let ended = match self.inner.docker.inspect_exec(&shell.exec_id).await {
+                        Ok(info) => info.running == Some(false),
+                        Err(_) => false,
+                    };
+                    if ended {
+                        // What the shell printed last is in flight: take it, then reset.
+                        let until = Instant::now() + Duration::from_millis(200);
+                        while let Ok(Some(Ok(chunk))) =
+                            tokio::time::timeout_at(until, shell.output.next()).await
+                        {
+                            shell.scanner.push(chunk);
+                        }
+                        loop {
+                            match shell.scanner.next_any() {
+                                Scan::Output(b) => {
+                                    if let Some(kept) = limiter.admit(b) {
+                                        out.extend_from_slice(&kept);
+                                    }
+                                }
+                                Scan::Marker(..) => {}
+                                Scan::NeedMore => break,
+                            }
+                        }
+                        return self.reset(io, out, &limiter).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn write_input(&self, data: &[u8]) -> Result<(), Error> {
+        let mut input = self.input.lock().await;
+        let Some(writer) = input.as_mut() else {
+            return Err(idle_error("write to"));
+        };
+        let written = async {
+            writer.write_all(data).await?;
+            writer.flush().await
+        }
+        .await;
+        written.map_err(|e| {
+            if self.inner.closed.load(Ordering::SeqCst) {
+                Error::Closed
+            } else {
+                Error::io("write to the session terminal", e)
+            }
+        })
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sends `POST <path>` (start an exec attached, with a TTY) on `stream`, reads the
+/// engine's `101 UPGRADED` (or `200 OK`) answer and returns the raw stream's halves.
+async fn raw_attach<S>(mut stream: S, path: &str) -> Result<(Output, Input), Error>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let body = r#"{"Detach":false,"Tty":true}"#;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: docker\r\nUser-Agent: shellbox-docker\r\n\
+         Content-Type: application/json\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let failed = |e: std::io::Error| Error::io("start the session exec", e);
+    stream.write_all(request.as_bytes()).await.map_err(failed)?;
+    stream.flush().await.map_err(failed)?;
+    let mut head = Vec::new();
+    let end = loop {
+        let mut chunk = [0u8; 1024];
+        let n = stream.read(&mut chunk).await.map_err(failed)?;
+        if n == 0 {
+            return Err(Error::backend(
+                "start session exec",
+                format!(
+                    "the engine closed the connection: {}",
+                    String::from_utf8_lossy(&head)
+                ),
+            ));
+        }
+        head.extend_from_slice(&chunk[..n]);
+        if let Some(end) = find(&head, b"\r\n\r\n") {
+            break end;
+        }
+        if head.len() > 64 * 1024 {
+            return Err(Error::backend(
+                "start session exec",
+                "the engine's answer has no end of headers",
+            ));
+        }
+    };
+    let status_line =
+        String::from_utf8_lossy(&head[..head.iter().position(|&b| b == b'\r').unwrap_or(end)])
+            .into_owned();
+    let code = status_line.split_whitespace().nth(1).unwrap_or("");
+    if code != "101" && code != "200" {
+        return Err(Error::backend(
+            "start session exec",
+            format!(
+                "the engine answered {status_line}: {}",
+                String::from_utf8_lossy(&head[end + 4..])
+            ),
+        ));
+    }
+    let rest = Bytes::copy_from_slice(&head[end + 4..]);
+    let (reader, writer) = tokio::io::split(stream);
+    let output = futures::stream::unfold((reader, rest), |(mut reader, rest)| async move {
+        if !rest.is_empty() {
+            return Some((Ok(rest), (reader, Bytes::new())));
+        }
+        let mut buf = vec![0u8; 32 * 1024];
+        match reader.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(Bytes::from(buf)), (reader, Bytes::new())))
+            }
+            Err(e) => Some((Err(e), (reader, Bytes::new()))),
+        }
+    });
+    Ok((Box::pin(output), Box::pin(writer)))
+}
+
+fn chunk_bytes(item: LogOutput) -> Bytes {
+    match item {
+        LogOutput::StdOut { message }
+        | LogOutput::StdErr { message }
+        | LogOutput::Console { message }
+        | LogOutput::StdIn { message } => message,
+    }
+}
+
+/// The line that runs `command` as command number `seq` (see the module docs).
+pub(crate) fn command_line(command: &str, seq: u64) -> String {
+    let plain = command
+        .bytes()
+        .all(|b| (0x20..0x7f).contains(&b) || b == b'\t' || b == b'\n')
+        && command.split('\n').all(|l| l.len() <= LINE_MAX - 64);
+    if plain {
+        return format!(
+            "__shellbox_seq={seq}; eval '{}'\n",
+            command.replace('\'', r"'\''")
+        );
+    }
+    let mut line = format!("__shellbox_seq={seq}; eval \"$(printf '");
+    let mut width = line.len();
+    for b in command.bytes() {
+        if width >= LINE_MAX - 8 {
+            line.push_str("'\\\n'");
+            width = 1;
+        }
+        if (0x20..0x7f).contains(&b) && !matches!(b, b'\'' | b'\\' | b'%') {
+            line.push(b as char);
+            width += 1;
+        } else {
+            line.push_str(&format!("\\{b:03o}"));
+            width += 4;
+        }
+    }
+    line.push_str("')\"\n");
+    line
+}
+
+#[async_trait]
+impl ShellSession for DockerSession {
+    fn interactive(&self) -> bool {
+        true
+    }
+
+    async fn execute(
+        &self,
+        command: &str,
+        wait: Duration,
+        output_limit_bytes: u64,
+    ) -> Result<ShellUpdate, Error> {
+        self.check_open()?;
+        if matches!(self.phase(), Phase::Running { .. }) {
+            return Err(running_error());
+        }
+        let mut io = self.io.lock().await;
+        self.check_open()?;
+        if matches!(self.phase(), Phase::Running { .. }) {
+            return Err(running_error());
+        }
+        if io.is_none() || self.phase() == Phase::NoShell {
+            *io = None;
+            self.start(&mut io).await?;
+        }
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+        self.set_phase(Phase::Running {
+            seq,
+            interrupted: None,
+        });
+        if let Err(e) = self
+            .write_input(command_line(command, seq).as_bytes())
+            .await
+        {
+            self.check_open()?;
+            // The shell is gone: the next execute starts a fresh one.
+            tracing::debug!(target: "shellbox_docker", "writing a command to the session failed: {e}");
+            return self
+                .reset(&mut io, BytesMut::new(), &OutputLimiter::new(0))
+                .await;
+        }
+        self.pump(&mut io, seq, wait, output_limit_bytes).await
+    }
+
+    async fn read(&self, wait: Duration, output_limit_bytes: u64) -> Result<ShellUpdate, Error> {
+        self.check_open()?;
+        let Phase::Running { seq, .. } = self.phase() else {
+            return Err(idle_error("read from"));
+        };
+        let mut io = self.io.lock().await;
+        self.check_open()?;
+        let Phase::Running { seq: now, .. } = self.phase() else {
+            return Err(idle_error("read from"));
+        };
+        debug_assert_eq!(seq, now);
+        self.pump(&mut io, now, wait, output_limit_bytes).await
+    }
+
+    async fn write(&self, data: &[u8]) -> Result<(), Error> {
+        self.check_open()?;
+        if !matches!(self.phase(), Phase::Running { .. }) {
+            return Err(idle_error("write to"));
+        }
+        self.write_input(data).await
+    }
+
+    async fn interrupt(&self) -> Result<(), Error> {
+        self.check_open()?;
+        {
+            let mut phase = self.phase.lock().unwrap_or_else(|p| p.into_inner());
+            match &mut *phase {
+                Phase::Running { interrupted, .. } => {
+                    interrupted.get_or_insert_with(Instant::now);
+                }
+                _ => return Err(idle_error("interrupt")),
+            }
+        }
+        // The terminal's INTR character: the line discipline signals the foreground group.
+        self.write_input(b"\x03").await
+    }
+
+    async fn close(&self) -> Result<(), Error> {
+        let was = {
+            let mut phase = self.phase.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::replace(&mut *phase, Phase::Closed)
+        };
+        if was == Phase::Closed {
+            return Ok(());
+        }
+        *self.input.lock().await = None;
+        if was != Phase::NoShell {
+            self.kill_processes().await;
+        }
+        *self.io.lock().await = None;
+        Ok(())
+    }
+}
+
+/// What the scanner found next in the terminal's output.
+#[derive(Debug, PartialEq, Eq)]
+enum Scan {
+    /// Output of the command.
+    Output(Bytes),
+    /// A completion marker: sequence number and status.
+    Marker(u64, i32),
+    /// Nothing more can be said without more bytes.
+    NeedMore,
+}
+
+/// Finds `<prefix><digits>:<digits>;` markers in a byte stream, holding back only what may
+/// be the start of one.
+struct Scanner {
+    prefix: Vec<u8>,
+    buf: BytesMut,
+}
+
+/// The longest marker body after the prefix (`<u64>:<i32>;`).
+const BODY_MAX: usize = 20 + 1 + 11 + 1;
+
+impl Scanner {
+    fn new(prefix: Vec<u8>) -> Self {
+        Scanner {
+            prefix,
+            buf: BytesMut::new(),
+        }
+    }
+
+    fn push(&mut self, chunk: Bytes) {
+        self.buf.extend_from_slice(&chunk);
+    }
+
+    /// Like [`Scanner::next`], but at the end of the stream: whatever is held is output.
+    fn next_any(&mut self) -> Scan {
+        match self.next() {
+            Scan::NeedMore if !self.buf.is_empty() => Scan::Output(self.buf.split().freeze()),
+            other => other,
+        }
+    }
+
+    fn next(&mut self) -> Scan {
+        if self.buf.is_empty() {
+            return Scan::NeedMore;
+        }
+        match find(&self.buf, &self.prefix) {
+            Some(0) => {
+                let body = &self.buf[self.prefix.len()..];
+                match parse_body(body) {
+                    Body::Complete(seq, status, used) => {
+                        let _ = self.buf.split_to(self.prefix.len() + used);
+                        Scan::Marker(seq, status)
+                    }
+                    Body::Incomplete => Scan::NeedMore,
+                    // Not a marker: the prefix is ordinary output.
+                    Body::Invalid => Scan::Output(self.buf.split_to(self.prefix.len()).freeze()),
+                }
+            }
+            Some(i) => Scan::Output(self.buf.split_to(i).freeze()),
+            None => {
+                // Hold back the longest tail that could begin the prefix.
+                let keep = (1..self.prefix.len().min(self.buf.len() + 1))
+                    .rev()
+                    .find(|&k| self.buf.ends_with(&self.prefix[..k]))
+                    .unwrap_or(0);
+                let emit = self.buf.len() - keep;
+                if emit == 0 {
+                    Scan::NeedMore
+                } else {
+                    Scan::Output(self.buf.split_to(emit).freeze())
+                }
+            }
+        }
+    }
+}
+
+enum Body {
+    Complete(u64, i32, usize),
+    Incomplete,
+    Invalid,
+}
+
+fn parse_body(body: &[u8]) -> Body {
+    let mut fields = [0u64; 2];
+    let mut field = 0;
+    let mut digits = 0;
+    for (i, &b) in body.iter().enumerate() {
+        if i > BODY_MAX {
+            return Body::Invalid;
+        }
+        match b {
+            b'0'..=b'9' => {
+                digits += 1;
+                fields[field] = match fields[field]
+                    .checked_mul(10)
+                    .and_then(|v| v.checked_add(u64::from(b - b'0')))
+                {
+                    Some(v) => v,
+                    None => return Body::Invalid,
+                };
+            }
+            b':' if field == 0 && digits > 0 => {
+                field = 1;
+                digits = 0;
+            }
+            b';' if field == 1 && digits > 0 => {
+                let Ok(status) = i32::try_from(fields[1]) else {
+                    return Body::Invalid;
+                };
+                return Body::Complete(fields[0], status, i + 1);
+            }
+            _ => return Body::Invalid,
+        }
+    }
+    Body::Incomplete
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain(s: &mut Scanner) -> Vec<Scan> {
+        let mut all = Vec::new();
+        loop {
+            match s.next() {
+                Scan::NeedMore => return all,
+                other => all.push(other),
+            }
+        }
+    }
+
+    #[test]
+    fn scanner_finds_markers_split_anywhere() {
+        let stream = b"out SBab:1:0 SBabc:x SBabc:7:13;rest SBab".to_vec();
+        for split in 0..stream.len() {
+            let mut s = Scanner::new(b"SBabc:".to_vec());
+            let mut found = Vec::new();
+            let mut text = Vec::new();
+            for part in [&stream[..split], &stream[split..]] {
+                s.push(Bytes::copy_from_slice(part));
+                for item in drain(&mut s) {
+                    match item {
+                        Scan::Output(b) => text.extend_from_slice(&b),
+                        Scan::Marker(n, st) => found.push((n, st, text.len())),
+                        Scan::NeedMore => {}
+                    }
+                }
+            }
+            assert_eq!(found, [(7, 13, 21)], "split at {split}");
+            // The tail that may begin a marker is held back.
+            assert_eq!(text, b"out SBab:1:0 SBabc:x rest ".to_vec());
+            assert_eq!(s.next_any(), Scan::Output(Bytes::from_static(b"SBab")));
+        }
+    }
+
+    #[test]
+    fn command_lines() {
+        assert_eq!(
+            command_line("echo 'a'", 3),
+            "__shellbox_seq=3; eval 'echo '\\''a'\\'''\n"
+        );
+        let l = command_line("printf '\x01%s\\n'", 4);
+        assert_eq!(
+            l,
+            "__shellbox_seq=4; eval \"$(printf 'printf \\047\\001\\045s\\134n\\047')\"\n"
+        );
+        let long = "x".repeat(5000);
+        let l = command_line(&long, 5);
+        assert!(l.lines().all(|line| line.len() <= LINE_MAX), "{l}");
+        assert!(l.lines().count() >= 5);
+    }
+}
