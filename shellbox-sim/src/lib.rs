@@ -48,7 +48,7 @@
 //! `type`, `time`, `pushd`/`popd`, `umask`, `shopt`.
 //!
 //! The programs under `/bin` and `/usr/bin`: `[ basename bash cat chmod cp cut date dirname echo
-//! env false head kill ln ls mkdir mv printf pwd rm rmdir seq sh sleep stat tail tar tee
+//! env false head kill ln ls mkdir mv printf pwd rev rm rmdir seq sh sleep stat tac tail tar tee
 //! test timeout touch tr true uniq wc` (`tar` creates, extracts and lists uncompressed archives, what
 //! shellbox's transfer helpers need). `/dev/zero` and `/dev/urandom` (deterministic
 //! pseudo-random bytes) are endless: `cat` streams them until its reader exits or a budget

@@ -145,6 +145,22 @@ const WITH_INPUT: &[(&[&str], &str)] = &[
     (&["uniq", "-x"], ""),
     (&["uniq"], ""),
     (&["uniq"], "\n\n\nx\n"),
+    (&["tac"], "a\nb\nc\n"),
+    (&["tac"], "a\nb"),
+    (&["tac", "-s,"], "a,b,c,"),
+    (&["tac", "-s", ",", "-b"], "a,b,c"),
+    (&["tac", "--separator=::"], "x::y::z"),
+    (&["tac", "-b"], "a\nb\n"),
+    (&["tac", "nofile"], ""),
+    (&["tac", "-"], "1\n2\n"),
+    (&["tac", "-x"], ""),
+    (&["tac"], ""),
+    (&["rev"], "abc\nd\u{e9}\n"),
+    (&["rev"], "ab"),
+    (&["rev", "nofile"], ""),
+    (&["rev", "-x"], ""),
+    (&["rev", "-0"], "ab\0cd"),
+    (&["rev"], "\n\nxy\n"),
 ];
 
 #[test]

@@ -11,6 +11,8 @@ mod basename;
 mod cut;
 mod dirname;
 pub(crate) mod opts;
+mod rev;
+mod tac;
 mod tr;
 mod uniq;
 
@@ -64,12 +66,20 @@ pub(crate) const TABLE: &[Program] = &[
     legacy("mv"),
     legacy("printf"),
     legacy("pwd"),
+    Program {
+        name: "rev",
+        main: Some(rev::main),
+    },
     legacy("rm"),
     legacy("rmdir"),
     legacy("seq"),
     legacy("sh"),
     legacy("sleep"),
     legacy("stat"),
+    Program {
+        name: "tac",
+        main: Some(tac::main),
+    },
     legacy("tail"),
     legacy("tar"),
     legacy("tee"),
