@@ -1031,6 +1031,11 @@ pub async fn session_output_is_exact(h: &Harness) {
         complete(&*s, "printf 'a\tb\\n'; echo 'it'\\''s'").await,
         ("a\tb\nit's\n".into(), 0)
     );
+    assert_eq!(
+        complete(&*s, "echo a!!b \"c!\" !$").await,
+        ("a!!b c! !$\n".into(), 0),
+        "no history expansion"
+    );
     // Look-alikes of the markers backends use: prompts, OSC 133/633 sequences, nonce-like
     // text, the shell's own prompt settings, with and without a newline.
     for lookalike in [

@@ -17,7 +17,8 @@
 //!   one stream, as on any terminal. bash runs without readline (`--noediting`): readline
 //!   echoes input itself whatever the terminal says and brings bracketed paste; without it
 //!   bash reads plain lines, as ash does (busybox's line editing falls back to plain reads
-//!   when echo is off). No history (`set +o history`, `HISTFILE` unset), empty `PS2`.
+//!   when echo is off). No history (`set +o history`, `HISTFILE` unset) and no history
+//!   expansion (bash's `set +H`: `!!` stays literal), empty `PS2`.
 //! - **Completion**: each command gets a sequence number `k`. The shell prints, whenever it
 //!   is back at its prompt, `SB<nonce>:<k>:<$?>;`, where the nonce is 32 random hex digits
 //!   drawn per session: through `PROMPT_COMMAND` in bash (bash keeps a stale prompt after a
@@ -222,12 +223,13 @@ impl DockerSession {
     }
 
     /// The first line written to a new shell: no history, empty PS2, the completion marker
-    /// through PROMPT_COMMAND (bash) or PS1 (ash), sequence 0.
+    /// through PROMPT_COMMAND (bash, with history expansion off: `set +H`, so `!!` in a
+    /// command is literal) or PS1 (ash), sequence 0.
     fn init_line(&self) -> String {
         let nonce = self.nonce_text();
         format!(
             "unset HISTFILE PROMPT_COMMAND; set +o history 2>/dev/null; PS2=''; __shellbox_seq=0; \
-             if [ -n \"${{BASH_VERSION-}}\" ]; then PS1=''; \
+             if [ -n \"${{BASH_VERSION-}}\" ]; then set +H; PS1=''; \
              PROMPT_COMMAND='printf \"SB{nonce}:%s:%s;\" \"$__shellbox_seq\" \"$?\"'; \
              else PS1='SB{nonce}:${{__shellbox_seq}}:$?;'; fi\n"
         )

@@ -16,3 +16,49 @@ async fn harness(test: &str) -> Option<Harness> {
 }
 
 shellbox_core::conformance_tests!(harness);
+
+/// The session cases again on an image with bash (`shellbox-test/bash:1`, the host's bash
+/// over the busybox image), where the session runs `bash --noediting -i` and detects
+/// completion through `PROMPT_COMMAND` instead of ash's `PS1`.
+mod bash {
+    use super::*;
+
+    async fn harness(test: &str) -> Option<Harness> {
+        let factory = common::setup(test).await?;
+        let image = common::bash_image(test, factory.docker()).await?;
+        Some(Harness {
+            factory: Arc::new(factory),
+            spec: shellbox_core::MachineSpec::docker(image),
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_session_runs_bash() {
+        let Some(h) = harness("the_session_runs_bash").await else {
+            return;
+        };
+        let m = h.machine().await;
+        let s = m.open_shell().await.unwrap();
+        let u = s
+            .execute(
+                "echo \"${BASH_VERSION:+bash}\"; stty size",
+                std::time::Duration::from_secs(30),
+                1 << 20,
+            )
+            .await
+            .unwrap();
+        assert_eq!(&u.output[..], b"bash\n24 80\n");
+        m.close().await.unwrap();
+    }
+
+    shellbox_core::conformance_tests!(@cases harness;
+        session_state_persists,
+        session_running_then_read,
+        session_write_feeds_read,
+        session_interrupt,
+        session_reset_after_exit,
+        session_output_is_exact,
+        session_output_limit,
+        session_close
+    );
+}
