@@ -224,9 +224,36 @@ const METHODS: [&str; 11] = [
 
 /// Serves on stdin and stdout until end of input or a termination signal; returns the exit
 /// status: 0 after end of input, 128 + N after signal N.
+///
+/// When stdin and stdout are pipes (as the Python package starts the server), they are put
+/// in non-blocking mode and polled by the runtime's reactor (`tokio::net::unix::pipe`):
+/// `tokio::io::stdin`/`stdout` hand every read and write to the blocking thread pool, which
+/// doubled the protocol's round trip. The flag belongs to the pipe's open file description,
+/// which the client created for this process alone. Anything else (a terminal, a file,
+/// shared with other processes) goes through `tokio::io::stdin`/`stdout`.
 pub async fn serve_stdio() -> i32 {
+    use std::os::fd::AsFd;
+    use tokio::net::unix::pipe;
     let signal = termination_signal();
-    serve(tokio::io::stdin(), tokio::io::stdout(), signal).await
+    let stdin = std::io::stdin();
+    let input: Box<dyn AsyncRead + Unpin + Send> = match stdin
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(pipe::Receiver::from_owned_fd)
+    {
+        Ok(pipe) => Box::new(pipe),
+        Err(_) => Box::new(tokio::io::stdin()),
+    };
+    let stdout = std::io::stdout();
+    let output: Box<dyn AsyncWrite + Unpin + Send> = match stdout
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(pipe::Sender::from_owned_fd)
+    {
+        Ok(pipe) => Box::new(pipe),
+        Err(_) => Box::new(tokio::io::stdout()),
+    };
+    serve(input, output, signal).await
 }
 
 /// Bounds of a server; the defaults are the module's constants.
