@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import shellbox
-from conftest import BUSYBOX_IMAGE, DOCKER_SOCKET, factory_for, source_tree, spec_for
+from conftest import BUSYBOX_IMAGE, skip, DOCKER_SOCKET, factory_for, source_tree, spec_for
 from shellbox.machine import Command
 from shellbox.transfer import download_files
 
@@ -30,7 +30,7 @@ def test_the_package_is_the_installed_one_and_finds_its_binary() -> None:
     from shellbox._server import find_executable
 
     if os.environ.get("SHELLBOX_TEST_INSTALLED") != "1":
-        pytest.skip("SHELLBOX_TEST_INSTALLED is not 1 (scripts/test-python sets it for the installed wheel)")
+        skip("SHELLBOX_TEST_INSTALLED is not 1 (scripts/test-python sets it for the installed wheel)")
     package = Path(shellbox.__file__).resolve()
     assert source_tree() not in package.parents, f"tests import the source tree, not the wheel: {package}"
     executable = Path(find_executable())
@@ -50,7 +50,7 @@ def test_a_reference_style_grader_runs_unchanged(backend: str) -> None:
         timeout=300,
     )
     if backend == "docker" and "no such image" in completed.stderr.lower():
-        pytest.skip(f"the docker test image {BUSYBOX_IMAGE} is missing (the shellbox-docker tests import it)")
+        skip(f"the docker test image {BUSYBOX_IMAGE} is missing (the shellbox-docker tests import it)")
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout == "0 PASS\n['/app/submission/answer.txt']\n"
 
@@ -126,7 +126,7 @@ def docker_containers_of(pid: int) -> list[str]:
 def test_a_killed_client_leaves_nothing_behind(backend: str, tmp_path: Path) -> None:
     factory_for(backend)  # skips when the backend is absent
     if backend == "docker" and not os.path.exists(DOCKER_SOCKET):
-        pytest.skip(f"{DOCKER_SOCKET} is absent (DOCKER_HOST engines are not inspected here)")
+        skip(f"{DOCKER_SOCKET} is absent (DOCKER_HOST engines are not inspected here)")
     environment = {**os.environ, "TMPDIR": str(tmp_path)}
     client = subprocess.Popen(
         [sys.executable, "-c", CLIENT, backend, BUSYBOX_IMAGE],
@@ -141,7 +141,7 @@ def test_a_killed_client_leaves_nothing_behind(backend: str, tmp_path: Path) -> 
         stderr = client.stderr.read() if client.stderr else ""
         client.wait()
         if backend == "docker" and "no such image" in stderr.lower():
-            pytest.skip(f"the docker test image {BUSYBOX_IMAGE} is missing")
+            skip(f"the docker test image {BUSYBOX_IMAGE} is missing")
         pytest.fail(f"the client failed: {stderr}")
     server = int(line)
     if backend == "local":

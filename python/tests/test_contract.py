@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BUSYBOX_IMAGE, factory_for, spec_for
+from conftest import BUSYBOX_IMAGE, skip, factory_for, spec_for
 from shellbox.errors import BackendError, DownloadLimitExceeded, MachineClosed, TransferError
 from shellbox.machine import (
     Command,
@@ -32,7 +32,7 @@ async def new_machine(factory: MachineFactory, backend: str, **fields: Any) -> M
         return await factory.create(spec_for(backend, **fields))
     except BackendError as error:
         if backend == "docker" and "no such image" in str(error).lower():
-            pytest.skip(f"the docker test image {BUSYBOX_IMAGE} is missing (the shellbox-docker tests import it): {error}")
+            skip(f"the docker test image {BUSYBOX_IMAGE} is missing (the shellbox-docker tests import it): {error}")
         raise
 
 
