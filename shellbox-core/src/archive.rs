@@ -397,7 +397,7 @@ pub struct TreeWriter {
     dir_modes: Vec<(PathBuf, u32, Option<SystemTime>)>,
     links: Vec<(String, Vec<String>)>,
     /// Everything created, in order, for the rollback.
-    created: Vec<PathBuf>,
+    created: Created,
     done: bool,
     /// The parent (components under the target) last checked to be real directories all
     /// the way down: entries arrive grouped by directory, so most skip the walk. Forgotten
@@ -426,7 +426,7 @@ impl TreeWriter {
             summary: UnpackSummary::default(),
             dir_modes: Vec::new(),
             links: Vec::new(),
-            created: Vec::new(),
+            created: Created::default(),
             done: false,
             ready_parent: None,
         }
@@ -536,7 +536,7 @@ impl TreeWriter {
                 let link_path = PathBuf::from(String::from_utf8_lossy(link).into_owned());
                 std::os::unix::fs::symlink(&link_path, &dest)
                     .map_err(io_at(&dest, "create symlink"))?;
-                self.created.push(dest.clone());
+                self.created.add(dest.clone(), false);
                 // Judged where it landed (through the links already there), and again once
                 // every entry is in.
                 if let Err(why) = resolves_inside(&self.target, rel) {
@@ -562,7 +562,7 @@ impl TreeWriter {
                     self.replace(&dest)?;
                 }
                 fs::hard_link(&src, &dest).map_err(io_at(&dest, "create hard link"))?;
-                self.created.push(dest);
+                self.created.add(dest, false);
                 self.summary.files += 1;
             }
             TreeEntry::File { data, mode, mtime } => {
@@ -585,7 +585,7 @@ impl TreeWriter {
                     }
                     Err(e) => return Err(io_at(&dest, "create")(e)),
                 };
-                self.created.push(dest.clone());
+                self.created.add(dest.clone(), false);
                 let n =
                     io::copy(data, &mut file).map_err(|e| self.refusal(name, &e.to_string()))?;
                 self.summary.bytes += n;
@@ -657,7 +657,7 @@ impl TreeWriter {
     /// directories that held them), and refuses further entries.
     fn rollback(&mut self) {
         self.done = true;
-        while let Some(p) = self.created.pop() {
+        while let Some(p) = self.created.order.pop() {
             match fs::symlink_metadata(&p) {
                 Ok(m) if m.is_dir() => {
                     make_tree_writable(&p);
@@ -673,7 +673,7 @@ impl TreeWriter {
 
     fn create_dir(&mut self, dir: &Path) -> Result<(), Error> {
         fs::create_dir(dir).map_err(io_at(dir, "create directory"))?;
-        self.created.push(dir.to_path_buf());
+        self.created.add(dir.to_path_buf(), true);
         Ok(())
     }
 
@@ -711,7 +711,7 @@ impl TreeWriter {
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     fs::create_dir(&p).map_err(|e| PrepError::Io(p.clone(), e))?;
-                    self.created.push(p.clone());
+                    self.created.add(p.clone(), true);
                 }
                 Err(e) => return Err(PrepError::Io(p, e)),
             }
@@ -737,8 +737,30 @@ impl Drop for TreeWriter {
     }
 }
 
+/// What a [`TreeWriter`] created, for its rollback: only the outermost places (everything
+/// under a directory it created is its own and goes with that directory), so the record
+/// stays small however many entries a tree has.
+#[derive(Debug, Default)]
+struct Created {
+    /// In creation order.
+    order: Vec<PathBuf>,
+    dirs: std::collections::HashSet<PathBuf>,
+}
+
+impl Created {
+    fn add(&mut self, path: PathBuf, is_dir: bool) {
+        if path.ancestors().skip(1).any(|a| self.dirs.contains(a)) {
+            return;
+        }
+        if is_dir {
+            self.dirs.insert(path.clone());
+        }
+        self.order.push(path);
+    }
+}
+
 /// Creates `dir` and its missing parents, recording each one made (outermost first).
-fn create_dir_all_tracked(dir: &Path, created: &mut Vec<PathBuf>) -> Result<(), PrepError> {
+fn create_dir_all_tracked(dir: &Path, created: &mut Created) -> Result<(), PrepError> {
     let mut missing = Vec::new();
     let mut cur = Some(dir);
     while let Some(p) = cur.filter(|p| !p.as_os_str().is_empty()) {
@@ -750,7 +772,7 @@ fn create_dir_all_tracked(dir: &Path, created: &mut Vec<PathBuf>) -> Result<(), 
     }
     for p in missing.into_iter().rev() {
         match fs::create_dir(&p) {
-            Ok(()) => created.push(p),
+            Ok(()) => created.add(p, true),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && p.is_dir() => {}
             Err(e) => return Err(PrepError::Io(p, e)),
         }
