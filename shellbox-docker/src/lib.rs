@@ -57,7 +57,15 @@
 //!   paths under `/proc`, `/sys` and `/dev` (kernel-provided inside the container, out of
 //!   the endpoints' reach) are [`Error::Unsupported`](shellbox_core::Error::Unsupported).
 //!
-//! Requirements on the image: `/bin/sh` and a `setsid` program on `PATH` (busybox has both).
+//! - **Shell sessions** ([`Machine::open_shell`](shellbox_core::Machine::open_shell),
+//!   interactive): one exec on a terminal (24×80, echo and output processing off) running
+//!   `bash --noprofile --norc --noediting -i`, or `sh -i` where the image has no bash;
+//!   completion is a per-session random nonce and per-command number printed by
+//!   `PROMPT_COMMAND` (bash) or `PS1` (ash), stripped from the output; `interrupt` writes
+//!   the terminal's `^C`. See [`DockerSession`] for the rules.
+//!
+//! Requirements on the image: `/bin/sh` and a `setsid` program on `PATH` (busybox has both);
+//! `stty` for shell sessions.
 
 #![warn(missing_docs)]
 

@@ -1,59 +1,4 @@
 //! The persistent shell session of a container: one attached exec on a terminal.
-//!
-//! # How it works
-//!
-//! [`DockerSession`] runs one exec with a TTY (`Tty: true`, stdin attached, 24×80 through
-//! `POST /exec/{id}/resize`) of
-//! `stty -echo -opost -ixon; exec bash --noprofile --norc --noediting -i` (or `exec sh -i`
-//! where the image has no bash, e.g. busybox's ash), in the machine's workdir, as the image's
-//! user, with the container's environment plus `SHELLBOX_SESSION_ID=<random hex>`, which
-//! every process of the session inherits.
-//!
-//! - **Terminal**: echo off (what is written to the shell is never output); output
-//!   processing off (`-opost`: the command's bytes arrive unchanged, `\n` is not turned into
-//!   `\r\n`); flow control off (`-ixon`: a written `^S` cannot freeze the output). Input is
-//!   canonical, so the terminal's INTR character (`^C`) raises SIGINT in its foreground
-//!   process group, and a command reading its input gets whole lines. stdout and stderr are
-//!   one stream, as on any terminal. bash runs without readline (`--noediting`): readline
-//!   echoes input itself whatever the terminal says and brings bracketed paste; without it
-//!   bash reads plain lines, as ash does (busybox's line editing falls back to plain reads
-//!   when echo is off). No history (`set +o history`, `HISTFILE` unset) and no history
-//!   expansion (bash's `set +H`: `!!` stays literal), empty `PS2`.
-//! - **Completion**: each command gets a sequence number `k`. The shell prints, whenever it
-//!   is back at its prompt, `SB<nonce>:<k>:<$?>;`, where the nonce is 32 random hex digits
-//!   drawn per session: through `PROMPT_COMMAND` in bash (bash keeps a stale prompt after a
-//!   syntax error in `eval`, its `PROMPT_COMMAND` still runs), through `PS1` (with
-//!   `${__shellbox_seq}` and `$?` expanded) in ash. The host strips the first marker of the
-//!   current `k` from the output and reports `Completed` with its status; markers of other
-//!   numbers (a prompt for stray input written after a command ended) are dropped. A command
-//!   cannot end itself early by printing marker-like text: the nonce is in no output and no
-//!   file; only a command that deliberately reads the shell's own `PS1` or `PROMPT_COMMAND`
-//!   and prints it expanded can, which only confuses the session it runs in (its own).
-//! - **Sending a command**: one line, `__shellbox_seq=k; eval '<command>'`, with `'` written
-//!   as `'\''`, so the whole command (heredocs, several lines) is one `eval` and a syntax
-//!   error in it is one failed command with status 2. A command with bytes outside printable
-//!   ASCII (other than tab and newline) or with a line longer than 1000 bytes (the terminal
-//!   holds at most 4095 bytes of one input line) is sent as
-//!   `eval "$(printf '<octal escapes>'\<newline>'...')"` in lines of at most 1000 bytes, so
-//!   no control character reaches the terminal's line discipline.
-//! - **Interrupt**: writes `^C` to the terminal; the line discipline signals the foreground
-//!   process group (the running job under the shell's job control; the shell itself for a
-//!   built-in loop), and the shell reports 130. If the prompt has not come back within
-//!   [`INTERRUPT_BOUND`], the shell and everything of its session are killed and the next
-//!   `read` is `Reset`.
-//! - **Reset**: when the shell exits (`exit`, killed), noticed by the end of the exec's
-//!   output or by the engine reporting the exec ended (background jobs may hold the terminal
-//!   open), every process of the session (its terminal session, and every process carrying
-//!   its `SHELLBOX_SESSION_ID`) is killed, and the next `execute` starts a fresh shell in the
-//!   workdir. Files are the container's and stay.
-//! - **Bounds**: nothing is read from the terminal between calls, so a command writing more
-//!   than the terminal buffers blocks until the next `read`; within a call, bytes past the
-//!   call's `output_limit_bytes` are read and dropped (`truncated`).
-//! - **Close**: the session's processes are killed; closing the machine removes the
-//!   container with everything in it.
-//!
-//! Requirements on the image: `stty` (busybox and coreutils have it); bash is used when
-//! `command -v bash` finds it.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -145,8 +90,64 @@ struct ShellIo {
     scanner: Scanner,
 }
 
-/// The persistent shell of a [`DockerMachine`](crate::DockerMachine) (see the module
-/// docs above for the terminal, completion detection, interrupt and reset rules).
+/// The persistent shell of a [`DockerMachine`](crate::DockerMachine)
+/// ([`Machine::open_shell`](shellbox_core::Machine::open_shell)), interactive
+/// (REFERENCE.md section 2).
+///
+/// # How it works
+///
+/// [`DockerSession`] runs one exec with a TTY (`Tty: true`, stdin attached, 24×80 through
+/// `POST /exec/{id}/resize`) of
+/// `stty -echo -opost -ixon; exec bash --noprofile --norc --noediting -i` (or `exec sh -i`
+/// where the image has no bash, e.g. busybox's ash), in the machine's workdir, as the image's
+/// user, with the container's environment plus `SHELLBOX_SESSION_ID=<random hex>`, which
+/// every process of the session inherits.
+///
+/// - **Terminal**: echo off (what is written to the shell is never output); output
+///   processing off (`-opost`: the command's bytes arrive unchanged, `\n` is not turned into
+///   `\r\n`); flow control off (`-ixon`: a written `^S` cannot freeze the output). Input is
+///   canonical, so the terminal's INTR character (`^C`) raises SIGINT in its foreground
+///   process group, and a command reading its input gets whole lines. stdout and stderr are
+///   one stream, as on any terminal. bash runs without readline (`--noediting`): readline
+///   echoes input itself whatever the terminal says and brings bracketed paste; without it
+///   bash reads plain lines, as ash does (busybox's line editing falls back to plain reads
+///   when echo is off). No history (`set +o history`, `HISTFILE` unset) and no history
+///   expansion (bash's `set +H`: `!!` stays literal), empty `PS2`.
+/// - **Completion**: each command gets a sequence number `k`. The shell prints, whenever it
+///   is back at its prompt, `SB<nonce>:<k>:<$?>;`, where the nonce is 32 random hex digits
+///   drawn per session: through `PROMPT_COMMAND` in bash (bash keeps a stale prompt after a
+///   syntax error in `eval`, its `PROMPT_COMMAND` still runs), through `PS1` (with
+///   `${__shellbox_seq}` and `$?` expanded) in ash. The host strips the first marker of the
+///   current `k` from the output and reports `Completed` with its status; markers of other
+///   numbers (a prompt for stray input written after a command ended) are dropped. A command
+///   cannot end itself early by printing marker-like text: the nonce is in no output and no
+///   file; only a command that deliberately reads the shell's own `PS1` or `PROMPT_COMMAND`
+///   and prints it expanded can, which only confuses the session it runs in (its own).
+/// - **Sending a command**: one line, `__shellbox_seq=k; eval '<command>'`, with `'` written
+///   as `'\''`, so the whole command (heredocs, several lines) is one `eval` and a syntax
+///   error in it is one failed command with status 2. A command with bytes outside printable
+///   ASCII (other than tab and newline) or with a line longer than 1000 bytes (the terminal
+///   holds at most 4095 bytes of one input line) is sent as
+///   `eval "$(printf '<octal escapes>'\<newline>'...')"` in lines of at most 1000 bytes, so
+///   no control character reaches the terminal's line discipline.
+/// - **Interrupt**: writes `^C` to the terminal; the line discipline signals the foreground
+///   process group (the running job under the shell's job control; the shell itself for a
+///   built-in loop), and the shell reports 130. If the prompt has not come back within
+///   [`INTERRUPT_BOUND`], the shell and everything of its session are killed and the next
+///   `read` is `Reset`.
+/// - **Reset**: when the shell exits (`exit`, killed), noticed by the end of the exec's
+///   output or by the engine reporting the exec ended (background jobs may hold the terminal
+///   open), every process of the session (its terminal session, and every process carrying
+///   its `SHELLBOX_SESSION_ID`) is killed, and the next `execute` starts a fresh shell in the
+///   workdir. Files are the container's and stay.
+/// - **Bounds**: nothing is read from the terminal between calls, so a command writing more
+///   than the terminal buffers blocks until the next `read`; within a call, bytes past the
+///   call's `output_limit_bytes` are read and dropped (`truncated`).
+/// - **Close**: the session's processes are killed; closing the machine removes the
+///   container with everything in it.
+///
+/// Requirements on the image: `stty` (busybox and coreutils have it); bash is used when
+/// `command -v bash` finds it.
 pub struct DockerSession {
     inner: Arc<Inner>,
     /// `SB<nonce>:` — the start of every completion marker of this session.
