@@ -114,7 +114,11 @@ fn case_names(backend: Backend) -> Vec<(&'static str, bool)> {
             ("floor_bwrap_true", false),
         ]),
         #[cfg(feature = "docker")]
-        Backend::Docker => names.extend([("flood_1gb_1mib", true), ("floor_exec_true", false)]),
+        Backend::Docker => names.extend([
+            ("flood_1gb_1mib", true),
+            ("floor_exec_true", false),
+            ("session_execute_true", false),
+        ]),
         #[cfg(feature = "sim")]
         Backend::Sim => names.extend([
             ("loop_1000", false),
@@ -405,6 +409,27 @@ async fn run_case(
         }
         "floor_bwrap_true" => floor_bwrap_true(factory, spec, case, many).await,
         "floor_exec_true" => floor_exec_true(spec, case, many).await,
+        "session_execute_true" => {
+            // `execute("true")` on an open session (its shell already started): issue 11.
+            let m = factory.create(spec.clone()).await?;
+            let session = m.open_shell().await?;
+            let r = time_runs(case, many * 10, || async {
+                let u = session
+                    .execute("true", Duration::from_secs(30), 1 << 20)
+                    .await?;
+                if u.status == shellbox::ShellStatus::Completed && u.exit_code == Some(0) {
+                    Ok(())
+                } else {
+                    Err(Error::backend(
+                        "bench session_execute_true",
+                        format!("{u:?}"),
+                    ))
+                }
+            })
+            .await;
+            m.close().await?;
+            r
+        }
         other => Err(Error::invalid(format!("unknown bench case {other}"))),
     }
 }
