@@ -819,6 +819,7 @@ mod tests {
         };
         let facts = HostFacts {
             system_dirs: Vec::new(),
+            masked_proc: Vec::new(),
             setpriv: None,
         };
         GuestView::new(&layout, &facts)

@@ -39,6 +39,46 @@ pub const NPROC_HEADROOM: u64 = 256;
 /// Seconds of CPU time allowed above `timeout x CPUs` (`RLIMIT_CPU`).
 pub const CPU_HEADROOM_SECS: u64 = 5;
 
+/// The size bound of every command's `/dev/shm` (a fresh `tmpfs`): 64 MiB, Docker's default
+/// `HostConfig.ShmSize`. Without it the `tmpfs` takes the kernel's default of half the
+/// host's memory. Writing past it fails with `ENOSPC`. It is the same for every machine
+/// (not derived from `storage_mb`, which bounds the machine root on disk, while `/dev/shm`
+/// is memory and lives only as long as the command).
+pub const SHM_SIZE_BYTES: u64 = 64 << 20;
+
+/// Docker's default masked paths under `/proc` (moby `oci/defaults.go`, `MaskedPaths`):
+/// host-wide kernel state a container has no business reading (`/proc/keys` lists the
+/// names and sizes of every key of the host's root user, `/proc/kcore` is the kernel's
+/// memory, `/proc/timer_list` and `/proc/sched_debug` show host tasks). Those the host's
+/// kernel has are masked as Docker masks them: a file by `/dev/null` bound over it (reads
+/// find nothing, writes are discarded), a directory by an empty read-only `tmpfs`.
+/// Docker's `/sys/firmware` needs nothing: a machine's `/sys` is an empty directory of its
+/// own.
+pub const MASKED_PROC_PATHS: [&str; 9] = [
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+];
+
+/// The sandbox's PID 1 directory under `/proc`, hidden under an empty read-only `tmpfs` in
+/// every command (see [`bwrap_args`]).
+pub const PID_1_PROC_DIR: &str = "/proc/1";
+
+/// How a path of [`MASKED_PROC_PATHS`] that the host has is masked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mask {
+    /// A file: `/dev/null` is bound over it.
+    File,
+    /// A directory: an empty read-only `tmpfs` is mounted over it.
+    Dir,
+}
+
 /// What a host system directory is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HostDir {
@@ -58,6 +98,10 @@ pub struct HostFacts {
     pub system_dirs: Vec<(String, HostDir)>,
     /// The `setpriv` program used to switch users (`None` when the host has none).
     pub setpriv: Option<PathBuf>,
+    /// Each of [`MASKED_PROC_PATHS`] the host's `/proc` has, in that order, with how it is
+    /// masked (the sandbox's `/proc` is a new mount of the same kernel's `procfs`, so it
+    /// has the same ones; bwrap cannot mount over a path that does not exist).
+    pub masked_proc: Vec<(String, Mask)>,
 }
 
 impl HostFacts {
@@ -82,9 +126,18 @@ impl HostFacts {
             .iter()
             .map(PathBuf::from)
             .find(|p| p.is_file());
+        let masked_proc = MASKED_PROC_PATHS
+            .iter()
+            .filter_map(|p| {
+                let meta = std::fs::symlink_metadata(p).ok()?;
+                let mask = if meta.is_dir() { Mask::Dir } else { Mask::File };
+                Some((p.to_string(), mask))
+            })
+            .collect();
         Self {
             system_dirs,
             setpriv,
+            masked_proc,
         }
     }
 }
@@ -398,8 +451,32 @@ pub fn mounts_to_detach(mount_points: &[PathBuf], keep: &[PathBuf], root: &Path)
 
 /// The bwrap argument vector (without the program name) for one command (REFERENCE 4.3, in
 /// that order): namespaces and process options, the root bound at `/`, the system
-/// directories (with the `etc_binds` right after `/etc`), fresh `/dev`, `/dev/shm` and `/proc`, the read-only mounts, then
+/// directories (with the `etc_binds` right after `/etc`), fresh `/dev`, `/dev/shm` (bounded
+/// to [`SHM_SIZE_BYTES`]) and `/proc` with its masks, the read-only mounts, then
 /// `[setpriv ...] /bin/sh -c LAUNCH_SCRIPT sh CWD ARGV...`.
+///
+/// # PID 1 is out of the command's reach
+/// The only process of a command's PID namespace that the command did not start is PID 1,
+/// bwrap's init: it reaps the command and tells the bwrap outside its exit status. It runs
+/// with the command's UID (0 for a root host process) and, like the command, with no
+/// capabilities and dumpable, so the kernel's ptrace access check (same UIDs, the target's
+/// capabilities a subset of the caller's) lets the command at it: by writing
+/// `/proc/1/mem` a command could make PID 1 spin and never report the exit (the run ended
+/// as a timeout), or take it over. bwrap 0.8 offers no way to make its init non-dumpable or
+/// to give it other credentials, so both ways in are closed from outside it:
+///
+/// - `/proc/1` (every file that exposes or changes a process: `mem`, `syscall`, `environ`,
+///   `maps`, `fd/`, `task/*/mem`, ..., and `cmdline`, which names the machine root's host
+///   path) is hidden under an empty read-only `tmpfs`, the way Docker masks `/proc` paths.
+///   PID 1 is the setting-up bwrap itself when the mask is mounted and stays the same
+///   process, so the mask covers it for the command's whole life; the command's own
+///   processes keep their `/proc` entries.
+/// - the system calls that reach another process's memory or files without `/proc`
+///   (`ptrace`, `process_vm_readv`/`writev`, `kcmp`, `pidfd_getfd`, `process_madvise`) are
+///   refused by the seccomp filter (see the `seccomp` module), which also binds PID 1.
+///
+/// Signals cannot hold PID 1 either: the kernel drops signals sent from inside the namespace
+/// to its init unless it handles them.
 ///
 /// Merged-`/usr` symlinks are not passed as `--symlink`: they were created in the root when
 /// the machine was, because Debian's bwrap 0.8 refuses to create a symlink that exists, so
@@ -455,24 +532,34 @@ pub fn bwrap_args(layout: &Layout, facts: &HostFacts, launch: &Launch) -> Vec<Os
     // /proc/sysrq-trigger writable for a uid-0 command (no user namespace): a command could
     // change host kernel settings (e.g. kernel.core_pattern). Bind both read-only over the
     // fresh /proc (the sources resolve inside it, so net.* shows the sandbox's namespace).
-    a.extend(
-        [
-            "--dev",
-            "/dev",
-            "--tmpfs",
-            "/dev/shm",
-            "--proc",
-            "/proc",
-            "--ro-bind",
-            "/proc/sys",
-            "/proc/sys",
-            "--ro-bind-try",
-            "/proc/sysrq-trigger",
-            "/proc/sysrq-trigger",
-        ]
-        .iter()
-        .map(OsString::from),
-    );
+    let shm_size = SHM_SIZE_BYTES.to_string();
+    let strs = |items: &[&str]| items.iter().map(OsString::from).collect::<Vec<_>>();
+    a.extend(strs(&[
+        "--dev",
+        "/dev",
+        "--size",
+        &shm_size,
+        "--tmpfs",
+        "/dev/shm",
+        "--proc",
+        "/proc",
+        "--ro-bind",
+        "/proc/sys",
+        "/proc/sys",
+        "--ro-bind-try",
+        "/proc/sysrq-trigger",
+        "/proc/sysrq-trigger",
+        "--tmpfs",
+        PID_1_PROC_DIR,
+        "--remount-ro",
+        PID_1_PROC_DIR,
+    ]));
+    for (path, mask) in &facts.masked_proc {
+        a.extend(match mask {
+            Mask::File => strs(&["--dev-bind", "/dev/null", path]),
+            Mask::Dir => strs(&["--tmpfs", path, "--remount-ro", path]),
+        });
+    }
     for m in &layout.mounts {
         a.push("--ro-bind".into());
         a.push(m.host.clone().into());
@@ -599,6 +686,10 @@ mod tests {
                 ("/usr".into(), HostDir::Dir),
             ],
             setpriv: Some("/usr/bin/setpriv".into()),
+            masked_proc: vec![
+                ("/proc/acpi".into(), Mask::Dir),
+                ("/proc/keys".into(), Mask::File),
+            ],
         }
     }
 
@@ -662,6 +753,8 @@ mod tests {
             "/usr",
             "--dev",
             "/dev",
+            "--size",
+            "67108864",
             "--tmpfs",
             "/dev/shm",
             "--proc",
@@ -672,6 +765,17 @@ mod tests {
             "--ro-bind-try",
             "/proc/sysrq-trigger",
             "/proc/sysrq-trigger",
+            "--tmpfs",
+            "/proc/1",
+            "--remount-ro",
+            "/proc/1",
+            "--tmpfs",
+            "/proc/acpi",
+            "--remount-ro",
+            "/proc/acpi",
+            "--dev-bind",
+            "/dev/null",
+            "/proc/keys",
             "--ro-bind",
             "/opt/tools",
             "/opt/tools",
@@ -742,6 +846,8 @@ mod tests {
             "/usr",
             "--dev",
             "/dev",
+            "--size",
+            "67108864",
             "--tmpfs",
             "/dev/shm",
             "--proc",
@@ -752,6 +858,17 @@ mod tests {
             "--ro-bind-try",
             "/proc/sysrq-trigger",
             "/proc/sysrq-trigger",
+            "--tmpfs",
+            "/proc/1",
+            "--remount-ro",
+            "/proc/1",
+            "--tmpfs",
+            "/proc/acpi",
+            "--remount-ro",
+            "/proc/acpi",
+            "--dev-bind",
+            "/dev/null",
+            "/proc/keys",
             "--",
             "/usr/bin/setpriv",
             "--reuid=65534",
@@ -838,6 +955,8 @@ mod tests {
             "/",
             "--dev",
             "/dev",
+            "--size",
+            "67108864",
             "--tmpfs",
             "/dev/shm",
             "--proc",
@@ -848,6 +967,17 @@ mod tests {
             "--ro-bind-try",
             "/proc/sysrq-trigger",
             "/proc/sysrq-trigger",
+            "--tmpfs",
+            "/proc/1",
+            "--remount-ro",
+            "/proc/1",
+            "--tmpfs",
+            "/proc/acpi",
+            "--remount-ro",
+            "/proc/acpi",
+            "--dev-bind",
+            "/dev/null",
+            "/proc/keys",
             "--ro-bind",
             "/opt/tools",
             "/tools",

@@ -113,7 +113,10 @@ fn deny_setup(name: &'static str, nr: i64) -> Refused {
 const OPEN_TREE_ATTR_NR: i64 = 467;
 
 /// Every refused system call, by family: the keyring; tracing and reading other
-/// processes (`ptrace`, `process_vm_*`, `kcmp`); `bpf`, `perf_event_open`, `userfaultfd`,
+/// processes (`ptrace`, `process_vm_*`, `kcmp`, and, unlike Docker, `pidfd_getfd` and
+/// `process_madvise`: a Docker container has no process it did not start, while a local
+/// command's PID namespace has bwrap's init, whose file descriptors and memory these would
+/// reach with the same ptrace check; see `plan::bwrap_args`); `bpf`, `perf_event_open`, `userfaultfd`,
 /// `io_uring_*` (refused by Docker since 25.0); `kexec_*` and kernel modules; the mount
 /// family and `pivot_root`; namespaces (`unshare` and `clone` with any `CLONE_NEW*` flag,
 /// `setns`, and `clone3`, which fails with `ENOSYS`); swap, `reboot`, clocks, `acct`,
@@ -129,6 +132,8 @@ pub fn refused() -> Vec<Refused> {
         deny("process_vm_readv", libc::SYS_process_vm_readv),
         deny("process_vm_writev", libc::SYS_process_vm_writev),
         deny("kcmp", libc::SYS_kcmp),
+        deny("pidfd_getfd", libc::SYS_pidfd_getfd),
+        deny("process_madvise", libc::SYS_process_madvise),
         deny("bpf", libc::SYS_bpf),
         deny("perf_event_open", libc::SYS_perf_event_open),
         deny("userfaultfd", libc::SYS_userfaultfd),
@@ -595,6 +600,8 @@ mod tests {
             libc::SYS_bpf,
             libc::SYS_setns,
             libc::SYS_process_vm_writev,
+            libc::SYS_pidfd_getfd,
+            libc::SYS_process_madvise,
         ] {
             assert_eq!(call(&p, nr, [0; 6]), DENY, "{nr}");
         }
