@@ -499,6 +499,8 @@ pub struct Interp<'a> {
     pub deadlines: Vec<(u32, u64)>,
     pub next_deadline: u32,
     pub wall: Option<(Instant, u32)>,
+    /// Whether the wall-clock deadline was seen to pass.
+    pub wall_passed: std::cell::Cell<bool>,
     pub ticks: u64,
     pub bg_depth: u32,
     /// Background jobs started inside the outermost running background job (all still
@@ -652,6 +654,7 @@ impl<'a> Interp<'a> {
             deadlines: Vec::new(),
             next_deadline: 1,
             wall: None,
+            wall_passed: std::cell::Cell::new(false),
             ticks: 0,
             bg_depth: 0,
             bg_nested: 0,
@@ -671,7 +674,7 @@ impl<'a> Interp<'a> {
             return Err(Ctl::Budget("cpu fuel exhausted".into()));
         }
         self.w.fuel_left -= 1;
-        if self.ticks & 255 == 0 {
+        if self.ticks & 255 == 0 || self.wall_passed.get() {
             self.check_time()?;
         }
         self.check_memory()?;
@@ -716,7 +719,10 @@ impl<'a> Interp<'a> {
             return Err(Ctl::Timeout(CANCELLED));
         }
         if let Some((at, id)) = self.wall {
-            if Instant::now() >= at {
+            // once passed, every later tick looks again: a step that swallowed the
+            // timeout (a failed test operand, a subscript) cannot outlive it
+            if self.wall_passed.get() || Instant::now() >= at {
+                self.wall_passed.set(true);
                 return Err(Ctl::Timeout(id));
             }
         }

@@ -339,3 +339,29 @@ fn extreme_array_subscripts() {
     assert_no_panic("subscripts", &r);
     assert!(r.stdout.ends_with(b"end\n"), "{r:?}");
 }
+
+/// A timeout that fires inside a step that reports failure instead of unwinding (a test
+/// operand, an array subscript) still ends the command: once the deadline passed, every
+/// later tick fires it again (the long fuzz run found a script running minutes past it).
+#[test]
+fn a_swallowed_timeout_fires_again() {
+    for script in [
+        "until [[ $(while :; do :; done) == x ]]; do :; done",
+        "while :; do a[$(while :; do :; done)]=1; done",
+        "until test $(while :; do :; done) -eq 1 2>/dev/null; do :; done",
+    ] {
+        let started = std::time::Instant::now();
+        let r = run_with_timeout(script, Duration::from_millis(300));
+        assert_no_panic(script, &r);
+        assert_eq!(
+            r.reason,
+            shellbox_core::ExitReason::TimedOut,
+            "{script}: {r:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "{script}: {:?}",
+            started.elapsed()
+        );
+    }
+}
