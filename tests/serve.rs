@@ -1029,6 +1029,129 @@ fn local_sigterm_closes_every_machine() {
     assert_no_process("sleep 735.5");
 }
 
+/// The persistent shell methods: a backend without sessions answers `unsupported`; a
+/// docker machine's session keeps state across calls, is fed with `write` and stopped with
+/// `interrupt`.
+#[test]
+fn shell_sessions() {
+    let mut s = Server::start(None);
+    let f = s.factory("sim");
+    let m = s.create(&f, sim_spec());
+    for (i, (method, params)) in [
+        ("open_shell", json!({"machine": m})),
+        ("execute", json!({"machine": m, "command": "echo hi"})),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = s.call(i as u64, method, params);
+        let kind = error_kind(&r).0.to_string();
+        assert!(kind == "unsupported" || r.get("result").is_some(), "{r}");
+    }
+    let r = s.call(9, "write", json!({"machine": m, "data": "%%"}));
+    assert_eq!(error_kind(&r).0, "invalid_input", "{r}");
+    let r = s.call(
+        10,
+        "execute",
+        json!({"machine": m, "command": "true", "wait": -1.0}),
+    );
+    assert_eq!(error_kind(&r).0, "invalid_input", "{r}");
+    assert!(s.finish().success());
+}
+
+#[cfg(feature = "docker")]
+#[test]
+fn docker_shell_session() {
+    let test = "docker_shell_session";
+    let Some(image) = docker_image(test) else {
+        return;
+    };
+    let mut s = Server::start(None);
+    let f = s.factory("docker");
+    let m = s.create(
+        &f,
+        json!({"source": {"kind": "docker", "reference": image}}),
+    );
+    let r = s.ok(1, "open_shell", json!({"machine": m}));
+    assert_eq!(r, json!({"interactive": true}));
+    let r = s.ok(
+        2,
+        "execute",
+        json!({"machine": m, "command": "cd /tmp; export A=kept", "wait": 10.0}),
+    );
+    assert_eq!(
+        (r["status"].clone(), r["exit_code"].clone()),
+        (json!("completed"), json!(0)),
+        "{r}"
+    );
+    let r = s.ok(
+        3,
+        "execute",
+        json!({"machine": m, "command": "pwd; echo $A", "wait": 10.0}),
+    );
+    let text = String::from_utf8_lossy(&unb64(&r["output"])).replace('\r', "");
+    assert_eq!(text, "/tmp\nkept\n", "{r}");
+    let r = s.ok(
+        4,
+        "execute",
+        json!({"machine": m, "command": "read -r v; printf 'read=%s' \"$v\"", "wait": 0.3}),
+    );
+    assert_eq!(r["status"], "running", "{r}");
+    s.ok(5, "write", json!({"machine": m, "data": b64(b"input\n")}));
+    let r = s.ok(6, "read", json!({"machine": m, "wait": 10.0}));
+    let text = String::from_utf8_lossy(&unb64(&r["output"])).into_owned();
+    assert!(text.contains("read=input"), "{r}");
+    assert_eq!(r["status"], "completed", "{r}");
+    let r = s.ok(
+        7,
+        "execute",
+        json!({"machine": m, "command": "sleep 30", "wait": 0.3}),
+    );
+    assert_eq!(r["status"], "running", "{r}");
+    s.ok(8, "interrupt", json!({"machine": m}));
+    let r = s.ok(9, "read", json!({"machine": m, "wait": 10.0}));
+    assert_eq!(
+        (r["status"].clone(), r["exit_code"].clone()),
+        (json!("completed"), json!(130)),
+        "{r}"
+    );
+    let r = s.call(10, "read", json!({"machine": m, "wait": 0.0}));
+    assert_eq!(error_kind(&r).0, "shell_state", "{r}");
+    s.ok(11, "close_shell", json!({"machine": m}));
+    assert!(s.finish().success());
+}
+
+/// The busybox test image (imported if missing), or `None` after one SKIP line.
+#[cfg(feature = "docker")]
+fn docker_image(test: &str) -> Option<&'static str> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    if std::os::unix::net::UnixStream::connect("/var/run/docker.sock").is_err()
+        && std::env::var("DOCKER_HOST").is_err()
+    {
+        eprintln!("SKIP {test}: /var/run/docker.sock is unreachable and DOCKER_HOST is unset");
+        return None;
+    }
+    let factory = match rt.block_on(shellbox::docker::DockerMachineFactory::connect()) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("SKIP {test}: {e}");
+            return None;
+        }
+    };
+    let image = shellbox::docker::BUSYBOX_TEST_IMAGE;
+    if let Err(e) = rt.block_on(shellbox::docker::ensure_busybox_image(
+        factory.docker(),
+        image,
+    )) {
+        if e.is_unsupported() {
+            eprintln!("SKIP {test}: {e}");
+            return None;
+        }
+        panic!("{test}: cannot import the busybox test image: {e}");
+    }
+    Some(image)
+}
+
 #[cfg(feature = "docker")]
 #[test]
 fn docker_end_of_input_removes_every_container() {

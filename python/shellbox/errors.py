@@ -17,7 +17,9 @@ __all__ = [
     "MachineClosed",
     "MachineTerminated",
     "SandboxUnavailable",
+    "LimitReached",
     "ServerError",
+    "ShellStateError",
     "TransferError",
     "UnsupportedMachineSpec",
 ]
@@ -55,6 +57,14 @@ class BackendError(RuntimeError):
     """The engine, runtime or host failed (Docker Engine, bwrap, host I/O)."""
 
 
+class ShellStateError(RuntimeError):
+    """A shell session call that does not fit its state ("still running", nothing running)."""
+
+
+class LimitReached(RuntimeError):
+    """A factory's limit (e.g. of live machines) refused the request."""
+
+
 class ServerError(RuntimeError):
     """The ``shellbox serve`` process failed or broke the protocol."""
 
@@ -63,6 +73,8 @@ _BY_KIND: dict[str, type[Exception]] = {
     "unsupported": UnsupportedMachineSpec,
     "invalid_input": ValueError,
     "closed": MachineClosed,
+    "shell_state": ShellStateError,
+    "limit_reached": LimitReached,
     "not_found": TransferError,
     "transfer": TransferError,
     "download_limit_exceeded": DownloadLimitExceeded,

@@ -43,6 +43,7 @@ __all__ = [
     "PackageSpec",
     "Result",
     "ShellSimBuiltins",
+    "ShellSession",
     "ShellStatus",
     "ShellUpdate",
     "Stderr",
@@ -412,6 +413,7 @@ class Machine:
         self._server = server
         self._handle = handle
         self._closed = False
+        self._shell: ShellSession | None = None
         self.spec = spec
 
     def _check_open(self) -> None:
@@ -479,10 +481,15 @@ class Machine:
             "download", {"machine": self._handle, "source": source, "target": _absolute(target)}
         )
 
-    async def open_shell(self) -> Any:
-        """Persistent shell sessions are not in shellbox yet."""
+    async def open_shell(self) -> ShellSession:
+        """The machine's persistent shell (one per machine: every call returns the same
+        session). Raises :class:`UnsupportedMachineSpec` when the backend offers none."""
         self._check_open()
-        raise UnsupportedMachineSpec("persistent shell sessions (open_shell) are not supported by shellbox yet")
+        if self._shell is None:
+            answer = await self._server.call("open_shell", {"machine": self._handle})
+            if self._shell is None:
+                self._shell = ShellSession(self, bool(answer["interactive"]))
+        return self._shell
 
     async def close(self) -> None:
         """Releases everything the machine holds. Idempotent."""
@@ -501,6 +508,59 @@ class Machine:
         traceback: TracebackType | None,
     ) -> None:
         await asyncio.shield(self.close())
+
+
+class ShellSession:
+    """One persistent shell of a machine: its cwd, variables, functions and (interactive)
+    background jobs outlive each call. ``interactive`` sessions (a shell on a terminal) may
+    answer ``RUNNING`` and are followed with :meth:`read`, fed with :meth:`write` and stopped
+    with :meth:`interrupt`; the others run each command to completion."""
+
+    def __init__(self, machine: Machine, interactive: bool) -> None:
+        self._machine = machine
+        self.interactive = interactive
+
+    async def _update(self, method: str, params: dict[str, Any]) -> ShellUpdate:
+        self._machine._check_open()
+        answer = await self._machine._server.call(method, {"machine": self._machine._handle, **params})
+        return ShellUpdate(
+            _unb64(answer["output"]), ShellStatus(answer["status"]), answer["exit_code"], answer["truncated"]
+        )
+
+    async def execute(
+        self, command: str, *, wait: float = 120, output_limit_bytes: int = DEFAULT_MACHINE_OUTPUT_LIMIT_BYTES
+    ) -> ShellUpdate:
+        """Starts ``command`` and gathers its output for up to ``wait`` seconds. Raises
+        ``RuntimeError`` ("still running") while a previous command runs."""
+        return await self._update(
+            "execute",
+            {"command": command, "wait": _seconds("wait", wait), "output_limit_bytes": output_limit_bytes},
+        )
+
+    async def read(
+        self, *, wait: float = 0, output_limit_bytes: int = DEFAULT_MACHINE_OUTPUT_LIMIT_BYTES
+    ) -> ShellUpdate:
+        """Gathers the running command's output until it completes, the shell exits, or
+        ``wait`` seconds pass."""
+        return await self._update(
+            "read", {"wait": _seconds("wait", wait), "output_limit_bytes": output_limit_bytes}
+        )
+
+    async def write(self, data: bytes) -> None:
+        """Sends raw bytes to the running command's terminal input."""
+        self._machine._check_open()
+        await self._machine._server.call("write", {"machine": self._machine._handle, "data": _b64(bytes(data))})
+
+    async def interrupt(self) -> None:
+        """Delivers SIGINT to the running command (a following read reports exit code 130)."""
+        self._machine._check_open()
+        await self._machine._server.call("interrupt", {"machine": self._machine._handle})
+
+    async def close(self) -> None:
+        """Ends the shell and everything it started. Idempotent."""
+        if self._machine._closed:
+            return
+        await self._machine._server.call("close_shell", {"machine": self._machine._handle})
 
 
 class MachineFactory:

@@ -239,8 +239,6 @@ def test_typed_errors(backend: str) -> None:
                 await machine.run(Command(("true",), timeout=-1))
             with pytest.raises(UnsupportedMachineSpec):
                 await machine.run(Command(("true",), user="no-such-user-xyz"))
-            with pytest.raises(UnsupportedMachineSpec, match="open_shell"):
-                await machine.open_shell()
             # The machine is still fine.
             assert (await machine.run(Command(("true",)))).exit_code == 0
 
@@ -389,3 +387,42 @@ def host_processes(needle: str) -> list[str]:
         if needle in cmdline:
             found.append(f"{pid}: {cmdline}")
     return found
+
+
+def test_shell_sessions(backend: str) -> None:
+    """A backend with sessions keeps shell state across calls, takes input and interrupts;
+    one without raises UnsupportedMachineSpec naming them."""
+    from shellbox.machine import ShellStatus
+
+    factory = factory_for(backend)
+
+    async def scenario() -> None:
+        async with await new_machine(factory, backend) as machine:
+            try:
+                shell = await machine.open_shell()
+            except UnsupportedMachineSpec as error:
+                assert "shell" in str(error)
+                return
+            assert await machine.open_shell() is shell
+            first = await shell.execute("cd /tmp; export ANSWER=hello; answer() { echo \"$ANSWER\"; }")
+            assert (first.status, first.exit_code) == (ShellStatus.COMPLETED, 0), first
+            second = await shell.execute("pwd; answer")
+            assert second.output.replace(b"\r", b"") == b"/tmp\nhello\n", second
+            # run never sees the session's state.
+            assert (await machine.run(sh("pwd"))).stdout == b"/workspace\n"
+            if shell.interactive:
+                running = await shell.execute("read -r value; printf 'read=%s' \"$value\"", wait=0.3)
+                assert running.status is ShellStatus.RUNNING
+                await shell.write(b"input\n")
+                done = await shell.read(wait=10)
+                assert b"read=input" in done.output and done.exit_code == 0, done
+                sleeping = await shell.execute("sleep 30", wait=0.3)
+                assert sleeping.status is ShellStatus.RUNNING
+                await shell.interrupt()
+                stopped = await shell.read(wait=10)
+                assert (stopped.status, stopped.exit_code) == (ShellStatus.COMPLETED, 130), stopped
+                with pytest.raises(RuntimeError):
+                    await shell.read()
+            await shell.close()
+
+    asyncio.run(scenario())

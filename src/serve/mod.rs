@@ -208,7 +208,7 @@ struct Envelope {
     params: Option<Value>,
 }
 
-const METHODS: [&str; 11] = [
+const METHODS: [&str; 17] = [
     "factory",
     "check_environment",
     "create",
@@ -220,6 +220,12 @@ const METHODS: [&str; 11] = [
     "download_files",
     "close",
     "gc",
+    "open_shell",
+    "execute",
+    "read",
+    "write",
+    "interrupt",
+    "close_shell",
 ];
 
 /// Serves on stdin and stdout until end of input or a termination signal; returns the exit
@@ -661,6 +667,56 @@ async fn dispatch(state: &Arc<State>, id: &Value, method: &str, p: Value) -> Ans
                     Ok(_) => {}
                 },
             }
+            to_value(&Empty {})
+        }
+        "open_shell" => {
+            let p: ShellParams = params(method, p)?;
+            let shell = state.machine(p.machine)?.open_shell().await?;
+            to_value(&OpenShellResult {
+                interactive: shell.interactive(),
+            })
+        }
+        "execute" => {
+            let p: ExecuteParams = params(method, p)?;
+            let wait = wait_seconds(p.wait)?;
+            let shell = state.machine(p.machine)?.open_shell().await?;
+            let update = shell
+                .execute(&p.command, wait, p.output_limit_bytes)
+                .await?;
+            to_value(&WireShellUpdate::from(&update))
+        }
+        "read" => {
+            let p: ReadParams = params(method, p)?;
+            let wait = wait_seconds(p.wait)?;
+            let shell = state.machine(p.machine)?.open_shell().await?;
+            let update = shell.read(wait, p.output_limit_bytes).await?;
+            to_value(&WireShellUpdate::from(&update))
+        }
+        "write" => {
+            let p: WriteParams = params(method, p)?;
+            let data = decode_data(&p.data)?;
+            let shell = state.machine(p.machine)?.open_shell().await?;
+            shell.write(&data).await?;
+            to_value(&Empty {})
+        }
+        "interrupt" => {
+            let p: ShellParams = params(method, p)?;
+            state
+                .machine(p.machine)?
+                .open_shell()
+                .await?
+                .interrupt()
+                .await?;
+            to_value(&Empty {})
+        }
+        "close_shell" => {
+            let p: ShellParams = params(method, p)?;
+            state
+                .machine(p.machine)?
+                .open_shell()
+                .await?
+                .close()
+                .await?;
             to_value(&Empty {})
         }
         "gc" => {

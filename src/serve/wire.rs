@@ -836,6 +836,130 @@ pub struct MachineParams {
     pub machine: u64,
 }
 
+/// Params of `open_shell`, `interrupt` and `close_shell`: the machine whose persistent shell
+/// (one per machine) is meant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShellParams {
+    /// A machine handle.
+    pub machine: u64,
+}
+
+/// Result of `open_shell`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OpenShellResult {
+    /// True for a shell on a pseudo-terminal (local, docker); false for the simulator's.
+    pub interactive: bool,
+}
+
+fn default_execute_wait() -> f64 {
+    crate::DEFAULT_EXECUTE_WAIT.as_secs_f64()
+}
+
+/// Params of `execute`: a command line for the machine's persistent shell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecuteParams {
+    /// A machine handle.
+    pub machine: u64,
+    /// The shell command line.
+    pub command: String,
+    /// Seconds to gather output before answering `running`; default 120.
+    #[serde(default = "default_execute_wait")]
+    pub wait: f64,
+    /// Bytes of output kept from this call; default 1,048,576.
+    #[serde(default = "default_limit")]
+    pub output_limit_bytes: u64,
+}
+
+/// Params of `read`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadParams {
+    /// A machine handle.
+    pub machine: u64,
+    /// Seconds to gather output; default 0.
+    #[serde(default)]
+    pub wait: f64,
+    /// Bytes of output kept from this call; default 1,048,576.
+    #[serde(default = "default_limit")]
+    pub output_limit_bytes: u64,
+}
+
+/// Params of `write`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteParams {
+    /// A machine handle.
+    pub machine: u64,
+    /// Bytes for the running command's terminal input (base64).
+    pub data: String,
+}
+
+/// [`crate::ShellStatus`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WireShellStatus {
+    /// The command is still running.
+    Running,
+    /// The command finished.
+    Completed,
+    /// The shell itself exited.
+    Reset,
+}
+
+/// [`crate::ShellUpdate`], with `output` in base64.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WireShellUpdate {
+    /// Output received during the call (base64).
+    pub output: String,
+    /// Where the command stands.
+    pub status: WireShellStatus,
+    /// The exit status when `completed`.
+    pub exit_code: Option<i32>,
+    /// More output arrived than the call's limit.
+    pub truncated: bool,
+}
+
+impl From<&crate::ShellUpdate> for WireShellUpdate {
+    fn from(update: &crate::ShellUpdate) -> Self {
+        let crate::ShellUpdate {
+            output,
+            status,
+            exit_code,
+            truncated,
+        } = update;
+        WireShellUpdate {
+            output: encode_bytes(output),
+            status: match status {
+                crate::ShellStatus::Running => WireShellStatus::Running,
+                crate::ShellStatus::Completed => WireShellStatus::Completed,
+                crate::ShellStatus::Reset => WireShellStatus::Reset,
+            },
+            exit_code: *exit_code,
+            truncated: *truncated,
+        }
+    }
+}
+
+/// Decodes `write`'s data.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for bad base64.
+pub fn decode_data(text: &str) -> Result<Vec<u8>, Error> {
+    decode_bytes("data", text)
+}
+
+/// Seconds as a [`Duration`].
+///
+/// # Errors
+/// [`Error::InvalidInput`] for a negative or non-finite number.
+pub fn wait_seconds(value: f64) -> Result<Duration, Error> {
+    Ok(seconds("wait", Some(value))?.unwrap_or_default())
+}
+
 /// Params of `gc`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -901,6 +1025,12 @@ pub fn schema() -> serde_json::Value {
         "download_files": method(generator.subschema_for::<DownloadFilesParams>(), generator.subschema_for::<DownloadFilesResult>(), false),
         "close": method(generator.subschema_for::<MachineParams>(), generator.subschema_for::<Empty>(), false),
         "gc": method(generator.subschema_for::<GcParams>(), generator.subschema_for::<GcResult>(), false),
+        "open_shell": method(generator.subschema_for::<ShellParams>(), generator.subschema_for::<OpenShellResult>(), false),
+        "execute": method(generator.subschema_for::<ExecuteParams>(), generator.subschema_for::<WireShellUpdate>(), false),
+        "read": method(generator.subschema_for::<ReadParams>(), generator.subschema_for::<WireShellUpdate>(), false),
+        "write": method(generator.subschema_for::<WriteParams>(), generator.subschema_for::<Empty>(), false),
+        "interrupt": method(generator.subschema_for::<ShellParams>(), generator.subschema_for::<Empty>(), false),
+        "close_shell": method(generator.subschema_for::<ShellParams>(), generator.subschema_for::<Empty>(), false),
     });
     let _ = generator.subschema_for::<WireEvent>();
     let _ = generator.subschema_for::<WireError>();
