@@ -248,7 +248,10 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             };
             let text = String::from_utf8_lossy(&data).into_owned();
             let saved = if args.len() > 1 {
-                Some(std::mem::replace(&mut sh.pos, args[1..].to_vec()))
+                Some(std::mem::replace(
+                    &mut sh.pos,
+                    crate::mem::mstrs(&args[1..]),
+                ))
             } else {
                 None
             };
@@ -701,7 +704,7 @@ fn set_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     while i < args.len() {
         let a = &args[i];
         if a == "--" {
-            sh.pos = args[i + 1..].to_vec();
+            sh.pos = crate::mem::mstrs(&args[i + 1..]);
             return Ok(0);
         }
         if a == "-o" || a == "+o" {
@@ -762,10 +765,10 @@ fn set_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             continue;
         }
         if a == "-" {
-            sh.pos = args[i + 1..].to_vec();
+            sh.pos = crate::mem::mstrs(&args[i + 1..]);
             return Ok(0);
         }
-        sh.pos = args[i..].to_vec();
+        sh.pos = crate::mem::mstrs(&args[i..]);
         return Ok(0);
     }
     Ok(0)
@@ -1568,7 +1571,7 @@ fn getopts(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let params: Vec<String> = if args.len() > 2 {
         args[2..].to_vec()
     } else {
-        sh.pos.clone()
+        sh.pos.iter().map(|p| p.to_string()).collect()
     };
     let silent = spec.starts_with(':');
     let mut optind: usize = sh

@@ -916,14 +916,14 @@ impl Interp<'_> {
                     PV::S(sh.arg0.clone())
                 } else {
                     match sh.pos.get(*n as usize - 1) {
-                        Some(v) => PV::S(v.clone()),
+                        Some(v) => PV::S(v.to_string()),
                         None => PV::Unset,
                     }
                 }
             }
             Parameter::Special(sp) => match sp {
                 SpecialParameter::AllPositionalParameters { concatenate } => {
-                    PV::L(sh.pos.clone(), *concatenate)
+                    PV::L(sh.pos.iter().map(|p| p.to_string()).collect(), *concatenate)
                 }
                 SpecialParameter::PositionalParameterCount => PV::S(sh.pos.len().to_string()),
                 SpecialParameter::LastExitStatus => PV::S(sh.status.to_string()),

@@ -12,6 +12,13 @@
 //! budget: the overshoot is at most one step's growth (one chunk of a pipe, one word,
 //! which is itself bounded by a quarter of the budget).
 //!
+//! Positional parameters are [`MStr`]s as variables are (a function call's frame holds
+//! the caller's, metered too). Lists of fields that live as plain `String`s for the length
+//! of one step (the argument vector of a command being expanded and run, the word list of
+//! a `for` loop) are charged through a [`Charge`] held for that step, each field with its
+//! `String` header, and the meter is checked as each word's fields join the list: so
+//! `echo "$x" "$x" ...` or `set -- "$@" "$@"` ends at the budget, not at the host's memory.
+//!
 //! Not metered: the parsed script, small per-command bookkeeping (at most a few KiB per
 //! nesting level, and nesting is bounded), and words while they are being built, which
 //! check the meter themselves.
@@ -110,6 +117,35 @@ impl std::fmt::Debug for MStr {
 impl std::fmt::Display for MStr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.as_str().fmt(f)
+    }
+}
+
+/// Metered copies of `v` (positional parameters from an argument list).
+pub fn mstrs(v: &[String]) -> Vec<MStr> {
+    v.iter().map(|s| MStr::from(s.as_str())).collect()
+}
+
+/// Bytes held in plain (unmetered) values for the length of one step, such as the fields
+/// of a command's argument vector: charged as they are added, released when the charge
+/// is dropped, so it must live as long as the values it stands for.
+#[derive(Default)]
+pub struct Charge(usize);
+
+impl Charge {
+    /// Charges the bytes of `fields`, each with its `String` header.
+    pub fn add_fields(&mut self, fields: &[String]) {
+        let n = fields
+            .iter()
+            .map(|f| f.len().saturating_add(std::mem::size_of::<String>()))
+            .fold(0usize, usize::saturating_add);
+        charge(n);
+        self.0 = self.0.saturating_add(n);
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        release(self.0);
     }
 }
 

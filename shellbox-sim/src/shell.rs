@@ -253,7 +253,8 @@ pub struct Job {
 pub struct Shell {
     pub vars: HashMap<String, Var>,
     pub funcs: HashMap<String, Rc<ast::FunctionBody>>,
-    pub pos: Vec<String>,
+    /// The positional parameters (`$1`...), metered as variables are (see [`crate::mem`]).
+    pub pos: Vec<MStr>,
     pub arg0: String,
     pub opts: Opts,
     pub cwd: String,
@@ -1494,18 +1495,27 @@ impl<'a> Interp<'a> {
                 Ok(st)
             }
             C::ForClause(f) => {
+                // the word list counts against the memory budget while the loop runs
+                let mut held = crate::mem::Charge::default();
                 let items = match &f.values {
                     Some(ws) => {
                         let mut v = Vec::new();
                         for w in ws {
                             match self.expand_word(sh, &w.value)? {
-                                Ok(mut x) => v.append(&mut x),
+                                Ok(mut x) => {
+                                    self.hold_fields(&mut held, &x)?;
+                                    v.append(&mut x)
+                                }
                                 Err(st) => return Ok(st),
                             }
                         }
                         v
                     }
-                    None => sh.pos.clone(),
+                    None => {
+                        let v: Vec<String> = sh.pos.iter().map(|p| p.to_string()).collect();
+                        self.hold_fields(&mut held, &v)?;
+                        v
+                    }
                 };
                 let mut st = 0;
                 sh.loops += 1;
@@ -2005,13 +2015,18 @@ impl<'a> Interp<'a> {
         let mut argv: Vec<String> = Vec::new();
         let mut decl: Vec<DeclArg> = Vec::new();
         let mut procsubst_files: Vec<String> = Vec::new();
+        // the argument vector counts against the memory budget while it is built and run
+        let mut held = crate::mem::Charge::default();
         if let Some(pre) = &cmd.prefix {
             for it in &pre.0 {
                 match it {
                     I::AssignmentWord(a, _) => assigns.push(a),
                     I::IoRedirect(r) => redirs.push(r.clone()),
                     I::Word(w) => match self.expand_word(sh, &w.value)? {
-                        Ok(mut v) => argv.append(&mut v),
+                        Ok(mut v) => {
+                            self.hold_fields(&mut held, &v)?;
+                            argv.append(&mut v)
+                        }
                         Err(st) => return Ok(st),
                     },
                     I::ProcessSubstitution(k, s) => {
@@ -2023,7 +2038,10 @@ impl<'a> Interp<'a> {
         }
         if let Some(w) = &cmd.word_or_name {
             match self.expand_word(sh, &w.value)? {
-                Ok(mut v) => argv.append(&mut v),
+                Ok(mut v) => {
+                    self.hold_fields(&mut held, &v)?;
+                    argv.append(&mut v)
+                }
                 Err(st) => return Ok(st),
             }
         }
@@ -2037,7 +2055,9 @@ impl<'a> Interp<'a> {
                     I::IoRedirect(r) => redirs.push(r.clone()),
                     I::Word(w) => match self.expand_word(sh, &w.value)? {
                         Ok(v) => {
+                            self.hold_fields(&mut held, &v)?;
                             if is_decl {
+                                self.hold_fields(&mut held, &v)?;
                                 decl.extend(v.iter().cloned().map(DeclArg::Word));
                             }
                             argv.extend(v);
@@ -2054,7 +2074,10 @@ impl<'a> Interp<'a> {
                             argv.push(w.value.clone());
                         } else {
                             match self.expand_word(sh, &w.value)? {
-                                Ok(mut v) => argv.append(&mut v),
+                                Ok(mut v) => {
+                                    self.hold_fields(&mut held, &v)?;
+                                    argv.append(&mut v)
+                                }
                                 Err(st) => return Ok(st),
                             }
                         }
@@ -2070,9 +2093,17 @@ impl<'a> Interp<'a> {
         for f in procsubst_files {
             let _ = self.w.vfs.unlink("/", &f);
         }
+        drop(held);
         let st = r?;
         sh.status = st;
         Ok(st)
+    }
+
+    /// Charges `fields` (joining a list that lives for this step) to `held` and ends the
+    /// machine when it now holds more than its memory budget.
+    pub fn hold_fields(&mut self, held: &mut crate::mem::Charge, fields: &[String]) -> R<()> {
+        held.add_fields(fields);
+        self.check_memory()
     }
 
     fn procsubst_file(
@@ -2431,7 +2462,7 @@ impl<'a> Interp<'a> {
             self.err(sh, "bash: maximum function nesting level exceeded (1000)");
             return Ok(1);
         }
-        let saved_pos = std::mem::replace(&mut sh.pos, argv[1..].to_vec());
+        let saved_pos = std::mem::replace(&mut sh.pos, crate::mem::mstrs(&argv[1..]));
         sh.locals.push(Vec::new());
         sh.funcdepth += 1;
         sh.funcnames.push(argv[0].clone());
@@ -2567,7 +2598,8 @@ impl<'a> Interp<'a> {
         let pid = self.w.new_pid();
         let mut child = self.child_shell(sh, pid);
         child.arg0 = arg0;
-        child.pos = args;
+        child.pos = crate::mem::mstrs(&args);
+        drop(args);
         child.opts.errexit = opts.errexit;
         child.opts.nounset = opts.nounset;
         child.opts.pipefail = opts.pipefail;

@@ -50,6 +50,14 @@ fn one_budget_bounds_everything_a_machine_holds() {
         "y=$(cat /dev/zero)".to_string(),
         // a subshell's copy of big variables
         format!("{four_mib}; a=$x$x$x$x$x$x; ( b=$a; c=$a )"),
+        // positional parameters and argument vectors (security review: 1.6 GB under a
+        // 64 MiB budget, 976 MB, 1.14 GB under 256 MiB)
+        format!("{four_mib}; eval \"set -- $(printf '\"$x\" %.0s' $(seq 40))\"; echo $#"),
+        format!("{four_mib}; echo {} > /dev/null", "\"$x\" ".repeat(40)),
+        format!("{four_mib}; set -- \"$x\" \"$x\" \"$x\"; set -- \"$@\" \"$@\" \"$@\""),
+        format!("{four_mib}; for i in $(seq 40); do set -- \"$@\" \"$x\"; done"),
+        format!("{four_mib}; f() {{ f \"$@\" \"$@\"; }}; f \"$x\""),
+        format!("{four_mib}; for i in {}; do :; done", "\"$x\" ".repeat(40)),
     ];
     for script in &cases {
         let m = f.create_sim(MachineSpec::sim()).unwrap();
@@ -79,4 +87,13 @@ fn one_budget_bounds_everything_a_machine_holds() {
         )))
         .unwrap();
     assert_eq!(r.stdout, "2 4194305\n");
+    // positional parameters within the budget
+    let m = f.create_sim(MachineSpec::sim()).unwrap();
+    let r = m
+        .run_sync(Command::shell(format!(
+            "x=$(printf '%1048576s'); set -- \"$x\" \"$x\" \"$x\"; f() {{ echo $# ${{#1}}; }}; \
+             f \"$@\"; echo $# ${{#3}}"
+        )))
+        .unwrap();
+    assert_eq!(r.stdout, "3 1048576\n3 1048576\n");
 }
