@@ -99,7 +99,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use shellbox_core::archive::{TreeEntry, TreeWriter, SPECIAL_FILE_REFUSAL};
 use shellbox_core::capture::{result_stream, EventStream};
+use shellbox_core::transfer::{DownloadKind, StagedDownload};
 use shellbox_core::validate::validate_guest_path;
 use shellbox_core::{
     async_trait, Command, CommandResult, Error, ExitReason, ImageSource, Machine, MachineFactory,
@@ -480,16 +482,21 @@ impl SimMachine {
             Errno::NoEnt | Errno::NotDir => Error::not_found(source),
             other => Error::transfer(source, other.msg()),
         })?;
-        let mut links = Vec::new();
-        download_node(&mut w.vfs, ino, target, source, None, &mut links)?;
-        // each link stays inside on its own (checked as it was made); judge the chains
-        // through other links too, as the kernel resolves them
-        for l in links {
-            if let Ok(rel) = l.strip_prefix(target) {
-                shellbox_core::archive::check_symlink_inside(target, rel)?;
+        let vfs = &w.vfs;
+        let staged = match &vfs.get(ino).kind {
+            Kind::Dir(..) => StagedDownload::new(target, DownloadKind::Directory)?,
+            _ => {
+                let name = source
+                    .rsplit('/')
+                    .find(|c| !c.is_empty() && *c != "." && *c != "..")
+                    .unwrap_or("download");
+                StagedDownload::new(target, DownloadKind::File { name })?
             }
-        }
-        Ok(())
+        };
+        let mut writer = staged.writer();
+        put_node(vfs, ino, source, &mut Vec::new(), &mut writer)?;
+        writer.finish()?;
+        staged.commit()
     }
 
     /// Closes the machine; idempotent. A running command is cancelled (it stops at its
@@ -737,103 +744,75 @@ fn upload_tree(vfs: &mut Vfs, src: &Path, dir: usize, target: &str) -> Result<()
     Ok(())
 }
 
-fn set_host_mode(p: &Path, mode: u32) -> Result<(), Error> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| Error::io(format!("chmod {}", p.display()), e))
-}
-
-/// Whether a symlink with text `link`, `depth` directories below the download root, resolves
-/// inside the root (no absolute target, no `..` climbing above it).
-fn link_stays_inside(link: &str, depth: usize) -> bool {
-    if link.starts_with('/') {
-        return false;
-    }
-    let mut d = depth;
-    for c in link.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => match d.checked_sub(1) {
-                Some(n) => d = n,
-                None => return false,
-            },
-            _ => d += 1,
-        }
-    }
-    true
-}
-
-/// Downloads `ino` to `target`; `depth` is `None` for the top node, else how many
-/// directories below the download root the node's parent directory is.
-/// setuid/setgid bits are stripped from what lands on the host.
-fn download_node(
-    vfs: &mut Vfs,
+/// Writes machine node `ino` (guest path `guest`) at `rel` under the download's staging
+/// tree through core's [`TreeWriter`], the one host-side writer every backend uses: it
+/// refuses links that resolve outside the download and special files, and removes what it
+/// wrote on any error, and [`StagedDownload`] lands the tree only once it is complete, so
+/// a failed download leaves nothing on the host (as on local and docker). Links inside a
+/// directory are copied as links; the top node was resolved following links. set-uid and
+/// set-gid bits are dropped by the writer.
+fn put_node(
+    vfs: &Vfs,
     ino: usize,
-    target: &Path,
-    source: &str,
-    depth: Option<usize>,
-    links: &mut Vec<std::path::PathBuf>,
+    guest: &str,
+    rel: &mut Vec<String>,
+    writer: &mut TreeWriter,
 ) -> Result<(), Error> {
-    let top = depth.is_none();
-    let node = vfs.get(ino).clone();
-    let mode = node.mode & 0o1777;
+    let node = vfs.get(ino);
+    let mtime = u64::try_from(node.mtime)
+        .ok()
+        .and_then(|s| std::time::UNIX_EPOCH.checked_add(Duration::from_secs(s)));
     match &node.kind {
         Kind::Dir(map, _) => {
-            std::fs::create_dir_all(target)
-                .map_err(|e| Error::io(format!("create {}", target.display()), e))?;
-            let entries: Vec<(String, usize)> = map.iter().map(|(k, v)| (k.clone(), *v)).collect();
-            for (name, child) in entries {
-                let d = depth.map_or(0, |d| d + 1);
-                download_node(vfs, child, &target.join(&name), source, Some(d), links)?;
+            writer.put(
+                guest,
+                rel,
+                TreeEntry::Directory {
+                    mode: node.mode,
+                    mtime,
+                },
+            )?;
+            for (name, child) in map {
+                let child_guest = format!("{}/{name}", guest.trim_end_matches('/'));
+                rel.push(name.clone());
+                put_node(vfs, *child, &child_guest, rel, writer)?;
+                rel.pop();
             }
-            set_host_mode(target, mode)?;
         }
-        Kind::Symlink(t) if !top => {
-            if !link_stays_inside(t, depth.unwrap_or(0)) {
-                return Err(Error::transfer(
-                    source,
-                    format!(
-                        "symlink {} -> {t} points outside the download target",
-                        target.display()
-                    ),
-                ));
-            }
-            let _ = std::fs::remove_file(target);
-            std::os::unix::fs::symlink(t, target)
-                .map_err(|e| Error::io(format!("symlink {}", target.display()), e))?;
-            links.push(target.to_path_buf());
+        Kind::Symlink(t) if !rel.is_empty() => {
+            writer.put(
+                guest,
+                rel,
+                TreeEntry::Symlink {
+                    target: t.as_bytes(),
+                },
+            )?;
         }
-        _ => {
-            let data: Vec<u8> = match &node.kind {
-                Kind::File(d) => d.clone(),
-                Kind::Exe(n) => format!("#!/bin/sh\n# shellbox-sim built-in {n}\n").into_bytes(),
-                // RULES-15 rule 4: a device (reached through a link) is never read as a file
-                _ => {
-                    return Err(Error::transfer(
-                        source,
-                        "only regular files, directories and symlinks can be transferred",
-                    ))
-                }
-            };
-            if top && target.is_dir() {
-                return Err(Error::transfer(
-                    source,
-                    format!("{} is a directory", target.display()),
-                ));
-            }
-            if let Some(parent) = target.parent() {
-                if !parent.as_os_str().is_empty() {
-                    std::fs::create_dir_all(parent)
-                        .map_err(|e| Error::io(format!("create {}", parent.display()), e))?;
-                }
-            }
-            if std::fs::symlink_metadata(target).is_ok_and(|m| m.file_type().is_symlink()) {
-                let _ = std::fs::remove_file(target);
-            }
-            std::fs::write(target, data)
-                .map_err(|e| Error::io(format!("write {}", target.display()), e))?;
-            set_host_mode(target, mode)?;
+        Kind::File(d) => {
+            writer.put(
+                guest,
+                rel,
+                TreeEntry::File {
+                    data: &mut &d[..],
+                    mode: node.mode,
+                    mtime,
+                },
+            )?;
         }
+        Kind::Exe(n) => {
+            let text = format!("#!/bin/sh\n# shellbox-sim built-in {n}\n");
+            writer.put(
+                guest,
+                rel,
+                TreeEntry::File {
+                    data: &mut text.as_bytes(),
+                    mode: node.mode,
+                    mtime,
+                },
+            )?;
+        }
+        // RULES-15 rule 4: a device (reached through a link) is never read as a file
+        _ => return Err(Error::transfer(guest, SPECIAL_FILE_REFUSAL)),
     }
     Ok(())
 }

@@ -429,6 +429,47 @@ fn download_strips_setuid_and_refuses_escaping_symlinks() {
     );
     let e = m.download_sync("/c", &host.path().join("c")).unwrap_err();
     assert!(matches!(e, Error::Transfer { .. }), "{e:?}");
+    assert!(std::fs::symlink_metadata(host.path().join("c")).is_err());
+}
+
+/// Security review: a refused download left a partial tree on the host, with a link that
+/// escaped it (`m -> a/..` beside `a -> .`). Downloads are all or nothing, as on local and
+/// docker.
+#[test]
+fn a_failed_download_leaves_nothing_on_the_host() {
+    let m = machine();
+    let host = tempfile::tempdir().unwrap();
+    let cases = [
+        "mkdir -p out; ln -s . out/a; ln -s a/.. out/m",
+        "mkdir -p out/a; echo 1 > out/a/1; ln -s /etc out/z",
+        "mkdir -p out/a; echo 1 > out/a/1; ln -s ../.. out/a/u",
+    ];
+    for (i, script) in cases.iter().enumerate() {
+        sh(&m, &format!("rm -rf out; {script}"));
+        let t = host.path().join(format!("x{i}/res"));
+        let e = m.download_sync("/workspace/out", &t).unwrap_err();
+        assert!(matches!(e, Error::Transfer { .. }), "{script}: {e:?}");
+        assert!(
+            std::fs::symlink_metadata(&t).is_err(),
+            "{script}: {t:?} was left behind"
+        );
+        let left: Vec<_> = std::fs::read_dir(host.path()).unwrap().flatten().collect();
+        assert!(
+            left.iter()
+                .all(|e| !e.file_name().to_string_lossy().starts_with("x")),
+            "{script}: {left:?}"
+        );
+    }
+    // a good download still lands whole, and a file lands in an existing directory
+    sh(
+        &m,
+        "rm -rf out; mkdir -p out/a; echo 1 > out/a/1; ln -s a/1 out/l",
+    );
+    let t = host.path().join("ok");
+    m.download_sync("/workspace/out", &t).unwrap();
+    assert_eq!(std::fs::read(t.join("l")).unwrap(), b"1\n");
+    m.download_sync("/workspace/out/a/1", &t).unwrap();
+    assert_eq!(std::fs::read(t.join("1")).unwrap(), b"1\n");
 }
 
 #[tokio::test(flavor = "current_thread")]
