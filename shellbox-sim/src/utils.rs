@@ -2693,6 +2693,48 @@ fn head_tail(it: &mut Interp<'_>, sh: &mut Shell, args: &[String], head: bool) -
     let mut st = 0;
     let mut first = true;
     for f in &files {
+        // an endless device is streamed, as GNU head reads it: up to the count asked for,
+        // or until the reader goes away or a budget runs out (the output limit, the time)
+        let endless_count = match bytes {
+            Some(b) if head && !from_start => u64::try_from(b).ok().map(|b| (b, false)),
+            None if head && !from_start => u64::try_from(lines).ok().map(|n| (n, true)),
+            _ => None,
+        };
+        if let Some((mut left, by_lines)) = endless_count {
+            if let Some(random) = endless_device(it, sh, f) {
+                if multi {
+                    let name = if f == "-" { "standard input" } else { f };
+                    let h = format!("{}==> {name} <==\n", if first { "" } else { "\n" });
+                    it.write(sh, 1, h.as_bytes())?;
+                }
+                first = false;
+                while left > 0 {
+                    it.tick()?;
+                    let want = if by_lines {
+                        64 << 10
+                    } else {
+                        left.min(64 << 10) as usize
+                    };
+                    let chunk = it.endless_bytes(random, want);
+                    let mut end = chunk.len();
+                    if by_lines {
+                        for (i, _) in chunk.iter().enumerate().filter(|(_, c)| **c == b'\n') {
+                            left -= 1;
+                            if left == 0 {
+                                end = i + 1;
+                                break;
+                            }
+                        }
+                    } else {
+                        left -= end as u64;
+                    }
+                    if !it.write(sh, 1, &chunk[..end])? {
+                        return Ok(1);
+                    }
+                }
+                continue;
+            }
+        }
         it.endless_want = match bytes {
             Some(b) if head && b >= 0 && !from_start => usize::try_from(b).ok(),
             _ => None,

@@ -629,4 +629,20 @@ fn dev_zero_and_urandom_are_endless() {
     let r = sh(&m, "wc -c /dev/zero");
     assert_ne!(String::from_utf8_lossy(&r.stdout), "131072 /dev/zero\n");
     assert_ne!(r.exit_code, Some(0));
+    // security review: a count over the memory budget streams, bounded by the output limit
+    let r = m
+        .run_sync(
+            Command::shell("head -c 3000000000 /dev/zero; echo $? >&2")
+                .output_limit_bytes(1 << 20)
+                .timeout(Duration::from_secs(120)),
+        )
+        .unwrap();
+    assert_eq!(r.stderr, "0\n", "{r:?}");
+    assert_eq!(r.stdout.len(), 1 << 20);
+    assert!(r.stdout_truncated);
+    assert_eq!(out(&m, "head -n 3 /dev/urandom | wc -l"), "3\n");
+    assert_eq!(
+        out(&m, "head -c 5000000000 /dev/zero | head -c 70000 | wc -c"),
+        "70000\n"
+    );
 }
