@@ -90,10 +90,10 @@ fn one_budget_bounds_everything_a_machine_holds() {
     // positional parameters within the budget
     let m = f.create_sim(MachineSpec::sim()).unwrap();
     let r = m
-        .run_sync(Command::shell(format!(
-            "x=$(printf '%1048576s'); set -- \"$x\" \"$x\" \"$x\"; f() {{ echo $# ${{#1}}; }}; \
-             f \"$@\"; echo $# ${{#3}}"
-        )))
+        .run_sync(Command::shell(
+            "x=$(printf '%1048576s'); set -- \"$x\" \"$x\" \"$x\"; f() { echo $# ${#1}; }; \
+             f \"$@\"; echo $# ${#3}",
+        ))
         .unwrap();
     assert_eq!(r.stdout, "3 1048576\n3 1048576\n");
 }
