@@ -1155,32 +1155,13 @@ fn docker_image(test: &str) -> Option<&'static str> {
 #[cfg(feature = "docker")]
 #[test]
 fn docker_end_of_input_removes_every_container() {
-    let test = "docker_end_of_input_removes_every_container";
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    if std::os::unix::net::UnixStream::connect("/var/run/docker.sock").is_err()
-        && std::env::var("DOCKER_HOST").is_err()
-    {
-        eprintln!("SKIP {test}: /var/run/docker.sock is unreachable and DOCKER_HOST is unset");
+    let Some(image) = docker_image("docker_end_of_input_removes_every_container") else {
         return;
-    }
-    let factory = match rt.block_on(shellbox::docker::DockerMachineFactory::connect()) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("SKIP {test}: {e}");
-            return;
-        }
     };
-    let image = shellbox::docker::BUSYBOX_TEST_IMAGE;
-    if let Err(e) = rt.block_on(shellbox::docker::ensure_busybox_image(
-        factory.docker(),
-        image,
-    )) {
-        if e.is_unsupported() {
-            eprintln!("SKIP {test}: {e}");
-            return;
-        }
-        panic!("{test}: cannot import the busybox test image: {e}");
-    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let factory = rt
+        .block_on(shellbox::docker::DockerMachineFactory::connect())
+        .unwrap();
     let mut s = Server::start(None);
     let f = s.factory("docker");
     let spec = json!({"source": {"kind": "docker", "reference": image}});
