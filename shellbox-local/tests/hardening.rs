@@ -421,19 +421,29 @@ async fn close_kills_every_process_of_the_cgroup() {
         read_trim(&cgroup.join("pids.max")),
         shellbox_core::DEFAULT_PIDS_LIMIT.to_string()
     );
-    run(
-        &m,
-        Command::shell("setsid sh -c 'sleep 3002' > /dev/null 2>&1 < /dev/null &"),
-    )
-    .await;
-    let procs = read_trim(&cgroup.join("cgroup.procs"));
-    let pids: Vec<i32> = procs.lines().filter_map(|l| l.parse().ok()).collect();
+    // A command still running, with a setsid escapee beside it.
+    let _stream = m
+        .run_stream(Command::shell(
+            "setsid sh -c 'sleep 3002' > /dev/null 2>&1 < /dev/null & exec sleep 3003",
+        ))
+        .await
+        .unwrap();
     let is_escapee = |pid: &i32| {
         std::fs::read(format!("/proc/{pid}/cmdline"))
-            .is_ok_and(|c| c.windows(4).any(|w| w == b"3002"))
+            .is_ok_and(|c| c.windows(10).any(|w| w == b"sleep\x003002"))
     };
-    // The setsid escapee left running in the background is counted in the machine's cgroup.
-    assert!(pids.iter().any(is_escapee), "not in the cgroup: {procs}");
+    // The setsid escapee is counted in the machine's cgroup (polled: it may not have
+    // exec'd sleep yet).
+    let mut pids: Vec<i32> = Vec::new();
+    for _ in 0..100 {
+        let procs = read_trim(&cgroup.join("cgroup.procs"));
+        pids = procs.lines().filter_map(|l| l.parse().ok()).collect();
+        if pids.iter().any(is_escapee) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(pids.iter().any(is_escapee), "not in the cgroup: {pids:?}");
     m.close().await.unwrap();
     assert!(!cgroup.exists());
     for pid in pids {

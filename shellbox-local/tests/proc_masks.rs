@@ -74,7 +74,12 @@ async fn pid_1_memory_is_out_of_reach() {
     // The command's own processes stay visible and readable.
     let r = run(
         &m,
-        Command::shell("sleep 30 & tr '\\0' ' ' < /proc/$!/cmdline; kill $!"),
+        // The child may not have exec'd sleep yet when first read: retry briefly.
+        Command::shell(
+            "sleep 30 & p=$!; for i in 1 2 3 4 5 6 7 8 9 10; do \
+               c=$(tr '\\0' ' ' < /proc/$p/cmdline); case $c in sleep*) break;; esac; \
+               sleep 0.1; done; printf %s \"$c\"; kill $p",
+        ),
     )
     .await;
     assert_eq!(r.stdout_lossy(), "sleep 30 ", "{r:?}");
