@@ -728,3 +728,102 @@ fn a_build_without_a_feature_names_it() {
     let out = plain(&["run", "--", "echo", "still works"]);
     assert_eq!(text(&out.stdout), "still works\n");
 }
+
+/// `run --record FILE` writes a transcript; `replay FILE --backend B` re-runs it on another
+/// backend: 0 when nothing diverges, 1 and the diverging line when something does.
+#[test]
+fn record_on_sim_and_replay_on_local() {
+    if !local_available("record_on_sim_and_replay_on_local") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let transcript = tmp.path().join("t.jsonl");
+    let input = tmp.path().join("in.txt");
+    std::fs::write(&input, "c\nb\na\n").unwrap();
+    let upload = format!("{}:/workspace/in.txt", input.display());
+    let out = run(&[
+        "run",
+        "--record",
+        transcript.to_str().unwrap(),
+        "--upload",
+        &upload,
+        "--",
+        "sh",
+        "-c",
+        "cat in.txt; head -n 1 in.txt >&2; exit 4",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    let recorded = std::fs::read_to_string(&transcript).unwrap();
+    assert_eq!(
+        recorded.lines().count(),
+        3,
+        "upload, run, close: {recorded}"
+    );
+
+    let out = run(&["replay", "--backend", "local", transcript.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "2 operations replayed on local, 0 diverged\n"
+    );
+
+    std::fs::write(&input, "changed\n").unwrap();
+    let out = run(&["replay", "--backend", "local", transcript.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    assert!(
+        report.starts_with("line 2: run: recorded exit 4"),
+        "{report}"
+    );
+    assert!(
+        report.ends_with("2 operations replayed on local, 1 diverged\n"),
+        "{report}"
+    );
+
+    let err = one_line(&run(&["replay", tmp.path().join("none").to_str().unwrap()]));
+    assert!(err.contains("read the transcript"), "{err}");
+}
+
+/// Limits from the break-it pass: `--json` bounds its output limit (the object holds the
+/// output several times); a timeout below a nanosecond is refused, not "no limit";
+/// `--storage-mb` reaches the machine (the simulator's disk budget here).
+#[test]
+fn json_output_limit_tiny_timeouts_and_storage() {
+    let out = run(&["run", "--json", "--output-limit", "64GiB", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = text(&out.stdout);
+    assert!(
+        err.contains("invalid_input") && err.contains("--output-limit with --json"),
+        "{err}"
+    );
+    let out = run(&["run", "--json", "--output-limit", "256MiB", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    for tiny in ["1e-10", "0.0000001ms"] {
+        let err = one_line(&run(&["run", "--timeout", tiny, "--", "true"]));
+        assert!(err.contains("shorter than a nanosecond"), "{tiny}: {err}");
+    }
+    let out = run(&[
+        "run",
+        "--storage-mb",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        "head -c 3000000 /dev/zero > big; echo $?",
+    ]);
+    let stdout = text(&out.stdout);
+    assert_ne!(
+        stdout,
+        "0\n",
+        "a 3 MB file fit in a 1 MiB disk: {}",
+        text(&out.stderr)
+    );
+    let err = one_line(&run(&["run", "--pids-limit", "0", "--", "true"]));
+    assert!(err.contains("pids"), "{err}");
+}

@@ -35,12 +35,18 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
             "invalid duration {text:?}: negative durations are refused (0 means no limit)"
         ));
     }
-    Duration::try_from_secs_f64(value * scale).map_err(|_| {
+    let duration = Duration::try_from_secs_f64(value * scale).map_err(|_| {
         format!(
             "duration {text:?} is too large (at most {} seconds)",
             Duration::MAX.as_secs()
         )
-    })
+    })?;
+    if duration.is_zero() && value > 0.0 {
+        return Err(format!(
+            "duration {text:?} is shorter than a nanosecond (0 means no limit)"
+        ));
+    }
+    Ok(duration)
 }
 
 /// A command deadline from `--timeout`: `None` is no limit.
@@ -52,7 +58,8 @@ pub(crate) struct Timeout(pub(crate) Option<Duration>);
 pub(crate) const TIMEOUT_SATURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Parses `--timeout`: [`parse_duration`]'s forms; `0` and anything longer than
-/// [`TIMEOUT_SATURATION`] (100 years) mean no limit, as `0` does for timeout(1).
+/// [`TIMEOUT_SATURATION`] (100 years) mean no limit, as `0` does for timeout(1); values past
+/// [`Duration::MAX`] (about 5.8e11 years) or infinite are refused as "too large".
 pub(crate) fn parse_timeout(text: &str) -> Result<Timeout, String> {
     let duration = parse_duration(text)?;
     if duration.is_zero() || duration > TIMEOUT_SATURATION {
@@ -176,6 +183,10 @@ mod tests {
         assert_eq!(parse_timeout("0").unwrap(), Timeout(None));
         assert_eq!(parse_timeout("0s").unwrap(), Timeout(None));
         assert_eq!(parse_timeout("1e19").unwrap(), Timeout(None));
+        for tiny in ["1e-10", "0.0000001ms"] {
+            let err = parse_timeout(tiny).unwrap_err();
+            assert!(err.contains("shorter than a nanosecond"), "{tiny}: {err}");
+        }
         assert_eq!(
             parse_timeout("90").unwrap(),
             Timeout(Some(Duration::from_secs(90)))

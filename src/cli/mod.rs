@@ -68,6 +68,9 @@ enum Sub {
     Bench(bench::BenchArgs),
     /// Remove machines leaked by processes that no longer exist (docker containers).
     Gc(GcArgs),
+    /// Re-run a transcript on a fresh machine of a backend and print where the outcomes
+    /// diverge; exit 0 when none does, 1 when one does, 125 when shellbox failed.
+    Replay(ReplayArgs),
     /// Serve the machine contract as JSON lines on stdin/stdout (PROTOCOL.md).
     Serve {
         /// Speak on stdin and stdout (the only transport).
@@ -153,6 +156,14 @@ pub(crate) struct MachineArgs {
     /// CPU limit in whole CPUs (docker only).
     #[arg(long)]
     pub(crate) cpus: Option<u32>,
+    /// Disk limit in MiB for what the machine writes (local: a size-limited root, as root;
+    /// docker: the engine's storage option; sim: the machine's disk budget).
+    #[arg(long, value_name = "MIB")]
+    pub(crate) storage_mb: Option<u64>,
+    /// Most processes the machine may hold at once (default 1024; local: a pids cgroup;
+    /// docker: the container's pids limit; sim: not enforced).
+    #[arg(long, value_name = "N")]
+    pub(crate) pids_limit: Option<u32>,
 }
 
 impl MachineArgs {
@@ -269,6 +280,10 @@ impl MachineArgs {
         };
         spec.memory_mb = self.memory_mb;
         spec.cpus = self.cpus;
+        spec.storage_mb = self.storage_mb;
+        if let Some(pids) = self.pids_limit {
+            spec.pids_limit = pids;
+        }
         spec.validate()?;
         Ok(spec)
     }
@@ -287,8 +302,9 @@ struct RunArgs {
     /// Deadline of the command; on expiry it is stopped and shellbox exits 124. Accepted
     /// forms: a number of seconds (`30`, `1.5`, `1e3`) or a number with a unit, `ms`, `s`,
     /// `m` or `h` (`250ms`, `1.5s`, `2m`, `1h`). `0` means no limit (as with timeout(1)),
-    /// and so does anything longer than 100 years; negative values are refused. Default: no
-    /// limit.
+    /// and so does anything longer than 100 years (up to about 5.8e11 years; more, or `inf`,
+    /// is refused as too large); negative values and values below a nanosecond are refused.
+    /// Default: no limit.
     #[arg(long, value_parser = parse_timeout, allow_hyphen_values = true, value_name = "DURATION")]
     timeout: Option<Timeout>,
     /// Bytes kept per stream: bytes, or with KiB, MiB, GiB (default 1MiB).
@@ -313,9 +329,25 @@ struct RunArgs {
     /// programs.
     #[arg(long)]
     json: bool,
+    /// Write a transcript of every operation (uploads, the command, downloads) and its
+    /// outcome to FILE as JSON lines, for `shellbox replay` on another backend.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "ARGV")]
     argv: Vec<String>,
+}
+
+#[derive(clap::Args, Debug)]
+struct ReplayArgs {
+    #[command(flatten)]
+    machine: MachineArgs,
+    /// The transcript (`shellbox run --record FILE`, or a `RecordingMachine`'s output).
+    #[arg(value_name = "TRANSCRIPT")]
+    transcript: PathBuf,
+    /// Print the report as one JSON object instead of a line per divergence.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -422,6 +454,10 @@ pub(crate) fn main() -> ExitCode {
                 bench::bench(args).await.map_err(|e| (json, e.into()))
             }
             Sub::Gc(args) => gc(args).await.map_err(|e| (false, e.into())),
+            Sub::Replay(args) => {
+                let json = args.json;
+                replay(args).await.map_err(|e| (json, e))
+            }
             Sub::Serve { stdio: _ } => {
                 // Every machine is closed and the output flushed: exit now, without waiting
                 // for the runtime's blocking stdin reader (it never ends on a signal).
@@ -497,6 +533,8 @@ impl From<Error> for Failure {
 /// them, so messages name what the user typed.
 const FIELD_OPTIONS: &[(&str, &str)] = &[
     ("memory_mb", "--memory-mb"),
+    ("storage_mb", "--storage-mb"),
+    ("pids_limit", "--pids-limit"),
     ("output_limit_bytes", "--output-limit"),
     ("registry_image", "--registry-image"),
     ("image_archive", "--image-archive"),
@@ -569,7 +607,7 @@ async fn create(backend: Backend, spec: MachineSpec) -> Result<Created, Error> {
     if backend == Backend::Sim {
         let machine = Arc::new(shellbox::sim::SimMachineFactory::default().create_sim(spec)?);
         return Ok(Created {
-            machine: Box::new(SharedMachine(machine.clone())),
+            machine: Box::new(machine.clone()),
             sim: Some(machine),
         });
     }
@@ -649,29 +687,9 @@ fn docker_connect_error(error: Error) -> Error {
     }
 }
 
-/// Lets the CLI keep a typed handle on a simulator machine it also uses as `dyn Machine`.
-#[cfg(feature = "sim")]
-struct SharedMachine(Arc<shellbox::sim::SimMachine>);
-
-#[cfg(feature = "sim")]
-#[shellbox::async_trait]
-impl Machine for SharedMachine {
-    async fn run(&self, command: Command) -> Result<shellbox::CommandResult, Error> {
-        self.0.run(command).await
-    }
-    async fn run_stream(&self, command: Command) -> Result<shellbox::EventStream, Error> {
-        self.0.run_stream(command).await
-    }
-    async fn upload(&self, source: &std::path::Path, target: &str) -> Result<(), Error> {
-        self.0.upload(source, target).await
-    }
-    async fn download(&self, source: &str, target: &std::path::Path) -> Result<(), Error> {
-        self.0.download(source, target).await
-    }
-    async fn close(&self) -> Result<(), Error> {
-        self.0.close().await
-    }
-}
+/// The largest `--output-limit` with `--json`: the object holds each stream as text and as
+/// base64, so its memory is several times the limit (streaming output has no such bound).
+const MAX_JSON_OUTPUT_LIMIT_BYTES: u64 = 256 << 20;
 
 async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let backend = args.machine.backend()?;
@@ -721,6 +739,14 @@ async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         }
         command.stdin = input.into();
     }
+    if args.json && args.output_limit > MAX_JSON_OUTPUT_LIMIT_BYTES {
+        return Err(Error::invalid(format!(
+            "--output-limit with --json is at most {} MiB (the JSON object holds the output \
+             several times over); without --json the output streams and any limit works",
+            MAX_JSON_OUTPUT_LIMIT_BYTES >> 20
+        ))
+        .into());
+    }
     command.validate()?;
     for up in &args.upload {
         shellbox::validate::validate_guest_path(&up.guest)
@@ -747,7 +773,20 @@ async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
             return Ok(ExitCode::from((128 + signal) as u8));
         }
     };
-    let machine = &*created.machine;
+    let machine: Box<dyn Machine> = match &args.record {
+        Some(path) => match std::fs::File::create(path) {
+            Ok(file) => Box::new(shellbox::RecordingMachine::new(created.machine, file)),
+            Err(e) => {
+                let _ = created.machine.close().await;
+                return Err(Failure::context(
+                    &format!("--record {}", path.display()),
+                    Error::io(format!("create {}", path.display()), e),
+                ));
+            }
+        },
+        None => created.machine,
+    };
+    let machine = &*machine;
     let outcome = tokio::select! {
         outcome = run_in(machine, &args, command) => outcome,
         signal = &mut signal => {
@@ -771,6 +810,79 @@ async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         out!("{value}");
     }
     Ok(code)
+}
+
+/// `shellbox replay`: the transcript on a fresh machine, one line per divergence.
+async fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
+    let transcript = std::fs::read_to_string(&args.transcript).map_err(|e| {
+        Error::io(
+            format!("read the transcript {}", args.transcript.display()),
+            e,
+        )
+    })?;
+    let backend = args.machine.backend()?;
+    let spec = args.machine.spec()?;
+    let created = create(backend, spec).await?;
+    let report = shellbox::replay(&transcript, &*created.machine).await;
+    let closed = created.machine.close().await;
+    let report = report?;
+    closed?;
+    if args.json {
+        out!(
+            "{}",
+            serde_json::to_string(&report).map_err(|e| Error::invalid(e.to_string()))?
+        );
+    } else {
+        for d in &report.divergences {
+            out!(
+                "line {}: {}: recorded {}; replayed {}",
+                d.line,
+                d.op,
+                describe_outcome(&d.recorded),
+                describe_outcome(&d.replayed)
+            );
+        }
+        out!(
+            "{} operations replayed on {backend}, {} diverged",
+            report.operations,
+            report.divergences.len()
+        );
+    }
+    Ok(if report.divergences.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// One outcome of a transcript in a few words: the status and the start of the output.
+fn describe_outcome(outcome: &shellbox::record::Outcome) -> String {
+    use shellbox::record::Outcome;
+    let short = |s: &str| {
+        let s: String = s.chars().take(60).collect();
+        format!("{s:?}")
+    };
+    match outcome {
+        Outcome::Run(r) => format!(
+            "exit {} ({:?}), stdout {}{}, stderr {}{}",
+            r.exit_code.map_or("none".to_string(), |c| c.to_string()),
+            r.reason,
+            short(&r.stdout),
+            if r.stdout_truncated {
+                " (truncated)"
+            } else {
+                ""
+            },
+            short(&r.stderr),
+            if r.stderr_truncated {
+                " (truncated)"
+            } else {
+                ""
+            },
+        ),
+        Outcome::Ok { .. } => "ok".to_string(),
+        Outcome::Failed { error } => format!("error {error}"),
+    }
 }
 
 /// Where the last byte shellbox wrote to a stream was, so its own notes start on a line of
