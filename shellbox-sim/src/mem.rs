@@ -132,6 +132,12 @@ pub fn mstrs(v: &[String]) -> Vec<MStr> {
 pub struct Charge(usize);
 
 impl Charge {
+    /// Charges `n` bytes.
+    pub fn add_bytes(&mut self, n: usize) {
+        charge(n);
+        self.0 = self.0.saturating_add(n);
+    }
+
     /// Charges the bytes of `fields`, each with its `String` header.
     pub fn add_fields(&mut self, fields: &[String]) {
         let n = fields

@@ -286,6 +286,19 @@ pub fn printf_format(fmt: &str, args: &[String], errs: &mut Vec<String>) -> Vec<
 
 /// [`printf_format`] with `now` (seconds since the epoch) for `%(fmt)T`.
 pub fn printf_format_at(fmt: &str, args: &[String], errs: &mut Vec<String>, now: i64) -> Vec<u8> {
+    printf_format_limited(fmt, args, errs, now, usize::MAX).unwrap_or_default()
+}
+
+/// [`printf_format_at`] that stops with `None` once the output holds more than `max_len`
+/// bytes: the formatted text is one buffer (a format reused for every argument, each field
+/// up to [`MAX_FIELD_WIDTH`] wide, can ask for far more than the memory budget).
+pub fn printf_format_limited(
+    fmt: &str,
+    args: &[String],
+    errs: &mut Vec<String>,
+    now: i64,
+    max_len: usize,
+) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     let f: Vec<char> = fmt.chars().collect();
     let mut ai = 0;
@@ -294,6 +307,9 @@ pub fn printf_format_at(fmt: &str, args: &[String], errs: &mut Vec<String>, now:
         let mut i = 0;
         let mut stop = false;
         while i < f.len() {
+            if out.len() > max_len {
+                return None;
+            }
             let c = f[i];
             if c == '\\' {
                 // escape
@@ -315,7 +331,7 @@ pub fn printf_format_at(fmt: &str, args: &[String], errs: &mut Vec<String>, now:
                 let (b, st) = backslash_escapes(&s, true);
                 out.extend(b);
                 if st {
-                    return out;
+                    return Some(out);
                 }
                 i = j;
                 continue;
@@ -451,7 +467,7 @@ pub fn printf_format_at(fmt: &str, args: &[String], errs: &mut Vec<String>, now:
                     let s = pad(s, false);
                     if st {
                         out.extend(s.bytes());
-                        return out;
+                        return Some(out);
                     }
                     s
                 }
@@ -591,14 +607,14 @@ pub fn printf_format_at(fmt: &str, args: &[String], errs: &mut Vec<String>, now:
             };
             out.extend(piece.bytes());
             if stop {
-                return out;
+                return Some(out);
             }
         }
         if ai >= args.len() || ai == start_ai {
             break;
         }
     }
-    out
+    (out.len() <= max_len).then_some(out)
 }
 
 pub fn printf_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
@@ -620,7 +636,21 @@ pub fn printf_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32
     };
     let mut errs = Vec::new();
     let now = it.w.vfs.now;
-    let out = printf_format_at(fmt, &args[1..], &mut errs, now);
+    // the format is held as chars (4 bytes each) and the output is one buffer: both count
+    // against the memory budget, and the output may not outgrow what is left of it (nor a
+    // quarter of it, the bound of one word)
+    let mut held = crate::mem::Charge::default();
+    held.add_bytes(fmt.len().saturating_mul(std::mem::size_of::<char>()));
+    it.check_memory()?;
+    let room =
+        it.w.memory_limit
+            .saturating_sub(it.memory_used())
+            .min(it.w.memory_limit / 4);
+    let max_len = usize::try_from(room).unwrap_or(usize::MAX);
+    let Some(out) = printf_format_limited(fmt, &args[1..], &mut errs, now, max_len) else {
+        return Err(it.interrupted());
+    };
+    drop(held);
     for e in &errs {
         it.err(sh, &format!("bash: printf: {e}"));
     }

@@ -58,6 +58,9 @@ fn one_budget_bounds_everything_a_machine_holds() {
         format!("{four_mib}; for i in $(seq 40); do set -- \"$@\" \"$x\"; done"),
         format!("{four_mib}; f() {{ f \"$@\" \"$@\"; }}; f \"$x\""),
         format!("{four_mib}; for i in {}; do :; done", "\"$x\" ".repeat(40)),
+        // one printf's output, a format reused for every argument
+        "printf '%1000000s' $(seq 200) > /dev/null".to_string(),
+        format!("{four_mib}; printf \"$x%s\" $(seq 40) | wc -c"),
     ];
     for script in &cases {
         let m = f.create_sim(MachineSpec::sim()).unwrap();
