@@ -507,8 +507,6 @@ pub struct Interp<'a> {
     /// Background jobs started inside the outermost running background job (all still
     /// live, as their ancestor runs); bounded by [`MAX_NESTED_JOBS`].
     pub bg_nested: u32,
-    /// How many bytes the next whole read of an endless device needs (`head -c N`).
-    pub endless_want: Option<usize>,
     /// Background writes not yet delivered: (virtual time, sequence, stream, bytes).
     pub pending: Vec<(u64, u64, Fd, MBytes)>,
     pub seq: u64,
@@ -659,7 +657,6 @@ impl<'a> Interp<'a> {
             ticks: 0,
             bg_depth: 0,
             bg_nested: 0,
-            endless_want: None,
             pending: Vec::new(),
             seq: 0,
             depth: 0,
@@ -943,11 +940,11 @@ impl<'a> Interp<'a> {
             }
             Stream::Zero => {
                 drop(st);
-                self.endless_read(false).unwrap_or_default()
+                self.endless_read().unwrap_or_default()
             }
             Stream::Random => {
                 drop(st);
-                self.endless_read(true).unwrap_or_default()
+                self.endless_read().unwrap_or_default()
             }
             _ => Vec::new(),
         }
@@ -1007,19 +1004,12 @@ impl<'a> Interp<'a> {
         v
     }
 
-    /// Reads an endless device whole: only as much as the reader said it needs
-    /// (`endless_want`, set by `head -c N`); reading all of it is refused visibly
-    /// (`EINVAL`, recorded as unsupported) instead of returning a wrong, finite stream.
-    fn endless_read(&mut self, random: bool) -> Result<Vec<u8>, Errno> {
-        match self.endless_want.take() {
-            Some(n) if (n as u64) <= self.w.memory_limit / 4 => Ok(self.endless_bytes(random, n)),
-            _ => {
-                self.record(
-                    "unsupported: reading an endless device (/dev/zero, /dev/urandom) to its end",
-                );
-                Err(Errno::Inval)
-            }
-        }
+    /// Reads an endless device whole: refused visibly (`EINVAL`, recorded as unsupported)
+    /// instead of returning a wrong, finite stream. Readers that stop early stream it
+    /// instead (`cat`, `head`).
+    fn endless_read(&mut self) -> Result<Vec<u8>, Errno> {
+        self.record("unsupported: reading an endless device (/dev/zero, /dev/urandom) to its end");
+        Err(Errno::Inval)
     }
 
     /// Reads a file the way a utility opening it would (devices included).
@@ -1030,8 +1020,8 @@ impl<'a> Interp<'a> {
             Kind::Dir(..) => Err(Errno::IsDir),
             Kind::Exe(n) => Ok(format!("#!/bin/sh\n# shellbox-sim built-in {n}\n").into_bytes()),
             Kind::Dev(Dev::Null) => Ok(Vec::new()),
-            Kind::Dev(Dev::Zero) => self.endless_read(false),
-            Kind::Dev(Dev::Urandom) => self.endless_read(true),
+            Kind::Dev(Dev::Zero) => self.endless_read(),
+            Kind::Dev(Dev::Urandom) => self.endless_read(),
             Kind::Dev(Dev::Fd(n)) => {
                 let n = *n;
                 Ok(self.read_all(sh, n))

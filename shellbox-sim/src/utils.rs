@@ -2765,13 +2765,7 @@ fn head_tail(it: &mut Interp<'_>, sh: &mut Shell, args: &[String], head: bool) -
                 continue;
             }
         }
-        it.endless_want = match bytes {
-            Some(b) if head && b >= 0 && !from_start => usize::try_from(b).ok(),
-            _ => None,
-        };
-        let data = read_input(it, sh, f);
-        it.endless_want = None;
-        let data = match data {
+        let data = match read_input(it, sh, f) {
             Ok(d) => d,
             Err(e) => {
                 fail(
