@@ -994,6 +994,10 @@ fn local_end_of_input_closes_every_machine() {
         json!({"machine": machines[2], "command": shell(needle)}),
     );
     wait_for_process(needle);
+    // gc keeps the roots of a live owner (this server).
+    let report = s.ok("gc", "gc", json!({"factory": f}));
+    assert_eq!(report["kept"], 2, "{report}");
+    assert_eq!(report["removed"], json!([]), "{report}");
     let status = s.finish();
     assert!(status.success(), "{status:?}");
     assert_eq!(machine_roots(tmp.path()), Vec::<String>::new());

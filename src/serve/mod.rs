@@ -835,8 +835,26 @@ async fn gc(entry: &FactoryEntry) -> Answer {
             failed: report.failed,
         });
     }
+    #[cfg(feature = "local")]
+    if entry.factory.backend() == "local" {
+        let report = tokio::task::spawn_blocking(crate::local::gc)
+            .await
+            .map_err(|e| Error::backend("gc of local machine roots", e))??;
+        let path = |p: &std::path::Path| p.display().to_string();
+        return to_value(&GcResult {
+            removed: report.removed.iter().map(|p| path(p)).collect(),
+            kept: report.kept,
+            other_hosts: report.skipped,
+            failed: report
+                .failed
+                .iter()
+                .map(|(p, why)| (path(p), why.clone()))
+                .collect(),
+        });
+    }
     Err(Error::unsupported(format!(
-        "gc cleans docker containers; {} machines leave nothing behind once their process ends",
+        "gc cleans docker containers and local machine roots; {} machines leave nothing behind \
+         once their process ends",
         entry.factory.backend()
     ))
     .into())

@@ -638,7 +638,8 @@ pub struct SimFactoryOptions {
     /// Cumulative output bytes over a machine's life; default 128 MiB.
     #[serde(default)]
     pub output_bytes: Option<u64>,
-    /// Largest in-memory buffer; default from the spec's `memory_mb`, else 2,048 MiB.
+    /// The machine's one memory budget (variables, buffers, output and files together);
+    /// default from the spec's `memory_mb`, else 2,048 MiB.
     #[serde(default)]
     pub memory_bytes: Option<u64>,
 }
@@ -972,13 +973,14 @@ pub struct GcParams {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GcResult {
-    /// Containers removed: their owner process no longer exists.
+    /// Containers (docker) or machine directories (local) removed: their owner process no
+    /// longer exists.
     pub removed: Vec<String>,
-    /// Containers of this host whose owner is alive.
+    /// Those of this host whose owner is alive.
     pub kept: usize,
-    /// Containers of other hosts (left alone).
+    /// Those of other hosts, or (local) without a readable owner marker: left alone.
     pub other_hosts: usize,
-    /// Containers that could not be removed, with the reason.
+    /// Those that could not be removed, with the reason.
     pub failed: Vec<(String, String)>,
 }
 
