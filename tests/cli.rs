@@ -827,3 +827,21 @@ fn json_output_limit_tiny_timeouts_and_storage() {
     let err = one_line(&run(&["run", "--pids-limit", "0", "--", "true"]));
     assert!(err.contains("pids"), "{err}");
 }
+
+/// A usage error points at the subcommand's help, never at an option (`run -- --help` would
+/// run `--help` as the command).
+#[test]
+fn usage_errors_point_at_the_subcommand_help() {
+    for args in [
+        &["run"][..],
+        &["run", "--json"][..],
+        &["run", "--backend", "local", "--gpus", "1", "--", "true"][..],
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(125), "{args:?}");
+        let err = text(&out.stderr) + &text(&out.stdout);
+        assert!(err.contains("(see shellbox run --help)"), "{args:?}: {err}");
+    }
+    let err = one_line(&run(&["serve"]));
+    assert!(err.contains("(see shellbox serve --help)"), "{err}");
+}

@@ -115,8 +115,22 @@ class Server:
         return request_id
 
     def _write(self, request_id: int, method: str, params: dict[str, Any]) -> None:
-        line = json.dumps({"id": request_id, "method": method, "params": params}, separators=(",", ":"))
-        data = line.encode() + b"\n"
+        line = json.dumps(
+            {"id": request_id, "method": method, "params": params},
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        try:
+            # Strict UTF-8: a lone surrogate (e.g. from os.fsdecode of a non-UTF-8 name)
+            # is refused here, before anything is sent, instead of as an unanswerable line.
+            data = line.encode("utf-8") + b"\n"
+        except UnicodeEncodeError as error:
+            with self._pending_lock:
+                self._pending.pop(request_id, None)
+            raise ValueError(
+                f"{method}: a string holds a character that is not valid UTF-8 "
+                f"(a lone surrogate at {error.start}); the protocol carries UTF-8 text only"
+            ) from error
         try:
             with self._write_lock:
                 self._stdin.write(data)

@@ -426,3 +426,18 @@ def test_shell_sessions(backend: str) -> None:
             await shell.close()
 
     asyncio.run(scenario())
+
+
+def test_a_lone_surrogate_is_refused_before_it_is_sent(backend: str) -> None:
+    """A string the protocol cannot carry (a lone surrogate, e.g. from `os.fsdecode` of a
+    non-UTF-8 name) is a ValueError at once, never a request left without an answer."""
+    factory = factory_for(backend)
+
+    async def scenario() -> bytes:
+        async with await new_machine(factory, backend) as machine:
+            for command in (Command(("echo", "\udcff")), Command(("true",), env={"A": "\udcff"})):
+                with pytest.raises(ValueError, match="not valid UTF-8"):
+                    await asyncio.wait_for(machine.run(command), 10)
+            return (await machine.run(Command(("echo", "still", "works")))).stdout
+
+    assert asyncio.run(scenario()) == b"still works\n"

@@ -411,9 +411,14 @@ pub(crate) fn main() -> ExitCode {
                 .to_string();
             let help = match message.lines().find_map(|l| l.strip_prefix("Usage: ")) {
                 Some(usage) => {
+                    // The program and its subcommands: the leading plain words, never an
+                    // option (`--json`, `--`), whose `--help` would mean something else.
                     let words: Vec<&str> = usage
                         .split_whitespace()
-                        .take_while(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+                        .take_while(|w| {
+                            !w.starts_with('-')
+                                && w.chars().all(|c| c.is_ascii_lowercase() || c == '-')
+                        })
                         .collect();
                     format!(" (see {} --help)", words.join(" "))
                 }
