@@ -88,8 +88,13 @@ class Server:
         self._pending: dict[int, tuple[Deliver, Deliver | None]] = {}
         self._pending_lock = threading.Lock()
         self._failure: ServerError | None = None
+        # The reader holds no strong reference to this object, so a Server nobody uses any
+        # more is collected and its finalizer ends the server process.
         reader = threading.Thread(
-            target=self._read, args=(self._process.stdout,), name="shellbox-serve-reader", daemon=True
+            target=_read,
+            args=(self._process.stdout, self._process, self._pending, self._pending_lock, weakref.ref(self)),
+            name="shellbox-serve-reader",
+            daemon=True,
         )
         reader.start()
         self._finalizer = weakref.finalize(self, _shutdown, self._process, self._stdin)
@@ -208,36 +213,41 @@ class Server:
         self._write(request_id, method, params)
         return request_id, queue
 
-    # ---- the reader thread ----
-
-    def _read(self, stdout: IO[bytes]) -> None:
-        pending = self._pending
-        lock = self._pending_lock
-        for line in stdout:
-            try:
-                message = json.loads(line)
-                request_id = message.get("id")
-            except (ValueError, AttributeError):
-                continue
-            if "event" in message:
-                with lock:
-                    entry = pending.get(request_id)
-                if entry is not None and entry[1] is not None:
-                    entry[1](message)
-                continue
+def _read(
+    stdout: IO[bytes],
+    process: subprocess.Popen[bytes],
+    pending: dict[int, tuple[Deliver, Deliver | None]],
+    lock: threading.Lock,
+    server: weakref.ReferenceType[Server],
+) -> None:
+    """The reader thread: delivers each answer and event to its request."""
+    for line in stdout:
+        try:
+            message = json.loads(line)
+            request_id = message.get("id")
+        except (ValueError, AttributeError):
+            continue
+        if "event" in message:
             with lock:
-                entry = pending.pop(request_id, None)
-            if entry is not None:
-                entry[0](message)
-        # End of output: the server exited. Fail everything still waiting.
-        status = self._process.wait()
-        failure = ServerError(f"shellbox serve exited (status {status}) with requests in flight")
+                entry = pending.get(request_id)
+            if entry is not None and entry[1] is not None:
+                entry[1](message)
+            continue
         with lock:
-            self._failure = failure
-            entries = list(pending.values())
-            pending.clear()
-        for answer, _ in entries:
-            answer({"error": {"kind": "server", "message": str(failure), "details": {}}})
+            entry = pending.pop(request_id, None)
+        if entry is not None:
+            entry[0](message)
+    # End of output: the server exited. Fail everything still waiting.
+    status = process.wait()
+    failure = ServerError(f"shellbox serve exited (status {status}) with requests in flight")
+    with lock:
+        alive = server()
+        if alive is not None:
+            alive._failure = failure
+        entries = list(pending.values())
+        pending.clear()
+    for answer, _ in entries:
+        answer({"error": {"kind": "server", "message": str(failure), "details": {}}})
 
 
 def _result(message: dict[str, Any]) -> Any:

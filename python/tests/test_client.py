@@ -199,3 +199,39 @@ def test_the_server_has_its_own_session() -> None:
     """A Ctrl-C for the program (SIGINT to its process group) does not reach the server."""
     factory = factory_for("sim")
     assert os.getsid(factory.server_pid) == factory.server_pid != os.getsid(0)
+
+
+def test_a_dropped_factory_ends_its_server() -> None:
+    """A factory nobody holds any more (with its machines) ends its server process, so a
+    worker that makes a factory per task does not pile up servers."""
+    import gc
+
+    from shellbox.backends.shellsim.machine import ShellSimMachineFactory
+    from shellbox.machine import MachineSpec, PackageSpec
+
+    pids = []
+    for _ in range(3):
+        factory = ShellSimMachineFactory()
+
+        async def use(factory: ShellSimMachineFactory = factory) -> None:
+            machine = await factory.create(MachineSpec(PackageSpec()))
+            assert (await machine.run(Command(("echo", "hi")))).stdout == b"hi\n"
+
+        asyncio.run(use())
+        pids.append(factory.server_pid)
+        del factory, use
+    gc.collect()
+    deadline = time.monotonic() + 15
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and "Z" not in _state(pid)]
+        time.sleep(0.05)
+    assert alive == [], f"servers still running: {alive}"
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
