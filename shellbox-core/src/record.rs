@@ -144,11 +144,12 @@ pub enum Record {
     },
 }
 
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn hex_sha256(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(bytes))
 }
 
 fn kept(bytes: &[u8]) -> String {
@@ -256,6 +257,20 @@ impl<M: Machine> Machine for RecordingMachine<M> {
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let (mut out_digest, mut err_digest) = (Sha256::new(), Sha256::new());
         let mut command = Some(command);
+        // The stream's one terminal item writes the record, once.
+        let record_end = move |command: &mut Option<Command>, outcome: Outcome| {
+            if let Some(command) = command.take() {
+                let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+                write_record(
+                    &sink,
+                    &Record::Run {
+                        command,
+                        outcome,
+                        elapsed_ms,
+                    },
+                );
+            }
+        };
         Ok(Box::pin(stream.map(move |event| {
             match &event {
                 Ok(Event::Stdout(b)) => {
@@ -269,51 +284,24 @@ impl<M: Machine> Machine for RecordingMachine<M> {
                     err.extend_from_slice(&b[..b.len().min(room)]);
                 }
                 Ok(Event::Exit(status)) => {
-                    if let Some(command) = command.take() {
-                        let hex = |d: &Sha256| -> String {
-                            d.clone()
-                                .finalize()
-                                .iter()
-                                .map(|b| format!("{b:02x}"))
-                                .collect()
-                        };
-                        let outcome = Outcome::Run(RunOutcome {
-                            exit_code: status.exit_code,
-                            reason: status.reason,
-                            stdout_sha256: hex(&out_digest),
-                            stderr_sha256: hex(&err_digest),
-                            stdout_truncated: status.stdout_truncated,
-                            stderr_truncated: status.stderr_truncated,
-                            stdout: String::from_utf8_lossy(&out).into_owned(),
-                            stderr: String::from_utf8_lossy(&err).into_owned(),
-                        });
-                        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-                        write_record(
-                            &sink,
-                            &Record::Run {
-                                command,
-                                outcome,
-                                elapsed_ms,
-                            },
-                        );
-                    }
+                    let outcome = Outcome::Run(RunOutcome {
+                        exit_code: status.exit_code,
+                        reason: status.reason,
+                        stdout_sha256: hex(&out_digest.clone().finalize()),
+                        stderr_sha256: hex(&err_digest.clone().finalize()),
+                        stdout_truncated: status.stdout_truncated,
+                        stderr_truncated: status.stderr_truncated,
+                        stdout: String::from_utf8_lossy(&out).into_owned(),
+                        stderr: String::from_utf8_lossy(&err).into_owned(),
+                    });
+                    record_end(&mut command, outcome);
                 }
-                Err(e) => {
-                    if let Some(command) = command.take() {
-                        let outcome = Outcome::Failed {
-                            error: e.kind().to_string(),
-                        };
-                        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-                        write_record(
-                            &sink,
-                            &Record::Run {
-                                command,
-                                outcome,
-                                elapsed_ms,
-                            },
-                        );
-                    }
-                }
+                Err(e) => record_end(
+                    &mut command,
+                    Outcome::Failed {
+                        error: e.kind().to_string(),
+                    },
+                ),
             }
             event
         })))

@@ -1,5 +1,5 @@
 //! The shell differential corpus (the repository's copy in `testdata/sim-corpus`, refreshed
-//! from `../shared/sim-corpus` by `scripts/refresh-shared`): every case in `engine-cases.txt`
+//! from the project's shared corpus by `scripts/refresh-shared`): every case in `engine-cases.txt`
 //! must pass; the whole-corpus pass count must not regress.
 
 use std::path::PathBuf;
