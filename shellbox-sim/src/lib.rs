@@ -193,12 +193,12 @@ impl SimMachineFactory {
         }
         let disk = spec
             .storage_mb
-            .map(|m| m * 1024 * 1024)
+            .map(|m| m.saturating_mul(1024 * 1024))
             .unwrap_or(self.options.disk_bytes);
         let memory = self
             .options
             .memory_bytes
-            .unwrap_or(spec.memory_mb.unwrap_or(2048) * 1024 * 1024);
+            .unwrap_or(spec.memory_mb.unwrap_or(2048).saturating_mul(1024 * 1024));
         let mut world = World {
             vfs: Vfs::new(disk, CLOCK_START_EPOCH_SECS, programs::names()),
             clock_ns: 0,
