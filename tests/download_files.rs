@@ -108,3 +108,29 @@ async fn refuses_links_and_budgets() {
         Err(Error::Closed)
     ));
 }
+
+/// Found by the serve fuzzer (`download_files` with `"max_files": 18446744073709551615`):
+/// the archive's output budget was `max_bytes + 1 MiB + 1024 * max_files`, unchecked, so
+/// large limits overflowed (a panic in debug builds, a wrapped tiny budget in release).
+#[cfg(feature = "sim")]
+#[tokio::test(flavor = "multi_thread")]
+async fn limits_near_u64_max_do_not_overflow() {
+    let factory = shellbox::factory(shellbox::Backend::Sim).await.unwrap();
+    let m = factory.create(MachineSpec::sim()).await.unwrap();
+    let r = m.run(Command::shell("mkdir -p /d && printf x > /d/f")).await.unwrap();
+    assert!(r.success(), "{r:?}");
+    for (max_files, max_bytes) in [(usize::MAX, u64::MAX), (usize::MAX, 1 << 20), (10, u64::MAX)] {
+        let limits = DownloadLimits {
+            max_files,
+            max_bytes,
+            max_file_bytes: u64::MAX,
+            timeout: Duration::from_secs(60),
+        };
+        let files = download_files(&*m, &["/d"], limits).await.unwrap();
+        assert_eq!(
+            files.get("/d/f").map(Vec::as_slice),
+            Some(&b"x"[..]),
+            "{max_files} files, {max_bytes} bytes: {files:?}"
+        );
+    }
+}

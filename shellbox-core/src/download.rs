@@ -129,14 +129,16 @@ pub async fn download_files(
                 (parent.to_string(), file.replace('\\', "\\\\"))
             }
         };
-        let archive_limit = limits.max_bytes
-            + (1 << 20)
-            + 1024 * u64::try_from(limits.max_files).unwrap_or(u64::MAX / 2048);
+        let archive_limit = limits.max_bytes.saturating_add(1 << 20).saturating_add(
+            u64::try_from(limits.max_files)
+                .unwrap_or(u64::MAX)
+                .saturating_mul(1024),
+        );
         let archived = machine
             .run(
                 Command::from_argv(["tar", "-cf", "-", "-C", &base, "--", &name])
                     .timeout(limits.timeout)
-                    .output_limit_bytes(archive_limit + 1),
+                    .output_limit_bytes(archive_limit.saturating_add(1)),
             )
             .await?;
         if archived.reason != ExitReason::Exited
@@ -279,7 +281,7 @@ fn read_archive(
             continue;
         }
         let size = data.len() as u64;
-        if result.len() >= limits.max_files || *total + size > limits.max_bytes {
+        if result.len() >= limits.max_files || total.saturating_add(size) > limits.max_bytes {
             return Err(Error::DownloadLimitExceeded(format!(
                 "{key} would exceed the file or byte budget ({} files, {} bytes)",
                 limits.max_files, limits.max_bytes
