@@ -117,9 +117,16 @@ async fn refuses_links_and_budgets() {
 async fn limits_near_u64_max_do_not_overflow() {
     let factory = shellbox::factory(shellbox::Backend::Sim).await.unwrap();
     let m = factory.create(MachineSpec::sim()).await.unwrap();
-    let r = m.run(Command::shell("mkdir -p /d && printf x > /d/f")).await.unwrap();
+    let r = m
+        .run(Command::shell("mkdir -p /d && printf x > /d/f"))
+        .await
+        .unwrap();
     assert!(r.success(), "{r:?}");
-    for (max_files, max_bytes) in [(usize::MAX, u64::MAX), (usize::MAX, 1 << 20), (10, u64::MAX)] {
+    for (max_files, max_bytes) in [
+        (usize::MAX, u64::MAX),
+        (usize::MAX, 1 << 20),
+        (10, u64::MAX),
+    ] {
         let limits = DownloadLimits {
             max_files,
             max_bytes,

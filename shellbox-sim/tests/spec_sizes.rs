@@ -17,7 +17,9 @@ fn sizes_past_u64_bytes_saturate() {
         ] {
             let m = f.create_sim(spec.clone()).unwrap();
             let r = m
-                .run_sync(Command::shell("x=$(seq 1000); echo ${#x} > /tmp/f; cat /tmp/f"))
+                .run_sync(Command::shell(
+                    "x=$(seq 1000); echo ${#x} > /tmp/f; cat /tmp/f",
+                ))
                 .unwrap();
             assert_eq!(
                 (r.exit_code, &r.stdout[..]),

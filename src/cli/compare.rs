@@ -24,8 +24,8 @@ pub(crate) struct CompareArgs {
     #[arg(long)]
     ids: Option<PathBuf>,
     /// Per-case deadline.
-    #[arg(long, value_parser = super::args::parse_duration, default_value = "20s")]
-    timeout: Duration,
+    #[arg(long, value_parser = super::args::parse_duration, default_value = "20s", allow_hyphen_values = true, value_name = "DURATION")]
+    pub(crate) timeout: Duration,
     /// Print one JSON object with per-case detail instead of the failing ids.
     #[arg(long)]
     pub(crate) json: bool,

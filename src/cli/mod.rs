@@ -11,6 +11,8 @@ macro_rules! out {
 mod args;
 mod bench;
 mod compare;
+#[cfg(test)]
+mod fuzz;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -151,18 +153,18 @@ pub(crate) struct MachineArgs {
     pub(crate) mounts: Vec<HostGuest>,
     /// Memory limit in MiB (docker: the container's limit; sim: the machine's memory
     /// budget; local: not supported).
-    #[arg(long, value_name = "MIB")]
+    #[arg(long, value_name = "MIB", allow_hyphen_values = true)]
     pub(crate) memory_mb: Option<u64>,
     /// CPU limit in whole CPUs (docker only).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub(crate) cpus: Option<u32>,
     /// Disk limit in MiB for what the machine writes (local: a size-limited root, as root;
     /// docker: the engine's storage option; sim: the machine's disk budget).
-    #[arg(long, value_name = "MIB")]
+    #[arg(long, value_name = "MIB", allow_hyphen_values = true)]
     pub(crate) storage_mb: Option<u64>,
     /// Most processes the machine may hold at once (default 1024; local: a pids cgroup;
     /// docker: the container's pids limit; sim: not enforced).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub(crate) pids_limit: Option<u32>,
 }
 
@@ -308,7 +310,7 @@ struct RunArgs {
     #[arg(long, value_parser = parse_timeout, allow_hyphen_values = true, value_name = "DURATION")]
     timeout: Option<Timeout>,
     /// Bytes kept per stream: bytes, or with KiB, MiB, GiB (default 1MiB).
-    #[arg(long, value_parser = parse_bytes, default_value = "1MiB")]
+    #[arg(long, value_parser = parse_bytes, default_value = "1MiB", allow_hyphen_values = true)]
     output_limit: u64,
     /// User name or UID to run as.
     #[arg(long)]

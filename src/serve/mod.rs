@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt as _, StreamExt};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
@@ -572,9 +572,19 @@ async fn handle_line(
     let state = state.clone();
     tasks.spawn(async move {
         let _permit = permit;
-        let work = dispatch(&state, &id, &method, params_value);
+        // A panic in the work (a bug in a backend) is answered as a `backend` error, so
+        // the line still gets its one answer and the client never waits forever.
+        let work = std::panic::AssertUnwindSafe(dispatch(&state, &id, &method, params_value))
+            .catch_unwind();
         let answer = tokio::select! {
-            answer = work => answer,
+            answer = work => answer.unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".to_string());
+                Err(Error::backend(method.clone(), format!("internal error: {what}")).into())
+            }),
             Ok(()) = cancel_rx => Err(Failure::cancelled()),
         };
         {
