@@ -10,15 +10,21 @@
 mod basename;
 mod cut;
 mod dirname;
+mod grep;
 pub(crate) mod opts;
+pub(crate) mod posix;
+mod printenv;
 mod rev;
+mod sort;
 mod tac;
 mod tr;
 mod uniq;
+mod xargs;
+mod yes;
 
 use std::sync::OnceLock;
 
-use crate::shell::{Interp, Shell, R};
+use crate::shell::{Ctl, Interp, Shell, R};
 
 /// What a program's entry point is.
 pub(crate) type Main = fn(&mut Ctx<'_, '_>) -> R<i32>;
@@ -56,14 +62,30 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(dirname::main),
     },
     legacy("echo"),
+    Program {
+        name: "egrep",
+        main: Some(grep::main),
+    },
     legacy("env"),
     legacy("false"),
+    Program {
+        name: "fgrep",
+        main: Some(grep::main),
+    },
+    Program {
+        name: "grep",
+        main: Some(grep::main),
+    },
     legacy("head"),
     legacy("kill"),
     legacy("ln"),
     legacy("ls"),
     legacy("mkdir"),
     legacy("mv"),
+    Program {
+        name: "printenv",
+        main: Some(printenv::main),
+    },
     legacy("printf"),
     legacy("pwd"),
     Program {
@@ -75,6 +97,10 @@ pub(crate) const TABLE: &[Program] = &[
     legacy("seq"),
     legacy("sh"),
     legacy("sleep"),
+    Program {
+        name: "sort",
+        main: Some(sort::main),
+    },
     legacy("stat"),
     Program {
         name: "tac",
@@ -96,6 +122,14 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(uniq::main),
     },
     legacy("wc"),
+    Program {
+        name: "xargs",
+        main: Some(xargs::main),
+    },
+    Program {
+        name: "yes",
+        main: Some(yes::main),
+    },
 ];
 
 /// The program called `name`.
@@ -109,20 +143,32 @@ pub(crate) fn names() -> &'static [&'static str] {
     NAMES.get_or_init(|| TABLE.iter().map(|p| p.name).collect())
 }
 
-/// What a program may use: its arguments, its standard streams and the budgets (through
-/// [`Ctx::tick`]); the filesystem, working directory, environment, clock and a callback
-/// to run other commands join as the programs that need them move here. It cannot reach
+/// What a program may use: its arguments, its standard streams, the filesystem, the
+/// working directory, the exported environment, the budgets (through [`Ctx::tick`] and
+/// [`Ctx::hold`]) and one callback to run another command ([`Ctx::run`]). It cannot reach
 /// the shell's variables, functions or control flow.
 pub(crate) struct Ctx<'i, 'w> {
     it: &'i mut Interp<'w>,
-    sh: &'i Shell,
+    sh: &'i mut Shell,
     argv: &'i [String],
+    held: crate::mem::Charge,
 }
 
 impl<'i, 'w> Ctx<'i, 'w> {
     /// A context for one run of a program with `argv` (`argv[0]` its name).
-    pub(crate) fn new(it: &'i mut Interp<'w>, sh: &'i Shell, argv: &'i [String]) -> Self {
-        Ctx { it, sh, argv }
+    pub(crate) fn new(it: &'i mut Interp<'w>, sh: &'i mut Shell, argv: &'i [String]) -> Self {
+        Ctx {
+            it,
+            sh,
+            argv,
+            held: crate::mem::Charge::default(),
+        }
+    }
+
+    /// The name the program was called by (`argv[0]`'s last component).
+    pub(crate) fn argv_name(&self) -> String {
+        let a = self.argv.first().map(String::as_str).unwrap_or("");
+        a.rsplit('/').next().unwrap_or(a).to_string()
     }
 
     /// The arguments after the name.
@@ -142,29 +188,102 @@ impl<'i, 'w> Ctx<'i, 'w> {
 
     /// Fails visibly for what the simulator does not do (exit 2, recorded).
     pub(crate) fn unsupported(&mut self, what: &str) -> R<i32> {
+        self.unsupported_status(what, 2)
+    }
+
+    /// Fails visibly for what the simulator does not do, with the tool's usage `status`.
+    pub(crate) fn unsupported_status(&mut self, what: &str, status: i32) -> R<i32> {
         let msg = format!("unsupported: {what}");
         self.it.record(&msg);
         self.it.err(self.sh, &format!("bash: {msg} (shellbox-sim)"));
-        Ok(2)
+        Ok(status)
     }
 
     /// The bytes of input operand `name` (`-` is standard input), or the error's words
-    /// (`No such file or directory`).
+    /// (`No such file or directory`). The copy is charged to the memory budget for the
+    /// rest of the program's run.
     pub(crate) fn read_input(&mut self, name: &str) -> Result<Vec<u8>, &'static str> {
-        if name == "-" {
+        let d = if name == "-" {
             Ok(self.it.read_all(self.sh, 0))
         } else {
             self.it.read_file(self.sh, name).map_err(|e| e.msg())
+        };
+        if let Ok(d) = &d {
+            self.held.add_bytes(d.len());
         }
+        d
     }
 
     /// Counts one unit of work against the budgets and the deadline.
     pub(crate) fn tick(&mut self) -> R<()> {
         self.it.tick()
     }
+
+    /// Charges `bytes` the program holds (a buffer it built) to the memory budget until
+    /// it ends, and checks the budget.
+    pub(crate) fn hold(&mut self, bytes: usize) -> R<()> {
+        self.held.add_bytes(bytes);
+        self.it.check_memory()
+    }
+
+    /// The working directory (absolute).
+    pub(crate) fn cwd(&self) -> &str {
+        &self.sh.cwd
+    }
+
+    /// The filesystem.
+    pub(crate) fn vfs(&mut self) -> &mut crate::vfs::Vfs {
+        &mut self.it.w.vfs
+    }
+
+    /// The value of exported variable `name` (what the program's environment holds).
+    pub(crate) fn env(&self, name: &str) -> Option<String> {
+        self.sh
+            .vars
+            .get(name)
+            .filter(|v| v.exported)
+            .map(|v| v.as_str())
+    }
+
+    /// The program's whole environment, sorted by name.
+    pub(crate) fn environ(&self) -> std::collections::BTreeMap<String, String> {
+        self.sh.exported_env()
+    }
+
+    /// Replaces (or creates, mode 0666 less the umask) the regular file at `path` with
+    /// `data`.
+    pub(crate) fn write_file(
+        &mut self,
+        path: &str,
+        data: Vec<u8>,
+    ) -> Result<(), crate::vfs::Errno> {
+        let mode = 0o666 & !self.sh.umask;
+        let cwd = self.sh.cwd.clone();
+        let ino = self.it.w.vfs.create(&cwd, path, mode, true)?;
+        self.it.w.vfs.set_data(ino, data)
+    }
+
+    /// Runs another command (`argv[0]` looked up on PATH, as `env` and `xargs` do; never a
+    /// shell function or builtin) with this program's streams; its exit status, 127 when
+    /// it is not found.
+    pub(crate) fn run(&mut self, argv: Vec<String>) -> R<i32> {
+        let mut child = self.sh.clone();
+        child.funcs.clear();
+        match self.it.exec_external(&mut child, argv) {
+            Err(Ctl::Exit(s)) => Ok(s),
+            r => r,
+        }
+    }
 }
 
 /// Runs a table program's `main` with `argv`.
 pub(crate) fn run(main: Main, it: &mut Interp<'_>, sh: &mut Shell, argv: &[String]) -> R<i32> {
     main(&mut Ctx::new(it, sh, argv))
+}
+
+/// A usage diagnostic and the tool's usage status: what a program returns on
+/// [`opts::Usage`].
+pub(crate) fn usage(cx: &mut Ctx<'_, '_>, u: opts::Usage, status: i32) -> R<i32> {
+    cx.err_line(&u.0);
+    Ok(status)
 }

@@ -116,6 +116,13 @@ impl Parser {
         }
     }
 
+    /// The value attached to the option just returned (`--color=never`), if any.
+    pub(crate) fn optional_value(&mut self) -> Option<String> {
+        self.inner
+            .optional_value()
+            .map(|v| v.to_string_lossy().into_owned())
+    }
+
     /// GNU's diagnostic for a short option the program does not have.
     pub(crate) fn invalid_short(&self, c: char) -> Usage {
         self.usage(format!("{}: invalid option -- '{c}'", self.prog))

@@ -1,0 +1,295 @@
+//! `xargs` (GNU findutils 4.9): builds command lines from standard input (blank- and
+//! newline-separated words with `'`, `"` and `\` quoting; `-0`/`--null`, `-d DELIM`),
+//! `-n MAX-ARGS`, `-L MAX-LINES`, `-I REPLACE` (one command per line, leading blanks
+//! dropped), `-r`/`--no-run-if-empty`, `-t`/`--verbose`, `-a FILE`, `-E EOF`, `-s`/`-x`
+//! accepted, `-P` run one at a time (the outputs are then in order). The command runs
+//! through the machine's programs (default `echo`). Exit 123 when a command exits 1–125,
+//! 124 when one exits 255, 126/127 when it cannot run or is not found, 1 on a usage error.
+
+use super::opts::{Arg, Parser};
+use super::Ctx;
+use crate::shell::R;
+
+/// xargs's usage status.
+const USAGE: i32 = 1;
+
+const LONGS: &[&str] = &[
+    "null",
+    "delimiter",
+    "max-args",
+    "max-lines",
+    "replace",
+    "no-run-if-empty",
+    "verbose",
+    "arg-file",
+    "eof",
+    "max-chars",
+    "exit",
+    "max-procs",
+    "interactive",
+    "open-tty",
+    "process-slot-var",
+    "show-limits",
+    "help",
+    "version",
+];
+
+/// Splits `data` into xargs's words; `Err` with GNU's message on an unmatched quote.
+fn words(data: &[u8], eof: Option<&str>) -> Result<Vec<Vec<String>>, String> {
+    // words grouped by input line (for -L)
+    let mut lines = Vec::new();
+    let mut cur_line: Vec<String> = Vec::new();
+    let mut w = Vec::new();
+    let mut in_word = false;
+    let mut quote: Option<u8> = None;
+    let mut i = 0;
+    while i < data.len() {
+        let b = data[i];
+        i += 1;
+        if let Some(q) = quote {
+            if b == q {
+                quote = None;
+            } else if b == b'\n' {
+                let kind = if q == b'\'' { "single" } else { "double" };
+                return Err(format!("xargs: unmatched {kind} quote; by default quotes are special to xargs unless you use the -0 option"));
+            } else {
+                w.push(b);
+            }
+            continue;
+        }
+        match b {
+            b'\'' | b'"' => {
+                quote = Some(b);
+                in_word = true;
+            }
+            b'\\' if i < data.len() => {
+                w.push(data[i]);
+                i += 1;
+                in_word = true;
+            }
+            b' ' | b'\t' | b'\n' => {
+                if in_word {
+                    let s = String::from_utf8_lossy(&w).into_owned();
+                    if eof.is_some_and(|e| e == s) {
+                        if !cur_line.is_empty() {
+                            lines.push(cur_line);
+                        }
+                        return Ok(lines);
+                    }
+                    cur_line.push(s);
+                    w.clear();
+                    in_word = false;
+                }
+                if b == b'\n' && !cur_line.is_empty() {
+                    lines.push(std::mem::take(&mut cur_line));
+                }
+            }
+            _ => {
+                w.push(b);
+                in_word = true;
+            }
+        }
+    }
+    if let Some(q) = quote {
+        let kind = if q == b'\'' { "single" } else { "double" };
+        return Err(format!("xargs: unmatched {kind} quote; by default quotes are special to xargs unless you use the -0 option"));
+    }
+    if in_word {
+        let s = String::from_utf8_lossy(&w).into_owned();
+        if eof.is_none_or(|e| e != s) {
+            cur_line.push(s);
+        }
+    }
+    if !cur_line.is_empty() {
+        lines.push(cur_line);
+    }
+    Ok(lines)
+}
+
+fn parse_count(cx: &mut Ctx<'_, '_>, opt: char, v: &str) -> Option<usize> {
+    match v.parse::<usize>() {
+        Ok(n) if n >= 1 => Some(n),
+        Ok(_) => {
+            cx.err_line(&format!(
+                "xargs: value {v} for -{opt} option should be >= 1"
+            ));
+            None
+        }
+        Err(_) => {
+            cx.err_line(&format!("xargs: invalid number \"{v}\" for -{opt} option"));
+            None
+        }
+    }
+}
+
+pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
+    let args = cx.args().to_vec();
+    // options end at the first operand: the command and its arguments follow raw
+    let split = args
+        .iter()
+        .scan(false, |takes_value, a| {
+            let was_value = *takes_value;
+            *takes_value = matches!(
+                a.as_str(),
+                "-n" | "-L" | "-I" | "-d" | "-a" | "-E" | "-s" | "-P"
+            );
+            Some(was_value || a.starts_with('-') && a != "-")
+        })
+        .position(|is_opt| !is_opt)
+        .unwrap_or(args.len());
+    let (opt_args, cmd) = args.split_at(split);
+    let mut p = Parser::new("xargs", opt_args, LONGS);
+    let (mut null, mut delim, mut max_args, mut max_lines) = (false, None::<u8>, None, None);
+    let (mut replace, mut no_empty, mut verbose) = (None::<String>, false, false);
+    let (mut arg_file, mut eof) = (None::<String>, None::<String>);
+    macro_rules! value {
+        () => {
+            match p.value() {
+                Ok(v) => v,
+                Err(u) => return super::usage(cx, u, USAGE),
+            }
+        };
+    }
+    loop {
+        let arg = match p.next() {
+            Ok(Some(a)) => a,
+            Ok(None) => break,
+            Err(u) => return super::usage(cx, u, USAGE),
+        };
+        match arg {
+            Arg::Short('0') | Arg::Long("null") => null = true,
+            Arg::Short('d') | Arg::Long("delimiter") => {
+                let v = value!();
+                let d = match v.as_str() {
+                    "\\n" => b'\n',
+                    "\\t" => b'\t',
+                    "\\0" => 0,
+                    _ if v.len() == 1 => v.as_bytes()[0],
+                    _ => {
+                        cx.err_line(&format!("xargs: invalid input delimiter specification {v}: the delimiter must be either a single character or an escape sequence starting with \\."));
+                        return Ok(USAGE);
+                    }
+                };
+                delim = Some(d);
+            }
+            Arg::Short('n') | Arg::Long("max-args") => {
+                let v = value!();
+                match parse_count(cx, 'n', &v) {
+                    Some(n) => max_args = Some(n),
+                    None => return Ok(USAGE),
+                }
+            }
+            Arg::Short('L') | Arg::Long("max-lines") => {
+                let v = value!();
+                match parse_count(cx, 'L', &v) {
+                    Some(n) => max_lines = Some(n),
+                    None => return Ok(USAGE),
+                }
+            }
+            Arg::Short('I') | Arg::Long("replace") => replace = Some(value!()),
+            Arg::Short('i') => replace = Some("{}".into()),
+            Arg::Short('r') | Arg::Long("no-run-if-empty") => no_empty = true,
+            Arg::Short('t') | Arg::Long("verbose") => verbose = true,
+            Arg::Short('a') | Arg::Long("arg-file") => arg_file = Some(value!()),
+            Arg::Short('E') | Arg::Long("eof") => eof = Some(value!()),
+            Arg::Short('s') | Arg::Long("max-chars") | Arg::Short('P') | Arg::Long("max-procs") => {
+                let _ = value!();
+            }
+            Arg::Short('x') | Arg::Long("exit") => {}
+            Arg::Long(l) => return cx.unsupported_status(&format!("xargs option --{l}"), USAGE),
+            Arg::Short(c @ ('p' | 'o')) => {
+                return cx.unsupported_status(&format!("xargs option -{c}"), USAGE)
+            }
+            Arg::Short(c) => return super::usage(cx, p.invalid_short(c), USAGE),
+            Arg::Operand(_) => {}
+        }
+    }
+    let cmd: Vec<String> = if cmd.is_empty() {
+        vec!["echo".into()]
+    } else {
+        cmd.to_vec()
+    };
+    let input = arg_file.unwrap_or_else(|| "-".into());
+    let data = match cx.read_input(&input) {
+        Ok(d) => d,
+        Err(e) => {
+            cx.err_line(&format!("xargs: {input}: {e}"));
+            return Ok(USAGE);
+        }
+    };
+    let sep = if null { Some(0) } else { delim };
+    // each group is the arguments of one command
+    let lines: Vec<Vec<String>> = if let Some(d) = sep {
+        let body = data.strip_suffix(&[d]).unwrap_or(&data);
+        if data.is_empty() {
+            Vec::new()
+        } else {
+            body.split(|b| *b == d)
+                .map(|w| vec![String::from_utf8_lossy(w).into_owned()])
+                .collect()
+        }
+    } else if replace.is_some() {
+        let text = String::from_utf8_lossy(&data).into_owned();
+        text.lines()
+            .map(|l| l.trim_start_matches([' ', '\t']))
+            .filter(|l| !l.is_empty())
+            .map(|l| vec![l.to_string()])
+            .collect()
+    } else {
+        match words(&data, eof.as_deref()) {
+            Ok(w) => w,
+            Err(m) => {
+                cx.err_line(&m);
+                return Ok(USAGE);
+            }
+        }
+    };
+    let mut batches: Vec<Vec<String>> = Vec::new();
+    if replace.is_some() {
+        batches = lines;
+    } else if let Some(l) = max_lines {
+        for chunk in lines.chunks(l) {
+            batches.push(chunk.concat());
+        }
+    } else {
+        let all: Vec<String> = lines.concat();
+        match max_args {
+            Some(n) => batches.extend(all.chunks(n).map(<[String]>::to_vec)),
+            None if !all.is_empty() => batches.push(all),
+            None => {}
+        }
+    }
+    if batches.is_empty() && !no_empty && replace.is_none() {
+        batches.push(Vec::new());
+    }
+    let mut status = 0;
+    for b in batches {
+        cx.tick()?;
+        let argv: Vec<String> = match &replace {
+            Some(r) => cmd.iter().map(|c| c.replace(r.as_str(), &b[0])).collect(),
+            None => cmd.iter().cloned().chain(b).collect(),
+        };
+        if verbose {
+            cx.err_line(&argv.join(" "));
+        }
+        let name = argv[0].clone();
+        let st = cx.run(argv)?;
+        match st {
+            0 => {}
+            127 => {
+                return Ok(127);
+            }
+            126 => return Ok(126),
+            255 => {
+                cx.err_line(&format!("xargs: {name}: exited with status 255; aborting"));
+                return Ok(124);
+            }
+            s if s > 128 => {
+                cx.err_line(&format!("xargs: {name}: terminated by signal {}", s - 128));
+                return Ok(125);
+            }
+            _ => status = 123,
+        }
+    }
+    Ok(status)
+}

@@ -1,0 +1,177 @@
+//! The text and file tools of the command table against the host's real ones, run in the
+//! test itself: each case is a small script (it makes its own input files with printf),
+//! run by the host's bash in an empty temporary directory with the real GNU grep 3.8,
+//! coreutils 9.1 sort, … on PATH, and by the simulator in an empty `/work`; stdout bytes
+//! and the exit status must be equal. A case needs one tool; when the host lacks it
+//! (`mawk`, `jq`, `bc`), its group prints one `SKIP` line (scripts/setup-sim installs them).
+
+use shellbox_core::{Command, MachineSpec};
+use shellbox_sim::SimMachineFactory;
+
+const GREP: &[&str] = &[
+    "printf 'foo one\\nbar two\\nFoo three\\nbaz foo\\n' > f; grep foo f; grep -i foo f; grep -v foo f; grep -c foo f; grep -n bar f",
+    "printf 'id=12 x=345\\nthis is it\\nexact line\\n' > f; grep -Eo '[0-9]+' f; grep -w is f; grep -x 'exact line' f; grep -E 'x=[0-9]{3}' f",
+    "printf 'a\\nb\\n' > f; grep zzz f; echo rc=$?; grep a nofile; echo rc=$?; grep -s a nofile f; echo rc=$?",
+    "printf 'a\\nb\\n' > f; grep -q a f nofile; echo rc=$?; grep -q z f; echo rc=$?",
+    "mkdir -p d/e; echo 'TODO a' > d/1.txt; echo none > d/2.txt; echo 'TODO b' > d/e/3.txt; echo TODO > d/x.md; grep -r TODO d | sort; grep -rl TODO d | sort; grep -rc TODO d | sort; grep -rL TODO d; grep -r --include='*.txt' -h TODO . | sort; grep -r --exclude='*.txt' TODO .; grep -r --exclude-dir=e TODO d | sort; cd d; grep -r TODO | sort",
+    "mkdir d; grep x d; echo rc=$?",
+    "seq 1 20 > n; grep -A1 -B1 5 n; echo ==; grep -C1 9 n; echo ==; grep -A1 -e 2 -e 6 n; echo ==; grep -n -C2 1 n; grep -B3 -m2 1 n; grep -2 12 n",
+    "printf 'abc123\\nxyz\\n42\\nA1\\n' > f; grep '[[:digit:]]' f; grep -c '^[[:alpha:]]*$' f; grep -o '[a-z]' f; grep -m1 '[0-9]' f; grep -l abc f; grep -L abc f; grep -H x f; grep -hn 4 f f",
+    "printf 'ab abc abcd\\nxab\\n' > f; grep -ow 'ab' f; grep -w 'ab.' f; grep -o 'b*' f; grep -oE 'ab|abc' f; grep -E 'a|x' f; grep 'ab\\|xa' f; grep -c 'a\\(b\\)\\{1,\\}c' f",
+    "printf 'a.b\\naxb\\n[x]\\n*star\\n' > f; grep -F a.b f; grep 'a.b' f; grep -F '[x]' f; grep '*star' f; grep -E 'a\\.b' f; grep '\\[x\\]' f; grep -e a -e star f",
+    "printf 'one\\ntwo\\n' | grep -n o; printf 'one\\ntwo\\n' | grep -c -v o; printf 'x\\n' | grep -H x; printf 'x\\n' | grep --label=in -H x",
+    "printf 'ab\\n' > f; grep '[' f; echo rc=$?; grep -E 'a{1' f; echo rc=$?; grep 'a\\{1' f; echo rc=$?; grep -k a f; echo rc=$?; grep; echo rc=$?; grep -A x a f; echo rc=$?",
+    "printf 'Hello\\nhello\\nHELLO\\n' > f; grep -i hello f | wc -l; grep -vi hello f; echo rc=$?; grep -y HELLO f; grep --ignore-case -c hello f",
+    "printf 'a\\0b\\n' > bin; grep a bin; echo rc=$?; grep -c a bin; grep -a a bin | tr '\\0' @",
+    "printf 'p1\\nq2\\n' > pats; printf 'xp1\\nq\\nq2\\n' > f; grep -f pats f; grep -F -x -f pats f; grep -E 'p[0-9]$' f; egrep 'q|x' f; fgrep p1 f",
+    "printf 'a1\\0b2\\0' | grep -z a | tr '\\0' @; seq 1 30 | grep -c 1; seq 100 | grep -e 5 -e 7 | wc -l",
+    "printf 'tab\\there\\n  sp\\n' > f; grep -P '\\t' f; grep '[[:space:]]sp' f; grep -E '^\\s+' f; grep '\\<sp\\>' f; grep 'e\\b' f",
+];
+
+const SORT: &[&str] = &[
+    "printf '10\\n9\\n100\\n1\\n' > n; sort n; sort -n n; sort -rn n; sort -r n",
+    "printf 'b 2\\na 3\\nc 1\\n' | sort -k2 -n; printf 'x,3\\ny,1\\nz,2\\n' | sort -t, -k2,2n; printf 'b\\nB\\na\\nA\\n' | sort; printf 'b\\nB\\na\\nA\\n' | sort -f",
+    "printf 'b\\na\\nb\\nc\\na\\nb\\n' > w; sort w | uniq -c | sort -rn; sort -u w; sort -ru w",
+    "printf '1.5\\n-2\\n 3\\n-0\\n0\\n1e2\\nabc\\n-1.25\\n.5\\n' > n; sort -n n; echo; sort -g n; echo; sort -rn n",
+    "printf '2K\\n1M\\n512\\n3G\\n1k\\n-1K\\n' | sort -h; printf 'feb\\nJan\\nxx\\nDEC\\n' | sort -M",
+    "printf 'v1.10\\nv1.2\\nv1.9\\nv10.0\\nv1.2a\\n' | sort -V; printf 'a-1.0.tar\\na-1.0~rc1.tar\\na\\n' | sort -V",
+    "printf 'a 2 x\\nb 1 y\\nc 2 a\\nd 1 b\\n' > f; sort -k2,2 -k3 f; sort -k2,2n -s f; sort -k2,2r -k1,1 f; sort -k2n,2 -k3r f; sort -t ' ' -k3.1,3.1 f",
+    "printf '  b\\n a\\nc\\n' > f; sort f | tr ' ' _; sort -b f; sort -k1b,1 f",
+    "printf 'b\\na\\n' > f; sort -c f; echo rc=$?; sort -C f; echo rc=$?; sort f | sort -c; echo rc=$?; sort -o out f; cat out; sort -o f f; cat f",
+    "sort nofile; echo rc=$?; sort -k0 /dev/null; echo rc=$?; sort -t ab /dev/null; echo rc=$?; sort -x; echo rc=$?; sort -k1.0 /dev/null; echo rc=$?",
+    "printf 'b\\0a\\0' | sort -z | tr '\\0' @; printf 'x\\ny' | sort; printf '' | sort; echo end",
+    "printf 'a:3:z\\nb:10:y\\nc:2:x\\n' | sort -t: -k2n; printf 'a:3:z\\nb:10:y\\nc:2:x\\n' | sort -t: -k3; printf 'B\\na\\nC\\n' | sort -fr; printf 'x!a\\nxa\\nx b\\n' | sort -d",
+    "seq 1 10000 | sort -rn | head -3; seq 1 5000 | sort | tail -2",
+];
+
+const XARGS: &[&str] = &[
+    "printf 'a\\nb\\nc\\n' | xargs echo; printf 'a\\nb\\nc\\n' | xargs -n1 echo item; printf '1\\n2\\n' | xargs -I{} echo 'n={}'; echo 'x y z' | xargs -n 2; printf '' | xargs -r echo never; echo rc=$?",
+    "printf '' | xargs echo empty; printf 'a b\\nc\\n' | xargs -L1 echo L; printf \"'a b' \\\"c d\\\" e\\\\ f\\n\" | xargs -n1; printf 'a\\0b c\\0' | xargs -0 -n1 echo",
+    "printf 'x,y,z' | xargs -d, -n2 echo; printf 'a\\n' | xargs false; echo rc=$?; printf 'a\\n' | xargs nosuchcmd; echo rc=$?; printf 'a\\n' | xargs sh -c 'exit 255'; echo rc=$?",
+    "printf 'a\\n' | xargs -n 0 echo; echo rc=$?; printf 'a\\n' | xargs -n x echo; echo rc=$?; printf \"'a\\n\" | xargs echo; echo rc=$?; printf '  sp\\n' | xargs -I% echo [%]; printf 'a b\\nSTOP\\nc\\n' | xargs -E STOP echo",
+    "mkdir d; touch d/1 d/2; printf 'd/1\\nd/2\\n' | xargs rm; ls d | wc -l; printf 'a\\nb\\n' | xargs -t -n1 echo 2>/dev/null",
+];
+
+const MISC: &[&str] = &[
+    "export MYVAR=hello; printenv MYVAR; env -u MYVAR printenv MYVAR; echo rc=$?; printenv MYVAR NOPE MYVAR; echo rc=$?; printenv -x; echo rc=$?; printenv | grep -c '^MYVAR=hello$'",
+    "yes | head -n 3; yes x y | head -2; yes | head -c 5 | wc -c; yes abc | head -1000 | sort -u",
+];
+
+fn host_has(tool: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// Runs each script on the host and in the simulator; the differences found.
+fn differences(scripts: &[&str]) -> Vec<String> {
+    let f = SimMachineFactory::new();
+    let bin = tempfile::tempdir().unwrap();
+    // `awk` is mawk, as on Debian 12
+    if let Ok(mawk) = which("mawk") {
+        std::os::unix::fs::symlink(mawk, bin.path().join("awk")).unwrap();
+    }
+    let path = format!("{}:/usr/bin:/bin", bin.path().display());
+    let mut failures = Vec::new();
+    for script in scripts {
+        let dir = tempfile::tempdir().unwrap();
+        let real = std::process::Command::new("bash")
+            .args(["--norc", "--noprofile", "-c", script])
+            .current_dir(dir.path())
+            .env_clear()
+            .env("LANG", "C.UTF-8")
+            .env("PATH", &path)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let m = f.create_sim(MachineSpec::sim().workdir("/work")).unwrap();
+        let sim = m
+            .run_sync(
+                Command::from_argv(["bash", "-c", script])
+                    .cwd("/work")
+                    .envs([("LANG", "C.UTF-8"), ("PATH", "/usr/bin:/bin")])
+                    .timeout(std::time::Duration::from_secs(60)),
+            )
+            .unwrap();
+        if real.stdout != sim.stdout || real.status.code() != sim.exit_code {
+            failures.push(format!(
+                "{script}\n  real: {:?}\n{}\n  sim: {:?}\n{}\n  sim stderr: {}",
+                real.status.code(),
+                String::from_utf8_lossy(&real.stdout),
+                sim.exit_code,
+                String::from_utf8_lossy(&sim.stdout),
+                String::from_utf8_lossy(&sim.stderr),
+            ));
+        }
+    }
+    failures
+}
+
+fn which(tool: &str) -> Result<String, ()> {
+    let o = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .map_err(|_| ())?;
+    if !o.status.success() {
+        return Err(());
+    }
+    Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+}
+
+fn check(test: &str, tool: &str, version_has: &str, scripts: &[&str]) {
+    if !host_has(tool) {
+        eprintln!("SKIP {test}: no {tool} on this host");
+        return;
+    }
+    if !version_has.is_empty() {
+        let v = std::process::Command::new(tool)
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        if !v.contains(version_has) {
+            eprintln!("SKIP {test}: {tool} on this host is not {version_has}");
+            return;
+        }
+    }
+    let d = differences(scripts);
+    assert!(
+        d.is_empty(),
+        "{} of {} differ:\n{}",
+        d.len(),
+        scripts.len(),
+        d.join("\n")
+    );
+}
+
+#[test]
+fn grep_matches_gnu_grep() {
+    check("grep_matches_gnu_grep", "grep", "GNU grep", GREP);
+}
+
+#[test]
+fn xargs_matches_gnu_findutils() {
+    check(
+        "xargs_matches_gnu_findutils",
+        "xargs",
+        "GNU findutils",
+        XARGS,
+    );
+}
+
+#[test]
+fn printenv_and_yes_match_gnu() {
+    check(
+        "printenv_and_yes_match_gnu",
+        "printenv",
+        "GNU coreutils",
+        MISC,
+    );
+}
+
+#[test]
+fn sort_matches_gnu_sort() {
+    check("sort_matches_gnu_sort", "sort", "GNU coreutils", SORT);
+}
