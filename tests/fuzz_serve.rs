@@ -335,7 +335,7 @@ fn gen_request(rng: &mut Rng, host_dir: &str, earlier: &[Value]) -> (String, Val
     let shape = |m: &'static str| Expect::Shape(m);
     let r = rng.below(100);
     let (method, params, expect) = match r {
-        0..=29 | 30..=34 => {
+        0..=34 => {
             let (command, known) = gen_command(rng);
             let stream = r >= 30;
             let params = json!({"machine": machine(rng), "command": command});
