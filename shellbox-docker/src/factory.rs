@@ -26,6 +26,32 @@ pub struct DockerMachineFactory {
     runtime: Option<String>,
     owner: Arc<Owner>,
     labels: BTreeMap<String, String>,
+    /// Which engine answers (from `GET /version`), asked once, when first needed.
+    engine: Arc<tokio::sync::OnceCell<Engine>>,
+}
+
+/// The engine behind the API, as its `GET /version` names itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Engine {
+    /// Docker Engine (or anything not naming itself Podman).
+    Docker,
+    /// Podman's Docker-compatible API (a component named `Podman Engine`).
+    Podman,
+}
+
+/// Whether a `GET /version` answer is Podman's: a component named "Podman Engine" (Podman
+/// 4 and 5), or a platform name containing "podman".
+pub(crate) fn is_podman_version(version: &bollard::models::SystemVersion) -> bool {
+    let component = version
+        .components
+        .iter()
+        .flatten()
+        .any(|c| c.name.to_ascii_lowercase().contains("podman"));
+    let platform = version
+        .platform
+        .as_ref()
+        .is_some_and(|p| p.name.to_ascii_lowercase().contains("podman"));
+    component || platform
 }
 
 impl std::fmt::Debug for DockerMachineFactory {
@@ -96,12 +122,63 @@ impl DockerMachineFactory {
             runtime: None,
             owner: Arc::new(Owner::current()),
             labels: BTreeMap::new(),
+            engine: Arc::new(tokio::sync::OnceCell::new()),
         }
+    }
+
+    /// Which engine this factory talks to, asked once (`GET /version`).
+    async fn engine(&self) -> Result<Engine, Error> {
+        self.engine
+            .get_or_try_init(|| async {
+                let version = self
+                    .docker
+                    .version()
+                    .await
+                    .map_err(|e| Error::backend("ask the engine its version", e))?;
+                Ok(if is_podman_version(&version) {
+                    Engine::Podman
+                } else {
+                    Engine::Docker
+                })
+            })
+            .await
+            .copied()
+    }
+
+    /// Whether this factory's engine is Podman (its Docker-compatible API), from the
+    /// engine's `GET /version` (a component named "Podman Engine"), asked once.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the engine cannot be asked.
+    pub async fn is_podman(&self) -> Result<bool, Error> {
+        Ok(self.engine().await? == Engine::Podman)
+    }
+
+    /// What Podman's compatible API accepts and silently ignores: refused up front.
+    async fn refuse_what_podman_ignores(&self, spec: &MachineSpec) -> Result<(), Error> {
+        if spec.gpus == 0 && self.runtime.is_none() {
+            return Ok(());
+        }
+        if self.engine().await? != Engine::Podman {
+            return Ok(());
+        }
+        if let Some(runtime) = &self.runtime {
+            return Err(Error::unsupported(format!(
+                "the engine is Podman, whose Docker-compatible API ignores a requested OCI \
+                 runtime (HostConfig.Runtime): runtime {runtime:?} cannot be honoured"
+            )));
+        }
+        Err(Error::unsupported(format!(
+            "the engine is Podman, whose Docker-compatible API ignores GPU requests \
+             (HostConfig.DeviceRequests): gpus {} cannot be honoured",
+            spec.gpus
+        )))
     }
 
     /// Runs containers with this OCI runtime (the engine's `HostConfig.Runtime`, e.g.
     /// `runsc` for gVisor). An engine without it refuses at create:
-    /// [`Error::Unsupported`] with the engine's reason.
+    /// [`Error::Unsupported`] with the engine's reason. Podman's compatible API would ignore
+    /// it, so on Podman every create with a runtime is [`Error::Unsupported`].
     pub fn runtime(mut self, runtime: impl Into<String>) -> Self {
         self.runtime = Some(runtime.into());
         self
@@ -131,7 +208,7 @@ impl DockerMachineFactory {
     /// shellbox's `dev.shellbox.` namespace; [`Error::Unsupported`] for a source other than docker, registry,
     /// dockerfile or archive, an image without `setsid`, or a field the engine refuses
     /// (`storage_mb`, `gpus`, `cpus`, `memory_mb`, the runtime; the reason quotes the
-    /// engine); [`Error::NotFound`] for a missing Dockerfile, context or archive;
+    /// engine), and on Podman for `gpus` or a runtime (which its compatible API ignores); [`Error::NotFound`] for a missing Dockerfile, context or archive;
     /// [`Error::Backend`] for other engine failures (a missing Docker image, a failed pull or
     /// build, a workdir that cannot be created); [`Error::TimedOut`] when the spec's
     /// `startup_timeout` (which bounds everything here, image preparation included) runs
@@ -154,6 +231,7 @@ impl DockerMachineFactory {
     }
 
     async fn create_unbounded(&self, spec: MachineSpec) -> Result<DockerMachine, Error> {
+        self.refuse_what_podman_ignores(&spec).await?;
         let image = crate::image::resolve(&self.docker, &spec.source).await?;
         let name = container_name();
         let config = container_config(
@@ -356,6 +434,23 @@ pub(crate) fn unique_hex() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `GET /version` as Podman 4.3.1 and Docker 20.10 answer it (trimmed).
+    #[test]
+    fn podman_is_recognised_from_its_version_answer() {
+        let podman = r#"{"Platform":{"Name":"linux/amd64/debian-12"},"Components":[
+            {"Name":"Podman Engine","Version":"4.3.1","Details":{"APIVersion":"4.3.1"}},
+            {"Name":"Conmon","Version":"conmon version 2.1.6"}],
+            "Version":"4.3.1","ApiVersion":"1.41","MinAPIVersion":"1.24","Os":"linux"}"#;
+        let docker = r#"{"Platform":{"Name":"Docker Engine - Community"},"Components":[
+            {"Name":"Engine","Version":"20.10.24","Details":{"ApiVersion":"1.41"}},
+            {"Name":"containerd","Version":"1.6.20"},{"Name":"runc","Version":"1.1.5"}],
+            "Version":"20.10.24","ApiVersion":"1.41","MinAPIVersion":"1.12","Os":"linux"}"#;
+        let parse = |s: &str| serde_json::from_str::<bollard::models::SystemVersion>(s).unwrap();
+        assert!(is_podman_version(&parse(podman)));
+        assert!(!is_podman_version(&parse(docker)));
+        assert!(!is_podman_version(&parse("{}")));
+    }
 
     #[test]
     fn labels_outside_the_namespace() {

@@ -64,8 +64,7 @@ pub async fn gc_with_labels(docker: &Docker, label_filters: &[&str]) -> Result<G
         filters: Some(HashMap::from([("label".to_string(), wanted)])),
         ..Default::default()
     };
-    let containers = docker
-        .list_containers(Some(options))
+    let containers = list_containers(docker, options)
         .await
         .map_err(|e| Error::backend("list shellbox containers", e))?;
     let mut report = GcReport::default();
@@ -119,6 +118,33 @@ fn owner_alive(pid: u32, start: Option<u64>) -> bool {
         (Some(want), Some(have)) => want == have,
         // Cannot compare: treat as alive (never remove a live one).
         _ => true,
+    }
+}
+
+/// `GET /containers/json`, retried while the answer cannot be read because a container is
+/// in a state outside the Docker API's list: Podman 4 reports a container that has stopped
+/// but whose clean-up (by conmon, a moment later) has not run as `"stopped"`, which the
+/// client's typed answer refuses. That state lasts a moment, so the list is asked again
+/// (every 100 ms, for up to about 10 s) before the error is returned.
+///
+/// # Errors
+/// The engine's error, or the unreadable answer's after the retries.
+#[doc(hidden)]
+pub async fn list_containers(
+    docker: &Docker,
+    options: ListContainersOptions,
+) -> Result<Vec<bollard::models::ContainerSummary>, bollard::errors::Error> {
+    let mut attempts = 0;
+    loop {
+        match docker.list_containers(Some(options.clone())).await {
+            Err(bollard::errors::Error::JsonDataError { message, .. })
+                if attempts < 100 && message.contains("unknown variant") =>
+            {
+                attempts += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
     }
 }
 

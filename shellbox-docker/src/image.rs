@@ -567,14 +567,15 @@ pub async fn ensure_busybox_image(docker: &Docker, tag: &str) -> Result<String, 
     let rootfs = tokio::task::spawn_blocking(busybox_rootfs)
         .await
         .map_err(|e| Error::backend("build busybox root filesystem", e))??;
-    let (repo, tag_part) = match tag.rsplit_once(':') {
-        Some((r, t)) if !t.contains('/') => (r.to_string(), t.to_string()),
-        _ => (tag.to_string(), "latest".to_string()),
+    // The whole reference goes in `repo` (the API: "the repo may include a tag"): Podman's
+    // compatible API ignores a separate `tag` on import and would tag the image `latest`.
+    let reference = match tag.rsplit_once(':') {
+        Some((_, t)) if !t.contains('/') => tag.to_string(),
+        _ => format!("{tag}:latest"),
     };
     let options = CreateImageOptions {
         from_src: Some("-".to_string()),
-        repo: Some(repo),
-        tag: Some(tag_part),
+        repo: Some(reference),
         changes: vec![
             "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
         ],

@@ -66,6 +66,17 @@
 //!
 //! Requirements on the image: `/bin/sh` and a `setsid` program on `PATH` (busybox has both);
 //! `stty` for shell sessions.
+//!
+//! # Podman
+//!
+//! Podman's Docker-compatible API works too (`DOCKER_HOST=unix:///run/podman/podman.sock`
+//! or [`DockerMachineFactory::connect_to`]; Podman 4.3.1 is tested with the whole suite). The
+//! factory recognises Podman from `GET /version` ([`DockerMachineFactory::is_podman`]) and
+//! refuses what Podman would silently ignore: `gpus` and an OCI
+//! [`runtime`](DockerMachineFactory::runtime) are [`Error::Unsupported`](shellbox_core::Error::Unsupported)
+//! there. Rootful Podman gives containers 1048576 open files unless its `containers.conf`
+//! sets `default_ulimits`; where root lacks `CAP_SYS_RESOURCE` every container start then
+//! fails in runc ("error setting rlimit type 7"), which `scripts/setup-podman` avoids.
 
 #![warn(missing_docs)]
 
@@ -90,6 +101,8 @@ pub const DOCKER_CAPABILITIES: shellbox_core::Capabilities =
 
 pub use bollard;
 pub use factory::DockerMachineFactory;
+#[doc(hidden)]
+pub use gc::list_containers;
 pub use gc::{gc, gc_with_labels, GcReport};
 pub use image::{dockerfile_image_tag, ensure_busybox_image, image_source_key, BUSYBOX_TEST_IMAGE};
 pub use machine::DockerMachine;

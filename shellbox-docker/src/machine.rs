@@ -436,6 +436,13 @@ impl Machine for DockerMachine {
             .await
         {
             Ok(started) => started,
+            // Podman refuses an unknown user at start (Docker reports it in the output).
+            Err(BollardError::DockerResponseServerError { message, .. })
+                if exec_setup_failure(&message, command.user.as_deref()).is_some() =>
+            {
+                return Err(exec_setup_failure(&message, command.user.as_deref())
+                    .unwrap_or_else(|| Error::backend("start exec", message)));
+            }
             Err(e) => return Err(inner.start_failure("start exec", e).await),
         };
         let StartExecResults::Attached { output, mut input } = started else {
@@ -717,6 +724,24 @@ impl Driver {
         }
     }
 
+    /// Whether the engine reports this command's exec as ended with an exit code (within
+    /// a few seconds: the engine may lag behind its connection).
+    async fn exec_has_ended(&self) -> bool {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return false;
+        }
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.inner.docker.inspect_exec(&self.exec_id).await {
+                Ok(info) if info.running == Some(false) && info.exit_code.is_some() => return true,
+                Ok(_) if Instant::now() < until => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                _ => return false,
+            }
+        }
+    }
+
     /// Kills the command's process group inside the container and confirms it is gone.
     async fn kill_group(&self) -> Result<(), String> {
         let Some(pgid) = self.pgid else {
@@ -757,6 +782,9 @@ impl Driver {
                     .await;
                 self.finish_exited().await
             }
+            // Podman resets the connection when the command exits with stdin it did not
+            // read; the exec's own end, when the engine reports one, is the command's.
+            End::Transport(_) if self.exec_has_ended().await => self.finish_exited().await,
             End::Transport(e) => {
                 let closed = self.inner.closed.load(Ordering::SeqCst);
                 if closed {
