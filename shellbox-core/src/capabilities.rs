@@ -80,6 +80,13 @@ pub struct Capabilities {
     /// The persistent shell sessions `open_shell` gives; `None` when it returns
     /// [`Error::Unsupported`] (the default of both constructors).
     pub shell_sessions: Option<SessionKind>,
+    /// It follows the process model of DESIGN.md ("The process model"): processes a
+    /// command leaves in the background keep running after it exits, until the machine
+    /// closes; a timeout or a cancellation kills everything that command started (its
+    /// `setsid` and double-fork escapees included) and nothing else; `close` leaves no
+    /// process of the machine on the host. The conformance suite's process-model cases
+    /// run only where this is true (false in both constructors).
+    pub process_model: bool,
 }
 
 /// The task capability names of the reference library, in its order.
@@ -111,6 +118,7 @@ impl Capabilities {
             storage_limit: false,
             gpus: false,
             shell_sessions: None,
+            process_model: false,
         }
     }
 
@@ -131,6 +139,7 @@ impl Capabilities {
             storage_limit: false,
             gpus: false,
             shell_sessions: None,
+            process_model: false,
         }
     }
 
@@ -152,6 +161,13 @@ impl Capabilities {
     /// The same capabilities offering these shell sessions.
     pub const fn with_shell_sessions(mut self, kind: SessionKind) -> Self {
         self.shell_sessions = Some(kind);
+        self
+    }
+
+    /// The same capabilities, declaring the process model (see
+    /// [`Capabilities::process_model`]).
+    pub const fn with_process_model(mut self) -> Self {
+        self.process_model = true;
         self
     }
 

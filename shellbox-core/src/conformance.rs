@@ -1152,6 +1152,203 @@ pub async fn session_close(h: &Harness) {
     assert!(matches!(m.open_shell().await, Err(Error::Closed)));
 }
 
+/// Whether the harness's backend declares the process model. A backend that does not is
+/// not tested against it (as the session cases treat `shell_sessions`): no SKIP line.
+fn has_process_model(h: &Harness, _case: &str) -> bool {
+    h.factory.capabilities().process_model
+}
+
+/// Runs `script` until its stdout is `want` (up to 20 s: a killed process may take a moment
+/// to be reaped on some backends), and asserts it got there.
+async fn eventually(machine: &dyn Machine, script: &str, want: &str) {
+    let started = Instant::now();
+    loop {
+        let r = sh(machine, script).await;
+        if text(&r.stdout) == want {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{script:?}: stdout {:?}, want {want:?} ({r:?})",
+            text(&r.stdout)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Prints `alive NAME` or `gone NAME` for each pid file `/tmp/pm.NAME`.
+const PID_STATES: &str = "for f in keep setsid double; do \
+     if kill -0 \"$(cat /tmp/pm.$f)\" 2>/dev/null; then echo \"alive $f\"; else echo \"gone $f\"; fi; \
+   done";
+
+/// Starts, in the background of a command that then ends, a sleeper whose pid is in
+/// `/tmp/pm.keep`.
+async fn start_kept_sleeper(m: &dyn Machine) {
+    let r = sh(
+        m,
+        "sleep 1000 >/dev/null 2>&1 & echo $! > /tmp/pm.keep; echo started",
+    )
+    .await;
+    assert_eq!(text(&r.stdout), "started\n", "{r:?}");
+}
+
+/// A script that starts a `setsid` escapee and a double-forked child (pids in
+/// `/tmp/pm.setsid` and `/tmp/pm.double`), says `ready` and then sleeps.
+const ESCAPEES: &str = "setsid sleep 1001 >/dev/null 2>&1 & echo $! > /tmp/pm.setsid; \
+   (sleep 1002 >/dev/null 2>&1 & echo $! > /tmp/pm.double); \
+   echo ready; sleep 1003";
+
+/// Process model: a process a command leaves in the background keeps running after the
+/// command ended (which it does at once, though the process holds its stdout), and serves
+/// the next command: a responder on a FIFO started by one command answers the next.
+pub async fn background_process_outlives_its_command(h: &Harness) {
+    if !has_process_model(h, "background_process_outlives_its_command") {
+        return;
+    }
+    let m = h.machine().await;
+    // The sleeper inherits the command's stdout: the command still ends when its shell does.
+    let started = Instant::now();
+    let r = sh(&*m, "sleep 1000 & echo $! > /tmp/pm.bg; echo started").await;
+    assert_eq!(
+        (text(&r.stdout), r.exit_code),
+        ("started\n".into(), Some(0)),
+        "{r:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    let r = sh(&*m, "kill -0 \"$(cat /tmp/pm.bg)\" && echo alive").await;
+    assert_eq!(text(&r.stdout), "alive\n", "{r:?}");
+    let r = sh(
+        &*m,
+        "mkfifo /tmp/pm.q && \
+         (read line < /tmp/pm.q; echo \"got $line\" > /tmp/pm.a.tmp; mv /tmp/pm.a.tmp /tmp/pm.a) \
+           >/dev/null 2>&1 & echo served",
+    )
+    .await;
+    assert_eq!(text(&r.stdout), "served\n", "{r:?}");
+    let r = sh(
+        &*m,
+        "echo hello > /tmp/pm.q; i=0; while [ ! -f /tmp/pm.a ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; cat /tmp/pm.a",
+    )
+    .await;
+    assert_eq!(text(&r.stdout), "got hello\n", "{r:?}");
+    m.close().await.unwrap();
+}
+
+/// Process model: a timeout kills everything its command started — the main process, a
+/// `setsid` escapee and a double-forked child — and nothing else: an earlier command's
+/// background process keeps running. The run reports the timeout.
+pub async fn timeout_kills_only_its_command(h: &Harness) {
+    if !has_process_model(h, "timeout_kills_only_its_command") {
+        return;
+    }
+    let m = h.machine().await;
+    start_kept_sleeper(&*m).await;
+    let r = m
+        .run(Command::shell(ESCAPEES).timeout(Duration::from_secs(3)))
+        .await
+        .unwrap();
+    assert_eq!(r.reason, ExitReason::TimedOut, "{r:?}");
+    assert_eq!(text(&r.stdout), "ready\n", "{r:?}");
+    eventually(&*m, PID_STATES, "alive keep\ngone setsid\ngone double\n").await;
+    m.close().await.unwrap();
+}
+
+/// Process model: dropping a running command's stream kills everything it started (the
+/// `setsid` and double-fork escapees included) and nothing else.
+pub async fn cancel_kills_only_its_command(h: &Harness) {
+    if !has_process_model(h, "cancel_kills_only_its_command") {
+        return;
+    }
+    let m = h.machine().await;
+    start_kept_sleeper(&*m).await;
+    let mut stream = m
+        .run_stream(Command::shell(ESCAPEES).timeout(Duration::from_secs(300)))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while !seen.ends_with(b"ready\n") {
+        match tokio::time::timeout(Duration::from_secs(60), stream.next()).await {
+            Ok(Some(Ok(Event::Stdout(b)))) => seen.extend_from_slice(&b),
+            Ok(Some(Ok(_))) => {}
+            other => panic!("before ready: {other:?} (stdout {:?})", text(&seen)),
+        }
+    }
+    drop(stream);
+    eventually(&*m, PID_STATES, "alive keep\ngone setsid\ngone double\n").await;
+    m.close().await.unwrap();
+}
+
+/// Host processes (all of this host's `/proc`) whose argv holds `needle`.
+fn host_processes_with(needle: &[u8]) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| c.windows(needle.len()).any(|w| w == needle))
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .collect()
+}
+
+/// Process model: after `close` no process of the machine is left on the host — not a
+/// background one, not a `setsid` escapee, not a running command — checked through the
+/// host's `/proc`, not through the backend.
+pub async fn close_leaves_no_process_on_the_host(h: &Harness) {
+    if !has_process_model(h, "close_leaves_no_process_on_the_host") {
+        return;
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    // A sleep length no other test uses, so its argv marks this machine's processes.
+    let secs = 2_000_000 + (u64::from(std::process::id()) * 7919 + u64::from(nanos)) % 1_000_000;
+    let needle = format!("sleep\0{secs}\0");
+    let m = h.machine().await;
+    sh(
+        &*m,
+        &format!("sleep {secs} >/dev/null 2>&1 & setsid sleep {secs} >/dev/null 2>&1 & echo ok"),
+    )
+    .await;
+    let running = m
+        .run_stream(Command::shell(format!("sleep {secs}; true")).timeout(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    while host_processes_with(needle.as_bytes()).len() < 3 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the machine's sleeps never showed in the host's /proc: {:?}",
+            host_processes_with(needle.as_bytes())
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    m.close().await.unwrap();
+    drop(running);
+    let closed = Instant::now();
+    loop {
+        let left = host_processes_with(needle.as_bytes());
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            closed.elapsed() < Duration::from_secs(10),
+            "processes of a closed machine still run on the host: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -1194,7 +1391,11 @@ macro_rules! conformance_tests {
             session_reset_after_exit,
             session_output_is_exact,
             session_output_limit,
-            session_close
+            session_close,
+            background_process_outlives_its_command,
+            timeout_kills_only_its_command,
+            cancel_kills_only_its_command,
+            close_leaves_no_process_on_the_host
         );
     };
     (@cases $harness:path; $($case:ident),* $(,)?) => {

@@ -1,26 +1,21 @@
 //! The thin side-effecting part: spawn bwrap with the planned argv, environment fd, limits
 //! and process group, pump its output, enforce the timeout and report how it ended.
 
-use std::collections::HashMap;
 use std::ffi::{CString, OsString};
-use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::Stream;
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
-use shellbox_core::capture::{pump_reader, timed_out_status, OutputKind};
+use shellbox_core::capture::timed_out_status;
 use shellbox_core::{Error, Event, EventStream, ExitReason, ExitStatus};
-use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::sync::{mpsc, watch};
 
 use crate::cgroup::MachineCgroup;
@@ -35,6 +30,9 @@ pub(crate) struct Confinement {
     pub namespaces: Option<Arc<MachineNamespaces>>,
     pub seccomp: Option<Arc<SeccompSetup>>,
     pub cgroup: Option<Arc<MachineCgroup>>,
+    /// The supervisor program's sealed memfd, re-opened in the launcher at its own fd
+    /// number for bwrap's `--ro-bind-data`.
+    pub program: Option<Arc<OwnedFd>>,
 }
 
 /// The fixed environment bwrap itself runs with (REFERENCE 4.4); the sandbox clears it.
@@ -43,12 +41,6 @@ pub const CONTROL_ENV: [(&str, &str); 3] = [
     ("HOME", "/home/shellbox"),
     ("LANG", "C.UTF-8"),
 ];
-
-/// How long output pipes may stay open after bwrap is gone before we stop reading.
-const DRAIN_GRACE: Duration = Duration::from_secs(10);
-
-/// Bytes of bwrap's stderr kept to explain a failed sandbox set-up.
-const STDERR_TAP_BYTES: usize = 4096;
 
 /// A bwrap command ready to spawn: program, argv, the environment memfd, the JSON status
 /// pipe (read end in `status`), the limits and the namespaces its launcher joins.
@@ -62,6 +54,7 @@ pub(crate) struct Prepared {
     namespaces: Option<Arc<MachineNamespaces>>,
     seccomp: Option<Arc<SeccompSetup>>,
     cgroup: Option<Arc<MachineCgroup>>,
+    program: Option<Arc<OwnedFd>>,
 }
 
 fn errno_io(e: nix::errno::Errno) -> std::io::Error {
@@ -92,6 +85,7 @@ pub(crate) fn prepare(
         namespaces,
         seccomp,
         cgroup,
+        program,
     } = confinement;
     let memfd = memfd_create("shellbox-env", MFdFlags::MFD_CLOEXEC)
         .map_err(|e| Error::io("create environment memfd", errno_io(e)))?;
@@ -128,6 +122,7 @@ pub(crate) fn prepare(
         namespaces,
         seccomp,
         cgroup,
+        program,
     })
 }
 
@@ -145,8 +140,13 @@ impl Prepared {
             namespaces,
             seccomp,
             cgroup,
+            program,
         } = self;
-        let reopens = reopens(memfd.as_raw_fd(), seccomp.as_deref());
+        let reopens = reopens(
+            memfd.as_raw_fd(),
+            seccomp.as_deref(),
+            program.as_deref().map(AsRawFd::as_raw_fd),
+        );
         let status_fd = status_write.as_ref().map(|w| w.as_raw_fd());
         let mut command = std::process::Command::new(bwrap);
         command
@@ -159,7 +159,7 @@ impl Prepared {
             limits.iter().map(raw_limit).collect();
         let pre_exec = move || -> std::io::Result<()> {
             // Keep the fds alive in the Command; only their numbers are used here.
-            let _keep = (&memfd, &status_write, &namespaces, &cgroup);
+            let _keep = (&memfd, &status_write, &namespaces, &cgroup, &program);
             let filter = seccomp.as_ref().and_then(|s| s.launcher());
             let procs = cgroup.as_ref().map(|c| c.procs_fd());
             // SAFETY: async-signal-safe system calls in the forked child on values
@@ -188,10 +188,14 @@ fn raw_limit(limit: &Limit) -> (libc::__rlimit_resource_t, libc::rlimit) {
 }
 
 /// The fds the child re-opens through `/proc/self/fd` at their own number (a fresh open
-/// file description read from offset 0, inheritable): the environment memfd and the
-/// command's seccomp program.
-fn reopens(env_fd: RawFd, seccomp: Option<&SeccompSetup>) -> Vec<(RawFd, CString)> {
-    [Some(env_fd), seccomp.map(SeccompSetup::command_fd)]
+/// file description read from offset 0, inheritable): the environment memfd, the
+/// command's seccomp program and the supervisor program.
+fn reopens(
+    env_fd: RawFd,
+    seccomp: Option<&SeccompSetup>,
+    program: Option<RawFd>,
+) -> Vec<(RawFd, CString)> {
+    [Some(env_fd), seccomp.map(SeccompSetup::command_fd), program]
         .into_iter()
         .flatten()
         .map(|fd| {
@@ -364,43 +368,13 @@ fn pipe_cloexec() -> std::io::Result<(OwnedFd, OwnedFd)> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(errno_io)
 }
 
-/// A bwrap started by [`spawn_vfork`]: its pid, a pidfd to wait on and our pipe ends.
+/// A bwrap started by [`spawn_vfork`]: its pid and our pipe ends.
 struct RawChild {
     pid: i32,
-    pidfd: Option<tokio::io::unix::AsyncFd<OwnedFd>>,
     reaped: bool,
     stdin: Option<OwnedFd>,
     stdout: Option<OwnedFd>,
     stderr: Option<OwnedFd>,
-}
-
-/// Reaps child `pid` if it has ended.
-fn try_reap(pid: i32) -> std::io::Result<Option<std::process::ExitStatus>> {
-    use std::os::unix::process::ExitStatusExt;
-    let mut status = 0;
-    // SAFETY: waitpid on our own child.
-    let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-    match r {
-        0 => Ok(None),
-        r if r == pid => Ok(Some(std::process::ExitStatus::from_raw(status))),
-        _ => Err(std::io::Error::last_os_error()),
-    }
-}
-
-impl RawChild {
-    /// Waits until the child ends (its pidfd becomes readable) and reaps it.
-    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
-        loop {
-            if let Some(status) = try_reap(self.pid)? {
-                self.reaped = true;
-                return Ok(status);
-            }
-            match &self.pidfd {
-                Some(fd) => fd.readable().await?.clear_ready(),
-                None => tokio::time::sleep(Duration::from_millis(5)).await,
-            }
-        }
-    }
 }
 
 impl Drop for RawChild {
@@ -453,7 +427,11 @@ fn spawn_vfork(prepared: &Prepared) -> std::io::Result<RawChild> {
             .map(|n| n.joins())
             .unwrap_or_default(),
         limits: prepared.limits.iter().map(raw_limit).collect(),
-        reopens: reopens(prepared.memfd.as_raw_fd(), prepared.seccomp.as_deref()),
+        reopens: reopens(
+            prepared.memfd.as_raw_fd(),
+            prepared.seccomp.as_deref(),
+            prepared.program.as_deref().map(AsRawFd::as_raw_fd),
+        ),
         status_fd: prepared.status_write.as_ref().map(|w| w.as_raw_fd()),
         filter: prepared.seccomp.as_ref().and_then(|s| s.launcher()),
         stdio: [in_r.as_raw_fd(), out_w.as_raw_fd(), errout_w.as_raw_fd()],
@@ -492,7 +470,6 @@ fn spawn_vfork(prepared: &Prepared) -> std::io::Result<RawChild> {
     drop((in_r, out_w, errout_w, report_w));
     let mut child = RawChild {
         pid,
-        pidfd: None,
         reaped: false,
         stdin: Some(in_w),
         stdout: Some(out_r),
@@ -509,101 +486,7 @@ fn spawn_vfork(prepared: &Prepared) -> std::io::Result<RawChild> {
             report,
         )));
     }
-    // SAFETY: pidfd_open on our own unreaped child; the fd is owned by the result.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if pidfd >= 0 {
-        // SAFETY: a fresh fd owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
-        // SAFETY: the AsyncFd owns the pidfd, so it stays open while it is registered.
-        child.pidfd = unsafe {
-            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
-        }
-        .ok();
-    }
     Ok(child)
-}
-
-/// Process groups of a machine's running commands, so `close` and `Drop` can kill them
-/// and `close` can wait until their drivers are done.
-#[derive(Default)]
-pub(crate) struct Registry {
-    next: AtomicU64,
-    /// Driver id -> process group, `None` once bwrap was reaped (its pid may be reused).
-    running: Mutex<HashMap<u64, Option<i32>>>,
-}
-
-impl Registry {
-    fn add(&self, pgid: i32) -> u64 {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.lock().insert(id, Some(pgid));
-        id
-    }
-
-    /// Forgets the process group of a driver whose bwrap was reaped.
-    fn reaped(&self, id: u64) {
-        if let Some(entry) = self.lock().get_mut(&id) {
-            *entry = None;
-        }
-    }
-
-    fn remove(&self, id: u64) {
-        self.lock().remove(&id);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Option<i32>>> {
-        self.running.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Number of command drivers not yet finished.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    /// SIGKILLs the process group of every command whose bwrap is not yet reaped.
-    pub fn kill_all(&self) {
-        for pgid in self.lock().values().flatten() {
-            let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
-        }
-    }
-}
-
-/// Kills the process group when dropped while armed (the driver task was cancelled, e.g.
-/// because its runtime shut down, before it reaped bwrap).
-struct KillGuard {
-    pgid: i32,
-    armed: bool,
-}
-
-impl Drop for KillGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = killpg(Pid::from_raw(self.pgid), Signal::SIGKILL);
-        }
-    }
-}
-
-/// Copies the first bytes read through it, to explain a failed sandbox set-up.
-struct Tap<R> {
-    inner: R,
-    seen: Arc<Mutex<Vec<u8>>>,
-}
-
-impl<R: AsyncRead + Unpin> AsyncRead for Tap<R> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = &poll {
-            let new = &buf.filled()[before..];
-            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-            let room = STDERR_TAP_BYTES.saturating_sub(seen.len());
-            seen.extend_from_slice(&new[..room.min(new.len())]);
-        }
-        poll
-    }
 }
 
 /// The receiving end of a command: dropping it makes the driver kill the command.
@@ -618,156 +501,6 @@ impl Stream for CommandStream {
     }
 }
 
-/// What a command's run needs besides its prepared process.
-pub(crate) struct RunParams {
-    pub stdin: Bytes,
-    pub limit_bytes: u64,
-    pub timeout: Option<Duration>,
-    pub shutdown: watch::Receiver<bool>,
-    pub registry: Arc<Registry>,
-    pub label: String,
-}
-
-enum Ended {
-    Exited(std::io::Result<std::process::ExitStatus>),
-    TimedOut,
-    Dropped,
-    Closed,
-}
-
-/// Spawns the prepared bwrap and returns its event stream; a driver task pumps output,
-/// enforces the timeout (SIGKILL of the whole process group; bwrap's `--die-with-parent`
-/// and PID namespace take every descendant with it), reaps, and sends the terminal item.
-pub(crate) fn spawn(prepared: Prepared, params: RunParams) -> Result<EventStream, Error> {
-    let mut child = spawn_vfork(&prepared)
-        .map_err(|e| Error::backend(format!("spawn bwrap for {}", params.label), e))?;
-    // The child has its copies of the env memfd and status pipe; drop ours now so the
-    // status pipe reaches EOF when bwrap exits.
-    let status = {
-        let Prepared { status, .. } = prepared;
-        status
-    };
-    let pid = child.pid;
-    let guard = KillGuard {
-        pgid: pid,
-        armed: true,
-    };
-    let id = params.registry.add(pid);
-    let (tx, rx) = mpsc::channel(16);
-    let pipe_err = |e| Error::backend(format!("set up the pipes of {}", params.label), e);
-    let stdin = child
-        .stdin
-        .take()
-        .map(tokio::net::unix::pipe::Sender::from_owned_fd)
-        .transpose()
-        .map_err(pipe_err)?;
-    let receiver = |fd: Option<OwnedFd>| {
-        fd.map(tokio::net::unix::pipe::Receiver::from_owned_fd)
-            .transpose()
-            .map_err(pipe_err)
-    };
-    let stdout = receiver(child.stdout.take())?;
-    let stderr = receiver(child.stderr.take())?;
-    tokio::spawn(async move {
-        let mut guard = guard;
-        let RunParams {
-            stdin: input,
-            limit_bytes,
-            timeout,
-            mut shutdown,
-            registry,
-            label,
-        } = params;
-        if let Some(mut pipe) = stdin {
-            tokio::spawn(async move {
-                // A command that exits without reading its stdin is not an error.
-                let _ = pipe.write_all(&input).await;
-                let _ = pipe.shutdown().await;
-            });
-        }
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let out_task = stdout
-            .map(|r| tokio::spawn(pump_reader(r, OutputKind::Stdout, limit_bytes, tx.clone())));
-        let err_task = stderr.map(|r| {
-            let tap = Tap {
-                inner: r,
-                seen: seen.clone(),
-            };
-            tokio::spawn(pump_reader(
-                tap,
-                OutputKind::Stderr,
-                limit_bytes,
-                tx.clone(),
-            ))
-        });
-        let deadline = async {
-            match timeout {
-                Some(t) => tokio::time::sleep(t).await,
-                None => std::future::pending().await,
-            }
-        };
-        // Biased: close marks the machine closed before it kills, so a command killed by
-        // close always ends with Closed, never with the kill's 137.
-        let ended = tokio::select! {
-            biased;
-            _ = shutdown.wait_for(|closed| *closed) => Ended::Closed,
-            st = child.wait() => Ended::Exited(st),
-            () = deadline => Ended::TimedOut,
-            () = tx.closed() => Ended::Dropped,
-        };
-        let wait_status = match &ended {
-            Ended::Exited(st) => st.as_ref().ok().copied(),
-            _ => {
-                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-                child.wait().await.ok()
-            }
-        };
-        guard.armed = false;
-        registry.reaped(id);
-        let mut truncated = [false, false];
-        for (i, task) in [out_task, err_task].into_iter().enumerate() {
-            if let Some(mut task) = task {
-                match tokio::time::timeout(DRAIN_GRACE, &mut task).await {
-                    Ok(Ok(Ok(t))) => truncated[i] = t,
-                    Ok(_) => {}
-                    Err(_) => {
-                        tracing::warn!("{label}: output pipe still open {DRAIN_GRACE:?} after bwrap ended; stopped reading");
-                        task.abort();
-                    }
-                }
-            }
-        }
-        // bwrap is gone, so its status pipe holds everything it wrote (a few short lines,
-        // well within the pipe buffer) and reaches EOF at once.
-        let status_json = match status {
-            Some(fd) => {
-                let read = tokio::task::spawn_blocking(move || {
-                    let mut text = String::new();
-                    let _ = std::fs::File::from(fd).read_to_string(&mut text);
-                    text
-                });
-                match tokio::time::timeout(DRAIN_GRACE, read).await {
-                    Ok(Ok(text)) => text,
-                    _ => String::new(),
-                }
-            }
-            None => String::new(),
-        };
-        registry.remove(id);
-        let item = match ended {
-            Ended::Dropped => return,
-            Ended::Closed => Err(Error::Closed),
-            Ended::TimedOut => Ok(Event::Exit(timed_out_status(truncated[0], truncated[1]))),
-            Ended::Exited(_) => {
-                let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                outcome(&label, &status_json, wait_status, &seen, truncated)
-            }
-        };
-        let _ = tx.send(item).await;
-    });
-    Ok(Box::pin(CommandStream { rx }))
-}
-
 /// The `"exit-code"` bwrap's `--json-status-fd` reports once the sandboxed command ended;
 /// absent when the sandbox failed to set up.
 pub fn parse_exit_code(status_json: &str) -> Option<i32> {
@@ -776,45 +509,6 @@ pub fn parse_exit_code(status_json: &str) -> Option<i32> {
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line.trim()).ok())
         .find_map(|v| v.get("exit-code")?.as_i64())
         .and_then(|c| i32::try_from(c).ok())
-}
-
-/// How a command ended, from bwrap's JSON status, its wait status and stderr: an exit code
-/// bwrap reported is the command's (bwrap maps a signal N to 128+N); a bwrap killed by a
-/// signal reports 128+N; anything else is bwrap's own failure to set up the sandbox.
-fn outcome(
-    label: &str,
-    status_json: &str,
-    wait: Option<std::process::ExitStatus>,
-    stderr: &[u8],
-    truncated: [bool; 2],
-) -> Result<Event, Error> {
-    use std::os::unix::process::ExitStatusExt;
-    let exited = |code| {
-        Ok(Event::Exit(ExitStatus {
-            exit_code: Some(code),
-            reason: ExitReason::Exited,
-            stdout_truncated: truncated[0],
-            stderr_truncated: truncated[1],
-        }))
-    };
-    if let Some(code) = parse_exit_code(status_json) {
-        return exited(code);
-    }
-    match wait {
-        Some(st) if st.signal().is_some() => exited(shellbox_core::status::exit_code_of(st)),
-        other => {
-            let text = String::from_utf8_lossy(stderr).trim().to_string();
-            let why = match (text.is_empty(), other) {
-                (false, _) => text,
-                (true, Some(st)) => format!("bwrap exited with {st} before starting the command"),
-                (true, None) => "bwrap could not be waited for".to_string(),
-            };
-            Err(Error::backend(
-                format!("set up the bwrap sandbox for {label}"),
-                std::io::Error::other(why),
-            ))
-        }
-    }
 }
 
 #[cfg(test)]
@@ -827,41 +521,197 @@ mod tests {
         assert_eq!(parse_exit_code(json), Some(2));
         assert_eq!(parse_exit_code("{ \"child-pid\": 1 }\n"), None);
         assert_eq!(parse_exit_code(""), None);
-        let e = outcome(
-            "sh",
-            "",
-            None,
-            b"bwrap: Can't find source path /x\n",
-            [false, false],
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("Can't find source path"), "{e}");
-        assert!(e.to_string().contains("for sh"), "{e}");
-        // A bwrap killed by a signal (not by us) reports 128+N like a shell.
-        use std::os::unix::process::ExitStatusExt;
-        let killed = outcome(
-            "sh",
-            "",
-            Some(std::process::ExitStatus::from_raw(9)),
-            b"",
-            [false, false],
-        );
-        assert!(matches!(
-            killed,
-            Ok(Event::Exit(ExitStatus {
-                exit_code: Some(137),
-                ..
-            }))
-        ));
-        let ok = outcome("sh", json, None, b"", [true, false]).unwrap();
-        assert_eq!(
-            ok,
-            Event::Exit(ExitStatus {
-                exit_code: Some(2),
-                reason: ExitReason::Exited,
-                stdout_truncated: true,
-                stderr_truncated: false
-            })
-        );
     }
+}
+
+/// A machine's running sandbox: bwrap with the supervisor as its PID 1.
+pub(crate) struct MachineProcess {
+    /// bwrap's pid (also its process group: the launcher made a new session).
+    pub pid: i32,
+    /// Our ends of bwrap's stdin (the supervisor's control input), stdout (its output) and
+    /// stderr (bwrap's set-up errors).
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    /// Becomes true once bwrap was reaped (its pid may then be reused).
+    pub exited: watch::Receiver<bool>,
+}
+
+/// Starts the prepared bwrap from a thread of its own that lives exactly as long as bwrap
+/// (bwrap's `--die-with-parent` is a parent-*thread* death signal: a pool thread that
+/// exits would take the machine with it), reaps it and then flags `exited`.
+///
+/// # Errors
+/// [`Error::Backend`] when the thread or the launcher cannot start (the launcher's errno,
+/// e.g. "No such file or directory" for a removed bwrap), with nothing left behind.
+pub(crate) fn start_machine(prepared: Prepared, label: &str) -> Result<MachineProcess, Error> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (exited_tx, exited) = watch::channel(false);
+    std::thread::Builder::new()
+        .name("shellbox-machine".into())
+        .spawn(move || {
+            let child = spawn_vfork(&prepared);
+            drop(prepared);
+            let mut child = match child {
+                Ok(child) => child,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            let pid = child.pid;
+            let fds = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+            let _ = tx.send(Ok((pid, fds)));
+            let mut status = 0;
+            // SAFETY: blocking waitpid on our own child.
+            while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+            {}
+            child.reaped = true;
+            exited_tx.send_replace(true);
+        })
+        .map_err(|e| Error::backend(format!("start the sandbox thread of {label}"), e))?;
+    let spawn_err = |e| Error::backend(format!("spawn bwrap for {label}"), e);
+    match rx.recv() {
+        Ok(Ok((pid, (Some(stdin), Some(stdout), Some(stderr))))) => Ok(MachineProcess {
+            pid,
+            stdin,
+            stdout,
+            stderr,
+            exited,
+        }),
+        Ok(Ok(_)) => Err(spawn_err(std::io::Error::other(
+            "bwrap's pipes are missing",
+        ))),
+        Ok(Err(e)) => Err(spawn_err(e)),
+        Err(_) => Err(spawn_err(std::io::Error::other("the sandbox thread ended"))),
+    }
+}
+
+/// Counts a machine's command drivers, so `close` can wait until they are done.
+#[derive(Default)]
+pub(crate) struct Drivers {
+    running: std::sync::atomic::AtomicUsize,
+}
+
+impl Drivers {
+    /// Number of command drivers not yet finished.
+    pub fn len(&self) -> usize {
+        self.running.load(Ordering::SeqCst)
+    }
+}
+
+/// Decrements the driver count when its driver ends, however it ends.
+struct DriverGuard(Arc<Drivers>);
+
+impl Drop for DriverGuard {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What a command's driver needs besides its started command.
+pub(crate) struct DriveParams {
+    pub timeout: Option<Duration>,
+    pub shutdown: watch::Receiver<bool>,
+    pub drivers: Arc<Drivers>,
+    pub label: String,
+}
+
+/// The event stream of a command started on the machine's supervisor: a driver task
+/// forwards its output, enforces the timeout (a KILL of the command's whole subtree, then
+/// the output written before it and a timed-out status), and ends with the exit status,
+/// `Error::Closed` when the machine closes, or an error when the supervisor fails. Dropping
+/// the stream drops the driver's [`Running`](shellbox_supervisor::Running), which kills
+/// the command's subtree.
+pub(crate) fn drive(mut running: shellbox_supervisor::Running, params: DriveParams) -> EventStream {
+    use shellbox_supervisor::{proto, OutputStream, Reply};
+    let (tx, rx) = mpsc::channel(16);
+    params.drivers.running.fetch_add(1, Ordering::SeqCst);
+    let guard = DriverGuard(params.drivers.clone());
+    tokio::spawn(async move {
+        let _guard = guard;
+        let DriveParams {
+            timeout,
+            mut shutdown,
+            label,
+            ..
+        } = params;
+        let deadline = async {
+            match timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(deadline);
+        let mut timed_out = false;
+        enum Step {
+            Closed,
+            Reply(Option<Reply>),
+            Deadline,
+            Dropped,
+        }
+        let item = loop {
+            // Biased: close marks the machine closed before it kills, so a command killed
+            // by close always ends with Closed, never with the kill's 137.
+            let step = tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|closed| *closed) => Step::Closed,
+                reply = running.next() => Step::Reply(reply),
+                () = &mut deadline, if !timed_out => Step::Deadline,
+                () = tx.closed() => Step::Dropped,
+            };
+            match step {
+                Step::Closed => break Err(Error::Closed),
+                Step::Dropped => return,
+                Step::Deadline => {
+                    timed_out = true;
+                    running.kill();
+                }
+                Step::Reply(Some(Reply::Output(stream, bytes))) => {
+                    let event = match stream {
+                        OutputStream::Stdout => Event::Stdout(bytes),
+                        OutputStream::Stderr => Event::Stderr(bytes),
+                    };
+                    if tx.send(Ok(event)).await.is_err() {
+                        return;
+                    }
+                }
+                Step::Reply(Some(Reply::Exit(exit))) if timed_out => {
+                    break Ok(Event::Exit(timed_out_status(
+                        exit.stdout_truncated,
+                        exit.stderr_truncated,
+                    )))
+                }
+                Step::Reply(Some(Reply::Exit(exit))) => {
+                    break Ok(Event::Exit(ExitStatus {
+                        exit_code: Some(exit.shell_code()),
+                        reason: ExitReason::Exited,
+                        stdout_truncated: exit.stdout_truncated,
+                        stderr_truncated: exit.stderr_truncated,
+                    }))
+                }
+                Step::Reply(Some(Reply::Fail(fail))) if fail.kind == proto::FAIL_INVALID_INPUT => {
+                    break Err(Error::invalid(format!("{label}: {}", fail.message)))
+                }
+                Step::Reply(Some(Reply::Fail(fail))) => {
+                    break Err(Error::backend(
+                        format!("run {label} on the machine's supervisor"),
+                        std::io::Error::other(fail.message),
+                    ))
+                }
+                Step::Reply(None) if *shutdown.borrow() => break Err(Error::Closed),
+                Step::Reply(None) => {
+                    break Err(Error::backend(
+                        format!("run {label}"),
+                        std::io::Error::other(
+                            "the machine's supervisor is gone (its sandbox ended)",
+                        ),
+                    ))
+                }
+            }
+        };
+        let _ = tx.send(item).await;
+    });
+    Box::pin(CommandStream { rx })
 }

@@ -4,8 +4,11 @@
 //! is a private root directory in the host temp dir (its own `/etc` copy with only
 //! `passwd`, `group`, `hosts`, resolver and certificate files; `/tmp`, `/home/shellbox`,
 //! the workdir), into which the host's system directories (`/usr`, `/lib64`, ... and the
-//! merged-`/usr` symlinks) and the spec's read-only host paths are mounted read-only. Every
-//! command runs in a fresh sandbox on that root:
+//! merged-`/usr` symlinks) and the spec's read-only host paths are mounted read-only. The
+//! machine's sandbox is built once, when it is created: bwrap starts the
+//! [`shellbox_supervisor`] program as the sandbox's PID 1, and every command is a fork and
+//! an exec of that supervisor (under a per-command keeper that is its kill scope; see
+//! DESIGN.md "The supervisor"). The sandbox:
 //!
 //! - new PID, IPC, UTS (and cgroup, where possible) and mount namespaces; under
 //!   [`NetworkPolicy::Deny`](shellbox_core::NetworkPolicy) the machine's own network
@@ -29,14 +32,17 @@
 //! - with `storage_mb` (a root host process only), a machine root that is a `tmpfs` of that
 //!   size mounted on the root directory at create and detached at close: a write past it
 //!   fails with `ENOSPC` and never reaches the host disk;
-//! - no capabilities, `no_new_privs`, niceness +10, `RLIMIT_CORE` 0, `RLIMIT_FSIZE` 1 GiB,
-//!   `RLIMIT_NPROC` host tasks + 256, `RLIMIT_CPU` from the timeout, default SIGPIPE and
-//!   SIGXFSZ — set in the launcher (a `clone(CLONE_VM | CLONE_VFORK)` child, as
-//!   `posix_spawn` makes) before it execs bwrap;
-//! - `/bin/sh` changes to the working directory and execs argv (127 for a missing
-//!   program, 126 for a non-executable one);
-//! - a timeout SIGKILLs bwrap's process group; bwrap's `--die-with-parent` and the PID
-//!   namespace take every descendant with it; output written before the kill is kept.
+//! - `no_new_privs`, niceness +10, `RLIMIT_CORE` 0 and `RLIMIT_FSIZE` 1 GiB set in the
+//!   launcher (a `clone(CLONE_VM | CLONE_VFORK)` child, as `posix_spawn` makes) before it
+//!   execs bwrap; per command, set by the supervisor: no capabilities in any set,
+//!   `RLIMIT_CORE` 0, `RLIMIT_FSIZE` 1 GiB, `RLIMIT_NPROC` host tasks + 256, `RLIMIT_CPU`
+//!   from the timeout, default signal dispositions, the command's account, its working
+//!   directory and an `execvp`-like `PATH` search (127 for a missing program, 126 for a
+//!   non-executable one);
+//! - processes a command leaves in the background keep running until the machine closes;
+//!   a timeout or a dropped stream SIGKILLs everything the command started (`setsid` and
+//!   double-fork escapees included) and nothing else; output written before the kill is
+//!   kept; close kills every process of the machine.
 //!
 //! Each machine's private directory holds an owner marker ([`OWNER_FILE`]: the owner's
 //! pid, its start time from `/proc/PID/stat` and the host name, like the Docker backend's
@@ -49,12 +55,14 @@
 //!
 //! Where this backend differs from the reference:
 //!
-//! - work bwrap would repeat for every command is done once per machine (as root): the
-//!   loopback-only network namespace above, and a mount namespace of the machine's own in
-//!   which the system directories and the private `/etc` and `/sys` are already bound
-//!   read-only in the root (bwrap binds the root with them in one step); the spec's
-//!   read-only mounts are still bound per command, so a replaced host directory is seen
-//!   as it is now;
+//! - the sandbox is built once per machine, not per command (the supervisor above), with
+//!   the loopback-only network namespace and (as root) a mount namespace of the machine's
+//!   own in which the system directories and the private `/etc` and `/sys` are already
+//!   bound read-only in the root (bwrap binds the root with them in one step); the spec's
+//!   read-only mounts are bound when the machine starts, so a host directory replaced
+//!   later is seen as it was then;
+//! - processes a command leaves in the background keep running after it (the reference
+//!   kills them when the command ends; DESIGN.md "The process model");
 //! - a command that timed out keeps the output it wrote before the kill (DESIGN.md);
 //! - `/etc/alternatives` and `/etc/ssl/certs` (hundreds of symlinks each) are bound
 //!   read-only over the private `/etc` instead of copied into it: same content, and
@@ -102,7 +110,9 @@ pub mod seccomp;
 /// limit. A factory in a root host process also enforces `storage_mb`
 /// ([`LOCAL_ROOT_CAPABILITIES`]).
 pub const LOCAL_CAPABILITIES: shellbox_core::Capabilities =
-    shellbox_core::Capabilities::linux_process().with_sources(&["host"]);
+    shellbox_core::Capabilities::linux_process()
+        .with_sources(&["host"])
+        .with_process_model();
 
 /// [`LOCAL_CAPABILITIES`] of a factory in a root host process: `storage_mb` is enforced
 /// with a size-limited `tmpfs` root.

@@ -14,7 +14,7 @@ use shellbox_core::{
 };
 use tokio::sync::{watch, RwLock};
 
-use crate::launch::{self, Registry, RunParams};
+use crate::launch::{self, DriveParams, Drivers};
 use crate::plan::{self, HostFacts, Launch, Layout, ReadOnlyMount};
 use crate::root;
 use crate::seccomp::SeccompSetup;
@@ -53,6 +53,9 @@ struct FactoryInner {
     seccomp: Arc<SeccompSetup>,
     /// Where machines' pids cgroups are made; `None` where none can be (see `cgroup`).
     cgroups: Option<crate::cgroup::CgroupBase>,
+    /// The supervisor program ([`shellbox_supervisor::SUPERVISOR_PROGRAM`]) in a sealed
+    /// memfd, which each machine's launcher re-opens for bwrap's `--ro-bind-data`.
+    program: Arc<std::os::fd::OwnedFd>,
 }
 
 /// Creates [`LocalMachine`]s: commands on this host in bubblewrap sandboxes, each machine
@@ -155,6 +158,9 @@ impl LocalMachineFactory {
             }
         })?;
         let seccomp = Arc::new(seccomp);
+        let program = Arc::new(program_memfd().map_err(|e| Error::SandboxUnavailable {
+            reasons: vec![format!("supervisor program memfd: {e}")],
+        })?);
         let cgroups = if nix::unistd::geteuid().is_root() {
             match crate::cgroup::CgroupBase::setup() {
                 Ok(base) => Some(base),
@@ -185,6 +191,7 @@ impl LocalMachineFactory {
                 share_ns,
                 seccomp: seccomp.clone(),
                 cgroups: cgroups.clone(),
+                program: program.clone(),
             };
             match probe(&inner) {
                 Ok(()) => {
@@ -308,7 +315,7 @@ impl LocalMachineFactory {
         .await
         .map_err(|e| Error::backend("create machine root", e))??;
         let (shutdown, _) = watch::channel(false);
-        Ok(LocalMachine {
+        let machine = LocalMachine {
             factory: self.inner.clone(),
             layout,
             namespaces: std::sync::Mutex::new(Some(Arc::new(namespaces))),
@@ -317,10 +324,15 @@ impl LocalMachineFactory {
             bin_dirs,
             gate: RwLock::new(()),
             closed: AtomicBool::new(false),
-            registry: Arc::new(Registry::default()),
+            drivers: Arc::new(Drivers::default()),
             shutdown,
             cgroup: cgroup.map(Arc::new),
-        })
+            sandbox: std::sync::OnceLock::new(),
+        };
+        // On error, dropping the machine kills what started and removes its root.
+        let sandbox = machine.start_sandbox().await?;
+        let _ = machine.sandbox.set(sandbox);
+        Ok(machine)
     }
 }
 
@@ -433,6 +445,7 @@ fn probe_in(
             namespaces: Some(namespaces),
             seccomp: Some(inner.seccomp.clone()),
             cgroup: None,
+            program: None,
         },
         |env_fd, _, seccomp_fd| {
             plan::bwrap_args(
@@ -519,16 +532,18 @@ impl MachineFactory for LocalMachineFactory {
     }
 }
 
-/// One local machine: a private root directory on the host in which every command runs
-/// in a fresh bubblewrap sandbox (REFERENCE 4.2-4.7).
+/// One local machine: a private root directory on the host and one bubblewrap sandbox on
+/// it, started at create with the supervisor as its PID 1, which runs every command
+/// (REFERENCE 4.2-4.7).
 ///
-/// Each command gets new PID, IPC, UTS, mount (and, where possible, cgroup) namespaces, the
+/// The sandbox has new PID, IPC, UTS, mount (and, where possible, cgroup) namespaces, the
 /// machine's network namespace with only loopback under
 /// [`NetworkPolicy::Deny`](shellbox_core::NetworkPolicy) (made once per machine when this
-/// process is root, otherwise one per command),
-/// no capabilities, `no_new_privs`, the host's system directories and the machine's read-only
-/// mounts read-only, and its own `/dev`, `/dev/shm` and `/proc`. Files written anywhere else
-/// persist in the root until [`Machine::close`] (or drop) removes it.
+/// process is root, otherwise by bwrap), `no_new_privs`, the host's system directories
+/// and the machine's read-only mounts read-only, and its own `/dev`, `/dev/shm` and
+/// `/proc`; commands run without capabilities. Files written anywhere else persist in the
+/// root until [`Machine::close`] (or drop) removes it; processes left in the background
+/// run until then too.
 pub struct LocalMachine {
     factory: Arc<FactoryInner>,
     layout: Layout,
@@ -540,11 +555,42 @@ pub struct LocalMachine {
     /// Transfers hold it shared; `close` takes it exclusively.
     gate: RwLock<()>,
     closed: AtomicBool,
-    registry: Arc<Registry>,
+    drivers: Arc<Drivers>,
     shutdown: watch::Sender<bool>,
     /// The machine's pids cgroup (see the `cgroup` module); `None` where none can be made.
     cgroup: Option<Arc<crate::cgroup::MachineCgroup>>,
+    /// The machine's sandbox and its supervisor's channel, set once it started.
+    sandbox: std::sync::OnceLock<Sandbox>,
 }
+
+/// A machine's running sandbox: bwrap (pid and process group), the supervisor client.
+struct Sandbox {
+    pid: i32,
+    exited: watch::Receiver<bool>,
+    client: shellbox_supervisor::Client,
+}
+
+/// The supervisor program in a sealed memfd (close-on-exec in this process).
+fn program_memfd() -> std::io::Result<std::os::fd::OwnedFd> {
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let fd = memfd_create(
+        "shellbox-supervisor",
+        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+    )?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(shellbox_supervisor::SUPERVISOR_PROGRAM)?;
+    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+    // SAFETY: fcntl on an fd we own.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file.into())
+}
+
+/// How long a machine's supervisor may take to report that it runs.
+const SANDBOX_START_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl std::fmt::Debug for LocalMachine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -650,6 +696,7 @@ impl LocalMachine {
             namespaces: Some(self.namespaces()?),
             seccomp: Some(self.factory.seccomp.clone()),
             cgroup: self.cgroup.clone(),
+            program: None,
         })
     }
 
@@ -750,9 +797,130 @@ impl LocalMachine {
         Ok(prepared.into_command().0)
     }
 
-    fn shutdown_now(&self) {
-        self.shutdown.send_replace(true);
-        self.registry.kill_all();
+    /// Starts the machine's sandbox once: bwrap with the supervisor as its PID 1, in the
+    /// machine's namespaces and cgroup, and waits for the supervisor's READY.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] with bwrap's stderr when the sandbox cannot be set up (or the
+    /// launcher's errno when bwrap cannot be run); nothing started is left running.
+    async fn start_sandbox(&self) -> Result<Sandbox, Error> {
+        use std::os::fd::AsRawFd;
+        let env = plan::command_env(&[], None, &BTreeMap::new(), &BTreeMap::new());
+        let env_options = plan::env_args(&env)?;
+        // Per-command limits (RLIMIT_NPROC from the host's task count then, RLIMIT_CPU
+        // from the timeout) are set by the supervisor for each command.
+        let limits: Vec<plan::Limit> = plan::limits(host_tasks(), None, 1, &current_soft)
+            .into_iter()
+            .filter(|l| l.resource != nix::sys::resource::Resource::RLIMIT_NPROC)
+            .collect();
+        let mut confinement = self.confinement()?;
+        confinement.program = Some(self.factory.program.clone());
+        let program_fd = self.factory.program.as_raw_fd();
+        let prepared = launch::prepare(
+            &self.factory.bwrap,
+            &env_options,
+            limits,
+            false,
+            confinement,
+            |env_fd, _, seccomp_fd| {
+                plan::supervisor_args(
+                    &self.layout,
+                    &self.factory.facts,
+                    env_fd,
+                    seccomp_fd,
+                    program_fd,
+                )
+            },
+        )?;
+        let process = launch::start_machine(prepared, "the machine's sandbox")?;
+        let (pid, mut exited) = (process.pid, process.exited.clone());
+        let kill = |exited: &watch::Receiver<bool>| {
+            if !*exited.borrow() {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        };
+        let pipe_err = |e| Error::backend("set up the pipes of the machine's sandbox", e);
+        let made = (|| {
+            Ok::<_, Error>((
+                tokio::net::unix::pipe::Sender::from_owned_fd(process.stdin).map_err(pipe_err)?,
+                tokio::net::unix::pipe::Receiver::from_owned_fd(process.stdout)
+                    .map_err(pipe_err)?,
+                tokio::net::unix::pipe::Receiver::from_owned_fd(process.stderr)
+                    .map_err(pipe_err)?,
+            ))
+        })();
+        let (stdin, stdout, mut stderr) = match made {
+            Ok(pipes) => pipes,
+            Err(e) => {
+                kill(&exited);
+                return Err(e);
+            }
+        };
+        // bwrap's stderr: the first bytes explain a failed set-up; the rest is drained.
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut buf = vec![0u8; 4096];
+                while let Ok(n) = stderr.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                    let room = 4096usize.saturating_sub(seen.len());
+                    seen.extend_from_slice(&buf[..n.min(room)]);
+                }
+            });
+        }
+        let connected = tokio::time::timeout(
+            SANDBOX_START_TIMEOUT,
+            shellbox_supervisor::Client::connect(stdout, stdin),
+        )
+        .await;
+        let why = match connected {
+            Ok(Ok(client)) => {
+                return Ok(Sandbox {
+                    pid,
+                    exited,
+                    client,
+                })
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("the supervisor did not start within {SANDBOX_START_TIMEOUT:?}"),
+        };
+        kill(&exited);
+        let _ = tokio::time::timeout(Duration::from_secs(10), exited.wait_for(|e| *e)).await;
+        // The stderr task reads to EOF once bwrap is gone.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let text = String::from_utf8_lossy(&seen.lock().unwrap_or_else(|e| e.into_inner()))
+            .trim()
+            .to_string();
+        let why = if text.is_empty() { why } else { text };
+        Err(Error::backend(
+            "set up the machine's bwrap sandbox",
+            std::io::Error::other(why),
+        ))
+    }
+
+    /// SIGKILLs bwrap's process group unless bwrap was already reaped; its
+    /// `--die-with-parent` and the PID namespace take every process of the sandbox along.
+    fn kill_sandbox(&self) {
+        if let Some(sandbox) = self.sandbox.get() {
+            if !*sandbox.exited.borrow() {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(sandbox.pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+
+    fn sandbox(&self) -> Result<&Sandbox, Error> {
+        self.sandbox.get().ok_or(Error::Closed)
     }
 }
 
@@ -761,49 +929,70 @@ impl Machine for LocalMachine {
     async fn run_stream(&self, command: Command) -> Result<EventStream, Error> {
         command.validate()?;
         self.check_open()?;
-        let (env_options, user) = self.plan_launch(&command)?;
-        let cwd = command.cwd.clone().unwrap_or_else(|| self.workdir.clone());
+        let label = command.argv.first().cloned().unwrap_or_default();
+        let user = plan::plan_user(
+            command.user.as_deref(),
+            nix::unistd::geteuid().as_raw(),
+            &lookup_user,
+        )?;
+        let env = plan::command_env(
+            &self.bin_dirs,
+            self.factory.hash_seed.as_deref(),
+            &self.spec_env,
+            &command.env,
+        );
+        if let Some((key, _)) = env
+            .iter()
+            .find(|(k, v)| k.contains('\0') || v.contains('\0'))
+        {
+            return Err(Error::invalid(format!(
+                "environment variable {key:?} contains a NUL byte"
+            )));
+        }
         let limits = plan::limits(
             host_tasks(),
             command.timeout,
             affinity_cpus(),
             &current_soft,
         );
-        let prepared = launch::prepare(
-            &self.factory.bwrap,
-            &env_options,
-            limits,
-            true,
-            self.confinement()?,
-            |env_fd, status_fd, seccomp_fd| {
-                plan::bwrap_args(
-                    &self.layout,
-                    &self.factory.facts,
-                    &Launch {
-                        argv: command.argv.clone(),
-                        cwd,
-                        user,
-                        env_fd,
-                        status_fd,
-                        seccomp_fd,
-                    },
-                )
-            },
-        )?;
+        let start = shellbox_supervisor::proto::Start {
+            argv: command.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| format!("{k}={v}").into_bytes())
+                .collect(),
+            cwd: command
+                .cwd
+                .clone()
+                .unwrap_or_else(|| self.workdir.clone())
+                .into_bytes(),
+            user: user.map(|u| (u.uid, u.gid)),
+            rlimits: limits
+                .iter()
+                .map(|l| (l.resource as u32, l.value))
+                .collect(),
+            output_limit_bytes: command.output_limit_bytes,
+        };
         let _gate = self.gate.read().await;
         self.check_open()?;
-        let label = command.argv.first().cloned().unwrap_or_default();
-        launch::spawn(
-            prepared,
-            RunParams {
-                stdin: command.stdin.clone(),
-                limit_bytes: command.output_limit_bytes,
+        let sandbox = self.sandbox()?;
+        let running = sandbox
+            .client
+            .start(&start, &command.stdin)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::InvalidInput => Error::invalid(format!("{label}: {e}")),
+                _ if self.closed.load(Ordering::SeqCst) => Error::Closed,
+                _ => Error::backend(format!("start {label} on the machine's supervisor"), e),
+            })?;
+        Ok(launch::drive(
+            running,
+            DriveParams {
                 timeout: command.timeout,
                 shutdown: self.shutdown.subscribe(),
-                registry: self.registry.clone(),
+                drivers: self.drivers.clone(),
                 label,
             },
-        )
+        ))
     }
 
     async fn upload(&self, source: &Path, target: &str) -> Result<(), Error> {
@@ -835,7 +1024,7 @@ impl Machine for LocalMachine {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        self.shutdown_now();
+        self.shutdown.send_replace(true);
         // Every process of the machine dies, background ones and escapees included.
         let cgroup = self.cgroup.clone();
         tokio::task::spawn_blocking(move || {
@@ -843,9 +1032,14 @@ impl Machine for LocalMachine {
         })
         .await
         .map_err(|e| Error::backend("remove machine cgroup", e))?;
+        self.kill_sandbox();
+        if let Some(sandbox) = self.sandbox.get() {
+            let mut exited = sandbox.exited.clone();
+            let _ = tokio::time::timeout(Duration::from_secs(10), exited.wait_for(|e| *e)).await;
+        }
         let started = Instant::now();
-        while self.registry.len() > 0 && started.elapsed() < Duration::from_secs(10) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        while self.drivers.len() > 0 && started.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
         self.release_namespaces();
         let root = self.layout.root.clone();
@@ -860,8 +1054,9 @@ impl Drop for LocalMachine {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
-        self.shutdown_now();
+        self.shutdown.send_replace(true);
         Self::remove_cgroup(self.cgroup.as_deref(), Duration::from_secs(1));
+        self.kill_sandbox();
         self.release_namespaces();
         if let Err(e) = root::remove_root(&self.layout.root) {
             tracing::warn!("dropping an unclosed local machine: {e}");

@@ -482,26 +482,109 @@ pub fn mounts_to_detach(mount_points: &[PathBuf], keep: &[PathBuf], root: &Path)
 /// the machine was, because Debian's bwrap 0.8 refuses to create a symlink that exists, so
 /// the second command on a machine would fail.
 pub fn bwrap_args(layout: &Layout, facts: &HostFacts, launch: &Launch) -> Vec<OsString> {
+    let user_caps: &[&str] = if launch.user.is_some() {
+        &["CAP_SETUID", "CAP_SETGID"]
+    } else {
+        &[]
+    };
+    let mut a = sandbox_options(
+        layout,
+        facts,
+        launch.env_fd,
+        launch.status_fd,
+        launch.seccomp_fd,
+        user_caps,
+        None,
+    );
+    a.push("--".into());
+    if let Some((user, setpriv)) = &launch.user {
+        a.push(setpriv.clone().into());
+        a.push(format!("--reuid={}", user.uid).into());
+        a.push(format!("--regid={}", user.gid).into());
+        a.push("--clear-groups".into());
+        a.push("--".into());
+    }
+    a.extend(
+        ["/bin/sh", "-c", LAUNCH_SCRIPT, "sh", &launch.cwd]
+            .iter()
+            .map(OsString::from),
+    );
+    a.extend(launch.argv.iter().map(OsString::from));
+    a
+}
+
+/// Where the supervisor program is inside a machine's sandbox: in the empty read-only
+/// `tmpfs` over [`PID_1_PROC_DIR`] (the supervisor is the sandbox's PID 1), bound read-only
+/// from the bytes bwrap copies out of an inherited fd (`--ro-bind-data`).
+pub const SUPERVISOR_PATH: &str = "/proc/1/shellbox-supervisor";
+
+/// The capabilities the supervisor keeps (bwrap's `--cap-add`): `CAP_SETUID` and
+/// `CAP_SETGID` to run a command (and its keeper) as another account, `CAP_KILL` to kill a
+/// command's processes whatever their account, `CAP_SETPCAP` to empty each command's
+/// bounding set. Every command drops all of them before it execs (and `no_new_privs` keeps
+/// exec from granting any back).
+pub const SUPERVISOR_CAPS: [&str; 4] = ["CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"];
+
+/// The bwrap argument vector (without the program name) that starts a machine's sandbox
+/// once, with the supervisor as its PID 1 (`--as-pid-1`): the same namespaces, mounts,
+/// masks, seccomp program (`seccomp_fd`) and environment options (`env_fd`) as
+/// [`bwrap_args`] gives one command, the supervisor program copied from `program_fd` to
+/// [`SUPERVISOR_PATH`], and the [`SUPERVISOR_CAPS`]. The supervisor's control channel is
+/// its stdin and stdout.
+pub fn supervisor_args(
+    layout: &Layout,
+    facts: &HostFacts,
+    env_fd: i32,
+    seccomp_fd: Option<i32>,
+    program_fd: i32,
+) -> Vec<OsString> {
+    let mut a = sandbox_options(
+        layout,
+        facts,
+        env_fd,
+        None,
+        seccomp_fd,
+        &SUPERVISOR_CAPS,
+        Some(program_fd),
+    );
+    a.extend(["--".into(), SUPERVISOR_PATH.into()]);
+    a
+}
+
+/// Everything of a sandbox line before `--`; with `program_fd`, the supervisor's start
+/// (`--as-pid-1` and its program bound at [`SUPERVISOR_PATH`]).
+fn sandbox_options(
+    layout: &Layout,
+    facts: &HostFacts,
+    env_fd: i32,
+    status_fd: Option<i32>,
+    seccomp_fd: Option<i32>,
+    caps: &[&str],
+    program_fd: Option<i32>,
+) -> Vec<OsString> {
     let mut a: Vec<OsString> = Vec::new();
     let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
-    push(&["--args", &launch.env_fd.to_string()]);
+    push(&["--args", &env_fd.to_string()]);
     push(&[
         "--unshare-ipc",
         "--unshare-pid",
         "--unshare-uts",
         "--unshare-cgroup-try",
     ]);
+    if program_fd.is_some() {
+        push(&["--as-pid-1"]);
+    }
     if layout.network == NetworkPolicy::Deny && !layout.shared.net {
         push(&["--unshare-net"]);
     }
     push(&["--new-session", "--die-with-parent", "--cap-drop", "ALL"]);
-    if launch.user.is_some() {
-        push(&["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]);
+    for cap in caps {
+        push(&["--cap-add", cap]);
     }
-    if let Some(fd) = launch.seccomp_fd {
+    if let Some(fd) = seccomp_fd {
         push(&["--seccomp", &fd.to_string()]);
     }
-    if let Some(fd) = launch.status_fd {
+    if let Some(fd) = status_fd {
         push(&["--json-status-fd", &fd.to_string()]);
     }
     a.push("--bind".into());
@@ -551,9 +634,17 @@ pub fn bwrap_args(layout: &Layout, facts: &HostFacts, launch: &Launch) -> Vec<Os
         "/proc/sysrq-trigger",
         "--tmpfs",
         PID_1_PROC_DIR,
-        "--remount-ro",
-        PID_1_PROC_DIR,
     ]));
+    if let Some(fd) = program_fd {
+        a.extend(strs(&[
+            "--perms",
+            "0555",
+            "--ro-bind-data",
+            &fd.to_string(),
+            SUPERVISOR_PATH,
+        ]));
+    }
+    a.extend(strs(&["--remount-ro", PID_1_PROC_DIR]));
     for (path, mask) in &facts.masked_proc {
         a.extend(match mask {
             Mask::File => strs(&["--dev-bind", "/dev/null", path]),
@@ -565,20 +656,6 @@ pub fn bwrap_args(layout: &Layout, facts: &HostFacts, launch: &Launch) -> Vec<Os
         a.push(m.host.clone().into());
         a.push(m.guest.clone().into());
     }
-    a.push("--".into());
-    if let Some((user, setpriv)) = &launch.user {
-        a.push(setpriv.clone().into());
-        a.push(format!("--reuid={}", user.uid).into());
-        a.push(format!("--regid={}", user.gid).into());
-        a.push("--clear-groups".into());
-        a.push("--".into());
-    }
-    a.extend(
-        ["/bin/sh", "-c", LAUNCH_SCRIPT, "sh", &launch.cwd]
-            .iter()
-            .map(OsString::from),
-    );
-    a.extend(launch.argv.iter().map(OsString::from));
     a
 }
 

@@ -487,15 +487,12 @@ async fn launcher_failure_is_an_error_and_leaves_no_process() {
         bwrap: Some(copy.clone()),
         ..LocalOptions::default()
     };
-    let Some(m) = machine_with(test, options, MachineSpec::host()).await else {
-        return;
-    };
-    assert_eq!(out(&sh(&m, "echo ok").await), "ok\n");
+    let factory = common::factory_with(test, options).expect("the copy sandboxes as bwrap does");
     std::fs::remove_file(&copy).unwrap();
-    // The launcher's exec fails: an error naming the command, not an exit status.
-    let err = m.run(Command::new("true")).await.unwrap_err();
+    // The launcher's exec fails when the machine's sandbox starts: an error, no machine.
+    let err = factory.create_local(MachineSpec::host()).await.unwrap_err();
     assert!(matches!(&err, Error::Backend { .. }), "{err:?}");
-    assert!(err.to_string().contains("true"), "{err}");
+    assert!(err.to_string().contains("sandbox"), "{err}");
     assert!(
         err.to_string().contains("No such file or directory"),
         "{err}"
@@ -515,6 +512,9 @@ async fn launcher_failure_is_an_error_and_leaves_no_process() {
         }
     }
     assert!(zombies.is_empty(), "{zombies:?}");
+    // The working factory still makes machines.
+    let m = real.create_local(MachineSpec::host()).await.unwrap();
+    assert_eq!(out(&sh(&m, "echo ok").await), "ok\n");
     m.close().await.unwrap();
 }
 
@@ -798,13 +798,22 @@ async fn shell_start_statuses() {
     assert!(r.stdout.is_empty());
     let r = m.run(Command::new("pwd").cwd("/tmp")).await.unwrap();
     assert_eq!(out(&r), "/tmp\n");
-    // Background processes of a command that exits end with it, promptly.
+    // A command that leaves a process in the background ends when its main process does
+    // (DESIGN.md "The process model"); the background process keeps running until close.
     let start = Instant::now();
     let r = sh(&m, "sleep 3676 & echo started").await;
     assert_eq!((out(&r).as_str(), r.exit_code), ("started\n", Some(0)));
     assert!(start.elapsed() < Duration::from_secs(10));
-    assert_processes_gone("sleep\x003676").await;
+    let seen = Instant::now();
+    while host_processes_with(b"sleep\x003676").is_empty() {
+        assert!(
+            seen.elapsed() < Duration::from_secs(10),
+            "the background sleep is gone"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     m.close().await.unwrap();
+    assert_processes_gone("sleep\x003676").await;
     // An empty workdir means /.
     let Some(m) = machine_with(
         "shell_start_statuses",
@@ -957,29 +966,35 @@ async fn run_stream_chunk_arrives_before_the_command_ends() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_setup_failure_is_an_error_not_an_exit() {
-    let tmp = tempfile::tempdir().unwrap();
-    let ro = tmp.path().join("ro");
-    std::fs::create_dir(&ro).unwrap();
-    let spec = MachineSpec::new(ImageSource::Host(HostImage {
-        read_only: vec![ro.clone()],
-        ..HostImage::default()
-    }));
-    let Some(m) = machine_with(
-        "sandbox_setup_failure_is_an_error_not_an_exit",
-        LocalOptions::default(),
-        spec,
-    )
-    .await
-    else {
+    let test = "sandbox_setup_failure_is_an_error_not_an_exit";
+    let Some(real) = common::factory(test) else {
         return;
     };
-    let r = sh(&m, "exit 1").await;
-    assert_eq!((r.exit_code, r.reason), (Some(1), ExitReason::Exited));
-    std::fs::remove_dir(&ro).unwrap();
-    let err = m.run(Command::shell("exit 1")).await.unwrap_err();
+    // A bwrap that passes the factory's probe (a `sh -c 'exit 0'` sandbox) and then fails
+    // to set up every machine's sandbox the way bwrap reports a failed mount.
+    let tmp = tempfile::tempdir().unwrap();
+    let fake = tmp.path().join("bwrap");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *'exit 0'*) exec {} \"$@\";; esac\n\
+             echo 'bwrap: Can'\\''t find source path /no/such/source: No such file or directory' >&2\nexit 1\n",
+            real.bwrap().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let factory = common::factory_with(
+        test,
+        LocalOptions {
+            bwrap: Some(fake),
+            ..LocalOptions::default()
+        },
+    )
+    .expect("the wrapper passes the probe");
+    let err = factory.create_local(MachineSpec::host()).await.unwrap_err();
     assert!(matches!(&err, Error::Backend { .. }), "{err:?}");
-    assert!(err.to_string().contains(&ro.display().to_string()), "{err}");
-    m.close().await.unwrap();
+    assert!(err.to_string().contains("/no/such/source"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -111,6 +111,7 @@ fn case_names(backend: Backend) -> Vec<(&'static str, bool)> {
         Backend::Local => names.extend([
             ("flood_200mb_1mib", true),
             ("floor_spawn_true", false),
+            ("floor_fork_exec_true", false),
             ("floor_bwrap_true", false),
         ]),
         #[cfg(feature = "docker")]
@@ -382,6 +383,21 @@ async fn run_case(
                     Ok(())
                 } else {
                     Err(Error::backend("floor_spawn_true", "/bin/true failed"))
+                }
+            })
+            .await
+        }
+        // A fork and exec of /bin/true from this process, waited for: what a local command
+        // costs at least now that the sandbox is built once per machine (issue 14's floor).
+        "floor_fork_exec_true" => {
+            time_runs(case, many, || async {
+                let status = std::process::Command::new("/bin/true")
+                    .status()
+                    .map_err(|e| Error::io("fork and exec /bin/true", e))?;
+                if status.success() {
+                    Ok(())
+                } else {
+                    Err(Error::backend("floor_fork_exec_true", "/bin/true failed"))
                 }
             })
             .await

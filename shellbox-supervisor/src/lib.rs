@@ -1,0 +1,300 @@
+//! shellbox's command supervisor: a small static program that runs inside a machine and
+//! starts its commands, and the async client a backend uses to talk to it.
+//!
+//! The program ([`SUPERVISOR_PROGRAM`]) is std-only Rust, compiled by this crate's build
+//! script with `$RUSTC -C target-feature=+crt-static` (so it runs in any Linux root of the
+//! same architecture, with no library of its own) and embedded here with `include_bytes!`:
+//! a library user needs no install step. A backend puts the bytes into the machine (the
+//! local backend: bwrap's `--ro-bind-data`) and runs it with a control channel on its
+//! stdin/stdout; [`Client::connect`] talks to it over any [`AsyncRead`]/[`AsyncWrite`] pair.
+//!
+//! The protocol is framed binary ([`proto`]): lengths, kinds and command ids, so arbitrary
+//! bytes, huge outputs and interleaved concurrent commands never confuse it. Each command
+//! runs under its own *keeper* process (a `PR_SET_CHILD_SUBREAPER`), which is its kill scope:
+//! [`Running::kill`] (and dropping an unfinished [`Running`]) kills the command's whole
+//! subtree — `setsid` and double-fork escapees included — and nothing else. Processes a
+//! command leaves in the background keep running after it exits. Output limits are applied
+//! inside the supervisor: only the first `output_limit_bytes` per stream cross the channel.
+
+#![warn(missing_docs)]
+
+pub mod proto;
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+/// The supervisor program: a statically linked executable for the target this crate was
+/// built for (`x86_64-unknown-linux-gnu` here), std only.
+pub const SUPERVISOR_PROGRAM: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/shellbox-supervisor"));
+
+/// Which output stream a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputStream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// What the supervisor reports about one command, in order: output chunks, then exactly one
+/// [`Reply::Exit`] or [`Reply::Fail`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// Bytes within the command's output limit.
+    Output(OutputStream, Bytes),
+    /// The command's main process ended.
+    Exit(proto::Exit),
+    /// The command could not be started or followed.
+    Fail(proto::Fail),
+}
+
+type Routes = Arc<Mutex<HashMap<u32, mpsc::UnboundedSender<Reply>>>>;
+
+struct Shared {
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    routes: Routes,
+    next: AtomicU32,
+    gone: Arc<AtomicBool>,
+}
+
+/// The host side of one supervisor's control channel. Cheap to clone; the channel closes
+/// (and the supervisor exits, ending every process of its machine) when the last clone and
+/// every [`Running`] are dropped.
+#[derive(Clone)]
+pub struct Client {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("gone", &self.is_gone())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock(routes: &Routes) -> std::sync::MutexGuard<'_, HashMap<u32, mpsc::UnboundedSender<Reply>>> {
+    routes.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Client {
+    /// Waits for the supervisor's [`proto::READY`] frame on `reader`, then starts a reader
+    /// and a writer task on the current tokio runtime.
+    ///
+    /// # Errors
+    /// `UnexpectedEof` when the channel closes first (the supervisor did not start: the
+    /// backend's stderr says why); `InvalidData` when the first frame is not READY; any read
+    /// error.
+    pub async fn connect<R, W>(mut reader: R, mut writer: W) -> io::Result<Client>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
+        let mut header = [0u8; proto::HEADER_BYTES];
+        reader.read_exact(&mut header).await?;
+        let (len, kind, _) = proto::parse_header(&header);
+        if kind != proto::READY || len != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the supervisor's first frame is kind {kind} of {len} bytes, not READY"),
+            ));
+        }
+        let routes: Routes = Arc::default();
+        let gone = Arc::new(AtomicBool::new(false));
+        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        {
+            let gone = gone.clone();
+            tokio::spawn(async move {
+                while let Some(frame) = rx.recv().await {
+                    if writer.write_all(&frame).await.is_err() {
+                        gone.store(true, Ordering::SeqCst);
+                        break;
+                    }
+                }
+                let _ = writer.shutdown().await;
+            });
+        }
+        {
+            let (routes, gone) = (routes.clone(), gone.clone());
+            tokio::spawn(async move {
+                let _ = read_loop(&mut reader, &routes).await;
+                gone.store(true, Ordering::SeqCst);
+                // Every command still waiting sees its channel end.
+                lock(&routes).clear();
+            });
+        }
+        Ok(Client {
+            shared: Arc::new(Shared {
+                tx,
+                routes,
+                next: AtomicU32::new(1),
+                gone,
+            }),
+        })
+    }
+
+    /// Whether the channel is known to be closed (the supervisor exited or was killed).
+    pub fn is_gone(&self) -> bool {
+        self.shared.gone.load(Ordering::SeqCst)
+    }
+
+    /// Starts a command with these bytes on its stdin (sent in [`proto::CHUNK_BYTES`]
+    /// pieces, then closed).
+    ///
+    /// # Errors
+    /// `InvalidInput` when argv plus environment hold more than
+    /// [`proto::MAX_ARGV_ENV_BYTES`] or the request is over [`proto::MAX_PAYLOAD_BYTES`]
+    /// (nothing is sent: the machine is untouched); `BrokenPipe` when the channel is closed.
+    pub fn start(&self, start: &proto::Start, stdin: &[u8]) -> io::Result<Running> {
+        let bytes = start.argv_env_bytes();
+        if bytes > proto::MAX_ARGV_ENV_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "argv and environment hold {bytes} bytes, over the {} byte limit",
+                    proto::MAX_ARGV_ENV_BYTES
+                ),
+            ));
+        }
+        let payload = start.encode();
+        if payload.len() > proto::MAX_PAYLOAD_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "the request holds {} bytes, over the {} byte limit",
+                    payload.len(),
+                    proto::MAX_PAYLOAD_BYTES
+                ),
+            ));
+        }
+        let gone = || io::Error::new(io::ErrorKind::BrokenPipe, "the supervisor is gone");
+        if self.is_gone() {
+            return Err(gone());
+        }
+        let id = self.shared.next.fetch_add(1, Ordering::Relaxed).max(1);
+        let (tx, rx) = mpsc::unbounded_channel();
+        lock(&self.shared.routes).insert(id, tx);
+        let send = |frame| self.shared.tx.send(frame).map_err(|_| gone());
+        let sent = (|| {
+            send(proto::frame(proto::START, id, &payload))?;
+            for chunk in stdin.chunks(proto::CHUNK_BYTES) {
+                send(proto::frame(proto::STDIN, id, chunk))?;
+            }
+            send(proto::frame(proto::STDIN_END, id, &[]))
+        })();
+        if let Err(e) = sent {
+            lock(&self.shared.routes).remove(&id);
+            return Err(e);
+        }
+        Ok(Running {
+            id,
+            rx,
+            shared: self.shared.clone(),
+            done: false,
+        })
+    }
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(reader: &mut R, routes: &Routes) -> io::Result<()> {
+    let mut header = [0u8; proto::HEADER_BYTES];
+    loop {
+        reader.read_exact(&mut header).await?;
+        let (len, kind, id) = proto::parse_header(&header);
+        if len > proto::MAX_PAYLOAD_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "oversized frame",
+            ));
+        }
+        let mut payload = vec![0u8; len];
+        reader.read_exact(&mut payload).await?;
+        let reply = match kind {
+            proto::OUTPUT => match payload.first() {
+                Some(&proto::STDOUT) => {
+                    Reply::Output(OutputStream::Stdout, Bytes::from(payload).slice(1..))
+                }
+                Some(&proto::STDERR) => {
+                    Reply::Output(OutputStream::Stderr, Bytes::from(payload).slice(1..))
+                }
+                _ => continue,
+            },
+            proto::EXIT => match proto::Exit::decode(&payload) {
+                Some(exit) => Reply::Exit(exit),
+                None => continue,
+            },
+            proto::FAIL => match proto::Fail::decode(&payload) {
+                Some(fail) => Reply::Fail(fail),
+                None => continue,
+            },
+            _ => continue,
+        };
+        let last = !matches!(reply, Reply::Output(..));
+        let mut routes = lock(routes);
+        if let Some(tx) = routes.get(&id) {
+            let _ = tx.send(reply);
+        }
+        if last {
+            routes.remove(&id);
+        }
+    }
+}
+
+/// One started command: its replies in order. Dropping it before its [`Reply::Exit`] or
+/// [`Reply::Fail`] arrived kills the command's whole subtree (as [`Running::kill`]).
+pub struct Running {
+    id: u32,
+    rx: mpsc::UnboundedReceiver<Reply>,
+    shared: Arc<Shared>,
+    done: bool,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("id", &self.id)
+            .field("done", &self.done)
+            .finish()
+    }
+}
+
+impl Running {
+    /// The command's id on the channel.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The next reply; `None` once the final one was returned or the channel closed
+    /// before it came (the supervisor is gone).
+    pub async fn next(&mut self) -> Option<Reply> {
+        if self.done {
+            return None;
+        }
+        let reply = self.rx.recv().await;
+        if !matches!(reply, Some(Reply::Output(..))) {
+            self.done = true;
+        }
+        reply
+    }
+
+    /// Asks the supervisor to SIGKILL every process the command started (its main process,
+    /// its background ones and escapees); replies keep coming until its EXIT.
+    pub fn kill(&self) {
+        let _ = self.shared.tx.send(proto::frame(proto::KILL, self.id, &[]));
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.done {
+            self.kill();
+            lock(&self.shared.routes).remove(&self.id);
+        }
+    }
+}

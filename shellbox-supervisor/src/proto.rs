@@ -1,0 +1,365 @@
+//! The supervisor's wire protocol (std only; compiled into both the supervisor program and
+//! the host-side client).
+//!
+//! One byte stream each way. Every message is a frame: a 9-byte header — payload length
+//! (`u32`, little-endian), kind (`u8`), command id (`u32`, little-endian, chosen by the host,
+//! 0 for the machine itself) — then the payload. Payloads are length-prefixed fields, so any
+//! byte (NUL, newline, invalid UTF-8) passes unchanged, and frames of different commands
+//! interleave freely.
+//!
+//! Host to supervisor: [`START`] (a [`Start`] request), [`STDIN`] (bytes for the command's
+//! standard input), [`STDIN_END`] (close it), [`KILL`] (kill everything the command started).
+//! Supervisor to host: [`READY`] once (id 0) when it is up, [`OUTPUT`] (stream byte 1 =
+//! stdout, 2 = stderr, then bytes within the command's output limit), then exactly one of
+//! [`EXIT`] (an [`Exit`]) or [`FAIL`] (a [`Fail`]) per command.
+
+/// Bytes of a frame header.
+pub const HEADER_BYTES: usize = 9;
+/// The largest payload either side sends or accepts: 4 MiB plus room for the fixed fields.
+/// A larger frame from the host is read, discarded and refused with [`FAIL`].
+pub const MAX_PAYLOAD_BYTES: usize = (4 << 20) + 4096;
+/// The most bytes of argv plus environment a [`Start`] may carry (each string counted with
+/// a terminating NUL): 1 MiB, half of Linux's usual `execve` limit. More is refused with a
+/// [`FAIL_INVALID_INPUT`] for that command only.
+pub const MAX_ARGV_ENV_BYTES: usize = 1 << 20;
+/// The largest chunk of one [`OUTPUT`] or [`STDIN`] frame.
+pub const CHUNK_BYTES: usize = 64 * 1024;
+
+/// Host: start a command (payload: [`Start::encode`]).
+pub const START: u8 = 1;
+/// Host: bytes for the command's stdin.
+pub const STDIN: u8 = 2;
+/// Host: no more stdin; the supervisor closes the pipe once the bytes are written.
+pub const STDIN_END: u8 = 3;
+/// Host: kill every process the command started (its keeper's whole subtree).
+pub const KILL: u8 = 4;
+/// Supervisor: it is running (id 0, empty payload).
+pub const READY: u8 = 16;
+/// Supervisor: output of a command (stream byte, then the bytes).
+pub const OUTPUT: u8 = 17;
+/// Supervisor: the command's main process ended (payload: [`Exit::encode`]).
+pub const EXIT: u8 = 18;
+/// Supervisor: the command could not be run or lost its keeper (payload: [`Fail::encode`]).
+pub const FAIL: u8 = 19;
+
+/// [`OUTPUT`] stream byte of standard output.
+pub const STDOUT: u8 = 1;
+/// [`OUTPUT`] stream byte of standard error.
+pub const STDERR: u8 = 2;
+
+/// [`Fail`] kind: the request itself is bad (too large, malformed, duplicate id).
+pub const FAIL_INVALID_INPUT: u8 = 1;
+/// [`Fail`] kind: the supervisor could not start or follow the command (fork, pipe, a
+/// killed keeper).
+pub const FAIL_SYSTEM: u8 = 2;
+
+/// A frame header: payload length, kind, command id.
+pub fn header(len: usize, kind: u8, id: u32) -> [u8; HEADER_BYTES] {
+    let mut h = [0u8; HEADER_BYTES];
+    h[..4].copy_from_slice(&(len as u32).to_le_bytes());
+    h[4] = kind;
+    h[5..].copy_from_slice(&id.to_le_bytes());
+    h
+}
+
+/// Splits a header into (payload length, kind, id).
+pub fn parse_header(h: &[u8; HEADER_BYTES]) -> (usize, u8, u32) {
+    let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+    let id = u32::from_le_bytes([h[5], h[6], h[7], h[8]]);
+    (len, h[4], id)
+}
+
+/// A whole frame: header and payload.
+pub fn frame(kind: u8, id: u32, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(HEADER_BYTES + payload.len());
+    v.extend_from_slice(&header(payload.len(), kind, id));
+    v.extend_from_slice(payload);
+    v
+}
+
+/// One command to start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Start {
+    /// Program and arguments; the program is looked up in the environment's `PATH` when it
+    /// holds no `/` (as `execvp` does): 127 when not found, 126 when not executable.
+    pub argv: Vec<Vec<u8>>,
+    /// The whole environment, `KEY=VALUE` each.
+    pub env: Vec<Vec<u8>>,
+    /// Working directory (a failed change is reported on stderr with exit 2, as `sh` does).
+    pub cwd: Vec<u8>,
+    /// `(uid, gid)` to switch to (supplementary groups cleared), or `None` to keep the
+    /// supervisor's.
+    pub user: Option<(u32, u32)>,
+    /// Resource limits as `(RLIMIT_* number, soft = hard value)`.
+    pub rlimits: Vec<(u32, u64)>,
+    /// Bytes kept per output stream; the rest is read and dropped, and the stream is marked
+    /// truncated in [`Exit`].
+    pub output_limit_bytes: u64,
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+/// Reads the fields of a payload in order; every read fails cleanly on short input.
+pub struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    /// A reader over `buf`.
+    pub fn new(buf: &'a [u8]) -> Self {
+        Reader { buf }
+    }
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.buf.len() < n {
+            return None;
+        }
+        let (a, b) = self.buf.split_at(n);
+        self.buf = b;
+        Some(a)
+    }
+    /// One byte.
+    pub fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    /// A little-endian `u32`.
+    pub fn u32(&mut self) -> Option<u32> {
+        self.take(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    /// A little-endian `u64`.
+    pub fn u64(&mut self) -> Option<u64> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Some(u64::from_le_bytes(a))
+    }
+    /// A `u32`-length-prefixed byte string.
+    pub fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    /// The bytes not read yet.
+    pub fn rest(self) -> &'a [u8] {
+        self.buf
+    }
+}
+
+impl Start {
+    /// Bytes of argv plus environment as `execve` counts them (each string with its NUL).
+    pub fn argv_env_bytes(&self) -> usize {
+        self.argv.iter().chain(&self.env).map(|s| s.len() + 1).sum()
+    }
+
+    /// The [`START`] payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + self.argv_env_bytes() + 8 * self.argv.len());
+        out.extend_from_slice(&self.output_limit_bytes.to_le_bytes());
+        match self.user {
+            Some((uid, gid)) => {
+                out.push(1);
+                out.extend_from_slice(&uid.to_le_bytes());
+                out.extend_from_slice(&gid.to_le_bytes());
+            }
+            None => {
+                out.push(0);
+                out.extend_from_slice(&[0u8; 8]);
+            }
+        }
+        out.extend_from_slice(&(self.rlimits.len() as u32).to_le_bytes());
+        for (resource, value) in &self.rlimits {
+            out.extend_from_slice(&resource.to_le_bytes());
+            out.extend_from_slice(&value.to_le_bytes());
+        }
+        put_bytes(&mut out, &self.cwd);
+        for list in [&self.argv, &self.env] {
+            out.extend_from_slice(&(list.len() as u32).to_le_bytes());
+            for s in list {
+                put_bytes(&mut out, s);
+            }
+        }
+        out
+    }
+
+    /// Parses a [`START`] payload; `None` when it is malformed.
+    pub fn decode(payload: &[u8]) -> Option<Start> {
+        let mut r = Reader::new(payload);
+        let output_limit_bytes = r.u64()?;
+        let has_user = r.u8()?;
+        let (uid, gid) = (r.u32()?, r.u32()?);
+        let n = r.u32()? as usize;
+        let mut rlimits = Vec::with_capacity(n.min(64));
+        for _ in 0..n {
+            rlimits.push((r.u32()?, r.u64()?));
+        }
+        let cwd = r.bytes()?.to_vec();
+        let mut lists = [Vec::new(), Vec::new()];
+        for list in &mut lists {
+            let n = r.u32()? as usize;
+            for _ in 0..n {
+                list.push(r.bytes()?.to_vec());
+            }
+        }
+        if !r.rest().is_empty() {
+            return None;
+        }
+        let [argv, env] = lists;
+        Some(Start {
+            argv,
+            env,
+            cwd,
+            user: (has_user == 1).then_some((uid, gid)),
+            rlimits,
+            output_limit_bytes,
+        })
+    }
+}
+
+/// How a command's main process ended, and whether its output was cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    /// Its exit code, or `None` when a signal ended it.
+    pub code: Option<i32>,
+    /// The signal that ended it.
+    pub signal: Option<i32>,
+    /// Stdout went past the output limit.
+    pub stdout_truncated: bool,
+    /// Stderr went past the output limit.
+    pub stderr_truncated: bool,
+}
+
+impl Exit {
+    /// The exit code a shell reports: the code, or 128 + the signal.
+    pub fn shell_code(&self) -> i32 {
+        match (self.code, self.signal) {
+            (Some(c), _) => c,
+            (None, Some(s)) => 128 + s,
+            (None, None) => 255,
+        }
+    }
+
+    /// The [`EXIT`] payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let (how, value) = match (self.code, self.signal) {
+            (Some(c), _) => (0u8, c),
+            (None, Some(s)) => (1u8, s),
+            (None, None) => (0u8, 255),
+        };
+        let mut out = vec![how];
+        out.extend_from_slice(&value.to_le_bytes());
+        out.push(u8::from(self.stdout_truncated));
+        out.push(u8::from(self.stderr_truncated));
+        out
+    }
+
+    /// Parses an [`EXIT`] payload.
+    pub fn decode(payload: &[u8]) -> Option<Exit> {
+        let mut r = Reader::new(payload);
+        let how = r.u8()?;
+        let value = r.u32()? as i32;
+        let (o, e) = (r.u8()?, r.u8()?);
+        let (code, signal) = match how {
+            0 => (Some(value), None),
+            1 => (None, Some(value)),
+            _ => return None,
+        };
+        Some(Exit {
+            code,
+            signal,
+            stdout_truncated: o != 0,
+            stderr_truncated: e != 0,
+        })
+    }
+}
+
+/// Why a command could not be run or followed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fail {
+    /// [`FAIL_INVALID_INPUT`] or [`FAIL_SYSTEM`].
+    pub kind: u8,
+    /// What went wrong, in words.
+    pub message: String,
+}
+
+impl Fail {
+    /// The [`FAIL`] payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![self.kind];
+        out.extend_from_slice(self.message.as_bytes());
+        out
+    }
+
+    /// Parses a [`FAIL`] payload.
+    pub fn decode(payload: &[u8]) -> Option<Fail> {
+        let (&kind, message) = payload.split_first()?;
+        Some(Fail {
+            kind,
+            message: String::from_utf8_lossy(message).into_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_round_trips_any_bytes_and_refuses_malformed_payloads() {
+        let start = Start {
+            argv: vec![b"sh".to_vec(), vec![0xff, b'\n', 0x11], Vec::new()],
+            env: vec![b"PATH=/bin".to_vec(), b"X=\xc3(".to_vec()],
+            cwd: b"/workspace".to_vec(),
+            user: Some((65534, 65534)),
+            rlimits: vec![(4, 0), (1, 1 << 30)],
+            output_limit_bytes: u64::MAX,
+        };
+        let payload = start.encode();
+        assert_eq!(Start::decode(&payload), Some(start.clone()));
+        assert_eq!(start.argv_env_bytes(), 3 + 4 + 1 + 10 + 5);
+        // Every truncation and any trailing byte is refused, never misread.
+        for n in 0..payload.len() {
+            assert_eq!(Start::decode(&payload[..n]), None, "{n} bytes");
+        }
+        let mut longer = payload.clone();
+        longer.push(0);
+        assert_eq!(Start::decode(&longer), None);
+        let none = Start {
+            user: None,
+            ..start
+        };
+        assert_eq!(Start::decode(&none.encode()), Some(none));
+    }
+
+    #[test]
+    fn frames_and_exits() {
+        let f = frame(OUTPUT, 0xdead_beef, b"\x01abc");
+        let mut h = [0u8; HEADER_BYTES];
+        h.copy_from_slice(&f[..HEADER_BYTES]);
+        assert_eq!(parse_header(&h), (4, OUTPUT, 0xdead_beef));
+        let exit = Exit {
+            code: None,
+            signal: Some(9),
+            stdout_truncated: true,
+            stderr_truncated: false,
+        };
+        assert_eq!(Exit::decode(&exit.encode()), Some(exit));
+        assert_eq!(exit.shell_code(), 137);
+        let exit = Exit {
+            code: Some(3),
+            signal: None,
+            stdout_truncated: false,
+            stderr_truncated: true,
+        };
+        assert_eq!(Exit::decode(&exit.encode()), Some(exit));
+        assert_eq!(exit.shell_code(), 3);
+        assert_eq!(Exit::decode(&[7, 0, 0, 0, 0, 0, 0]), None);
+        let fail = Fail {
+            kind: FAIL_INVALID_INPUT,
+            message: "too big".into(),
+        };
+        assert_eq!(Fail::decode(&fail.encode()), Some(fail));
+        assert_eq!(Fail::decode(&[]), None);
+    }
+}

@@ -1,0 +1,878 @@
+//! shellbox-supervisor: runs inside a machine (as its PID 1 on the local backend) and starts
+//! the machine's commands on request over stdin/stdout (see `proto.rs` for the frames).
+//!
+//! std only (no crates), so it links statically with `+crt-static`. The host's build script
+//! compiles this file with `$RUSTC`; the library embeds the result.
+//!
+//! Per command: pipes for stdin/stdout/stderr and a status pipe; a *keeper* process
+//! (`PR_SET_CHILD_SUBREAPER`, non-dumpable like the supervisor) forks the command's process
+//! and reaps it and every orphan of its subtree, reporting the main process's wait status
+//! on the status pipe; it exits once its subtree is gone. A KILL request SIGKILLs the
+//! keeper's children until it has none (orphans reparent to the keeper, so `setsid` and
+//! double-fork escapees are found too), which touches nothing of other commands. Output is
+//! cut at the command's limit here: the rest is read and counted, never sent.
+
+#![allow(unsafe_code)]
+
+#[path = "../proto.rs"]
+#[allow(dead_code)]
+mod proto;
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, RawFd};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+#[allow(non_camel_case_types)]
+type c_int = i32;
+
+#[repr(C)]
+struct PollFd {
+    fd: c_int,
+    events: i16,
+    revents: i16,
+}
+
+#[repr(C)]
+struct RLimit {
+    cur: u64,
+    max: u64,
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: c_int,
+}
+
+#[repr(C)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+extern "C" {
+    fn fork() -> c_int;
+    fn execve(path: *const i8, argv: *const *const i8, envp: *const *const i8) -> c_int;
+    fn _exit(code: c_int) -> !;
+    fn setsid() -> c_int;
+    fn chdir(path: *const i8) -> c_int;
+    fn dup2(old: c_int, new: c_int) -> c_int;
+    fn close(fd: c_int) -> c_int;
+    fn pipe2(fds: *mut c_int, flags: c_int) -> c_int;
+    fn read(fd: c_int, buf: *mut u8, n: usize) -> isize;
+    fn write(fd: c_int, buf: *const u8, n: usize) -> isize;
+    fn poll(fds: *mut PollFd, n: u64, timeout: c_int) -> c_int;
+    fn waitpid(pid: c_int, status: *mut c_int, options: c_int) -> c_int;
+    fn kill(pid: c_int, sig: c_int) -> c_int;
+    fn prctl(option: c_int, a2: u64, a3: u64, a4: u64, a5: u64) -> c_int;
+    fn setrlimit(resource: c_int, limit: *const RLimit) -> c_int;
+    fn setgroups(n: usize, list: *const u32) -> c_int;
+    fn setresuid(r: u32, e: u32, s: u32) -> c_int;
+    fn setresgid(r: u32, e: u32, s: u32) -> c_int;
+    fn getuid() -> u32;
+    fn getgid() -> u32;
+    fn syscall(n: i64, ...) -> i64;
+    fn signal(sig: c_int, handler: usize) -> usize;
+    fn pthread_sigmask(how: c_int, set: *const [u64; 16], old: *mut [u64; 16]) -> c_int;
+    fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
+    fn open(path: *const i8, flags: c_int, ...) -> c_int;
+    fn __errno_location() -> *mut c_int;
+}
+
+const O_RDWR: c_int = 2;
+const O_CLOEXEC: c_int = 0o2000000;
+const O_NONBLOCK: c_int = 0o4000;
+const F_GETFL: c_int = 3;
+const F_SETFL: c_int = 4;
+const F_DUPFD_CLOEXEC: c_int = 1030;
+const POLLIN: i16 = 1;
+const POLLOUT: i16 = 4;
+const EINTR: c_int = 4;
+const EAGAIN: c_int = 11;
+const ECHILD: c_int = 10;
+const EACCES: c_int = 13;
+const ENOEXEC: c_int = 8;
+const SIGKILL: c_int = 9;
+const SIG_SETMASK: c_int = 2;
+const WALL: c_int = 0x4000_0000;
+const PR_SET_DUMPABLE: c_int = 4;
+const PR_SET_CHILD_SUBREAPER: c_int = 36;
+const PR_CAP_AMBIENT: c_int = 47;
+const PR_CAPBSET_DROP: c_int = 24;
+const PR_CAP_AMBIENT_CLEAR_ALL: u64 = 4;
+const SYS_CAPSET: i64 = 126;
+const SYS_CLOSE_RANGE: i64 = 436;
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
+fn errno() -> c_int {
+    // SAFETY: glibc's thread-local errno.
+    unsafe { *__errno_location() }
+}
+
+/// Writes all of `b` to `fd` (async-signal-safe; for the forked children).
+fn raw_write_all(fd: c_int, mut b: &[u8]) {
+    while !b.is_empty() {
+        // SAFETY: writing from a live slice.
+        let n = unsafe { write(fd, b.as_ptr(), b.len()) };
+        if n < 0 && errno() == EINTR {
+            continue;
+        }
+        if n <= 0 {
+            return;
+        }
+        b = &b[n as usize..];
+    }
+}
+
+fn pipe_cloexec() -> std::io::Result<(RawFd, RawFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two ints.
+    if unsafe { pipe2(fds.as_mut_ptr(), O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((fds[0], fds[1]))
+}
+
+fn close_fd(fd: RawFd) {
+    if fd >= 0 {
+        // SAFETY: closing an fd this code owns.
+        unsafe { close(fd) };
+    }
+}
+
+fn set_nonblocking(fd: RawFd) {
+    // SAFETY: fcntl on an fd this code owns.
+    unsafe {
+        let fl = fcntl(fd, F_GETFL);
+        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    }
+}
+
+/// Sends whole frames to the host, one writer at a time.
+struct Out {
+    file: Mutex<File>,
+}
+
+impl Out {
+    fn send(&self, kind: u8, id: u32, payload: &[u8]) {
+        let frame = proto::frame(kind, id, payload);
+        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        if f.write_all(&frame).is_err() {
+            // The host is gone: the machine ends with its PID 1.
+            // SAFETY: _exit ends the process.
+            unsafe { _exit(0) }
+        }
+    }
+
+    fn fail(&self, id: u32, kind: u8, message: &str) {
+        let f = proto::Fail {
+            kind,
+            message: message.to_string(),
+        };
+        self.send(proto::FAIL, id, &f.encode());
+    }
+}
+
+/// What the control thread hands a command's thread.
+#[derive(Default)]
+struct Inbox {
+    stdin: Vec<u8>,
+    stdin_end: bool,
+    kill: bool,
+}
+
+struct Cmd {
+    wake_w: RawFd,
+    inbox: Mutex<Inbox>,
+}
+
+impl Cmd {
+    fn poke(&self) {
+        raw_write_all(self.wake_w, b"x");
+    }
+}
+
+impl Drop for Cmd {
+    fn drop(&mut self) {
+        close_fd(self.wake_w);
+    }
+}
+
+type Commands = Arc<Mutex<HashMap<u32, Arc<Cmd>>>>;
+
+/// Wakes the reaper when a new child exists.
+struct Children {
+    generation: Mutex<u64>,
+    cond: Condvar,
+}
+
+fn reaper(children: Arc<Children>) {
+    loop {
+        let seen = *children.generation.lock().unwrap_or_else(|e| e.into_inner());
+        let mut status = 0;
+        // SAFETY: waitpid with a valid status pointer.
+        let r = unsafe { waitpid(-1, &mut status, WALL) };
+        if r < 0 && errno() == ECHILD {
+            let g = children.generation.lock().unwrap_or_else(|e| e.into_inner());
+            let _unused = children
+                .cond
+                .wait_while(g, |g| *g == seen)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Everything the forked children need, built before the fork (no allocation after it).
+struct Exec {
+    /// Candidate program paths (argv[0] itself, or each `PATH` entry joined with it).
+    candidates: Vec<CString>,
+    argv: Vec<CString>,
+    env: Vec<CString>,
+    cwd: CString,
+    user: Option<(u32, u32)>,
+    /// The supervisor's own (uid, gid), which a command runs as by default.
+    own: (u32, u32),
+    rlimits: Vec<(u32, u64)>,
+}
+
+fn nul_free(b: &[u8]) -> Option<CString> {
+    CString::new(b.to_vec()).ok()
+}
+
+impl Exec {
+    fn new(start: &proto::Start) -> Result<Exec, String> {
+        let argv: Vec<CString> = start
+            .argv
+            .iter()
+            .map(|a| nul_free(a))
+            .collect::<Option<_>>()
+            .ok_or("an argument holds a NUL byte")?;
+        let env: Vec<CString> = start
+            .env
+            .iter()
+            .map(|a| nul_free(a))
+            .collect::<Option<_>>()
+            .ok_or("an environment entry holds a NUL byte")?;
+        let program = start.argv.first().ok_or("argv is empty")?;
+        if program.is_empty() {
+            return Err("the program name is empty".into());
+        }
+        let cwd = nul_free(&start.cwd).ok_or("the cwd holds a NUL byte")?;
+        let candidates = if program.contains(&b'/') {
+            vec![argv[0].clone()]
+        } else {
+            let path = start
+                .env
+                .iter()
+                .find_map(|e| e.strip_prefix(b"PATH="))
+                .unwrap_or(b"/usr/local/bin:/usr/bin:/bin");
+            path.split(|&b| b == b':')
+                .map(|dir| {
+                    let mut p = if dir.is_empty() { b".".to_vec() } else { dir.to_vec() };
+                    p.push(b'/');
+                    p.extend_from_slice(program);
+                    CString::new(p).expect("no NUL: checked above")
+                })
+                .collect()
+        };
+        Ok(Exec {
+            candidates,
+            argv,
+            env,
+            cwd,
+            user: start.user,
+            // SAFETY: getuid/getgid cannot fail.
+            own: unsafe { (getuid(), getgid()) },
+            rlimits: start.rlimits.clone(),
+        })
+    }
+}
+
+fn null_terminated(v: &[CString]) -> Vec<*const i8> {
+    v.iter()
+        .map(|c| c.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// The command's process, in the keeper's fork: stdio, session, limits, cwd, user,
+/// capabilities, default signals, then exec. Never returns.
+///
+/// # Safety
+/// Called in a freshly forked child; only async-signal-safe calls on prepared data.
+unsafe fn command_child(
+    ex: &Exec,
+    stdio: [RawFd; 3],
+    argv: &[*const i8],
+    envp: &[*const i8],
+    sh_argv: &mut [*const i8],
+) -> ! {
+    for (i, &fd) in stdio.iter().enumerate() {
+        if dup2(fd, i as c_int) < 0 {
+            _exit(126);
+        }
+    }
+    setsid();
+    let empty = [0u64; 16];
+    pthread_sigmask(SIG_SETMASK, &empty, std::ptr::null_mut());
+    for sig in 1..32 {
+        if sig != SIGKILL && sig != 19 {
+            signal(sig, 0);
+        }
+    }
+    for &(resource, value) in &ex.rlimits {
+        let l = RLimit {
+            cur: value,
+            max: value,
+        };
+        setrlimit(resource as c_int, &l);
+    }
+    // No capability can come back: empty the bounding set while CAP_SETPCAP is still
+    // effective (before the account switch clears it).
+    for cap in 0..64u64 {
+        prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+    }
+    // The keeper runs as its own account: the command gets the requested one, or the
+    // supervisor's (`ex.own`) when none was asked for.
+    let (uid, gid) = ex.user.unwrap_or(ex.own);
+    let groups_ok = ex.user.is_none() || setgroups(0, std::ptr::null()) == 0;
+    if !groups_ok || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0 {
+        raw_write_all(2, b"shellbox: cannot switch user\n");
+        _exit(126);
+    }
+    // No capability survives into the command (no_new_privs keeps exec from granting any).
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    let header = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let data = [
+        CapData {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+        CapData {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+    ];
+    if syscall(SYS_CAPSET, &header as *const CapHeader, data.as_ptr()) != 0 {
+        _exit(126);
+    }
+    if chdir(ex.cwd.as_ptr()) != 0 {
+        raw_write_all(2, b"sh: cd: can't cd to ");
+        raw_write_all(2, ex.cwd.as_bytes());
+        raw_write_all(2, b"\n");
+        _exit(2);
+    }
+    let mut denied = false;
+    for c in &ex.candidates {
+        execve(c.as_ptr(), argv.as_ptr(), envp.as_ptr());
+        match errno() {
+            ENOEXEC => {
+                // POSIX: a file the kernel cannot run is a shell script.
+                sh_argv[1] = c.as_ptr();
+                execve(c"/bin/sh".as_ptr(), sh_argv.as_ptr(), envp.as_ptr());
+                denied = true;
+            }
+            EACCES => denied = true,
+            _ => {}
+        }
+    }
+    raw_write_all(2, b"sh: ");
+    raw_write_all(2, ex.argv[0].as_bytes());
+    if denied {
+        raw_write_all(2, b": Permission denied\n");
+        _exit(126)
+    }
+    raw_write_all(2, b": not found\n");
+    _exit(127)
+}
+
+/// The keeper, in the supervisor's fork: becomes the subreaper of the command's subtree,
+/// forks the command, reports its wait status on `status_w` and reaps until the subtree is
+/// gone. Never returns.
+///
+/// # Safety
+/// Called in a freshly forked child of a multi-threaded process; async-signal-safe calls
+/// only, on data prepared before the fork.
+unsafe fn keeper(
+    ex: &Exec,
+    stdio: [RawFd; 3],
+    status_w: RawFd,
+    argv: &[*const i8],
+    envp: &[*const i8],
+    sh_argv: &mut [*const i8],
+) -> ! {
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    become_keeper_account();
+    let pid = fork();
+    if pid == 0 {
+        command_child(ex, stdio, argv, envp, sh_argv);
+    }
+    // Only the status pipe stays open here, so the command's pipes end when it does.
+    if status_w > 0 {
+        syscall(SYS_CLOSE_RANGE, 0u32, (status_w - 1) as u32, 0u32);
+    }
+    syscall(SYS_CLOSE_RANGE, (status_w + 1) as u32, u32::MAX, 0u32);
+    if pid < 0 {
+        _exit(1);
+    }
+    let mut reported = false;
+    loop {
+        let mut st = 0;
+        let r = waitpid(-1, &mut st, WALL);
+        if r == pid && !reported {
+            raw_write_all(status_w, &st.to_ne_bytes());
+            close(status_w);
+            reported = true;
+        } else if r < 0 && errno() != EINTR {
+            _exit(0);
+        }
+    }
+}
+
+/// The account keepers run as, which no command runs as: a command cannot signal its
+/// keeper (it has neither the keeper's UID nor `CAP_KILL`), so it can neither kill it nor
+/// stop it from reporting. `2^31 - 2`, far from any account a host hands out.
+const KEEPER_ID: u32 = 0x7fff_fffe;
+
+/// Switches the keeper to [`KEEPER_ID`] (real, effective and saved UID and GID), keeping
+/// `CAP_SETUID`, `CAP_SETGID`, `CAP_KILL` and `CAP_SETPCAP` in its permitted and effective sets so the
+/// command's child can switch back to the command's account. Where the switch is not
+/// possible (a user namespace mapping only one UID), the keeper stays as it is.
+///
+/// # Safety
+/// In a forked child; async-signal-safe calls only.
+unsafe fn become_keeper_account() {
+    const PR_SET_KEEPCAPS: c_int = 8;
+    // CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP
+    const KEPT: u32 = (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8);
+    prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0);
+    if setresgid(KEEPER_ID, KEEPER_ID, KEEPER_ID) != 0 || setresuid(KEEPER_ID, KEEPER_ID, KEEPER_ID) != 0 {
+        return;
+    }
+    let header = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let data = [
+        CapData {
+            effective: KEPT,
+            permitted: KEPT,
+            inheritable: 0,
+        },
+        CapData {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+    ];
+    syscall(SYS_CAPSET, &header as *const CapHeader, data.as_ptr());
+}
+
+/// SIGKILLs the keeper's children until it has none left (each killed process's orphans
+/// reparent to the keeper and are found in the next round), for up to 30 s.
+fn kill_scope(keeper: i32) {
+    let path = format!("/proc/{keeper}/task/{keeper}/children");
+    let started = Instant::now();
+    let mut text = String::new();
+    while started.elapsed() < Duration::from_secs(30) {
+        text.clear();
+        match File::open(&path).and_then(|mut f| f.read_to_string(&mut text)) {
+            Ok(_) => {}
+            Err(_) => return,
+        }
+        let mut any = false;
+        for pid in text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+            any = true;
+            // SAFETY: kill(2) of a pid the keeper holds as its child (not yet reaped, so
+            // the pid cannot have been reused).
+            unsafe { kill(pid, SIGKILL) };
+        }
+        if !any {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Keeps the first `limit` bytes of a stream and counts the rest.
+struct Limiter {
+    limit: u64,
+    kept: u64,
+    truncated: bool,
+}
+
+impl Limiter {
+    fn admit<'a>(&mut self, chunk: &'a [u8]) -> &'a [u8] {
+        let room = self.limit - self.kept;
+        let take = if (chunk.len() as u64) > room {
+            self.truncated = true;
+            room as usize
+        } else {
+            chunk.len()
+        };
+        self.kept += take as u64;
+        &chunk[..take]
+    }
+}
+
+/// One output stream of a command: its read end and limiter.
+struct Stream {
+    fd: RawFd,
+    which: u8,
+    limiter: Limiter,
+}
+
+impl Stream {
+    /// Reads once; false at EOF or error (the fd is then closed).
+    fn pump(&mut self, id: u32, out: &Out, buf: &mut [u8]) -> Result<bool, c_int> {
+        // SAFETY: reading into a live buffer.
+        let n = unsafe { read(self.fd, buf.as_mut_ptr(), buf.len()) };
+        if n < 0 {
+            let e = errno();
+            if e == EINTR || e == EAGAIN {
+                return Err(e);
+            }
+            return Ok(false);
+        }
+        if n == 0 {
+            return Ok(false);
+        }
+        let kept = self.limiter.admit(&buf[..n as usize]);
+        if !kept.is_empty() {
+            let mut payload = Vec::with_capacity(kept.len() + 1);
+            payload.push(self.which);
+            payload.extend_from_slice(kept);
+            out.send(proto::OUTPUT, id, &payload);
+        }
+        Ok(true)
+    }
+}
+
+/// Runs one command to its end: forks its keeper, pumps its pipes, applies its stdin, kill
+/// requests and output limit, and sends its EXIT (or FAIL).
+fn run_command(
+    id: u32,
+    start: proto::Start,
+    cmd: Arc<Cmd>,
+    wake_r: RawFd,
+    out: Arc<Out>,
+    children: Arc<Children>,
+) {
+    let ex = match Exec::new(&start) {
+        Ok(ex) => ex,
+        Err(why) => return out.fail(id, proto::FAIL_INVALID_INPUT, &why),
+    };
+    let pipes = (|| Ok::<_, std::io::Error>([pipe_cloexec()?, pipe_cloexec()?, pipe_cloexec()?, pipe_cloexec()?]))();
+    let [(in_r, in_w), (out_r, out_w), (err_r, err_w), (st_r, st_w)] = match pipes {
+        Ok(p) => p,
+        Err(e) => return out.fail(id, proto::FAIL_SYSTEM, &format!("pipe: {e}")),
+    };
+    let argv = null_terminated(&ex.argv);
+    let envp = null_terminated(&ex.env);
+    let mut sh_argv: Vec<*const i8> = vec![c"/bin/sh".as_ptr(), std::ptr::null()];
+    sh_argv.extend(ex.argv.iter().skip(1).map(|c| c.as_ptr()));
+    sh_argv.push(std::ptr::null());
+    // SAFETY: fork; the child only runs `keeper` (async-signal-safe calls on prepared data).
+    let keeper_pid = unsafe { fork() };
+    if keeper_pid == 0 {
+        // SAFETY: in the forked child, as `keeper` requires.
+        unsafe { keeper(&ex, [in_r, out_w, err_w], st_w, &argv, &envp, &mut sh_argv) };
+    }
+    for fd in [in_r, out_w, err_w, st_w] {
+        close_fd(fd);
+    }
+    if keeper_pid < 0 {
+        for fd in [in_w, out_r, err_r, st_r] {
+            close_fd(fd);
+        }
+        return out.fail(id, proto::FAIL_SYSTEM, &format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    {
+        let mut g = children.generation.lock().unwrap_or_else(|e| e.into_inner());
+        *g += 1;
+        children.cond.notify_all();
+    }
+    set_nonblocking(in_w);
+    let mut streams = [
+        Stream {
+            fd: out_r,
+            which: proto::STDOUT,
+            limiter: Limiter {
+                limit: start.output_limit_bytes,
+                kept: 0,
+                truncated: false,
+            },
+        },
+        Stream {
+            fd: err_r,
+            which: proto::STDERR,
+            limiter: Limiter {
+                limit: start.output_limit_bytes,
+                kept: 0,
+                truncated: false,
+            },
+        },
+    ];
+    let mut open = [true, true];
+    let mut stdin_fd = in_w;
+    let mut pending: Vec<u8> = Vec::new();
+    let mut pending_at = 0usize;
+    let mut stdin_end = false;
+    let mut status: Option<c_int> = None;
+    let mut status_buf: Vec<u8> = Vec::new();
+    let mut status_open = true;
+    let mut buf = vec![0u8; proto::CHUNK_BYTES];
+    let mut killed = false;
+    while status_open {
+        let mut fds: Vec<PollFd> = Vec::with_capacity(5);
+        fds.push(PollFd { fd: wake_r, events: POLLIN, revents: 0 });
+        fds.push(PollFd { fd: st_r, events: POLLIN, revents: 0 });
+        for (s, &o) in streams.iter().zip(&open) {
+            fds.push(PollFd { fd: if o { s.fd } else { -1 }, events: POLLIN, revents: 0 });
+        }
+        let want_out = stdin_fd >= 0 && pending_at < pending.len();
+        fds.push(PollFd { fd: if want_out { stdin_fd } else { -1 }, events: POLLOUT, revents: 0 });
+        // SAFETY: poll over a live array.
+        let r = unsafe { poll(fds.as_mut_ptr(), fds.len() as u64, -1) };
+        if r < 0 {
+            continue;
+        }
+        if fds[0].revents != 0 {
+            let mut junk = [0u8; 64];
+            // SAFETY: reading into a live buffer.
+            unsafe { read(wake_r, junk.as_mut_ptr(), junk.len()) };
+            let mut inbox = cmd.inbox.lock().unwrap_or_else(|e| e.into_inner());
+            if !inbox.stdin.is_empty() {
+                pending.drain(..pending_at);
+                pending_at = 0;
+                pending.append(&mut inbox.stdin);
+            }
+            stdin_end |= inbox.stdin_end;
+            let kill_now = inbox.kill && !killed;
+            drop(inbox);
+            if kill_now {
+                killed = true;
+                kill_scope(keeper_pid);
+            }
+        }
+        if stdin_fd >= 0 && stdin_end && pending_at >= pending.len() {
+            close_fd(stdin_fd);
+            stdin_fd = -1;
+        }
+        if fds[1].revents != 0 {
+            // SAFETY: reading into a live buffer.
+            let n = unsafe { read(st_r, buf.as_mut_ptr(), 8) };
+            if n > 0 {
+                status_buf.extend_from_slice(&buf[..n as usize]);
+                if status_buf.len() >= 4 {
+                    status = Some(c_int::from_ne_bytes([status_buf[0], status_buf[1], status_buf[2], status_buf[3]]));
+                    status_open = false;
+                }
+            } else if n == 0 || (errno() != EINTR && errno() != EAGAIN) {
+                status_open = false;
+            }
+        }
+        for i in 0..2 {
+            if open[i] && fds[2 + i].revents != 0 && streams[i].pump(id, &out, &mut buf) == Ok(false) {
+                open[i] = false;
+                close_fd(streams[i].fd);
+            }
+        }
+        if want_out && fds[4].revents != 0 {
+            // SAFETY: writing from a live slice.
+            let n = unsafe { write(stdin_fd, pending[pending_at..].as_ptr(), pending.len() - pending_at) };
+            if n > 0 {
+                pending_at += n as usize;
+            } else if n < 0 && errno() != EAGAIN && errno() != EINTR {
+                // The command stopped reading (EPIPE): drop the rest.
+                close_fd(stdin_fd);
+                stdin_fd = -1;
+            }
+            if stdin_fd >= 0 && stdin_end && pending_at >= pending.len() {
+                close_fd(stdin_fd);
+                stdin_fd = -1;
+            }
+        }
+    }
+    close_fd(st_r);
+    close_fd(stdin_fd);
+    // The main process ended, so everything it wrote is in the pipes: drain what is there
+    // (at most a few MiB more, so a background writer cannot hold the exit back).
+    for i in 0..2 {
+        if !open[i] {
+            continue;
+        }
+        set_nonblocking(streams[i].fd);
+        let mut budget: usize = 4 << 20;
+        loop {
+            match streams[i].pump(id, &out, &mut buf) {
+                Ok(true) if budget > buf.len() => budget -= buf.len(),
+                Err(EINTR) => {}
+                Ok(false) => {
+                    open[i] = false;
+                    close_fd(streams[i].fd);
+                    break;
+                }
+                _ => break,
+            }
+        }
+        if open[i] {
+            // Processes left running in the background keep a working stdout/stderr: what
+            // they write after the command ended is read and dropped.
+            let fd = streams[i].fd;
+            let fl = unsafe { fcntl(fd, F_GETFL) };
+            // SAFETY: clearing O_NONBLOCK on our own fd.
+            unsafe { fcntl(fd, F_SETFL, fl & !O_NONBLOCK) };
+            let _ = std::thread::Builder::new().stack_size(64 * 1024).spawn(move || {
+                // SAFETY: the thread owns `fd` from here on.
+                let mut f = unsafe { File::from_raw_fd(fd) };
+                let mut junk = vec![0u8; 16 * 1024];
+                while matches!(f.read(&mut junk), Ok(n) if n > 0) {}
+            });
+        }
+    }
+    close_fd(wake_r);
+    match status {
+        Some(st) => {
+            let (code, signal) = if st & 0x7f == 0 {
+                (Some((st >> 8) & 0xff), None)
+            } else {
+                (None, Some(st & 0x7f))
+            };
+            let exit = proto::Exit {
+                code,
+                signal,
+                stdout_truncated: streams[0].limiter.truncated,
+                stderr_truncated: streams[1].limiter.truncated,
+            };
+            out.send(proto::EXIT, id, &exit.encode());
+        }
+        None => out.fail(id, proto::FAIL_SYSTEM, "the command's keeper ended before reporting its exit status"),
+    }
+    let _ = cmd;
+}
+
+fn read_exact_or_exit(f: &mut File, buf: &mut [u8]) {
+    if f.read_exact(buf).is_err() {
+        // The host closed the control channel: the machine ends with its PID 1.
+        // SAFETY: _exit ends the process.
+        unsafe { _exit(0) }
+    }
+}
+
+fn main() {
+    // SAFETY: plain system calls at start-up, before any thread exists.
+    let (ctl_in, ctl_out) = unsafe {
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        syscall(SYS_CLOSE_RANGE, 3u32, u32::MAX, 0u32);
+        let ctl_in = fcntl(0, F_DUPFD_CLOEXEC, 3);
+        let ctl_out = fcntl(1, F_DUPFD_CLOEXEC, 3);
+        let null = open(c"/dev/null".as_ptr(), O_RDWR | O_CLOEXEC);
+        if ctl_in < 0 || ctl_out < 0 || null < 0 {
+            raw_write_all(2, b"shellbox-supervisor: cannot set up its control channel\n");
+            _exit(1);
+        }
+        for fd in [0, 1] {
+            dup2(null, fd);
+        }
+        close(null);
+        (File::from_raw_fd(ctl_in), File::from_raw_fd(ctl_out))
+    };
+    let out = Arc::new(Out {
+        file: Mutex::new(ctl_out),
+    });
+    let children = Arc::new(Children {
+        generation: Mutex::new(0),
+        cond: Condvar::new(),
+    });
+    {
+        let children = children.clone();
+        std::thread::spawn(move || reaper(children));
+    }
+    out.send(proto::READY, 0, &[]);
+    let commands: Commands = Arc::default();
+    let mut ctl_in = ctl_in;
+    let mut header = [0u8; proto::HEADER_BYTES];
+    loop {
+        read_exact_or_exit(&mut ctl_in, &mut header);
+        let (len, kind, id) = proto::parse_header(&header);
+        if len > proto::MAX_PAYLOAD_BYTES {
+            // Read past it so the stream stays in step, then refuse it.
+            let mut left = len as u64;
+            let mut sink = vec![0u8; 64 * 1024];
+            while left > 0 {
+                let n = left.min(sink.len() as u64) as usize;
+                read_exact_or_exit(&mut ctl_in, &mut sink[..n]);
+                left -= n as u64;
+            }
+            if kind == proto::START {
+                out.fail(id, proto::FAIL_INVALID_INPUT, &format!("a request of {len} bytes is over the supervisor's {} byte limit", proto::MAX_PAYLOAD_BYTES));
+            }
+            continue;
+        }
+        let mut payload = vec![0u8; len];
+        read_exact_or_exit(&mut ctl_in, &mut payload);
+        match kind {
+            proto::START => {
+                let Some(start) = proto::Start::decode(&payload) else {
+                    out.fail(id, proto::FAIL_INVALID_INPUT, "malformed start request");
+                    continue;
+                };
+                if start.argv_env_bytes() > proto::MAX_ARGV_ENV_BYTES {
+                    out.fail(id, proto::FAIL_INVALID_INPUT, &format!("argv and environment hold {} bytes, over the {} byte limit", start.argv_env_bytes(), proto::MAX_ARGV_ENV_BYTES));
+                    continue;
+                }
+                if commands.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&id) {
+                    out.fail(id, proto::FAIL_INVALID_INPUT, "a command with this id is running");
+                    continue;
+                }
+                let (wake_r, wake_w) = match pipe_cloexec() {
+                    Ok(p) => p,
+                    Err(e) => {
+                        out.fail(id, proto::FAIL_SYSTEM, &format!("pipe: {e}"));
+                        continue;
+                    }
+                };
+                let cmd = Arc::new(Cmd {
+                    wake_w,
+                    inbox: Mutex::default(),
+                });
+                commands.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cmd.clone());
+                let (out2, children2, commands2) = (out.clone(), children.clone(), commands.clone());
+                let spawned = std::thread::Builder::new().stack_size(256 * 1024).spawn(move || {
+                    run_command(id, start, cmd, wake_r, out2, children2);
+                    commands2.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                });
+                if let Err(e) = spawned {
+                    commands.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                    out.fail(id, proto::FAIL_SYSTEM, &format!("start a thread: {e}"));
+                }
+            }
+            proto::STDIN | proto::STDIN_END | proto::KILL => {
+                let cmd = commands.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned();
+                if let Some(cmd) = cmd {
+                    {
+                        let mut inbox = cmd.inbox.lock().unwrap_or_else(|e| e.into_inner());
+                        match kind {
+                            proto::STDIN => inbox.stdin.extend_from_slice(&payload),
+                            proto::STDIN_END => inbox.stdin_end = true,
+                            _ => inbox.kill = true,
+                        }
+                    }
+                    cmd.poke();
+                }
+            }
+            _ => {}
+        }
+    }
+}
