@@ -57,6 +57,17 @@ const MISC: &[&str] = &[
     "yes | head -n 3; yes x y | head -2; yes | head -c 5 | wc -c; yes abc | head -1000 | sort -u",
 ];
 
+const FIND: &[&str] = &[
+    "mkdir d; echo a > d/x; echo bb > d/y; find d -type f -exec cat {} \\; | sort; find d -type f -exec echo {} + | tr ' ' '\\n' | sort; find d -name x -exec sh -c 'echo \"found $1\"' _ {} \\;",
+    "mkdir -p keep skip; touch a.tmp b.tmp c.txt keep/k.tmp skip/s.tmp; find . -path ./skip -prune -o -name '*.tmp' -print | sort; find . -name '*.tmp' -delete; find . -type f | sort; find . -empty -type d | sort",
+    "mkdir -p a/b/c; touch a/1 a/b/2 a/b/c/3; find a | sort; find a -maxdepth 1 | sort; find a -mindepth 2 -type f | sort; find a -type d | sort; find a ! -type d | sort; find a -not -name '*2' -type f | sort",
+    "mkdir -p a/B; touch a/x.TXT a/y.txt; find a -iname '*.txt' | sort; find a -name '*.txt'; find a -path '*B*'; find a -regex '.*y\\.txt'; find . -name nothing; echo rc=$?",
+    "find nosuch; echo rc=$?; find . -bogus; echo rc=$?; find . -type q; echo rc=$?; find . -maxdepth x; echo rc=$?; find . -name; echo rc=$?",
+    "mkdir d; printf 12345 > d/f; touch d/e; find d -size +2c | sort; find d -size -1 | sort; find d -empty; find d -type f -printf '%f %s %p %h %d\\n' | sort; find d -print0 | tr '\\0' '\\n' | sort",
+    "mkdir d; touch d/a; chmod 755 d/a; touch d/b; find d -perm 755; find d -perm -700 | sort; find d -type f -perm /111; find d -name a -o -name b | sort; find d \\( -name a -o -name b \\) -print | sort; find d -name a -quit",
+    "mkdir -p d/e; touch d/e/f; cd d; find . -name f -execdir sh -c 'echo $0 $(ls)' {} \\;; find -name f; find . -type f -printf '%P\\n'",
+];
+
 fn host_has(tool: &str) -> bool {
     std::process::Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -169,6 +180,11 @@ fn printenv_and_yes_match_gnu() {
         "GNU coreutils",
         MISC,
     );
+}
+
+#[test]
+fn find_matches_gnu_findutils() {
+    check("find_matches_gnu_findutils", "find", "GNU findutils", FIND);
 }
 
 #[test]

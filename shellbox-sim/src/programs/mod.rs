@@ -10,6 +10,7 @@
 mod basename;
 mod cut;
 mod dirname;
+mod find;
 mod grep;
 pub(crate) mod opts;
 pub(crate) mod posix;
@@ -68,6 +69,10 @@ pub(crate) const TABLE: &[Program] = &[
     },
     legacy("env"),
     legacy("false"),
+    Program {
+        name: "find",
+        main: Some(find::main),
+    },
     Program {
         name: "fgrep",
         main: Some(grep::main),
@@ -267,8 +272,16 @@ impl<'i, 'w> Ctx<'i, 'w> {
     /// shell function or builtin) with this program's streams; its exit status, 127 when
     /// it is not found.
     pub(crate) fn run(&mut self, argv: Vec<String>) -> R<i32> {
+        self.run_in(argv, None)
+    }
+
+    /// [`Ctx::run`] in working directory `dir` (absolute) when given.
+    pub(crate) fn run_in(&mut self, argv: Vec<String>, dir: Option<String>) -> R<i32> {
         let mut child = self.sh.clone();
         child.funcs.clear();
+        if let Some(d) = dir {
+            child.cwd = d;
+        }
         match self.it.exec_external(&mut child, argv) {
             Err(Ctl::Exit(s)) => Ok(s),
             r => r,
