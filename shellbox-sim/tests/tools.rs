@@ -2,8 +2,10 @@
 //! test itself: each case is a small script (it makes its own input files with printf),
 //! run by the host's bash in an empty temporary directory with the real GNU grep 3.8,
 //! coreutils 9.1 sort, … on PATH, and by the simulator in an empty `/work`; stdout bytes
-//! and the exit status must be equal. A case needs one tool; when the host lacks it
-//! (`mawk`, `jq`, `bc`), its group prints one `SKIP` line (scripts/setup-sim installs them).
+//! and the exit status must be equal. A case needs one tool; when the host lacks it (or
+//! has another version), its group prints one `SKIP` line. Every group here uses tools of
+//! Debian's base system (grep, coreutils, findutils), so CI never skips; a group for a
+//! tool outside it (`mawk`, `jq`, `bc`) must add its install to a `scripts/setup-*` script.
 
 use shellbox_core::{Command, MachineSpec};
 use shellbox_sim::SimMachineFactory;
