@@ -77,7 +77,16 @@ const NL_PASTE: &[&str] = &[
     "printf '1\\n2\\n' > x; paste x nofile; echo rc=$?; paste -d '\\t|' x x x; paste -d '' x x; printf 'a\\nb\\nc\\nd\\ne\\n' | paste - - -; paste -q x; echo rc=$?",
 ];
 
+const EXPR: &[&str] = &[
+    "expr 3 + 4; expr 10 / 3; expr 10 % 3; expr 5 \\> 3; x=$(expr 2 \\* 21); echo $x; expr length hello; expr 1 = 2; echo rc=$?; expr -7 / 2; expr -7 % 2; expr 01 = 1; expr 10 \\< 9; expr a \\< b; expr abc != abd",
+    "expr abc : 'a\\(b\\)'; expr abc : 'ab'; expr abc : 'x'; echo rc=$?; expr abc : 'x\\(y\\)'; echo rc=$?; expr substr hello 2 3; expr substr hello 9 1; echo rc=$?; expr index hello l; expr match abc 'a.'; expr 'a.b' : '.*\\.\\(.*\\)'",
+    "expr 0 \\| ''; echo rc=$?; expr 3 \\& 0; echo rc=$?; expr '' \\| 7; expr 2 \\| 3; expr 2 \\& 3; expr -- -5 + 1; expr \\( 1 + 2 \\) \\* 3; expr + length; expr length + length; expr 0; echo rc=$?; expr -0; echo rc=$?; expr 00; echo rc=$?",
+    "expr; echo rc=$?; expr 1 +; echo rc=$?; expr a + 1; echo rc=$?; expr 5 / 0; echo rc=$?; expr 1 2; echo rc=$?; expr \\( 1; echo rc=$?; expr \\); echo rc=$?; expr a : '\\('; echo rc=$?; expr 5 % 0; echo rc=$?",
+];
+
 const FILE_TOOLS: &[&str] = &[
+    "printf x > a; install -m 644 a b; stat -c '%a %s' b; install -D a x/y/z; ls -R x; install -d -m 700 p/q; stat -c %a p p/q; install -v a b2; install a f; stat -c %a f; mkdir t; install a f t; ls t; install -t t -m 600 b; stat -c %a t/b; install -m u=rw,go=r a g; stat -c %a g",
+    "printf x > a; install; echo rc=$?; install a; echo rc=$?; install nofile b; echo rc=$?; mkdir d; install d e; echo rc=$?; install a b c; echo rc=$?; install -m zz a b; echo rc=$?; install -T a d; echo rc=$?; install -x a b; echo rc=$?",
     "printf '12345' > f; wc -c < f; truncate -s 2 f; cat f; echo; truncate -s +3 f; wc -c < f; truncate -s '<1' f; wc -c < f; truncate -s 1K g; wc -c < g; truncate -s %1000 g; wc -c < g; truncate -s /1000 g; wc -c < g",
     "truncate -c -s 5 none; ls; truncate; echo rc=$?; truncate -s x f; echo rc=$?; truncate -s 5 nodir/x; echo rc=$?; mkdir d; truncate -s 1 d; echo rc=$?; truncate -s 3 f1 f2; wc -c f1 f2",
     "set -o pipefail; r() { \"$@\" | while IFS= read -r l; do echo \"${l#\"$PWD\"}\"; done; }; mkdir -p a/b; ln -s a/b l; ln -s /nowhere dead; r realpath a/b l a/../a/b .; r readlink -f a/../a/b; readlink l; readlink a; echo rc=$?; r readlink -f l/../b; r realpath -s l; realpath -e nope; echo rc=$?",
@@ -226,4 +235,9 @@ fn truncate_realpath_readlink_match_gnu_coreutils() {
         "GNU coreutils",
         FILE_TOOLS,
     );
+}
+
+#[test]
+fn expr_matches_gnu_coreutils() {
+    check("expr_matches_gnu_coreutils", "expr", "GNU coreutils", EXPR);
 }

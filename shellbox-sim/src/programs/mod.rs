@@ -10,8 +10,10 @@
 mod basename;
 mod cut;
 mod dirname;
+mod expr;
 mod find;
 mod grep;
+mod install;
 mod nl;
 pub(crate) mod opts;
 mod paste;
@@ -72,6 +74,10 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(grep::main),
     },
     legacy("env"),
+    Program {
+        name: "expr",
+        main: Some(expr::main),
+    },
     legacy("false"),
     Program {
         name: "find",
@@ -86,6 +92,10 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(grep::main),
     },
     legacy("head"),
+    Program {
+        name: "install",
+        main: Some(install::main),
+    },
     legacy("kill"),
     legacy("ln"),
     legacy("ls"),
@@ -290,6 +300,11 @@ impl<'i, 'w> Ctx<'i, 'w> {
         let cwd = self.sh.cwd.clone();
         let ino = self.it.w.vfs.create(&cwd, path, mode, true)?;
         self.it.w.vfs.set_data(ino, data)
+    }
+
+    /// The shell's file-creation mask.
+    pub(crate) fn umask(&self) -> u32 {
+        self.sh.umask
     }
 
     /// Opens the regular file at `path` for writing, creating it empty (mode 0666 less
