@@ -21,6 +21,7 @@ pub(crate) mod posix;
 mod printenv;
 mod realpath;
 mod rev;
+mod sed;
 mod sort;
 mod tac;
 mod tr;
@@ -129,6 +130,10 @@ pub(crate) const TABLE: &[Program] = &[
     },
     legacy("rm"),
     legacy("rmdir"),
+    Program {
+        name: "sed",
+        main: Some(sed::main),
+    },
     legacy("seq"),
     legacy("sh"),
     legacy("sleep"),
@@ -256,6 +261,12 @@ impl<'i, 'w> Ctx<'i, 'w> {
     /// Counts one unit of work against the budgets and the deadline.
     pub(crate) fn tick(&mut self) -> R<()> {
         self.it.tick()
+    }
+
+    /// Ends the program when the command was cancelled or its wall-clock deadline passed
+    /// (what a long single step calls between its pieces).
+    pub(crate) fn check_time(&mut self) -> R<()> {
+        self.it.check_time()
     }
 
     /// Charges `bytes` the program holds (a buffer it built) to the memory budget until
