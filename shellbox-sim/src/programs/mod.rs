@@ -10,15 +10,21 @@
 mod basename;
 mod cut;
 mod dirname;
+mod expr;
 mod find;
 mod grep;
+mod install;
+mod nl;
 pub(crate) mod opts;
+mod paste;
 pub(crate) mod posix;
 mod printenv;
+mod realpath;
 mod rev;
 mod sort;
 mod tac;
 mod tr;
+mod truncate;
 mod uniq;
 mod xargs;
 mod yes;
@@ -68,6 +74,10 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(grep::main),
     },
     legacy("env"),
+    Program {
+        name: "expr",
+        main: Some(expr::main),
+    },
     legacy("false"),
     Program {
         name: "find",
@@ -82,11 +92,23 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(grep::main),
     },
     legacy("head"),
+    Program {
+        name: "install",
+        main: Some(install::main),
+    },
     legacy("kill"),
     legacy("ln"),
     legacy("ls"),
     legacy("mkdir"),
     legacy("mv"),
+    Program {
+        name: "nl",
+        main: Some(nl::main),
+    },
+    Program {
+        name: "paste",
+        main: Some(paste::main),
+    },
     Program {
         name: "printenv",
         main: Some(printenv::main),
@@ -96,6 +118,14 @@ pub(crate) const TABLE: &[Program] = &[
     Program {
         name: "rev",
         main: Some(rev::main),
+    },
+    Program {
+        name: "readlink",
+        main: Some(realpath::readlink),
+    },
+    Program {
+        name: "realpath",
+        main: Some(realpath::realpath),
     },
     legacy("rm"),
     legacy("rmdir"),
@@ -122,6 +152,10 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(tr::main),
     },
     legacy("true"),
+    Program {
+        name: "truncate",
+        main: Some(truncate::main),
+    },
     Program {
         name: "uniq",
         main: Some(uniq::main),
@@ -266,6 +300,19 @@ impl<'i, 'w> Ctx<'i, 'w> {
         let cwd = self.sh.cwd.clone();
         let ino = self.it.w.vfs.create(&cwd, path, mode, true)?;
         self.it.w.vfs.set_data(ino, data)
+    }
+
+    /// The shell's file-creation mask.
+    pub(crate) fn umask(&self) -> u32 {
+        self.sh.umask
+    }
+
+    /// Opens the regular file at `path` for writing, creating it empty (mode 0666 less
+    /// the umask) when missing; its inode.
+    pub(crate) fn create_file(&mut self, path: &str) -> Result<usize, crate::vfs::Errno> {
+        let mode = 0o666 & !self.sh.umask;
+        let cwd = self.sh.cwd.clone();
+        self.it.w.vfs.create(&cwd, path, mode, false)
     }
 
     /// Runs another command (`argv[0]` looked up on PATH, as `env` and `xargs` do; never a
