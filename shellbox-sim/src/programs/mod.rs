@@ -7,6 +7,7 @@
 //! interpreter, and parses its options with [`opts`] (GNU style, over lexopt). Programs
 //! not moved here yet (`main: None`) still run from `utils.rs`.
 
+mod awk;
 mod basename;
 mod cut;
 mod dirname;
@@ -52,6 +53,10 @@ const fn legacy(name: &'static str) -> Program {
 /// Every program a machine has.
 pub(crate) const TABLE: &[Program] = &[
     legacy("["),
+    Program {
+        name: "awk",
+        main: Some(awk::main),
+    },
     Program {
         name: "basename",
         main: Some(basename::main),
@@ -261,6 +266,11 @@ impl<'i, 'w> Ctx<'i, 'w> {
     /// Counts one unit of work against the budgets and the deadline.
     pub(crate) fn tick(&mut self) -> R<()> {
         self.it.tick()
+    }
+
+    /// Bytes the machine's memory budget has left now.
+    pub(crate) fn memory_left(&self) -> u64 {
+        self.it.w.memory_limit.saturating_sub(self.it.memory_used())
     }
 
     /// Ends the program when the command was cancelled or its wall-clock deadline passed
