@@ -87,6 +87,7 @@ mod gc;
 mod image;
 mod machine;
 mod session;
+mod supervised;
 mod transfer;
 
 /// What the docker backend offers ([`shellbox_core::MachineFactory::capabilities`]): Linux
@@ -106,6 +107,7 @@ pub use gc::list_containers;
 pub use gc::{gc, gc_with_labels, GcReport};
 pub use image::{dockerfile_image_tag, ensure_busybox_image, image_source_key, BUSYBOX_TEST_IMAGE};
 pub use machine::DockerMachine;
+pub use supervised::{CommandPath, COMMAND_PATH_ENV};
 pub use session::{DockerSession, INTERRUPT_BOUND};
 
 #[doc(hidden)]

@@ -85,6 +85,11 @@ pub(crate) struct Inner {
     pub name: String,
     pub spec: MachineSpec,
     pub setsid: String,
+    /// The machine's supervisor, when its commands take the fast path.
+    pub supervisor: Option<crate::supervised::Supervised>,
+    /// Becomes true when the machine closes (before its container is removed), so a
+    /// supervised command killed by the removal ends as [`Error::Closed`].
+    pub shutdown: tokio::sync::watch::Sender<bool>,
     pub closed: AtomicBool,
     pub removed: AtomicBool,
     pub close_lock: tokio::sync::Mutex<()>,
@@ -109,6 +114,49 @@ impl DockerMachine {
     /// The spec the machine was created from.
     pub fn spec(&self) -> &MachineSpec {
         &self.inner.spec
+    }
+
+    /// Whether the machine's commands run through its supervisor (the fast path) rather
+    /// than as one Engine exec each (see [`CommandPath`](crate::CommandPath)).
+    pub fn uses_supervisor(&self) -> bool {
+        self.inner.supervisor.is_some()
+    }
+
+    /// Commands through the supervisor: the account resolved in the image, the request,
+    /// the driver.
+    async fn run_supervised(
+        &self,
+        sup: &crate::supervised::Supervised,
+        command: Command,
+    ) -> Result<EventStream, Error> {
+        let label = command.argv.first().cloned().unwrap_or_default();
+        let account = match command.user.as_deref() {
+            Some(user) => Some(sup.lookup(user).await?),
+            None if sup.default_user.is_empty() => sup.default_account.clone(),
+            None => Some(sup.lookup(&sup.default_user).await?),
+        };
+        let start = crate::supervised::start_request(sup, &self.inner.spec, &command, account.as_ref());
+        self.inner.check_open()?;
+        let running = match sup.client.start(&start, &command.stdin) {
+            Ok(running) => running,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                return Err(Error::invalid(format!("{label}: {e}")))
+            }
+            Err(_) => return Err(self.inner.supervisor_gone().await),
+        };
+        let inner = self.inner.clone();
+        Ok(crate::supervised::drive(
+            running,
+            command.timeout,
+            label,
+            self.inner.shutdown.subscribe(),
+            move |gone| async move {
+                match gone {
+                    crate::supervised::Gone::Closed => Error::Closed,
+                    crate::supervised::Gone::Supervisor => inner.supervisor_gone().await,
+                }
+            },
+        ))
     }
 }
 
@@ -262,6 +310,7 @@ impl Inner {
 
     pub(crate) async fn close(&self) -> Result<(), Error> {
         self.closed.store(true, Ordering::SeqCst);
+        self.shutdown.send_replace(true);
         let _guard = self.close_lock.lock().await;
         if self.removed.load(Ordering::SeqCst) {
             return Ok(());
@@ -323,12 +372,46 @@ impl Inner {
         )))
     }
 
+    /// The machine's supervisor ended (killed from outside, or the container stopped): the
+    /// machine is closed and this is [`Error::Terminated`] saying why, or
+    /// [`Error::Closed`] when it was closed meanwhile.
+    pub(crate) async fn supervisor_gone(&self) -> Error {
+        if self.closed.load(Ordering::SeqCst) {
+            return Error::Closed;
+        }
+        if let Err(e) = self.ensure_running().await {
+            return e;
+        }
+        if self.closed.load(Ordering::SeqCst) {
+            return Error::Closed;
+        }
+        self.dispose("the machine's supervisor ended").await;
+        Error::Terminated(format!(
+            "the machine's command supervisor ended (killed from outside the machine); the \
+             machine ({}) is closed",
+            self.name
+        ))
+    }
+
     /// Closes after a failure it cannot recover from; logs a failed removal.
     async fn dispose(&self, why: &str) {
         tracing::warn!(target: "shellbox_docker", container = %self.name, "disposing of the machine: {why}");
         if let Err(e) = self.close().await {
             tracing::warn!(target: "shellbox_docker", container = %self.name, "removal failed: {e}");
         }
+    }
+
+    /// A numeric user (`uid` or `uid:gid`) the image has no account for is refused, as on
+    /// every backend (the engine would run it with no account). Names need no check here:
+    /// the engine refuses unknown ones.
+    async fn refuse_unknown_numeric_user(&self, user: &str) -> Result<(), Error> {
+        let name = user.split(':').next().unwrap_or(user);
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
+            return Ok(());
+        }
+        let (code, out, _) = self.root_exec(crate::supervised::LOOKUP, &[user]).await?;
+        let code = i32::try_from(code).unwrap_or(255);
+        crate::supervised::parse_lookup(user, code, out.as_bytes()).map(|_| ())
     }
 
     /// Runs a small root exec (`sh -c script sh args...`) and returns (exit code, stdout,
@@ -419,6 +502,13 @@ impl Machine for DockerMachine {
     async fn run_stream(&self, command: Command) -> Result<EventStream, Error> {
         command.validate()?;
         validate_exec_size(&self.inner.spec, &command)?;
+        if let Some(sup) = &self.inner.supervisor {
+            self.inner.check_open()?;
+            return self.run_supervised(sup, command).await;
+        }
+        if let Some(user) = command.user.as_deref() {
+            self.inner.refuse_unknown_numeric_user(user).await?;
+        }
         // A timeout too far away for a clock instant (e.g. `Duration::MAX`) is no deadline.
         let deadline = command.timeout.and_then(|t| Instant::now().checked_add(t));
         let inner = &self.inner;
