@@ -107,8 +107,8 @@ pub use gc::list_containers;
 pub use gc::{gc, gc_with_labels, GcReport};
 pub use image::{dockerfile_image_tag, ensure_busybox_image, image_source_key, BUSYBOX_TEST_IMAGE};
 pub use machine::DockerMachine;
-pub use supervised::{CommandPath, COMMAND_PATH_ENV};
 pub use session::{DockerSession, INTERRUPT_BOUND};
+pub use supervised::{CommandPath, COMMAND_PATH_ENV};
 
 #[doc(hidden)]
 pub use machine::floor_exec_true;

@@ -122,8 +122,74 @@ impl DockerMachine {
         self.inner.supervisor.is_some()
     }
 
+    /// A command as one Engine exec (the fallback path; see the crate docs).
+    async fn run_exec(&self, command: Command) -> Result<EventStream, Error> {
+        if let Some(user) = command.user.as_deref() {
+            self.inner.refuse_unknown_numeric_user(user).await?;
+        }
+        // A timeout too far away for a clock instant (e.g. `Duration::MAX`) is no deadline.
+        let deadline = command.timeout.and_then(|t| Instant::now().checked_add(t));
+        let inner = &self.inner;
+        inner.check_open()?;
+        let command_id = crate::factory::unique_hex();
+        let config = exec_config(&inner.spec, &command, &inner.setsid, &command_id);
+        let exec = inner.docker.create_exec(&inner.id, config).await;
+        let exec = match exec {
+            Ok(exec) => exec,
+            Err(e) => return Err(inner.start_failure("create exec", e).await),
+        };
+        let started = match inner
+            .docker
+            .start_exec(&exec.id, None::<StartExecOptions>)
+            .await
+        {
+            Ok(started) => started,
+            // Podman refuses an unknown user at start (Docker reports it in the output).
+            Err(BollardError::DockerResponseServerError { message, .. })
+                if exec_setup_failure(&message, command.user.as_deref()).is_some() =>
+            {
+                return Err(exec_setup_failure(&message, command.user.as_deref())
+                    .unwrap_or_else(|| Error::backend("start exec", message)));
+            }
+            Err(e) => return Err(inner.start_failure("start exec", e).await),
+        };
+        let StartExecResults::Attached { output, mut input } = started else {
+            return Err(Error::backend("start exec", "the engine did not attach"));
+        };
+        if command.stdin.is_empty() {
+            drop(input);
+        } else {
+            let stdin = command.stdin.clone();
+            tokio::spawn(async move {
+                // A command that exits without reading its stdin is not an error.
+                let _ = input.write_all(&stdin).await;
+                let _ = input.shutdown().await;
+            });
+        }
+        let (tx, rx) = mpsc::channel(16);
+        let driver = Driver {
+            inner: self.inner.clone(),
+            exec_id: exec.id,
+            command_id,
+            stdout: OutputLimiter::new(command.output_limit_bytes),
+            stderr: OutputLimiter::new(command.output_limit_bytes),
+            header: Some(BytesMut::new()),
+            pgid: None,
+            pending: VecDeque::new(),
+            held: Vec::new(),
+            user: command.user.clone(),
+            tx,
+        };
+        tokio::spawn(driver.run(output, deadline));
+        Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        })))
+    }
+
     /// Commands through the supervisor: the account resolved in the image, the request,
-    /// the driver.
+    /// the driver. A command whose argv and environment are over the supervisor's 1 MiB
+    /// ([`shellbox_supervisor::proto::MAX_ARGV_ENV_BYTES`]) but within what `execve(2)`
+    /// takes runs as an Engine exec instead (where the image has `setsid`).
     async fn run_supervised(
         &self,
         sup: &crate::supervised::Supervised,
@@ -135,7 +201,13 @@ impl DockerMachine {
             None if sup.default_user.is_empty() => sup.default_account.clone(),
             None => Some(sup.lookup(&sup.default_user).await?),
         };
-        let start = crate::supervised::start_request(sup, &self.inner.spec, &command, account.as_ref());
+        let start =
+            crate::supervised::start_request(sup, &self.inner.spec, &command, account.as_ref());
+        if start.argv_env_bytes() > shellbox_supervisor::proto::MAX_ARGV_ENV_BYTES
+            && !self.inner.setsid.is_empty()
+        {
+            return self.run_exec(command).await;
+        }
         self.inner.check_open()?;
         let running = match sup.client.start(&start, &command.stdin) {
             Ok(running) => running,
@@ -154,6 +226,21 @@ impl DockerMachine {
                 match gone {
                     crate::supervised::Gone::Closed => Error::Closed,
                     crate::supervised::Gone::Supervisor => inner.supervisor_gone().await,
+                    crate::supervised::Gone::Unkillable => {
+                        if inner.closed.load(Ordering::SeqCst) {
+                            return Error::Closed;
+                        }
+                        let why = format!(
+                            "its kill was not confirmed within {:?}",
+                            crate::supervised::KILL_BOUND
+                        );
+                        inner.dispose(&why).await;
+                        Error::Terminated(format!(
+                            "the command timed out and could not be stopped ({why}); the \
+                             container {} was removed",
+                            inner.name
+                        ))
+                    }
                 }
             },
         ))
@@ -506,66 +593,7 @@ impl Machine for DockerMachine {
             self.inner.check_open()?;
             return self.run_supervised(sup, command).await;
         }
-        if let Some(user) = command.user.as_deref() {
-            self.inner.refuse_unknown_numeric_user(user).await?;
-        }
-        // A timeout too far away for a clock instant (e.g. `Duration::MAX`) is no deadline.
-        let deadline = command.timeout.and_then(|t| Instant::now().checked_add(t));
-        let inner = &self.inner;
-        inner.check_open()?;
-        let command_id = crate::factory::unique_hex();
-        let config = exec_config(&inner.spec, &command, &inner.setsid, &command_id);
-        let exec = inner.docker.create_exec(&inner.id, config).await;
-        let exec = match exec {
-            Ok(exec) => exec,
-            Err(e) => return Err(inner.start_failure("create exec", e).await),
-        };
-        let started = match inner
-            .docker
-            .start_exec(&exec.id, None::<StartExecOptions>)
-            .await
-        {
-            Ok(started) => started,
-            // Podman refuses an unknown user at start (Docker reports it in the output).
-            Err(BollardError::DockerResponseServerError { message, .. })
-                if exec_setup_failure(&message, command.user.as_deref()).is_some() =>
-            {
-                return Err(exec_setup_failure(&message, command.user.as_deref())
-                    .unwrap_or_else(|| Error::backend("start exec", message)));
-            }
-            Err(e) => return Err(inner.start_failure("start exec", e).await),
-        };
-        let StartExecResults::Attached { output, mut input } = started else {
-            return Err(Error::backend("start exec", "the engine did not attach"));
-        };
-        if command.stdin.is_empty() {
-            drop(input);
-        } else {
-            let stdin = command.stdin.clone();
-            tokio::spawn(async move {
-                // A command that exits without reading its stdin is not an error.
-                let _ = input.write_all(&stdin).await;
-                let _ = input.shutdown().await;
-            });
-        }
-        let (tx, rx) = mpsc::channel(16);
-        let driver = Driver {
-            inner: self.inner.clone(),
-            exec_id: exec.id,
-            command_id,
-            stdout: OutputLimiter::new(command.output_limit_bytes),
-            stderr: OutputLimiter::new(command.output_limit_bytes),
-            header: Some(BytesMut::new()),
-            pgid: None,
-            pending: VecDeque::new(),
-            held: Vec::new(),
-            user: command.user.clone(),
-            tx,
-        };
-        tokio::spawn(driver.run(output, deadline));
-        Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|item| (item, rx))
-        })))
+        self.run_exec(command).await
     }
 
     async fn upload(&self, source: &Path, target: &str) -> Result<(), Error> {

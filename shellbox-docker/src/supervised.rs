@@ -240,7 +240,11 @@ pub(crate) async fn start(docker: &Docker, id: &str) -> Result<Supervised, Strin
                 .to_string();
             return Err(format!("the supervisor did not start ({e}): {said}"));
         }
-        Err(_) => return Err(format!("the supervisor did not start within {READY_BOUND:?}")),
+        Err(_) => {
+            return Err(format!(
+                "the supervisor did not start within {READY_BOUND:?}"
+            ))
+        }
     };
     let info = docker
         .inspect_container(id, None)
@@ -251,7 +255,10 @@ pub(crate) async fn start(docker: &Docker, id: &str) -> Result<Supervised, Strin
         .env
         .unwrap_or_default()
         .iter()
-        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .filter_map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
         .collect();
     let home_configured = configured.iter().any(|(k, _)| k == "HOME");
     let mut sup = Supervised {
@@ -273,7 +280,10 @@ pub(crate) async fn start(docker: &Docker, id: &str) -> Result<Supervised, Strin
         Ok((0, out)) => out
             .split(|&b| b == 0)
             .filter_map(|kv| std::str::from_utf8(kv).ok())
-            .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+            .filter_map(|kv| {
+                kv.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            })
             .collect(),
         _ => configured.clone(),
     };
@@ -299,7 +309,14 @@ impl Supervised {
     pub(crate) async fn collect_root(&self, argv: &[&str]) -> Result<(i32, Vec<u8>), String> {
         let start = proto::Start {
             argv: argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
-            env: vec![format!("PATH={DEFAULT_PATH}").into_bytes()],
+            env: if self.env.is_empty() {
+                vec![format!("PATH={DEFAULT_PATH}").into_bytes()]
+            } else {
+                self.env
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}").into_bytes())
+                    .collect()
+            },
             cwd: b"/".to_vec(),
             user: Some((0, 0)),
             rlimits: Vec::new(),
@@ -335,7 +352,9 @@ impl Supervised {
         let (code, out) = self
             .collect_root(&["/bin/sh", "-c", LOOKUP, "sh", user])
             .await
-            .map_err(|e| Error::backend(format!("look up user {user:?}"), std::io::Error::other(e)))?;
+            .map_err(|e| {
+                Error::backend(format!("look up user {user:?}"), std::io::Error::other(e))
+            })?;
         parse_lookup(user, code, &out)
     }
 }
@@ -345,11 +364,9 @@ pub(crate) fn parse_lookup(user: &str, code: i32, out: &[u8]) -> Result<(u32, u3
     let name = user.split(':').next().unwrap_or(user);
     match code {
         0 => {}
-        3 => {
-            return Err(Error::unsupported(format!(
-                "no such user: {name} (user {user:?}; the image's /etc/passwd has no such name or UID)"
-            )))
-        }
+        3 => return Err(Error::unsupported(format!(
+            "no such user: {name} (user {user:?}; the image's /etc/passwd has no such name or UID)"
+        ))),
         4 => {
             let group = user.split_once(':').map_or("", |(_, g)| g);
             return Err(Error::unsupported(format!(
@@ -418,7 +435,13 @@ pub(crate) enum Gone {
     Closed,
     /// The supervisor's channel ended.
     Supervisor,
+    /// A timed-out command was not confirmed killed within [`KILL_BOUND`] (a frozen or
+    /// paused container).
+    Unkillable,
 }
+
+/// How long a timed-out command's KILL may take to be confirmed by its EXIT.
+pub(crate) const KILL_BOUND: Duration = Duration::from_secs(10);
 
 /// The event stream of a command started on the supervisor: output as it comes, the
 /// timeout as a KILL of the command's whole subtree (then the output written before it and
@@ -445,11 +468,14 @@ where
             }
         };
         tokio::pin!(deadline);
+        let kill_bound = tokio::time::sleep(Duration::MAX / 4);
+        tokio::pin!(kill_bound);
         let mut timed_out = false;
         enum Step {
             Closed,
             Reply(Option<Reply>),
             Deadline,
+            KillBound,
             Dropped,
         }
         let item = loop {
@@ -458,6 +484,7 @@ where
                 _ = closed.wait_for(|c| *c) => Step::Closed,
                 reply = running.next() => Step::Reply(reply),
                 () = &mut deadline, if !timed_out => Step::Deadline,
+                () = &mut kill_bound, if timed_out => Step::KillBound,
                 () = tx.closed() => Step::Dropped,
             };
             match step {
@@ -466,7 +493,11 @@ where
                 Step::Deadline => {
                     timed_out = true;
                     running.kill();
+                    kill_bound
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + KILL_BOUND);
                 }
+                Step::KillBound => break Err(on_gone(Gone::Unkillable).await),
                 Step::Reply(Some(Reply::Output(stream, bytes))) => {
                     let event = match stream {
                         OutputStream::Stdout => Event::Stdout(bytes),
@@ -519,11 +550,17 @@ mod tests {
             (65534, 65534, "/home".to_string())
         );
         let e = parse_lookup("4242", 3, b"").unwrap_err();
-        assert!(e.is_unsupported() && e.to_string().contains("no such user: 4242"), "{e}");
+        assert!(
+            e.is_unsupported() && e.to_string().contains("no such user: 4242"),
+            "{e}"
+        );
         let e = parse_lookup("root:nogroup", 4, b"").unwrap_err();
         assert!(e.to_string().contains("no such group: nogroup"), "{e}");
         assert!(parse_lookup("x", 0, b"a b").unwrap_err().is_unsupported());
-        assert!(matches!(parse_lookup("x", 2, b""), Err(Error::Backend { .. })));
+        assert!(matches!(
+            parse_lookup("x", 2, b""),
+            Err(Error::Backend { .. })
+        ));
     }
 
     #[test]
