@@ -51,17 +51,17 @@ const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
 /// holding the machine dropped with its runtime, a test panicking). Prefer `close` in async
 /// code: it does not block.
 ///
-/// Commands: see the crate docs for the exec protocol. A command's exit code comes from the
-/// exec's inspect. What the engine cannot set up is an error, never a result: an argv or
-/// environment larger than `execve(2)` takes is [`Error::InvalidInput`] before any exec
-/// ([`shellbox_core::validate::validate_exec_size`], with 64 KiB left for the wrapper and
+/// Commands: see the crate docs for both paths ([`DockerMachine::uses_supervisor`] says
+/// which this machine takes). What cannot be set up is an error, never a result: an argv or
+/// environment larger than `execve(2)` takes is [`Error::InvalidInput`] before anything runs
+/// ([`shellbox_core::validate::validate_exec_size`], with 64 KiB left for the exec wrapper and
 /// the image's environment; the kernel's `E2BIG` past that is the same error), and a user
-/// (or group) the image does not have is [`Error::Unsupported`] "no such user: NAME" (the
-/// engine's "unable to find user"; numeric ids need no account). A missing cwd is an
-/// ordinary result with exit code 126 and the engine's message on stderr, as in the
-/// reference. A timed-out command's process group is killed inside the container as root
-/// and confirmed gone (within 10 s); if that cannot be done the machine is closed (its
-/// container removed) and the run returns [`Error::Terminated`].
+/// (or group) the image does not have is [`Error::Unsupported`] "no such user: NAME" — a
+/// numeric UID too, as on local and sim. A missing cwd is an ordinary failed result (the
+/// fast path: exit 2 and `sh`'s message; the exec path: 126 and the engine's). A timed-out
+/// command is killed, everything it started, and confirmed gone (within 10 s); if that
+/// cannot be done the machine is closed (its container removed) and the run returns
+/// [`Error::Terminated`].
 pub struct DockerMachine {
     pub(crate) inner: Arc<Inner>,
     /// The machine's one shell session, made by the first `open_shell`.

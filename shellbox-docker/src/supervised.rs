@@ -364,9 +364,11 @@ pub(crate) fn parse_lookup(user: &str, code: i32, out: &[u8]) -> Result<(u32, u3
     let name = user.split(':').next().unwrap_or(user);
     match code {
         0 => {}
-        3 => return Err(Error::unsupported(format!(
+        3 => {
+            return Err(Error::unsupported(format!(
             "no such user: {name} (user {user:?}; the image's /etc/passwd has no such name or UID)"
-        ))),
+        )))
+        }
         4 => {
             let group = user.split_once(':').map_or("", |(_, g)| g);
             return Err(Error::unsupported(format!(
