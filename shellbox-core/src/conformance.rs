@@ -1223,7 +1223,9 @@ pub async fn background_process_outlives_its_command(h: &Harness) {
     assert_eq!(text(&r.stdout), "alive\n", "{r:?}");
     let r = sh(
         &*m,
-        "mkfifo /tmp/pm.q && \
+        // mkfifo in the foreground: as part of the background list it raced the next
+        // command, whose `echo > /tmp/pm.q` then made a plain file and the responder never ran.
+        "mkfifo /tmp/pm.q || exit 1; \
          (read line < /tmp/pm.q; echo \"got $line\" > /tmp/pm.a.tmp; mv /tmp/pm.a.tmp /tmp/pm.a) \
            >/dev/null 2>&1 & echo served",
     )

@@ -227,6 +227,7 @@ pub fn kill_and_remove(version: CgroupVersion, dir: &Path, wait: Duration) -> st
     }
     let _ = write_file(&dir.join("pids.max"), "0");
     let started = Instant::now();
+    let mut pause = Duration::from_micros(250);
     loop {
         let killed_by_kernel =
             version == CgroupVersion::V2 && write_file(&dir.join("cgroup.kill"), "1").is_ok();
@@ -246,7 +247,11 @@ pub fn kill_and_remove(version: CgroupVersion, dir: &Path, wait: Duration) -> st
                     format!("remove cgroup {}: {e}", dir.display()),
                 ))
             }
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            Err(_) => {
+                // Killed processes are usually reaped within a millisecond.
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(5));
+            }
         }
     }
 }

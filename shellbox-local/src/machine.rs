@@ -222,6 +222,11 @@ impl LocalMachineFactory {
     /// [`Error::InvalidInput`]), a mount inside a system directory or another mount,
     /// a workdir inside a system directory or mount; [`Error::Io`] when the root, its
     /// file system or its pids cgroup cannot be made. Nothing is left behind on error.
+    ///
+    /// Returns before the machine's sandbox runs: bwrap and the supervisor start on a
+    /// task of their own (DESIGN.md "The supervisor"); the first command waits for them,
+    /// and a failed start is that command's (and every later one's) [`Error::Backend`].
+    /// Must be called within a tokio runtime.
     pub async fn create_local(&self, spec: MachineSpec) -> Result<LocalMachine, Error> {
         spec.validate()?;
         let ImageSource::Host(image) = &spec.source else {
@@ -327,11 +332,21 @@ impl LocalMachineFactory {
             drivers: Arc::new(Drivers::default()),
             shutdown,
             cgroup: cgroup.map(Arc::new),
-            sandbox: std::sync::OnceLock::new(),
+            slot: Arc::new(SandboxSlot::default()),
         };
-        // On error, dropping the machine kills what started and removes its root.
-        let sandbox = machine.start_sandbox().await?;
-        let _ = machine.sandbox.set(sandbox);
+        // The sandbox starts in the background: create returns once the root, the
+        // namespaces and the cgroup exist; the first command waits for the supervisor
+        // (and gets the start's error, if any). Close or drop meanwhile stops it.
+        let inputs = StartInputs {
+            factory: machine.factory.clone(),
+            layout: machine.layout.clone(),
+            confinement: machine.confinement()?,
+        };
+        tokio::spawn(start_task(
+            inputs,
+            machine.slot.clone(),
+            machine.shutdown.subscribe(),
+        ));
         Ok(machine)
     }
 }
@@ -533,7 +548,8 @@ impl MachineFactory for LocalMachineFactory {
 }
 
 /// One local machine: a private root directory on the host and one bubblewrap sandbox on
-/// it, started at create with the supervisor as its PID 1, which runs every command
+/// it, started by create (in the background) with the supervisor as its PID 1, which runs
+/// every command
 /// (REFERENCE 4.2-4.7).
 ///
 /// The sandbox has new PID, IPC, UTS, mount (and, where possible, cgroup) namespaces, the
@@ -559,15 +575,207 @@ pub struct LocalMachine {
     shutdown: watch::Sender<bool>,
     /// The machine's pids cgroup (see the `cgroup` module); `None` where none can be made.
     cgroup: Option<Arc<crate::cgroup::MachineCgroup>>,
-    /// The machine's sandbox and its supervisor's channel, set once it started.
-    sandbox: std::sync::OnceLock<Sandbox>,
+    /// The machine's sandbox as it starts in the background, then runs.
+    slot: Arc<SandboxSlot>,
 }
 
-/// A machine's running sandbox: bwrap (pid and process group), the supervisor client.
+/// A machine's running sandbox: the supervisor's client.
 struct Sandbox {
-    pid: i32,
-    exited: watch::Receiver<bool>,
     client: shellbox_supervisor::Client,
+}
+
+/// How a machine's background sandbox start ended.
+#[derive(Clone)]
+enum Started {
+    /// The supervisor reported READY.
+    Running(Arc<Sandbox>),
+    /// The start failed: the operation and the reason (bwrap's stderr when it said why),
+    /// turned into an [`Error::Backend`] for every command.
+    Failed(String, String),
+    /// The machine was closed (or dropped) first.
+    Closed,
+}
+
+/// Where the background start of a machine's sandbox and the machine meet.
+#[derive(Default)]
+struct SandboxSlot {
+    /// Under this lock the start spawns bwrap only while the machine is open, and close
+    /// marks it closed: once close took it, no bwrap of this machine can start.
+    process: std::sync::Mutex<SlotProcess>,
+    /// `None` while the start runs, then how it ended.
+    ready: watch::Sender<Option<Started>>,
+}
+
+#[derive(Default)]
+struct SlotProcess {
+    closed: bool,
+    /// bwrap's pid (its process group too) and its reaped flag, once spawned.
+    spawned: Option<(i32, watch::Receiver<bool>)>,
+}
+
+impl SandboxSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotProcess> {
+        self.process.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks the machine closed (no bwrap starts after this) and returns bwrap's pid and
+    /// reaped flag if it was spawned.
+    fn close(&self) -> Option<(i32, watch::Receiver<bool>)> {
+        let mut p = self.lock();
+        p.closed = true;
+        p.spawned.clone()
+    }
+}
+
+/// What the background start needs of its machine.
+struct StartInputs {
+    factory: Arc<FactoryInner>,
+    layout: Layout,
+    confinement: launch::Confinement,
+}
+
+/// Starts the machine's sandbox ([`start_sandbox`]) and publishes how that ended.
+async fn start_task(
+    inputs: StartInputs,
+    slot: Arc<SandboxSlot>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let result = start_sandbox(inputs, &slot, &mut shutdown).await;
+    let p = slot.lock();
+    let started = match result {
+        _ if p.closed => Started::Closed,
+        Ok(sandbox) => Started::Running(Arc::new(sandbox)),
+        Err(Error::Closed) => Started::Closed,
+        Err(Error::Backend { operation, source }) => Started::Failed(operation, source.to_string()),
+        Err(other) => Started::Failed("start the machine's sandbox".into(), other.to_string()),
+    };
+    slot.ready.send_replace(Some(started));
+    drop(p);
+}
+
+/// SIGKILLs a spawned bwrap's process group unless bwrap was already reaped; its
+/// `--die-with-parent` and the PID namespace take every process of the sandbox along.
+fn kill_spawned(spawned: &Option<(i32, watch::Receiver<bool>)>) {
+    if let Some((pid, exited)) = spawned {
+        if !*exited.borrow() {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(*pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// Starts a machine's sandbox once: bwrap with the supervisor as its PID 1, in the
+/// machine's namespaces and cgroup, and waits for the supervisor's READY.
+///
+/// # Errors
+/// [`Error::Closed`] when the machine closed first; [`Error::Backend`] with bwrap's stderr
+/// when the sandbox cannot be set up (or the launcher's errno when bwrap cannot be run);
+/// nothing started is left running.
+async fn start_sandbox(
+    inputs: StartInputs,
+    slot: &SandboxSlot,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Sandbox, Error> {
+    use std::os::fd::AsRawFd;
+    let StartInputs {
+        factory,
+        layout,
+        mut confinement,
+    } = inputs;
+    let env = plan::command_env(&[], None, &BTreeMap::new(), &BTreeMap::new());
+    let env_options = plan::env_args(&env)?;
+    // Per-command limits (RLIMIT_NPROC from the host's task count then, RLIMIT_CPU
+    // from the timeout) are set by the supervisor for each command.
+    let limits: Vec<plan::Limit> = plan::limits(host_tasks(), None, 1, &current_soft)
+        .into_iter()
+        .filter(|l| l.resource != nix::sys::resource::Resource::RLIMIT_NPROC)
+        .collect();
+    confinement.program = Some(factory.program.clone());
+    let program_fd = factory.program.as_raw_fd();
+    let prepared = launch::prepare(
+        &factory.bwrap,
+        &env_options,
+        limits,
+        false,
+        confinement,
+        |env_fd, _, seccomp_fd| {
+            plan::supervisor_args(&layout, &factory.facts, env_fd, seccomp_fd, program_fd)
+        },
+    )?;
+    let process = {
+        let mut p = slot.lock();
+        if p.closed {
+            return Err(Error::Closed);
+        }
+        let process = launch::start_machine(prepared, "the machine's sandbox")?;
+        p.spawned = Some((process.pid, process.exited.clone()));
+        process
+    };
+    let mut exited = process.exited.clone();
+    let spawned = Some((process.pid, process.exited.clone()));
+    let pipe_err = |e| Error::backend("set up the pipes of the machine's sandbox", e);
+    let made = (|| {
+        Ok::<_, Error>((
+            tokio::net::unix::pipe::Sender::from_owned_fd(process.stdin).map_err(pipe_err)?,
+            tokio::net::unix::pipe::Receiver::from_owned_fd(process.stdout).map_err(pipe_err)?,
+            tokio::net::unix::pipe::Receiver::from_owned_fd(process.stderr).map_err(pipe_err)?,
+        ))
+    })();
+    let (stdin, stdout, mut stderr) = match made {
+        Ok(pipes) => pipes,
+        Err(e) => {
+            kill_spawned(&spawned);
+            return Err(e);
+        }
+    };
+    // bwrap's stderr: the first bytes explain a failed set-up; the rest is drained.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut buf = vec![0u8; 4096];
+            while let Ok(n) = stderr.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                let room = 4096usize.saturating_sub(seen.len());
+                seen.extend_from_slice(&buf[..n.min(room)]);
+            }
+        });
+    }
+    let connected = tokio::select! {
+        biased;
+        _ = shutdown.wait_for(|closed| *closed) => None,
+        r = tokio::time::timeout(
+            SANDBOX_START_TIMEOUT,
+            shellbox_supervisor::Client::connect(stdout, stdin),
+        ) => Some(r),
+    };
+    let why = match connected {
+        None => {
+            kill_spawned(&spawned);
+            return Err(Error::Closed);
+        }
+        Some(Ok(Ok(client))) => return Ok(Sandbox { client }),
+        Some(Ok(Err(e))) => e.to_string(),
+        Some(Err(_)) => format!("the supervisor did not start within {SANDBOX_START_TIMEOUT:?}"),
+    };
+    kill_spawned(&spawned);
+    let _ = tokio::time::timeout(Duration::from_secs(10), exited.wait_for(|e| *e)).await;
+    // The stderr task reads to EOF once bwrap is gone.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let text = String::from_utf8_lossy(&seen.lock().unwrap_or_else(|e| e.into_inner()))
+        .trim()
+        .to_string();
+    let why = if text.is_empty() { why } else { text };
+    Err(Error::backend(
+        "set up the machine's bwrap sandbox",
+        std::io::Error::other(why),
+    ))
 }
 
 /// The supervisor program in a sealed memfd (close-on-exec in this process).
@@ -797,130 +1005,25 @@ impl LocalMachine {
         Ok(prepared.into_command().0)
     }
 
-    /// Starts the machine's sandbox once: bwrap with the supervisor as its PID 1, in the
-    /// machine's namespaces and cgroup, and waits for the supervisor's READY.
+    /// The machine's sandbox, once its background start ended.
     ///
     /// # Errors
-    /// [`Error::Backend`] with bwrap's stderr when the sandbox cannot be set up (or the
-    /// launcher's errno when bwrap cannot be run); nothing started is left running.
-    async fn start_sandbox(&self) -> Result<Sandbox, Error> {
-        use std::os::fd::AsRawFd;
-        let env = plan::command_env(&[], None, &BTreeMap::new(), &BTreeMap::new());
-        let env_options = plan::env_args(&env)?;
-        // Per-command limits (RLIMIT_NPROC from the host's task count then, RLIMIT_CPU
-        // from the timeout) are set by the supervisor for each command.
-        let limits: Vec<plan::Limit> = plan::limits(host_tasks(), None, 1, &current_soft)
-            .into_iter()
-            .filter(|l| l.resource != nix::sys::resource::Resource::RLIMIT_NPROC)
-            .collect();
-        let mut confinement = self.confinement()?;
-        confinement.program = Some(self.factory.program.clone());
-        let program_fd = self.factory.program.as_raw_fd();
-        let prepared = launch::prepare(
-            &self.factory.bwrap,
-            &env_options,
-            limits,
-            false,
-            confinement,
-            |env_fd, _, seccomp_fd| {
-                plan::supervisor_args(
-                    &self.layout,
-                    &self.factory.facts,
-                    env_fd,
-                    seccomp_fd,
-                    program_fd,
-                )
-            },
-        )?;
-        let process = launch::start_machine(prepared, "the machine's sandbox")?;
-        let (pid, mut exited) = (process.pid, process.exited.clone());
-        let kill = |exited: &watch::Receiver<bool>| {
-            if !*exited.borrow() {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
+    /// [`Error::Closed`] when the machine closed first; [`Error::Backend`] with the start's
+    /// failure (bwrap's stderr when it said why), on every command.
+    async fn sandbox(&self) -> Result<Arc<Sandbox>, Error> {
+        let mut ready = self.slot.ready.subscribe();
+        let started = ready
+            .wait_for(Option::is_some)
+            .await
+            .map_err(|_| Error::Closed)?
+            .clone();
+        match started {
+            Some(Started::Running(sandbox)) => Ok(sandbox),
+            Some(Started::Failed(operation, why)) => {
+                Err(Error::backend(operation, std::io::Error::other(why)))
             }
-        };
-        let pipe_err = |e| Error::backend("set up the pipes of the machine's sandbox", e);
-        let made = (|| {
-            Ok::<_, Error>((
-                tokio::net::unix::pipe::Sender::from_owned_fd(process.stdin).map_err(pipe_err)?,
-                tokio::net::unix::pipe::Receiver::from_owned_fd(process.stdout)
-                    .map_err(pipe_err)?,
-                tokio::net::unix::pipe::Receiver::from_owned_fd(process.stderr)
-                    .map_err(pipe_err)?,
-            ))
-        })();
-        let (stdin, stdout, mut stderr) = match made {
-            Ok(pipes) => pipes,
-            Err(e) => {
-                kill(&exited);
-                return Err(e);
-            }
-        };
-        // bwrap's stderr: the first bytes explain a failed set-up; the rest is drained.
-        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-        {
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                use tokio::io::AsyncReadExt;
-                let mut buf = vec![0u8; 4096];
-                while let Ok(n) = stderr.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-                    let room = 4096usize.saturating_sub(seen.len());
-                    seen.extend_from_slice(&buf[..n.min(room)]);
-                }
-            });
+            Some(Started::Closed) | None => Err(Error::Closed),
         }
-        let connected = tokio::time::timeout(
-            SANDBOX_START_TIMEOUT,
-            shellbox_supervisor::Client::connect(stdout, stdin),
-        )
-        .await;
-        let why = match connected {
-            Ok(Ok(client)) => {
-                return Ok(Sandbox {
-                    pid,
-                    exited,
-                    client,
-                })
-            }
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("the supervisor did not start within {SANDBOX_START_TIMEOUT:?}"),
-        };
-        kill(&exited);
-        let _ = tokio::time::timeout(Duration::from_secs(10), exited.wait_for(|e| *e)).await;
-        // The stderr task reads to EOF once bwrap is gone.
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        let text = String::from_utf8_lossy(&seen.lock().unwrap_or_else(|e| e.into_inner()))
-            .trim()
-            .to_string();
-        let why = if text.is_empty() { why } else { text };
-        Err(Error::backend(
-            "set up the machine's bwrap sandbox",
-            std::io::Error::other(why),
-        ))
-    }
-
-    /// SIGKILLs bwrap's process group unless bwrap was already reaped; its
-    /// `--die-with-parent` and the PID namespace take every process of the sandbox along.
-    fn kill_sandbox(&self) {
-        if let Some(sandbox) = self.sandbox.get() {
-            if !*sandbox.exited.borrow() {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(sandbox.pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
-    }
-
-    fn sandbox(&self) -> Result<&Sandbox, Error> {
-        self.sandbox.get().ok_or(Error::Closed)
     }
 }
 
@@ -973,9 +1076,10 @@ impl Machine for LocalMachine {
                 .collect(),
             output_limit_bytes: command.output_limit_bytes,
         };
+        // Waited for outside the gate, so a close never waits for a start.
+        let sandbox = self.sandbox().await?;
         let _gate = self.gate.read().await;
         self.check_open()?;
-        let sandbox = self.sandbox()?;
         let running = sandbox
             .client
             .start(&start, &command.stdin)
@@ -1024,19 +1128,26 @@ impl Machine for LocalMachine {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        // No sandbox starts after this; a start under way is stopped.
+        let spawned = self.slot.close();
         self.shutdown.send_replace(true);
         // Every process of the machine dies, background ones and escapees included.
-        let cgroup = self.cgroup.clone();
-        tokio::task::spawn_blocking(move || {
-            Self::remove_cgroup(cgroup.as_deref(), Duration::from_secs(5))
-        })
-        .await
-        .map_err(|e| Error::backend("remove machine cgroup", e))?;
-        self.kill_sandbox();
-        if let Some(sandbox) = self.sandbox.get() {
-            let mut exited = sandbox.exited.clone();
+        if spawned.is_some() {
+            let cgroup = self.cgroup.clone();
+            tokio::task::spawn_blocking(move || {
+                Self::remove_cgroup(cgroup.as_deref(), Duration::from_secs(5))
+            })
+            .await
+            .map_err(|e| Error::backend("remove machine cgroup", e))?;
+        } else {
+            // Nothing ever ran in it: an empty cgroup is removed without a wait.
+            Self::remove_cgroup(self.cgroup.as_deref(), Duration::from_secs(5));
+        }
+        kill_spawned(&spawned);
+        if let Some((_, mut exited)) = spawned {
             let _ = tokio::time::timeout(Duration::from_secs(10), exited.wait_for(|e| *e)).await;
         }
+        self.slot.ready.send_replace(Some(Started::Closed));
         let started = Instant::now();
         while self.drivers.len() > 0 && started.elapsed() < Duration::from_secs(10) {
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -1054,9 +1165,11 @@ impl Drop for LocalMachine {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
+        let spawned = self.slot.close();
         self.shutdown.send_replace(true);
         Self::remove_cgroup(self.cgroup.as_deref(), Duration::from_secs(1));
-        self.kill_sandbox();
+        kill_spawned(&spawned);
+        self.slot.ready.send_replace(Some(Started::Closed));
         self.release_namespaces();
         if let Err(e) = root::remove_root(&self.layout.root) {
             tracing::warn!("dropping an unclosed local machine: {e}");

@@ -489,14 +489,25 @@ async fn launcher_failure_is_an_error_and_leaves_no_process() {
     };
     let factory = common::factory_with(test, options).expect("the copy sandboxes as bwrap does");
     std::fs::remove_file(&copy).unwrap();
-    // The launcher's exec fails when the machine's sandbox starts: an error, no machine.
-    let err = factory.create_local(MachineSpec::host()).await.unwrap_err();
-    assert!(matches!(&err, Error::Backend { .. }), "{err:?}");
-    assert!(err.to_string().contains("sandbox"), "{err}");
-    assert!(
-        err.to_string().contains("No such file or directory"),
-        "{err}"
-    );
+    // The launcher's exec fails when the machine's sandbox starts, after create returned:
+    // every command gets the typed error, and close leaves nothing.
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    let root = m.root().to_path_buf();
+    for _ in 0..2 {
+        let err = m.run(Command::new("true")).await.unwrap_err();
+        assert!(matches!(&err, Error::Backend { .. }), "{err:?}");
+        assert!(err.to_string().contains("sandbox"), "{err}");
+        assert!(
+            err.to_string().contains("No such file or directory"),
+            "{err}"
+        );
+    }
+    m.close().await.unwrap();
+    assert!(!root.exists(), "root left behind");
+    assert!(matches!(
+        m.run(Command::new("true")).await.unwrap_err(),
+        Error::Closed
+    ));
     // The failed launcher was reaped. It never became bwrap, so it would show as a zombie
     // child with the name of one of this process's threads.
     let mut zombies = Vec::new();
@@ -516,6 +527,119 @@ async fn launcher_failure_is_an_error_and_leaves_no_process() {
     let m = real.create_local(MachineSpec::host()).await.unwrap();
     assert_eq!(out(&sh(&m, "echo ok").await), "ok\n");
     m.close().await.unwrap();
+}
+
+/// A bwrap that runs (so the factory's probe passes) but refuses the machine's sandbox
+/// line: the real bwrap with an option it does not know put before the supervisor's line.
+fn refusing_bwrap(dir: &std::path::Path, real: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("bwrap-refusing");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *shellbox-supervisor*) exec {} --no-such-option \"$@\";; esac\nexec {} \"$@\"\n",
+            real.display(),
+            real.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_bwrap_refuses_reaches_the_first_command_as_its_error() {
+    let test = "a_sandbox_bwrap_refuses_reaches_the_first_command_as_its_error";
+    let Some(real) = common::factory(test) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let options = LocalOptions {
+        bwrap: Some(refusing_bwrap(tmp.path(), real.bwrap())),
+        ..LocalOptions::default()
+    };
+    let factory = common::factory_with(test, options).expect("the probe runs the real bwrap");
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    let root = m.root().to_path_buf();
+    let cgroup = m.cgroup_dir().map(std::path::Path::to_path_buf);
+    // bwrap's own words reach the caller, as a backend error naming the sandbox set-up.
+    let err = m.run(Command::new("true")).await.unwrap_err();
+    assert!(matches!(&err, Error::Backend { .. }), "{err:?}");
+    assert!(err.to_string().contains("sandbox"), "{err}");
+    assert!(err.to_string().contains("no-such-option"), "{err}");
+    // Transfers work on the root itself and do not need the sandbox.
+    let file = tmp.path().join("f");
+    std::fs::write(&file, "x").unwrap();
+    m.upload(&file, "/tmp/f").await.unwrap();
+    m.close().await.unwrap();
+    assert!(!root.exists(), "root left behind");
+    if let Some(dir) = cgroup {
+        assert!(!dir.exists(), "cgroup left behind");
+    }
+}
+
+/// The pids of this process's children (any thread's) whose command line names `root`.
+fn children_naming(root: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let needle = root.to_string_lossy().into_owned();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for pid in children.split_whitespace() {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&needle) {
+                found.push(pid.to_string());
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_or_dropping_a_machine_whose_sandbox_is_starting_leaves_nothing() {
+    let test = "closing_or_dropping_a_machine_whose_sandbox_is_starting_leaves_nothing";
+    let Some(factory) = common::factory(test) else {
+        return;
+    };
+    // Closed at once, closed after the start was given a moment, dropped at once: each
+    // catches the start at another point (not spawned, spawned, handshake).
+    for (pause_us, drop_it) in [
+        (0, false),
+        (300, false),
+        (2000, false),
+        (0, true),
+        (1000, true),
+    ] {
+        let m = factory.create_local(MachineSpec::host()).await.unwrap();
+        let root = m.root().to_path_buf();
+        let cgroup = m.cgroup_dir().map(std::path::Path::to_path_buf);
+        tokio::time::sleep(std::time::Duration::from_micros(pause_us)).await;
+        if drop_it {
+            drop(m);
+        } else {
+            m.close().await.unwrap();
+            assert!(matches!(
+                m.run(Command::new("true")).await.unwrap_err(),
+                Error::Closed
+            ));
+        }
+        assert!(
+            !root.exists(),
+            "root left behind ({pause_us} us, drop {drop_it})"
+        );
+        if let Some(dir) = &cgroup {
+            assert!(!dir.exists(), "cgroup left behind ({pause_us} us)");
+        }
+        // No bwrap of the machine survives (a dropped one is killed, then reaped).
+        let started = std::time::Instant::now();
+        while !children_naming(&root).is_empty() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "bwrap of {} still running ({pause_us} us, drop {drop_it})",
+                root.display()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -992,9 +1116,12 @@ async fn sandbox_setup_failure_is_an_error_not_an_exit() {
         },
     )
     .expect("the wrapper passes the probe");
-    let err = factory.create_local(MachineSpec::host()).await.unwrap_err();
+    // The sandbox starts after create returned: the first command gets the failure.
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    let err = m.run(Command::new("true")).await.unwrap_err();
     assert!(matches!(&err, Error::Backend { .. }), "{err:?}");
     assert!(err.to_string().contains("/no/such/source"), "{err}");
+    m.close().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

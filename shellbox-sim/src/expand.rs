@@ -204,24 +204,82 @@ pub fn ansi_c(s: &str) -> String {
 /// visibly: exit 2 and an `unsupported` record).
 pub const MAX_BRACE_WORDS: usize = 1_000_000;
 
-thread_local! {
-    /// Set when a brace expansion hit [`MAX_BRACE_WORDS`].
-    static BRACE_CUT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+/// Most brace groups one word expands, one inside or after another (each costs a level of
+/// recursion; past about 20 groups of two or more words the word cap is reached anyway).
+pub const MAX_BRACE_GROUPS: usize = 256;
+
+/// Words a brace expansion makes between two looks at the wall clock.
+const BRACE_WORDS_PER_CHECK: u64 = 1024;
+
+/// Why a brace expansion stopped before its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BraceCut {
+    /// It would yield more than [`MAX_BRACE_WORDS`] words, or nest more than
+    /// [`MAX_BRACE_GROUPS`] groups (the simulator's limits, not bash's).
+    Words,
+    /// Its words (with their intermediate lists) would hold more bytes than it was given.
+    Bytes,
+    /// The running command's wall-clock deadline passed ([`crate::shell::wall_expired`]).
+    Deadline,
 }
 
-/// Brace expansion of a raw word; `None` when it would yield more than [`MAX_BRACE_WORDS`].
-pub fn brace_expand_checked(s: &str) -> Option<Vec<String>> {
-    BRACE_CUT.with(|c| c.set(false));
-    let v = brace_expand(s);
-    if BRACE_CUT.with(|c| c.replace(false)) {
-        None
-    } else {
-        Some(v)
+/// What one brace expansion may still make.
+struct BraceBudget {
+    /// Bytes left for the words it makes (each word costs its text and a `String` header).
+    bytes_left: u64,
+    /// Words made so far, intermediate ones included.
+    made: u64,
+    /// Groups expanded on the current recursion path.
+    depth: usize,
+    cut: Option<BraceCut>,
+}
+
+impl BraceBudget {
+    /// Charges one word of `len` bytes about to be made: `false` (and `cut` set) when it
+    /// must not be, because the bytes ran out or (looked at every
+    /// [`BRACE_WORDS_PER_CHECK`] words) the deadline passed.
+    fn take(&mut self, len: usize) -> bool {
+        if self.cut.is_some() {
+            return false;
+        }
+        let cost = (len as u64).saturating_add(std::mem::size_of::<String>() as u64);
+        if cost > self.bytes_left {
+            self.cut = Some(BraceCut::Bytes);
+            return false;
+        }
+        self.bytes_left -= cost;
+        self.made += 1;
+        if self.made.is_multiple_of(BRACE_WORDS_PER_CHECK) && crate::shell::wall_expired() {
+            self.cut = Some(BraceCut::Deadline);
+            return false;
+        }
+        true
     }
 }
 
-/// Brace expansion of a raw word.
-pub fn brace_expand(s: &str) -> Vec<String> {
+/// Brace expansion of a raw word, making words of at most `max_bytes` bytes in all (the
+/// caller passes what the machine's memory budget has left).
+///
+/// # Errors
+/// [`BraceCut`] says why it stopped: over [`MAX_BRACE_WORDS`] words or
+/// [`MAX_BRACE_GROUPS`] groups, over `max_bytes`, or past the running command's wall-clock
+/// deadline (looked at every [`BRACE_WORDS_PER_CHECK`] words).
+pub fn brace_expand_checked(s: &str, max_bytes: u64) -> Result<Vec<String>, BraceCut> {
+    let mut b = BraceBudget {
+        bytes_left: max_bytes,
+        made: 0,
+        depth: 0,
+        cut: None,
+    };
+    let v = brace_expand(s, &mut b);
+    match b.cut {
+        Some(c) => Err(c),
+        None => Ok(v),
+    }
+}
+
+/// Brace expansion of a raw word, within `bud` (on a cut the list is incomplete).
+fn brace_expand(s: &str, bud: &mut BraceBudget) -> Vec<String> {
     let b: Vec<char> = s.chars().collect();
     let mut i = 0;
     let mut sq = false;
@@ -327,33 +385,52 @@ pub fn brace_expand(s: &str) -> Vec<String> {
                     v.push(b[start..end].iter().collect());
                     Some(v)
                 } else {
-                    seq_expand(&inner)
+                    seq_expand(&inner, bud)
                 };
                 if let Some(alts) = alts {
+                    if bud.cut.is_some() {
+                        return Vec::new();
+                    }
+                    if bud.depth >= MAX_BRACE_GROUPS {
+                        bud.cut = Some(BraceCut::Words);
+                        return Vec::new();
+                    }
+                    bud.depth += 1;
                     let mut out = Vec::new();
-                    let suffixes = brace_expand(&suffix);
+                    let suffixes = brace_expand(&suffix, bud);
                     'outer: for a in alts {
-                        for ae in brace_expand(&a) {
+                        for ae in brace_expand(&a, bud) {
                             for s in &suffixes {
                                 // a cap keeps `{a,b}{a,b}...` from exhausting host memory
                                 if out.len() >= MAX_BRACE_WORDS {
-                                    BRACE_CUT.with(|c| c.set(true));
+                                    bud.cut = Some(BraceCut::Words);
+                                }
+                                if !bud.take(prefix.len() + ae.len() + s.len()) {
                                     break 'outer;
                                 }
                                 out.push(format!("{prefix}{ae}{s}"));
                             }
                         }
+                        if bud.cut.is_some() {
+                            break;
+                        }
                     }
+                    bud.depth -= 1;
                     return out;
                 }
             }
         }
         i += 1;
     }
+    if !bud.take(s.len()) {
+        return Vec::new();
+    }
     vec![s.to_string()]
 }
 
-fn seq_expand(inner: &str) -> Option<Vec<String>> {
+/// The words of a sequence expression (`1..9`, `01..10..3`, `a..z`), within `bud`; `None`
+/// when `inner` is not one.
+fn seq_expand(inner: &str, bud: &mut BraceBudget) -> Option<Vec<String>> {
     let parts: Vec<&str> = inner.split("..").collect();
     if parts.len() != 2 && parts.len() != 3 {
         return None;
@@ -379,7 +456,7 @@ fn seq_expand(inner: &str) -> Option<Vec<String>> {
             / u128::from(step.unsigned_abs().max(1))
             + 1;
         if count > MAX_BRACE_WORDS as u128 {
-            BRACE_CUT.with(|c| c.set(true));
+            bud.cut = Some(BraceCut::Words);
             return Some(Vec::new());
         }
         let mut v = Vec::new();
@@ -389,7 +466,11 @@ fn seq_expand(inner: &str) -> Option<Vec<String>> {
                 break;
             }
             if v.len() >= MAX_BRACE_WORDS {
-                BRACE_CUT.with(|c| c.set(true));
+                bud.cut = Some(BraceCut::Words);
+                break;
+            }
+            // a number has at most 20 characters (and the padding)
+            if !bud.take(width.max(20)) {
                 break;
             }
             if width > 0 {
@@ -421,6 +502,9 @@ fn seq_expand(inner: &str) -> Option<Vec<String>> {
         let mut v = Vec::new();
         let mut x = a;
         while (a <= z && x <= z) || (a > z && x >= z) {
+            if !bud.take(1) {
+                break;
+            }
             v.push(((x as u8) as char).to_string());
             let next = if a <= z {
                 x.checked_add(step)
@@ -667,16 +751,22 @@ impl Interp<'_> {
             }
         }
         let words = if raw.contains('{') {
-            match brace_expand_checked(raw) {
-                Some(w) => w,
-                None => {
+            let left = self.w.memory_limit.saturating_sub(self.memory_used());
+            match brace_expand_checked(raw, left) {
+                Ok(w) => w,
+                Err(BraceCut::Words) => {
                     self.unsupported(
                         sh,
-                        &format!("brace expansion of more than {MAX_BRACE_WORDS} words"),
+                        &format!(
+                            "brace expansion of more than {MAX_BRACE_WORDS} words \
+                             (or {MAX_BRACE_GROUPS} groups)"
+                        ),
                     )?;
                     // the script cannot go on with a wrong word list: end it
                     return Err(Ctl::Exit(2));
                 }
+                // over the memory budget, or past the deadline
+                Err(BraceCut::Bytes | BraceCut::Deadline) => return Err(self.interrupted()),
             }
         } else {
             vec![raw.to_string()]

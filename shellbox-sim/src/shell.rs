@@ -514,7 +514,17 @@ pub struct Interp<'a> {
     pub depth: u32,
     /// Expanding an assignment value: `~` after `:` expands too.
     pub tilde_after_colon: bool,
+    /// Bytes written since the clock was last looked at for writing.
+    pub written: u64,
 }
+
+/// Ticks between two looks at the wall clock in [`Interp::tick`] (a look costs tens of
+/// nanoseconds; a tick that does much work, such as a 64 KiB chunk, is also bounded by
+/// [`WRITE_BYTES_PER_CHECK`]).
+pub const TICKS_PER_CHECK: u64 = 64;
+
+/// Bytes [`Interp::write`] passes on between two looks at the wall clock.
+pub const WRITE_BYTES_PER_CHECK: u64 = 256 * 1024;
 
 const KEYWORDS: &[&str] = &[
     "if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until", "do",
@@ -661,6 +671,7 @@ impl<'a> Interp<'a> {
             seq: 0,
             depth: 0,
             tilde_after_colon: false,
+            written: 0,
         }
     }
 
@@ -672,7 +683,7 @@ impl<'a> Interp<'a> {
             return Err(Ctl::Budget("cpu fuel exhausted".into()));
         }
         self.w.fuel_left -= 1;
-        if self.ticks & 255 == 0 || self.wall_passed.get() {
+        if self.ticks.is_multiple_of(TICKS_PER_CHECK) || self.wall_passed.get() {
             self.check_time()?;
         }
         self.check_memory()?;
@@ -790,6 +801,13 @@ impl<'a> Interp<'a> {
     pub fn write(&mut self, sh: &Shell, fd: i32, data: &[u8]) -> R<bool> {
         if data.is_empty() {
             return Ok(true);
+        }
+        // a program that writes much per tick (seq, yes, cat of a device) looks at the
+        // clock once per WRITE_BYTES_PER_CHECK bytes, not only every TICKS_PER_CHECK ticks
+        self.written = self.written.saturating_add(data.len() as u64);
+        if self.written >= WRITE_BYTES_PER_CHECK {
+            self.written = 0;
+            self.check_time()?;
         }
         let Some(f) = sh.get_fd(fd) else {
             return Ok(false);

@@ -407,6 +407,11 @@ const CORPUS: &[&str] = &[
     "s=x; while :; do s=$s$s; done",
     "cat /dev/zero & wait",
     "for b in `cat /dev/zero | head -c 100000000`; do :; done",
+    // seed 424242 case 884, minimised: 16 MiB written between two looks at the clock
+    "seq -f %g 9223372036854775807 > /dev/null",
+    // the hour run, seed 20261201, case 26860, minimised: a million 400-byte words
+    // (brace expansion counted neither bytes nor the clock)
+    ": {1..1000}{1..1000}xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
 ];
 
 /// This process's CPU time (user and system, every thread).

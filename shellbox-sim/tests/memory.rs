@@ -61,6 +61,9 @@ fn one_budget_bounds_everything_a_machine_holds() {
         // one printf's output, a format reused for every argument
         "printf '%1000000s' $(seq 200) > /dev/null".to_string(),
         format!("{four_mib}; printf \"$x%s\" $(seq 40) | wc -c"),
+        // a brace expansion of a million long words (the hour fuzz run, issue 16: 430 MB
+        // and 1.2 s of CPU under a 64 MiB budget and a 200 ms timeout)
+        format!(": {{1..1000}}{{1..1000}}{}", "x".repeat(400)),
     ];
     for script in &cases {
         let m = f.create_sim(MachineSpec::sim()).unwrap();

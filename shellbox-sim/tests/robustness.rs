@@ -294,6 +294,9 @@ fn big_buffers_honour_the_timeout() {
         "for b in `cat /dev/zero | head -c 100000000`; do :; done",
         "a=(); for i in {1..1000000}; do a+=($i); done",
         "x=$(printf '%100000000s'); while :; do y=${x//a/b}; done",
+        // one tick per 64 KiB written, the clock looked at every 256 ticks: 16 MiB of
+        // formatted numbers between two looks (the 5-minute fuzz run, seed 424242 case 884)
+        "seq -f %g 9223372036854775807 > /dev/null",
     ] {
         let m = SimMachineFactory::new()
             .create_sim(MachineSpec::sim())

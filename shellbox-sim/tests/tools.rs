@@ -70,6 +70,20 @@ const FIND: &[&str] = &[
     "mkdir -p d/e; touch d/e/f; cd d; find . -name f -execdir sh -c 'echo $0 $(ls)' {} \\;; find -name f; find . -type f -printf '%P\\n'",
 ];
 
+const NL_PASTE: &[&str] = &[
+    "printf 'a\\n\\nb\\n' | nl; printf 'a\\n\\nb\\n' | nl -ba -w3 -s: -nrz; printf 'a\\nb' | nl -nln; printf 'x\\ny\\n' | nl -v 10 -i 5 -s ' '; printf 'x\\n' | nl -bn",
+    "printf 'a\\nb\\n' > f; nl f f; nl nofile; echo rc=$?; nl -x f; echo rc=$?; nl -b q f; echo rc=$?; nl -w 0 f; echo rc=$?",
+    "printf '1\\n2\\n3\\n' | paste - -; printf 'a\\nb' | paste -s -d,; printf 'a\\nb\\nc\\n' | paste -sd ',;'; printf '1\\n2\\n' > x; printf 'a\\nb\\nc\\n' > y; paste x y; paste -d: x y x; paste -s x y",
+    "printf '1\\n2\\n' > x; paste x nofile; echo rc=$?; paste -d '\\t|' x x x; paste -d '' x x; printf 'a\\nb\\nc\\nd\\ne\\n' | paste - - -; paste -q x; echo rc=$?",
+];
+
+const FILE_TOOLS: &[&str] = &[
+    "printf '12345' > f; wc -c < f; truncate -s 2 f; cat f; echo; truncate -s +3 f; wc -c < f; truncate -s '<1' f; wc -c < f; truncate -s 1K g; wc -c < g; truncate -s %1000 g; wc -c < g; truncate -s /1000 g; wc -c < g",
+    "truncate -c -s 5 none; ls; truncate; echo rc=$?; truncate -s x f; echo rc=$?; truncate -s 5 nodir/x; echo rc=$?; mkdir d; truncate -s 1 d; echo rc=$?; truncate -s 3 f1 f2; wc -c f1 f2",
+    "set -o pipefail; r() { \"$@\" | while IFS= read -r l; do echo \"${l#\"$PWD\"}\"; done; }; mkdir -p a/b; ln -s a/b l; ln -s /nowhere dead; r realpath a/b l a/../a/b .; r readlink -f a/../a/b; readlink l; readlink a; echo rc=$?; r readlink -f l/../b; r realpath -s l; realpath -e nope; echo rc=$?",
+    "set -o pipefail; r() { \"$@\" | while IFS= read -r l; do echo \"${l#\"$PWD\"}\"; done; }; mkdir -p a/b; r realpath a/x; realpath a/x/y; echo rc=$?; r realpath -m a/x/y/../z; readlink -m /x/../y; r readlink -e a/b; readlink -e a/x; echo rc=$?; ln -s /nowhere dead; realpath dead; ln -s dead loop1 2>/dev/null; realpath -q a/x/y; echo rc=$?; realpath; echo rc=$?",
+];
+
 fn host_has(tool: &str) -> bool {
     std::process::Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -192,4 +206,24 @@ fn find_matches_gnu_findutils() {
 #[test]
 fn sort_matches_gnu_sort() {
     check("sort_matches_gnu_sort", "sort", "GNU coreutils", SORT);
+}
+
+#[test]
+fn nl_and_paste_match_gnu_coreutils() {
+    check(
+        "nl_and_paste_match_gnu_coreutils",
+        "nl",
+        "GNU coreutils",
+        NL_PASTE,
+    );
+}
+
+#[test]
+fn truncate_realpath_readlink_match_gnu_coreutils() {
+    check(
+        "truncate_realpath_readlink_match_gnu_coreutils",
+        "truncate",
+        "GNU coreutils",
+        FILE_TOOLS,
+    );
 }

@@ -92,11 +92,14 @@ impl Client {
     /// `UnexpectedEof` when the channel closes first (the supervisor did not start: the
     /// backend's stderr says why); `InvalidData` when the first frame is not READY; any read
     /// error.
-    pub async fn connect<R, W>(mut reader: R, mut writer: W) -> io::Result<Client>
+    pub async fn connect<R, W>(reader: R, mut writer: W) -> io::Result<Client>
     where
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
     {
+        // Frames are read header first, then payload: buffered, most replies (an EXIT and
+        // the output before it) are one read.
+        let mut reader = tokio::io::BufReader::with_capacity(64 * 1024, reader);
         let mut header = [0u8; proto::HEADER_BYTES];
         reader.read_exact(&mut header).await?;
         let (len, kind, _) = proto::parse_header(&header);
@@ -183,8 +186,19 @@ impl Client {
         lock(&self.shared.routes).insert(id, tx);
         let send = |frame| self.shared.tx.send(frame).map_err(|_| gone());
         let sent = (|| {
-            send(proto::frame(proto::START, id, &payload))?;
-            for chunk in stdin.chunks(proto::CHUNK_BYTES) {
+            // The request, the first stdin chunk and the end go out in one write when
+            // they fit one chunk (the common case: one pipe write per command).
+            let mut first = proto::frame(proto::START, id, &payload);
+            let mut chunks = stdin.chunks(proto::CHUNK_BYTES);
+            if stdin.len() <= proto::CHUNK_BYTES {
+                if let Some(chunk) = chunks.next() {
+                    first.extend_from_slice(&proto::frame(proto::STDIN, id, chunk));
+                }
+                first.extend_from_slice(&proto::frame(proto::STDIN_END, id, &[]));
+                return send(first);
+            }
+            send(first)?;
+            for chunk in chunks {
                 send(proto::frame(proto::STDIN, id, chunk))?;
             }
             send(proto::frame(proto::STDIN_END, id, &[]))

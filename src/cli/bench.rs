@@ -100,6 +100,7 @@ fn proc_status_kib(field: &str) -> Option<u64> {
 fn case_names(backend: Backend) -> Vec<(&'static str, bool)> {
     let mut names = vec![
         ("create_close", false),
+        ("create_run_close", false),
         ("run_true", false),
         ("run_echo", false),
         ("concurrent_8x50", false),
@@ -273,6 +274,16 @@ async fn run_case(
         "create_close" => {
             time_runs(case, many, || async {
                 let m = factory.create(spec.clone()).await?;
+                m.close().await
+            })
+            .await
+        }
+        // The full cost of a machine that does something: create returns before its
+        // sandbox runs on local, so create_close alone does not show the start.
+        "create_run_close" => {
+            time_runs(case, many, || async {
+                let m = factory.create(spec.clone()).await?;
+                check(&m.run(Command::new("true")).await?, case)?;
                 m.close().await
             })
             .await

@@ -12,13 +12,17 @@ mod cut;
 mod dirname;
 mod find;
 mod grep;
+mod nl;
 pub(crate) mod opts;
+mod paste;
 pub(crate) mod posix;
 mod printenv;
+mod realpath;
 mod rev;
 mod sort;
 mod tac;
 mod tr;
+mod truncate;
 mod uniq;
 mod xargs;
 mod yes;
@@ -88,6 +92,14 @@ pub(crate) const TABLE: &[Program] = &[
     legacy("mkdir"),
     legacy("mv"),
     Program {
+        name: "nl",
+        main: Some(nl::main),
+    },
+    Program {
+        name: "paste",
+        main: Some(paste::main),
+    },
+    Program {
         name: "printenv",
         main: Some(printenv::main),
     },
@@ -96,6 +108,14 @@ pub(crate) const TABLE: &[Program] = &[
     Program {
         name: "rev",
         main: Some(rev::main),
+    },
+    Program {
+        name: "readlink",
+        main: Some(realpath::readlink),
+    },
+    Program {
+        name: "realpath",
+        main: Some(realpath::realpath),
     },
     legacy("rm"),
     legacy("rmdir"),
@@ -122,6 +142,10 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(tr::main),
     },
     legacy("true"),
+    Program {
+        name: "truncate",
+        main: Some(truncate::main),
+    },
     Program {
         name: "uniq",
         main: Some(uniq::main),
@@ -266,6 +290,14 @@ impl<'i, 'w> Ctx<'i, 'w> {
         let cwd = self.sh.cwd.clone();
         let ino = self.it.w.vfs.create(&cwd, path, mode, true)?;
         self.it.w.vfs.set_data(ino, data)
+    }
+
+    /// Opens the regular file at `path` for writing, creating it empty (mode 0666 less
+    /// the umask) when missing; its inode.
+    pub(crate) fn create_file(&mut self, path: &str) -> Result<usize, crate::vfs::Errno> {
+        let mode = 0o666 & !self.sh.umask;
+        let cwd = self.sh.cwd.clone();
+        self.it.w.vfs.create(&cwd, path, mode, false)
     }
 
     /// Runs another command (`argv[0]` looked up on PATH, as `env` and `xargs` do; never a

@@ -57,6 +57,7 @@ struct CapData {
 
 extern "C" {
     fn fork() -> c_int;
+    fn clone(f: extern "C" fn(*mut u8) -> c_int, stack: *mut u8, flags: c_int, arg: *mut u8, ...) -> c_int;
     fn execve(path: *const i8, argv: *const *const i8, envp: *const *const i8) -> c_int;
     fn _exit(code: c_int) -> !;
     fn setsid() -> c_int;
@@ -104,8 +105,17 @@ const PR_SET_DUMPABLE: c_int = 4;
 const PR_SET_CHILD_SUBREAPER: c_int = 36;
 const PR_CAP_AMBIENT: c_int = 47;
 const PR_CAPBSET_DROP: c_int = 24;
+const PR_CAPBSET_READ: c_int = 23;
 const PR_CAP_AMBIENT_CLEAR_ALL: u64 = 4;
 const SYS_CAPSET: i64 = 126;
+const SYS_SETGROUPS: i64 = 116;
+const SYS_SETRESUID: i64 = 117;
+const SYS_SETRESGID: i64 = 119;
+const CLONE_VM: c_int = 0x100;
+const CLONE_VFORK: c_int = 0x4000;
+const SIGCHLD: c_int = 17;
+/// Stack of the command's vforked child (it runs `command_child` up to the exec).
+const CHILD_STACK_BYTES: usize = 64 * 1024;
 const SYS_CLOSE_RANGE: i64 = 436;
 const CAP_VERSION_3: u32 = 0x2008_0522;
 
@@ -336,16 +346,30 @@ unsafe fn command_child(
     }
     // No capability can come back: empty the bounding set while CAP_SETPCAP is still
     // effective (before the account switch clears it).
+    // Only those still in it: each drop allocates new credentials even for a capability
+    // already gone, and bwrap left just the supervisor's few. A read past the kernel's
+    // last capability fails, which ends the walk.
     for cap in 0..64u64 {
-        if ex.keep_caps & (1 << cap) == 0 {
-            prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+        match prctl(PR_CAPBSET_READ, cap, 0, 0, 0) {
+            0 => {}
+            1 if ex.keep_caps & (1 << cap) != 0 => {}
+            1 => {
+                prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+            }
+            _ => break,
         }
     }
     // The keeper runs as its own account: the command gets the requested one, or the
     // supervisor's (`ex.own`) when none was asked for.
     let (uid, gid) = ex.user.unwrap_or(ex.own);
-    let groups_ok = ex.user.is_none() || setgroups(0, std::ptr::null()) == 0;
-    if !groups_ok || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0 {
+    // Raw system calls: this child shares the keeper's memory (CLONE_VM), so libc's
+    // all-threads credential broadcast must not run here.
+    let groups_ok =
+        ex.user.is_none() || syscall(SYS_SETGROUPS, 0usize, std::ptr::null::<u32>()) == 0;
+    if !groups_ok
+        || syscall(SYS_SETRESGID, gid, gid, gid) != 0
+        || syscall(SYS_SETRESUID, uid, uid, uid) != 0
+    {
         raw_write_all(2, b"shellbox: cannot switch user\n");
         _exit(126);
     }
@@ -414,13 +438,27 @@ unsafe fn keeper(
     argv: &[*const i8],
     envp: &[*const i8],
     sh_argv: &mut [*const i8],
+    stack: &mut [u8],
 ) -> ! {
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     become_keeper_account();
-    let pid = fork();
-    if pid == 0 {
-        command_child(ex, stdio, argv, envp, sh_argv);
-    }
+    // The command's process borrows the keeper's memory until it execs (CLONE_VM |
+    // CLONE_VFORK, as posix_spawn does): no second copy of the page tables per command.
+    let mut child = ChildArgs {
+        ex,
+        stdio,
+        argv,
+        envp,
+        sh_argv,
+    };
+    let top = stack.as_mut_ptr().add(stack.len());
+    let top = top.sub(top as usize % 16);
+    let pid = clone(
+        command_main,
+        top,
+        CLONE_VM | CLONE_VFORK | SIGCHLD,
+        (&mut child as *mut ChildArgs).cast(),
+    );
     // Only the status pipe stays open here, so the command's pipes end when it does.
     if status_w > 0 {
         syscall(SYS_CLOSE_RANGE, 0u32, (status_w - 1) as u32, 0u32);
@@ -440,6 +478,25 @@ unsafe fn keeper(
         } else if r < 0 && errno() != EINTR {
             _exit(0);
         }
+    }
+}
+
+/// What the command's vforked child reads: the keeper's data, which stays untouched while
+/// the keeper is suspended (`CLONE_VFORK`).
+struct ChildArgs<'a> {
+    ex: &'a Exec,
+    stdio: [RawFd; 3],
+    argv: &'a [*const i8],
+    envp: &'a [*const i8],
+    sh_argv: &'a mut [*const i8],
+}
+
+extern "C" fn command_main(arg: *mut u8) -> c_int {
+    // SAFETY: `arg` is the keeper's `ChildArgs`, alive until this child execs or exits;
+    // `command_child` makes only raw system calls on it.
+    unsafe {
+        let a = &mut *(arg as *mut ChildArgs);
+        command_child(a.ex, a.stdio, a.argv, a.envp, a.sh_argv)
     }
 }
 
@@ -673,11 +730,22 @@ fn run_command(
     let mut sh_argv: Vec<*const i8> = vec![c"/bin/sh".as_ptr(), std::ptr::null()];
     sh_argv.extend(ex.argv.iter().skip(1).map(|c| c.as_ptr()));
     sh_argv.push(std::ptr::null());
+    let mut child_stack = vec![0u8; CHILD_STACK_BYTES];
     // SAFETY: fork; the child only runs `keeper` (async-signal-safe calls on prepared data).
     let keeper_pid = unsafe { fork() };
     if keeper_pid == 0 {
         // SAFETY: in the forked child, as `keeper` requires.
-        unsafe { keeper(&ex, [in_r, out_w, err_w], st_w, &argv, &envp, &mut sh_argv) };
+        unsafe {
+            keeper(
+                &ex,
+                [in_r, out_w, err_w],
+                st_w,
+                &argv,
+                &envp,
+                &mut sh_argv,
+                &mut child_stack,
+            )
+        };
     }
     for fd in [in_r, out_w, err_w, st_w] {
         close_fd(fd);
@@ -853,7 +921,75 @@ fn run_command(
     let _ = cmd;
 }
 
-fn read_exact_or_exit(f: &mut File, buf: &mut [u8]) {
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The threads commands run on: an idle one takes the next command, a new one is started
+/// when none is idle, and one idle for [`POOL_IDLE`] ends (a thread start per command
+/// cost more than the command's fork).
+#[derive(Default)]
+struct Pool {
+    state: Mutex<PoolState>,
+    cond: Condvar,
+}
+
+#[derive(Default)]
+struct PoolState {
+    jobs: std::collections::VecDeque<Job>,
+    idle: usize,
+}
+
+/// How long a pool thread waits for work before it ends.
+const POOL_IDLE: Duration = Duration::from_secs(10);
+
+impl Pool {
+    fn submit(self: &Arc<Self>, job: Job) -> std::io::Result<()> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.jobs.push_back(job);
+        if st.idle >= st.jobs.len() {
+            self.cond.notify_one();
+            return Ok(());
+        }
+        drop(st);
+        let pool = self.clone();
+        let spawned = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || pool.work());
+        if let Err(e) = spawned {
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            // Taken back unless a worker got to it meanwhile.
+            if st.idle < st.jobs.len() {
+                st.jobs.pop_back();
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn work(&self) {
+        loop {
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let job = loop {
+                if let Some(job) = st.jobs.pop_front() {
+                    break job;
+                }
+                st.idle += 1;
+                let (next, timeout) = self
+                    .cond
+                    .wait_timeout(st, POOL_IDLE)
+                    .unwrap_or_else(|e| e.into_inner());
+                st = next;
+                st.idle -= 1;
+                if timeout.timed_out() && st.jobs.is_empty() {
+                    return;
+                }
+            };
+            drop(st);
+            job();
+        }
+    }
+}
+
+fn read_exact_or_exit(f: &mut impl Read, buf: &mut [u8]) {
     if f.read_exact(buf).is_err() {
         // The host closed the control channel: the machine ends with its PID 1.
         // SAFETY: _exit ends the process.
@@ -899,7 +1035,9 @@ fn main() {
     }
     out.send(proto::READY, 0, &[]);
     let commands: Commands = Arc::default();
-    let mut ctl_in = ctl_in;
+    let pool = Arc::new(Pool::default());
+    // Buffered: a command's request, stdin and end usually arrive in one write.
+    let mut ctl_in = std::io::BufReader::with_capacity(64 * 1024, ctl_in);
     let mut header = [0u8; proto::HEADER_BYTES];
     loop {
         read_exact_or_exit(&mut ctl_in, &mut header);
@@ -947,10 +1085,10 @@ fn main() {
                 });
                 commands.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cmd.clone());
                 let (out2, children2, commands2) = (out.clone(), children.clone(), commands.clone());
-                let spawned = std::thread::Builder::new().stack_size(256 * 1024).spawn(move || {
+                let spawned = pool.submit(Box::new(move || {
                     run_command(id, start, cmd, wake_r, out2, children2);
                     commands2.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-                });
+                }));
                 if let Err(e) = spawned {
                     commands.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
                     out.fail(id, proto::FAIL_SYSTEM, &format!("start a thread: {e}"));
