@@ -41,7 +41,9 @@ pub const STAGING_PREFIX: &str = ".shellbox-download-";
 /// - [`Error::Unsupported`]: `source` is not a regular file (a directory, a device, a fifo)
 ///   or lies in `/proc`, `/sys` or `/dev` — the message says "regular file";
 /// - [`Error::DownloadLimitExceeded`]: `source` holds more than `max_bytes` bytes;
-/// - [`Error::Transfer`]: the guest command failed or was killed part way;
+/// - [`Error::Transfer`]: the guest command failed or was killed part way, or `target`'s
+///   parent path passes through a link
+///   [`resolve_host_target`](crate::transfer::resolve_host_target) refuses;
 /// - [`Error::Io`]: the staging file could not be written or renamed;
 /// - whatever [`Machine::run_stream`] returns (e.g. [`Error::Closed`]).
 pub async fn download_file(
@@ -62,6 +64,9 @@ pub async fn download_file(
             target.display()
         )));
     };
+    // Its parent path judged as every download's is (crate::transfer).
+    let resolved = crate::transfer::resolve_host_target(target)?;
+    let target = resolved.as_path();
     let parent = match target.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => std::env::current_dir().map_err(|e| Error::io("current directory", e))?,

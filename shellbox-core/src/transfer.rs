@@ -15,10 +15,13 @@
 //! - **The target's last component is never followed.** A symlink at the target (for
 //!   example one an earlier download left there) is replaced by the download (`rename(2)`),
 //!   never written through; a file download into an existing *directory* (a real one, not
-//!   a symlink to one) lands inside it under the source's name. The target's parent
-//!   directories are the caller's path and are followed as given; since every link a
-//!   download writes resolves inside that download's own tree, following one only ever
-//!   leads into a tree the caller already downloaded.
+//!   a symlink to one) lands inside it under the source's name.
+//! - **Links in the target's parent path are judged where they are.** Every link a
+//!   download writes resolves inside its tree when written, but a later download can bend
+//!   it (`l -> ../y/..` once `y` was replaced by `y -> .`), so [`resolve_host_target`]
+//!   follows an absolute link (downloads never write one) and a relative one only while its
+//!   resolution stays below the directory holding it; a climbing one is refused, and the
+//!   download works on the resolved, link-free path.
 //! - **Merges re-judge links where they land.** A directory downloaded onto an existing
 //!   directory is merged (directories into directories; anything else replaces what is
 //!   there, a symlink replaced, never followed). The new links were judged inside the
@@ -93,6 +96,126 @@ fn io_at(what: &str, p: &Path) -> impl FnOnce(io::Error) -> Error {
     move |e| Error::io(operation, e)
 }
 
+/// The most symlinks [`resolve_host_target`] follows (Linux's own limit).
+const MAX_TARGET_LINKS: u32 = 40;
+
+/// The symlink-free host path `target` stands for: its parent directories resolved the
+/// way the kernel would (relative to the current directory when `target` is relative),
+/// its last component kept as given (never followed; see the module docs). The part that
+/// does not exist yet is appended as written.
+///
+/// A link on the way is followed when its target is absolute (downloads never write one),
+/// or when it is relative and its resolution never climbs above the directory holding it
+/// (`a -> b/c`, `a -> ./b`): every link a download writes resolves inside that download's
+/// tree when written, but a later download can bend it (`l -> ../y/..` once `y` became
+/// `y -> .`), so a climbing relative link may lead anywhere and is refused. A climbing
+/// link of the caller's own (`/var/run -> ../run`) is refused too: give the path without
+/// it.
+///
+/// # Errors
+/// [`Error::Transfer`] naming `target` for a climbing relative link (or an absolute one
+/// reached from a relative one) or more than 40 links; [`Error::Io`] when the current
+/// directory or a link cannot be read.
+pub fn resolve_host_target(target: &Path) -> Result<PathBuf, Error> {
+    let (parent, last) = match target.file_name() {
+        Some(name) => (target.parent().unwrap_or(Path::new("")), Some(name)),
+        None => (target, None),
+    };
+    let mut resolved = if target.is_absolute() {
+        PathBuf::from("/")
+    } else {
+        std::env::current_dir().map_err(|e| Error::io("read the current directory", e))?
+    };
+    let mut walk = TargetWalk {
+        target,
+        hops: 0,
+        missing: false,
+    };
+    walk.walk(&mut resolved, parent, None)?;
+    if let Some(name) = last {
+        resolved.push(name);
+    }
+    Ok(resolved)
+}
+
+struct TargetWalk<'a> {
+    target: &'a Path,
+    hops: u32,
+    /// A component did not exist: the rest is appended as written.
+    missing: bool,
+}
+
+impl TargetWalk<'_> {
+    fn refuse(&self, link: &Path, why: &str) -> Error {
+        Error::transfer(
+            self.target.display().to_string(),
+            format!(
+                "the target path passes through the symlink {}, which {why}; give the target path without it",
+                link.display()
+            ),
+        )
+    }
+
+    /// Walks `path` from `resolved` (symlink-free), following links as
+    /// [`resolve_host_target`] says; with `floor`, `..` may not go above that many
+    /// components (the directory of the relative link being resolved).
+    fn walk(
+        &mut self,
+        resolved: &mut PathBuf,
+        path: &Path,
+        floor: Option<(usize, &Path)>,
+    ) -> Result<(), Error> {
+        use std::path::Component;
+        for c in path.components() {
+            match c {
+                Component::RootDir | Component::Prefix(_) => *resolved = PathBuf::from("/"),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    if let Some((depth, link)) = floor {
+                        if resolved.components().count() <= depth {
+                            return Err(self.refuse(link, "climbs out of its own directory"));
+                        }
+                    }
+                    resolved.pop();
+                }
+                Component::Normal(name) => {
+                    let here = resolved.join(name);
+                    let meta = if self.missing {
+                        None
+                    } else {
+                        fs::symlink_metadata(&here).ok()
+                    };
+                    match meta {
+                        Some(m) if m.file_type().is_symlink() => {
+                            self.hops += 1;
+                            if self.hops > MAX_TARGET_LINKS {
+                                return Err(self.refuse(&here, "starts too many levels of links"));
+                            }
+                            let text = fs::read_link(&here).map_err(io_at("read link", &here))?;
+                            if text.is_absolute() {
+                                if let Some((_, link)) = floor {
+                                    return Err(self.refuse(link, "leads through an absolute link"));
+                                }
+                                *resolved = PathBuf::from("/");
+                                self.walk(resolved, &text, None)?;
+                            } else {
+                                let depth = resolved.components().count();
+                                self.walk(resolved, &text, Some((depth, &here)))?;
+                            }
+                        }
+                        Some(_) => resolved.push(name),
+                        None => {
+                            self.missing = true;
+                            resolved.push(name);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl StagedDownload {
     /// Prepares a download of `kind` to the host path `target`: decides the final place
     /// (see [`DownloadKind`]), creates its missing parent directories and the staging
@@ -101,8 +224,12 @@ impl StagedDownload {
     ///
     /// # Errors
     /// [`Error::Io`] when a directory cannot be made; [`Error::InvalidInput`] for a file
-    /// name that is empty, `.`/`..` or holds a `/`.
+    /// name that is empty, `.`/`..` or holds a `/`; [`Error::Transfer`] when the target's
+    /// parent path passes through a link [`resolve_host_target`] refuses.
     pub fn new(target: &Path, kind: DownloadKind<'_>) -> Result<Self, Error> {
+        let caller_target = target;
+        let resolved = resolve_host_target(target)?;
+        let target = resolved.as_path();
         let existing = fs::symlink_metadata(target).ok();
         let dest = match kind {
             DownloadKind::File { name } => {
@@ -135,7 +262,7 @@ impl StagedDownload {
             dir: PathBuf::new(),
             item: PathBuf::new(),
             dest,
-            target: target.to_path_buf(),
+            target: caller_target.to_path_buf(),
             made_parents: Vec::new(),
             committed: false,
         };
@@ -493,6 +620,114 @@ mod tests {
         w.finish().unwrap();
         staged.commit().unwrap();
         assert_eq!(fs::read(target.join("f")).unwrap(), b"f");
+    }
+
+    fn dir(w: &mut TreeWriter, rel: &[&str]) {
+        let name = rel.join("/");
+        w.put(
+            &name,
+            &s(rel),
+            TreeEntry::Directory {
+                mode: 0o755,
+                mtime: None,
+            },
+        )
+        .unwrap();
+    }
+
+    /// Three downloads into nested targets: the first leaves `d/l -> ../y/..` beside a real
+    /// directory `y` (inside its tree), the second merges `y -> .` over that directory
+    /// (inside too, so `l` now leads one level above the first tree), the third's target
+    /// passes through `l`.
+    #[test]
+    fn a_chain_of_downloads_cannot_write_through_a_link_an_earlier_one_bent() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t1 = tmp.path().join("d1/t1");
+        let staged = StagedDownload::new(&t1, DownloadKind::Directory).unwrap();
+        let mut w = staged.writer();
+        dir(&mut w, &[]);
+        dir(&mut w, &["y"]);
+        dir(&mut w, &["d"]);
+        w.put(
+            "d/l",
+            &s(&["d", "l"]),
+            TreeEntry::Symlink { target: b"../y/.." },
+        )
+        .unwrap();
+        w.finish().unwrap();
+        staged.commit().unwrap();
+
+        let staged = StagedDownload::new(&t1, DownloadKind::Directory).unwrap();
+        let mut w = staged.writer();
+        dir(&mut w, &[]);
+        w.put("y", &s(&["y"]), TreeEntry::Symlink { target: b"." })
+            .unwrap();
+        w.finish().unwrap();
+        staged.commit().unwrap();
+        assert!(fs::symlink_metadata(t1.join("y"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+
+        let target = t1.join("d/l/escaped");
+        let result = StagedDownload::new(&target, DownloadKind::File { name: "escaped" }).and_then(
+            |staged| {
+                let mut w = staged.writer();
+                w.put(
+                    "",
+                    &[],
+                    TreeEntry::File {
+                        data: &mut &b"x"[..],
+                        mode: 0o644,
+                        mtime: None,
+                    },
+                )?;
+                w.finish()?;
+                staged.commit()
+            },
+        );
+        let err = result.unwrap_err();
+        assert!(matches!(&err, Error::Transfer { .. }), "{err}");
+        assert!(err.to_string().contains("climbs"), "{err}");
+        assert!(!tmp.path().join("d1/escaped").exists(), "written outside");
+        let left: Vec<_> = fs::read_dir(tmp.path().join("d1"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["t1"], "nothing staged outside either");
+    }
+
+    /// The caller's own links are followed: an absolute one, and a relative one that stays
+    /// below its directory.
+    #[test]
+    fn targets_through_links_that_stay_below_their_directory_are_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("real/inner");
+        fs::create_dir_all(&real).unwrap();
+        std::os::unix::fs::symlink(&real, tmp.path().join("abs")).unwrap();
+        std::os::unix::fs::symlink("real/./inner", tmp.path().join("rel")).unwrap();
+        for via in ["abs", "rel"] {
+            let target = tmp.path().join(via).join(format!("f-{via}"));
+            let staged = StagedDownload::new(&target, DownloadKind::File { name: "f" }).unwrap();
+            let mut w = staged.writer();
+            w.put(
+                "",
+                &[],
+                TreeEntry::File {
+                    data: &mut &b"x"[..],
+                    mode: 0o644,
+                    mtime: None,
+                },
+            )
+            .unwrap();
+            w.finish().unwrap();
+            staged.commit().unwrap();
+            assert_eq!(fs::read(real.join(format!("f-{via}"))).unwrap(), b"x");
+        }
+        // A relative link that climbs out of its own directory is refused, wherever it is.
+        std::os::unix::fs::symlink("../real", real.join("up")).unwrap();
+        let err = StagedDownload::new(&real.join("up/g"), DownloadKind::Directory).unwrap_err();
+        assert!(matches!(&err, Error::Transfer { .. }), "{err}");
     }
 
     #[test]

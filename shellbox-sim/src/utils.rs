@@ -2084,7 +2084,7 @@ fn ln(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     }
 }
 
-fn apply_symbolic(mode: u32, spec: &str, umask: u32, is_dir: bool) -> Option<u32> {
+pub(crate) fn apply_symbolic(mode: u32, spec: &str, umask: u32, is_dir: bool) -> Option<u32> {
     let mut m = mode;
     for clause in spec.split(',') {
         let cs: Vec<char> = clause.chars().collect();

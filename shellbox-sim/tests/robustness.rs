@@ -297,6 +297,8 @@ fn big_buffers_honour_the_timeout() {
         // one tick per 64 KiB written, the clock looked at every 256 ticks: 16 MiB of
         // formatted numbers between two looks (the 5-minute fuzz run, seed 424242 case 884)
         "seq -f %g 9223372036854775807 > /dev/null",
+        // one s///g over a long line makes millions of matches
+        "x=$(printf '%4000000s'); while :; do echo \"$x\" | sed 's/x*/-/g' > /dev/null; done",
     ] {
         let m = SimMachineFactory::new()
             .create_sim(MachineSpec::sim())

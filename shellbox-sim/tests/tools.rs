@@ -77,7 +77,27 @@ const NL_PASTE: &[&str] = &[
     "printf '1\\n2\\n' > x; paste x nofile; echo rc=$?; paste -d '\\t|' x x x; paste -d '' x x; printf 'a\\nb\\nc\\nd\\ne\\n' | paste - - -; paste -q x; echo rc=$?",
 ];
 
+const EXPR: &[&str] = &[
+    "expr 3 + 4; expr 10 / 3; expr 10 % 3; expr 5 \\> 3; x=$(expr 2 \\* 21); echo $x; expr length hello; expr 1 = 2; echo rc=$?; expr -7 / 2; expr -7 % 2; expr 01 = 1; expr 10 \\< 9; expr a \\< b; expr abc != abd",
+    "expr abc : 'a\\(b\\)'; expr abc : 'ab'; expr abc : 'x'; echo rc=$?; expr abc : 'x\\(y\\)'; echo rc=$?; expr substr hello 2 3; expr substr hello 9 1; echo rc=$?; expr index hello l; expr match abc 'a.'; expr 'a.b' : '.*\\.\\(.*\\)'",
+    "expr 0 \\| ''; echo rc=$?; expr 3 \\& 0; echo rc=$?; expr '' \\| 7; expr 2 \\| 3; expr 2 \\& 3; expr -- -5 + 1; expr \\( 1 + 2 \\) \\* 3; expr + length; expr length + length; expr 0; echo rc=$?; expr -0; echo rc=$?; expr 00; echo rc=$?",
+    "expr; echo rc=$?; expr 1 +; echo rc=$?; expr a + 1; echo rc=$?; expr 5 / 0; echo rc=$?; expr 1 2; echo rc=$?; expr \\( 1; echo rc=$?; expr \\); echo rc=$?; expr a : '\\('; echo rc=$?; expr 5 % 0; echo rc=$?",
+];
+
+const SED: &[&str] = &[
+    "echo 'hello world world' | sed 's/world/there/'; echo 'hello world world' | sed 's/world/there/g'; echo abc | sed 's/b/[&]/'; echo 'key=value' | sed 's/\\(.*\\)=\\(.*\\)/\\2=\\1/'; echo aaa | sed -E 's/(a)a/\\1b/'; echo /usr/local/bin | sed 's#/#|#g'; echo Hello | sed 's/hello/bye/I'",
+    "printf 'name=old\\nport=80\\nhost=x\\n' > conf; sed -i 's/old/new/' conf; sed -i '/port/d' conf; cat conf; sed -i.bak 's/new/newer/' conf; cat conf; cat conf.bak; sed -i -e 's/^host=.*/host=y/' conf; cat conf",
+    "printf 'a\\nb\\nc\\n' > f; sed '1i header' f; sed '$a footer' f; sed '2c changed' f; sed '/b/a after-b' f; sed '1,2c\\\nX' f; sed 'a\\\nx' f; sed '2i\\   indented' f",
+    "printf 'a\\nb\\nc\\nd\\ne\\n' > f; sed -n '2p' f; sed '2!d' f; sed -n '/b/,/d/p' f; sed '1~2d' f; sed '2q' f; sed -n '$=' f; sed '0,/c/d' f; sed '2,+1d' f; sed -n '3,$p' f; sed '$!d' f; sed 3Q f; echo; sed -n '/x/,$p' f",
+    "printf 'aaa\\nabc\\n' > f; sed 's/a/b/2' f; sed 's/x*/-/g' f; sed 's/a/X/gp' f; sed -n 's/b/B/p' f; sed 'y/abc/xyz/' f; sed -e 's/a/1/' -e 's/b/2/' f; sed 's/a/1/;s/c/3/' f; sed = f; sed -s -n '$p' f f; sed -n '$p' f f",
+    "printf 'one\\ntwo\\nthree\\n' > f; sed 'N;s/\\n/+/' f; sed -n 'h;n;G;p' f; sed '1!G;h;$!d' f; sed 'n;d' f; sed '$!N;P;D' f; sed -n 'x;p' f; sed 'H;$!d;x' f",
+    "printf 'a\\nb' | sed 's/a/x/'; printf 'a.b\\n' | sed 's/a\\.b/ok/'; printf 'x1y22\\n' | sed -E 's/[0-9]+/N/g'; printf 'tab\\n' | sed 's/a/\\t/'; printf 'ab\\n' | sed 's/\\(a\\)\\(b\\)/\\2\\n\\1/'; printf 'q\\n' | sed 5q; echo rc=$?; printf 'q\\n' | sed 'q 3'; echo rc=$?",
+    "sed; echo rc=$?; echo a | sed k; echo rc=$?; echo a | sed 's/a/b'; echo rc=$?; sed p nofile; echo rc=$?; echo a | sed -x p; echo rc=$?; echo a | sed 'y/ab/x/'; echo rc=$?; sed -i s/a/b/; echo rc=$?",
+];
+
 const FILE_TOOLS: &[&str] = &[
+    "printf x > a; install -m 644 a b; stat -c '%a %s' b; install -D a x/y/z; ls -R x; install -d -m 700 p/q; stat -c %a p p/q; install -v a b2; install a f; stat -c %a f; mkdir t; install a f t; ls t; install -t t -m 600 b; stat -c %a t/b; install -m u=rw,go=r a g; stat -c %a g",
+    "printf x > a; install; echo rc=$?; install a; echo rc=$?; install nofile b; echo rc=$?; mkdir d; install d e; echo rc=$?; install a b c; echo rc=$?; install -m zz a b; echo rc=$?; install -T a d; echo rc=$?; install -x a b; echo rc=$?",
     "printf '12345' > f; wc -c < f; truncate -s 2 f; cat f; echo; truncate -s +3 f; wc -c < f; truncate -s '<1' f; wc -c < f; truncate -s 1K g; wc -c < g; truncate -s %1000 g; wc -c < g; truncate -s /1000 g; wc -c < g",
     "truncate -c -s 5 none; ls; truncate; echo rc=$?; truncate -s x f; echo rc=$?; truncate -s 5 nodir/x; echo rc=$?; mkdir d; truncate -s 1 d; echo rc=$?; truncate -s 3 f1 f2; wc -c f1 f2",
     "set -o pipefail; r() { \"$@\" | while IFS= read -r l; do echo \"${l#\"$PWD\"}\"; done; }; mkdir -p a/b; ln -s a/b l; ln -s /nowhere dead; r realpath a/b l a/../a/b .; r readlink -f a/../a/b; readlink l; readlink a; echo rc=$?; r readlink -f l/../b; r realpath -s l; realpath -e nope; echo rc=$?",
@@ -226,4 +246,14 @@ fn truncate_realpath_readlink_match_gnu_coreutils() {
         "GNU coreutils",
         FILE_TOOLS,
     );
+}
+
+#[test]
+fn expr_matches_gnu_coreutils() {
+    check("expr_matches_gnu_coreutils", "expr", "GNU coreutils", EXPR);
+}
+
+#[test]
+fn sed_matches_gnu_sed() {
+    check("sed_matches_gnu_sed", "sed", "GNU sed", SED);
 }

@@ -10,8 +10,10 @@
 mod basename;
 mod cut;
 mod dirname;
+mod expr;
 mod find;
 mod grep;
+mod install;
 mod nl;
 pub(crate) mod opts;
 mod paste;
@@ -19,6 +21,7 @@ pub(crate) mod posix;
 mod printenv;
 mod realpath;
 mod rev;
+mod sed;
 mod sort;
 mod tac;
 mod tr;
@@ -72,6 +75,10 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(grep::main),
     },
     legacy("env"),
+    Program {
+        name: "expr",
+        main: Some(expr::main),
+    },
     legacy("false"),
     Program {
         name: "find",
@@ -86,6 +93,10 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(grep::main),
     },
     legacy("head"),
+    Program {
+        name: "install",
+        main: Some(install::main),
+    },
     legacy("kill"),
     legacy("ln"),
     legacy("ls"),
@@ -119,6 +130,10 @@ pub(crate) const TABLE: &[Program] = &[
     },
     legacy("rm"),
     legacy("rmdir"),
+    Program {
+        name: "sed",
+        main: Some(sed::main),
+    },
     legacy("seq"),
     legacy("sh"),
     legacy("sleep"),
@@ -248,6 +263,12 @@ impl<'i, 'w> Ctx<'i, 'w> {
         self.it.tick()
     }
 
+    /// Ends the program when the command was cancelled or its wall-clock deadline passed
+    /// (what a long single step calls between its pieces).
+    pub(crate) fn check_time(&mut self) -> R<()> {
+        self.it.check_time()
+    }
+
     /// Charges `bytes` the program holds (a buffer it built) to the memory budget until
     /// it ends, and checks the budget.
     pub(crate) fn hold(&mut self, bytes: usize) -> R<()> {
@@ -290,6 +311,11 @@ impl<'i, 'w> Ctx<'i, 'w> {
         let cwd = self.sh.cwd.clone();
         let ino = self.it.w.vfs.create(&cwd, path, mode, true)?;
         self.it.w.vfs.set_data(ino, data)
+    }
+
+    /// The shell's file-creation mask.
+    pub(crate) fn umask(&self) -> u32 {
+        self.sh.umask
     }
 
     /// Opens the regular file at `path` for writing, creating it empty (mode 0666 less
