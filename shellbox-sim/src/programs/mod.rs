@@ -10,6 +10,7 @@
 mod awk;
 mod base64;
 mod basename;
+mod compare;
 mod cut;
 mod dirname;
 mod expr;
@@ -74,12 +75,24 @@ pub(crate) const TABLE: &[Program] = &[
         name: "cksum",
         main: Some(hash::cksum),
     },
+    Program {
+        name: "cmp",
+        main: Some(compare::cmp),
+    },
+    Program {
+        name: "comm",
+        main: Some(compare::comm),
+    },
     legacy("cp"),
     Program {
         name: "cut",
         main: Some(cut::main),
     },
     legacy("date"),
+    Program {
+        name: "diff",
+        main: Some(compare::diff),
+    },
     Program {
         name: "dirname",
         main: Some(dirname::main),
