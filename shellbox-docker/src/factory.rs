@@ -12,7 +12,21 @@ use shellbox_core::{async_trait, Error, Machine, MachineFactory, MachineSpec};
 
 use crate::config::{container_config, refused_field, Owner, SETUP};
 use crate::machine::{remove_on_drop, DockerMachine, Inner};
+use crate::supervised::CommandPath;
 use crate::CONTAINER_NAME_PREFIX;
+
+/// [`SETUP`] for the supervisor path: `setsid` is optional there (only a command too large
+/// for the supervisor's request runs as an exec, which needs it). Prints its path or
+/// nothing; exit 94: the workdir cannot be created.
+const FAST_SETUP: &str = r#"s=
+IFS=:
+for d in $PATH; do
+  if [ -f "$d/setsid" ] && [ -x "$d/setsid" ]; then s=$d/setsid; break; fi
+done
+unset IFS
+if [ -z "$s" ] && command -v setsid >/dev/null 2>&1; then s=setsid; fi
+if [ -n "$1" ]; then mkdir -p -- "$1" || exit 94; fi
+echo "$s""#;
 
 /// Where the engine is when `DOCKER_HOST` is not set.
 const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
@@ -28,6 +42,10 @@ pub struct DockerMachineFactory {
     labels: BTreeMap<String, String>,
     /// Which engine answers (from `GET /version`), asked once, when first needed.
     engine: Arc<tokio::sync::OnceCell<Engine>>,
+    /// How commands run (`SHELLBOX_DOCKER_COMMAND_PATH` or [`Self::command_path`]).
+    path: CommandPath,
+    /// A bad `SHELLBOX_DOCKER_COMMAND_PATH`, reported at create.
+    path_error: Option<String>,
 }
 
 /// The engine behind the API, as its `GET /version` names itself.
@@ -116,6 +134,10 @@ impl DockerMachineFactory {
     /// client's runtime is blocked or gone that removal can fail (see [`DockerMachine`]).
     /// [`connect`](Self::connect) and [`connect_to`](Self::connect_to) have no such limit.
     pub fn with_client(docker: Docker) -> Self {
+        let (path, path_error) = match CommandPath::from_env() {
+            Ok(p) => (p.unwrap_or_default(), None),
+            Err(e) => (CommandPath::Auto, Some(e.to_string())),
+        };
         Self {
             docker,
             endpoint: None,
@@ -123,7 +145,27 @@ impl DockerMachineFactory {
             owner: Arc::new(Owner::current()),
             labels: BTreeMap::new(),
             engine: Arc::new(tokio::sync::OnceCell::new()),
+            path,
+            path_error,
         }
+    }
+
+    /// How this factory's machines run their commands: [`CommandPath::Auto`] (the default)
+    /// starts the embedded supervisor in each container and falls back to one Engine exec
+    /// per command where it cannot run (another architecture, no writable root, no exec);
+    /// [`CommandPath::Supervisor`] refuses such a container at create
+    /// ([`Error::Unsupported`] saying why); [`CommandPath::Exec`] always uses execs. The
+    /// environment variable [`SHELLBOX_DOCKER_COMMAND_PATH`](crate::COMMAND_PATH_ENV)
+    /// (`supervisor`, `exec`, `auto`) sets the same when the factory is made; this call wins.
+    pub fn command_path(mut self, path: CommandPath) -> Self {
+        self.path = path;
+        self.path_error = None;
+        self
+    }
+
+    /// The [`CommandPath`] this factory's machines use.
+    pub fn path(&self) -> CommandPath {
+        self.path
     }
 
     /// Which engine this factory talks to, asked once (`GET /version`).
@@ -214,6 +256,9 @@ impl DockerMachineFactory {
     /// `startup_timeout` (which bounds everything here, image preparation included) runs
     /// out. Whatever was created is removed first.
     pub async fn create_machine(&self, spec: MachineSpec) -> Result<DockerMachine, Error> {
+        if let Some(e) = &self.path_error {
+            return Err(Error::invalid(e.clone()));
+        }
         spec.validate()?;
         crate::config::validate_spec_env_size(&spec)?;
         for (key, value) in &self.labels {
@@ -262,7 +307,7 @@ impl DockerMachineFactory {
         };
         let result = self.start(&spec, &name, &created.id).await;
         match result {
-            Ok(setsid) => {
+            Ok((setsid, supervisor)) => {
                 guard.disarm();
                 Ok(DockerMachine {
                     inner: Arc::new(Inner {
@@ -272,6 +317,8 @@ impl DockerMachineFactory {
                         name,
                         spec,
                         setsid,
+                        supervisor,
+                        shutdown: tokio::sync::watch::channel(false).0,
                         closed: AtomicBool::new(false),
                         removed: AtomicBool::new(false),
                         close_lock: tokio::sync::Mutex::new(()),
@@ -292,12 +339,50 @@ impl DockerMachineFactory {
         }
     }
 
-    /// Starts the container, checks `setsid`, creates the workdir; returns setsid's path.
-    async fn start(&self, spec: &MachineSpec, name: &str, id: &str) -> Result<String, Error> {
+    /// Starts the container and its supervisor (per the [`CommandPath`]), creates the
+    /// workdir; returns setsid's path (exec path) and the supervisor.
+    async fn start(
+        &self,
+        spec: &MachineSpec,
+        name: &str,
+        id: &str,
+    ) -> Result<(String, Option<crate::supervised::Supervised>), Error> {
         self.docker
             .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
             .await
             .map_err(|e| self.refusal_or_backend(spec, "start container", e))?;
+        if self.path != CommandPath::Exec {
+            match crate::supervised::start(&self.docker, id).await {
+                Ok(sup) => {
+                    let (code, out) = sup
+                        .collect_root(&["/bin/sh", "-c", FAST_SETUP, "sh", &spec.workdir])
+                        .await
+                        .map_err(|e| {
+                            Error::backend(
+                                format!("set up container {name}"),
+                                std::io::Error::other(e),
+                            )
+                        })?;
+                    if code != 0 {
+                        return Err(Error::backend(
+                            format!("create workdir {}", spec.workdir),
+                            format!("exit {code}"),
+                        ));
+                    }
+                    let setsid = String::from_utf8_lossy(&out).trim().to_string();
+                    return Ok((setsid, Some(sup)));
+                }
+                Err(why) if self.path == CommandPath::Supervisor => {
+                    return Err(Error::unsupported(format!(
+                        "the command supervisor cannot run in this container ({why}); the \
+                         factory's command path is `supervisor`"
+                    )));
+                }
+                Err(why) => {
+                    tracing::debug!(target: "shellbox_docker", container = %name, "commands fall back to Engine execs: {why}");
+                }
+            }
+        }
         let config = crate::config::root_exec(SETUP, &[&spec.workdir]);
         let (code, out, err) = crate::machine::exec_collect(&self.docker, id, config)
             .await
@@ -308,7 +393,7 @@ impl DockerMachineFactory {
                 crate::machine::ExecError::Other(e) => e,
             })?;
         match code {
-            0 => Ok(out.trim().to_string()),
+            0 => Ok((out.trim().to_string(), None)),
             93 => Err(Error::unsupported(
                 "the image has no `setsid` program on PATH (the docker backend requires setsid \
                  and /bin/sh to run and stop commands)",
@@ -354,8 +439,15 @@ impl MachineFactory for DockerMachineFactory {
         "docker"
     }
 
+    /// [`DOCKER_CAPABILITIES`](crate::DOCKER_CAPABILITIES), with
+    /// [`process_model`](shellbox_core::Capabilities::process_model) unless the factory's
+    /// [`CommandPath`] is `Exec` (one Engine exec per command kills what a command leaves
+    /// in the background when it ends, and finds escapees only by an environment marker).
     fn capabilities(&self) -> shellbox_core::Capabilities {
-        crate::DOCKER_CAPABILITIES
+        match self.path {
+            CommandPath::Exec => crate::DOCKER_CAPABILITIES,
+            _ => crate::DOCKER_CAPABILITIES.with_process_model(),
+        }
     }
 
     async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {

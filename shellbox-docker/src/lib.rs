@@ -35,15 +35,31 @@
 //!   and an optional OCI runtime mapped to the engine's fields (a refusal by the engine is
 //!   [`Error::Unsupported`](shellbox_core::Error::Unsupported) carrying its reason); the
 //!   spec's env as container env; the workdir created at start.
-//! - **Commands**: an exec per command (argv, cwd, env and user in the request body). The
+//! - **Commands** (the fast path, [`CommandPath::Auto`]): the embedded
+//!   `shellbox-supervisor` is copied into the container at create (`/.shellbox/`, root,
+//!   `0500`, over the archive endpoint) and started once with one attached exec; every
+//!   command is a fork and exec inside the container under its own keeper (a subreaper:
+//!   its kill scope), with its user (resolved in the image's `/etc/passwd` and
+//!   `/etc/group`), cwd, env, stdin, timeout and output limit (applied inside the
+//!   container). The process model of `shellbox_core`: what a command leaves in the
+//!   background keeps running until the machine closes; a timeout or a dropped run kills
+//!   everything the command started (`setsid` and double-fork escapees included) and
+//!   nothing else. Commands never hold `CAP_KILL`, `CAP_SETUID`, `CAP_SETGID` or
+//!   `CAP_SYS_PTRACE`, so none can reach the supervisor or another command's keeper. A
+//!   supervisor killed from outside ends the machine ([`Error::Terminated`](shellbox_core::Error::Terminated)).
+//! - **Commands on the fallback path** (where the supervisor cannot run — another
+//!   architecture, a root the archive endpoint cannot write, no exec — or with
+//!   [`CommandPath::Exec`] / `SHELLBOX_DOCKER_COMMAND_PATH=exec`): an exec per command
+//!   (argv, cwd, env and user in the request body). The
 //!   program runs in its own session and process group (`setsid`); the group's id comes
 //!   back as a first stdout line the host strips (the reference's `SHELLBOX_PGID` header).
 //!   Every process of a command carries `SHELLBOX_COMMAND_ID=<random hex>` in its
 //!   environment (inherited even by what leaves the group with `setsid`). When the command
 //!   ends, what it left in the background (its group, and every process carrying its id) is
-//!   killed (as on local); a command whose exec has ended is finished with its own status
+//!   killed; a command whose exec has ended is finished with its own status
 //!   even if something else still holds its output open. On timeout the group and the
 //!   marked processes are killed inside the container and the partial output kept.
+//!   Results are otherwise the same as on the fast path.
 //! - **A stopped container** (a command killed its keep-alive, e.g. `kill -9 -1`): the next
 //!   run, upload or download is
 //!   [`Error::Terminated`](shellbox_core::Error::Terminated) and the machine is closed.
@@ -64,8 +80,9 @@
 //!   `PROMPT_COMMAND` (bash) or `PS1` (ash), stripped from the output; `interrupt` writes
 //!   the terminal's `^C`. See [`DockerSession`] for the rules.
 //!
-//! Requirements on the image: `/bin/sh` and a `setsid` program on `PATH` (busybox has both);
-//! `stty` for shell sessions.
+//! Requirements on the image: `/bin/sh` (and `cat` for the fast path's environment; without
+//! it the container's configured one is used); a `setsid` program on `PATH` for the exec
+//! path (busybox has all); `stty` for shell sessions.
 //!
 //! # Podman
 //!
@@ -87,6 +104,7 @@ mod gc;
 mod image;
 mod machine;
 mod session;
+mod supervised;
 mod transfer;
 
 /// What the docker backend offers ([`shellbox_core::MachineFactory::capabilities`]): Linux
@@ -107,6 +125,7 @@ pub use gc::{gc, gc_with_labels, GcReport};
 pub use image::{dockerfile_image_tag, ensure_busybox_image, image_source_key, BUSYBOX_TEST_IMAGE};
 pub use machine::DockerMachine;
 pub use session::{DockerSession, INTERRUPT_BOUND};
+pub use supervised::{CommandPath, COMMAND_PATH_ENV};
 
 #[doc(hidden)]
 pub use machine::floor_exec_true;

@@ -51,17 +51,17 @@ const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
 /// holding the machine dropped with its runtime, a test panicking). Prefer `close` in async
 /// code: it does not block.
 ///
-/// Commands: see the crate docs for the exec protocol. A command's exit code comes from the
-/// exec's inspect. What the engine cannot set up is an error, never a result: an argv or
-/// environment larger than `execve(2)` takes is [`Error::InvalidInput`] before any exec
-/// ([`shellbox_core::validate::validate_exec_size`], with 64 KiB left for the wrapper and
+/// Commands: see the crate docs for both paths ([`DockerMachine::uses_supervisor`] says
+/// which this machine takes). What cannot be set up is an error, never a result: an argv or
+/// environment larger than `execve(2)` takes is [`Error::InvalidInput`] before anything runs
+/// ([`shellbox_core::validate::validate_exec_size`], with 64 KiB left for the exec wrapper and
 /// the image's environment; the kernel's `E2BIG` past that is the same error), and a user
-/// (or group) the image does not have is [`Error::Unsupported`] "no such user: NAME" (the
-/// engine's "unable to find user"; numeric ids need no account). A missing cwd is an
-/// ordinary result with exit code 126 and the engine's message on stderr, as in the
-/// reference. A timed-out command's process group is killed inside the container as root
-/// and confirmed gone (within 10 s); if that cannot be done the machine is closed (its
-/// container removed) and the run returns [`Error::Terminated`].
+/// (or group) the image does not have is [`Error::Unsupported`] "no such user: NAME" — a
+/// numeric UID too, as on local and sim. A missing cwd is an ordinary failed result (the
+/// fast path: exit 2 and `sh`'s message; the exec path: 126 and the engine's). A timed-out
+/// command is killed, everything it started, and confirmed gone (within 10 s); if that
+/// cannot be done the machine is closed (its container removed) and the run returns
+/// [`Error::Terminated`].
 pub struct DockerMachine {
     pub(crate) inner: Arc<Inner>,
     /// The machine's one shell session, made by the first `open_shell`.
@@ -85,6 +85,11 @@ pub(crate) struct Inner {
     pub name: String,
     pub spec: MachineSpec,
     pub setsid: String,
+    /// The machine's supervisor, when its commands take the fast path.
+    pub supervisor: Option<crate::supervised::Supervised>,
+    /// Becomes true when the machine closes (before its container is removed), so a
+    /// supervised command killed by the removal ends as [`Error::Closed`].
+    pub shutdown: tokio::sync::watch::Sender<bool>,
     pub closed: AtomicBool,
     pub removed: AtomicBool,
     pub close_lock: tokio::sync::Mutex<()>,
@@ -109,6 +114,136 @@ impl DockerMachine {
     /// The spec the machine was created from.
     pub fn spec(&self) -> &MachineSpec {
         &self.inner.spec
+    }
+
+    /// Whether the machine's commands run through its supervisor (the fast path) rather
+    /// than as one Engine exec each (see [`CommandPath`](crate::CommandPath)).
+    pub fn uses_supervisor(&self) -> bool {
+        self.inner.supervisor.is_some()
+    }
+
+    /// A command as one Engine exec (the fallback path; see the crate docs).
+    async fn run_exec(&self, command: Command) -> Result<EventStream, Error> {
+        if let Some(user) = command.user.as_deref() {
+            self.inner.refuse_unknown_numeric_user(user).await?;
+        }
+        // A timeout too far away for a clock instant (e.g. `Duration::MAX`) is no deadline.
+        let deadline = command.timeout.and_then(|t| Instant::now().checked_add(t));
+        let inner = &self.inner;
+        inner.check_open()?;
+        let command_id = crate::factory::unique_hex();
+        let config = exec_config(&inner.spec, &command, &inner.setsid, &command_id);
+        let exec = inner.docker.create_exec(&inner.id, config).await;
+        let exec = match exec {
+            Ok(exec) => exec,
+            Err(e) => return Err(inner.start_failure("create exec", e).await),
+        };
+        let started = match inner
+            .docker
+            .start_exec(&exec.id, None::<StartExecOptions>)
+            .await
+        {
+            Ok(started) => started,
+            // Podman refuses an unknown user at start (Docker reports it in the output).
+            Err(BollardError::DockerResponseServerError { message, .. })
+                if exec_setup_failure(&message, command.user.as_deref()).is_some() =>
+            {
+                return Err(exec_setup_failure(&message, command.user.as_deref())
+                    .unwrap_or_else(|| Error::backend("start exec", message)));
+            }
+            Err(e) => return Err(inner.start_failure("start exec", e).await),
+        };
+        let StartExecResults::Attached { output, mut input } = started else {
+            return Err(Error::backend("start exec", "the engine did not attach"));
+        };
+        if command.stdin.is_empty() {
+            drop(input);
+        } else {
+            let stdin = command.stdin.clone();
+            tokio::spawn(async move {
+                // A command that exits without reading its stdin is not an error.
+                let _ = input.write_all(&stdin).await;
+                let _ = input.shutdown().await;
+            });
+        }
+        let (tx, rx) = mpsc::channel(16);
+        let driver = Driver {
+            inner: self.inner.clone(),
+            exec_id: exec.id,
+            command_id,
+            stdout: OutputLimiter::new(command.output_limit_bytes),
+            stderr: OutputLimiter::new(command.output_limit_bytes),
+            header: Some(BytesMut::new()),
+            pgid: None,
+            pending: VecDeque::new(),
+            held: Vec::new(),
+            user: command.user.clone(),
+            tx,
+        };
+        tokio::spawn(driver.run(output, deadline));
+        Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        })))
+    }
+
+    /// Commands through the supervisor: the account resolved in the image, the request,
+    /// the driver. A command whose argv and environment are over the supervisor's 1 MiB
+    /// ([`shellbox_supervisor::proto::MAX_ARGV_ENV_BYTES`]) but within what `execve(2)`
+    /// takes runs as an Engine exec instead (where the image has `setsid`).
+    async fn run_supervised(
+        &self,
+        sup: &crate::supervised::Supervised,
+        command: Command,
+    ) -> Result<EventStream, Error> {
+        let label = command.argv.first().cloned().unwrap_or_default();
+        let account = match command.user.as_deref() {
+            Some(user) => Some(sup.lookup(user).await?),
+            None if sup.default_user.is_empty() => sup.default_account.clone(),
+            None => Some(sup.lookup(&sup.default_user).await?),
+        };
+        let start =
+            crate::supervised::start_request(sup, &self.inner.spec, &command, account.as_ref());
+        if start.argv_env_bytes() > shellbox_supervisor::proto::MAX_ARGV_ENV_BYTES
+            && !self.inner.setsid.is_empty()
+        {
+            return self.run_exec(command).await;
+        }
+        self.inner.check_open()?;
+        let running = match sup.client.start(&start, &command.stdin) {
+            Ok(running) => running,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                return Err(Error::invalid(format!("{label}: {e}")))
+            }
+            Err(_) => return Err(self.inner.supervisor_gone().await),
+        };
+        let inner = self.inner.clone();
+        Ok(crate::supervised::drive(
+            running,
+            command.timeout,
+            label,
+            self.inner.shutdown.subscribe(),
+            move |gone| async move {
+                match gone {
+                    crate::supervised::Gone::Closed => Error::Closed,
+                    crate::supervised::Gone::Supervisor => inner.supervisor_gone().await,
+                    crate::supervised::Gone::Unkillable => {
+                        if inner.closed.load(Ordering::SeqCst) {
+                            return Error::Closed;
+                        }
+                        let why = format!(
+                            "its kill was not confirmed within {:?}",
+                            crate::supervised::KILL_BOUND
+                        );
+                        inner.dispose(&why).await;
+                        Error::Terminated(format!(
+                            "the command timed out and could not be stopped ({why}); the \
+                             container {} was removed",
+                            inner.name
+                        ))
+                    }
+                }
+            },
+        ))
     }
 }
 
@@ -262,6 +397,7 @@ impl Inner {
 
     pub(crate) async fn close(&self) -> Result<(), Error> {
         self.closed.store(true, Ordering::SeqCst);
+        self.shutdown.send_replace(true);
         let _guard = self.close_lock.lock().await;
         if self.removed.load(Ordering::SeqCst) {
             return Ok(());
@@ -323,12 +459,46 @@ impl Inner {
         )))
     }
 
+    /// The machine's supervisor ended (killed from outside, or the container stopped): the
+    /// machine is closed and this is [`Error::Terminated`] saying why, or
+    /// [`Error::Closed`] when it was closed meanwhile.
+    pub(crate) async fn supervisor_gone(&self) -> Error {
+        if self.closed.load(Ordering::SeqCst) {
+            return Error::Closed;
+        }
+        if let Err(e) = self.ensure_running().await {
+            return e;
+        }
+        if self.closed.load(Ordering::SeqCst) {
+            return Error::Closed;
+        }
+        self.dispose("the machine's supervisor ended").await;
+        Error::Terminated(format!(
+            "the machine's command supervisor ended (killed from outside the machine); the \
+             machine ({}) is closed",
+            self.name
+        ))
+    }
+
     /// Closes after a failure it cannot recover from; logs a failed removal.
     async fn dispose(&self, why: &str) {
         tracing::warn!(target: "shellbox_docker", container = %self.name, "disposing of the machine: {why}");
         if let Err(e) = self.close().await {
             tracing::warn!(target: "shellbox_docker", container = %self.name, "removal failed: {e}");
         }
+    }
+
+    /// A numeric user (`uid` or `uid:gid`) the image has no account for is refused, as on
+    /// every backend (the engine would run it with no account). Names need no check here:
+    /// the engine refuses unknown ones.
+    async fn refuse_unknown_numeric_user(&self, user: &str) -> Result<(), Error> {
+        let name = user.split(':').next().unwrap_or(user);
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
+            return Ok(());
+        }
+        let (code, out, _) = self.root_exec(crate::supervised::LOOKUP, &[user]).await?;
+        let code = i32::try_from(code).unwrap_or(255);
+        crate::supervised::parse_lookup(user, code, out.as_bytes()).map(|_| ())
     }
 
     /// Runs a small root exec (`sh -c script sh args...`) and returns (exit code, stdout,
@@ -419,63 +589,11 @@ impl Machine for DockerMachine {
     async fn run_stream(&self, command: Command) -> Result<EventStream, Error> {
         command.validate()?;
         validate_exec_size(&self.inner.spec, &command)?;
-        // A timeout too far away for a clock instant (e.g. `Duration::MAX`) is no deadline.
-        let deadline = command.timeout.and_then(|t| Instant::now().checked_add(t));
-        let inner = &self.inner;
-        inner.check_open()?;
-        let command_id = crate::factory::unique_hex();
-        let config = exec_config(&inner.spec, &command, &inner.setsid, &command_id);
-        let exec = inner.docker.create_exec(&inner.id, config).await;
-        let exec = match exec {
-            Ok(exec) => exec,
-            Err(e) => return Err(inner.start_failure("create exec", e).await),
-        };
-        let started = match inner
-            .docker
-            .start_exec(&exec.id, None::<StartExecOptions>)
-            .await
-        {
-            Ok(started) => started,
-            // Podman refuses an unknown user at start (Docker reports it in the output).
-            Err(BollardError::DockerResponseServerError { message, .. })
-                if exec_setup_failure(&message, command.user.as_deref()).is_some() =>
-            {
-                return Err(exec_setup_failure(&message, command.user.as_deref())
-                    .unwrap_or_else(|| Error::backend("start exec", message)));
-            }
-            Err(e) => return Err(inner.start_failure("start exec", e).await),
-        };
-        let StartExecResults::Attached { output, mut input } = started else {
-            return Err(Error::backend("start exec", "the engine did not attach"));
-        };
-        if command.stdin.is_empty() {
-            drop(input);
-        } else {
-            let stdin = command.stdin.clone();
-            tokio::spawn(async move {
-                // A command that exits without reading its stdin is not an error.
-                let _ = input.write_all(&stdin).await;
-                let _ = input.shutdown().await;
-            });
+        if let Some(sup) = &self.inner.supervisor {
+            self.inner.check_open()?;
+            return self.run_supervised(sup, command).await;
         }
-        let (tx, rx) = mpsc::channel(16);
-        let driver = Driver {
-            inner: self.inner.clone(),
-            exec_id: exec.id,
-            command_id,
-            stdout: OutputLimiter::new(command.output_limit_bytes),
-            stderr: OutputLimiter::new(command.output_limit_bytes),
-            header: Some(BytesMut::new()),
-            pgid: None,
-            pending: VecDeque::new(),
-            held: Vec::new(),
-            user: command.user.clone(),
-            tx,
-        };
-        tokio::spawn(driver.run(output, deadline));
-        Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|item| (item, rx))
-        })))
+        self.run_exec(command).await
     }
 
     async fn upload(&self, source: &Path, target: &str) -> Result<(), Error> {

@@ -24,7 +24,8 @@ use shellbox_docker::bollard::query_parameters::{
 };
 use shellbox_docker::bollard::Docker;
 use shellbox_docker::{
-    dockerfile_image_tag, gc_with_labels, labels, DockerMachineFactory, BUSYBOX_TEST_IMAGE,
+    dockerfile_image_tag, gc_with_labels, labels, CommandPath, DockerMachineFactory,
+    BUSYBOX_TEST_IMAGE,
 };
 
 async fn sh(m: &dyn Machine, script: &str) -> shellbox_core::CommandResult {
@@ -707,46 +708,58 @@ async fn drop_and_close_remove_the_container() {
     ));
 }
 
+/// What a command leaves in the background: on the supervisor path it keeps running (the
+/// process model); on the exec path it ends with its command. Dropping a stream kills its
+/// command on both.
 #[tokio::test(flavor = "multi_thread")]
-async fn background_processes_end_with_their_command() {
-    let Some(f) = common::setup("background_processes_end_with_their_command").await else {
+async fn background_processes_per_command_path() {
+    let Some(f) = common::setup("background_processes_per_command_path").await else {
         return;
     };
-    let m = f.create(common::spec()).await.unwrap();
-    let started = Instant::now();
-    let r = sh(&*m, "sleep 300 & echo bg").await;
-    assert_eq!(text(&r.stdout), "bg\n");
-    assert_eq!(r.exit_code, Some(0));
-    assert!(started.elapsed() < Duration::from_secs(10));
-    let r = sh(&*m, "ps -o comm | grep -c '^sleep' || true").await;
-    // Only the container's keep-alive sleep is left.
-    assert_eq!(text(&r.stdout).trim(), "1", "{r:?}");
-    // Dropping a stream kills its command.
-    let stream = m
-        .run_stream(Command::shell("echo go; exec sleep 200"))
-        .await
-        .unwrap();
-    let mut stream = stream;
-    let first = stream.next().await.unwrap().unwrap();
-    assert_eq!(first, shellbox_core::Event::Stdout("go\n".into()));
-    drop(stream);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let r = sh(
-            &*m,
-            "ps -o comm,args | grep '^sleep' | grep -c 'sleep 200' || true",
-        )
-        .await;
-        if text(&r.stdout).trim() == "0" {
-            break;
+    for path in [CommandPath::Auto, CommandPath::Exec] {
+        let m = f
+            .clone()
+            .command_path(path)
+            .create_machine(common::spec())
+            .await
+            .unwrap();
+        assert_eq!(m.uses_supervisor(), path == CommandPath::Auto);
+        let started = Instant::now();
+        let r = sh(&m, "sleep 300 & echo bg").await;
+        assert_eq!(text(&r.stdout), "bg\n");
+        assert_eq!(r.exit_code, Some(0));
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let r = sh(&m, "ps -o comm | grep -c '^sleep' || true").await;
+        // The container's keep-alive sleep, and on the supervisor path the background one.
+        let want = if m.uses_supervisor() { "2" } else { "1" };
+        assert_eq!(text(&r.stdout).trim(), want, "{path:?}: {r:?}");
+        // Dropping a stream kills its command.
+        let stream = m
+            .run_stream(Command::shell("echo go; exec sleep 200"))
+            .await
+            .unwrap();
+        let mut stream = stream;
+        let first = stream.next().await.unwrap().unwrap();
+        assert_eq!(first, shellbox_core::Event::Stdout("go\n".into()));
+        drop(stream);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = sh(
+                &m,
+                "ps -o comm,args | grep '^sleep' | grep -c 'sleep 200' || true",
+            )
+            .await;
+            if text(&r.stdout).trim() == "0" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the dropped command lives on: {r:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the dropped command lives on: {r:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        m.close().await.unwrap();
     }
-    m.close().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1107,81 +1120,105 @@ async fn count_procs(m: &dyn Machine, pattern: &str) -> usize {
     text(&r.stdout).trim().parse().unwrap()
 }
 
+/// Processes that leave their command's group (`setsid`, `env -i setsid`): on the
+/// supervisor path they outlive a command that exits and die with one that times out,
+/// found by the command's keeper (a subreaper), not by a marker; on the exec path they end
+/// with their command when they still carry its marker. Another command's processes are
+/// never touched.
 #[tokio::test(flavor = "multi_thread")]
-async fn processes_that_leave_with_setsid_end_with_their_command() {
-    let Some(f) = common::setup("processes_that_leave_with_setsid_end_with_their_command").await
-    else {
+async fn setsid_escapees_per_command_path() {
+    let Some(f) = common::setup("setsid_escapees_per_command_path").await else {
         return;
     };
-    let m = f.create(common::spec()).await.unwrap();
-    // Another command's processes are never touched.
-    let mut other = m
-        .run_stream(Command::shell("setsid sleep 1009 & echo go; wait"))
-        .await
-        .unwrap();
-    assert_eq!(
-        other.next().await.unwrap().unwrap(),
-        shellbox_core::Event::Stdout("go\n".into())
-    );
+    for path in [CommandPath::Auto, CommandPath::Exec] {
+        let m = f
+            .clone()
+            .command_path(path)
+            .create_machine(common::spec())
+            .await
+            .unwrap();
+        let sup = m.uses_supervisor();
+        let survivors = usize::from(sup);
+        let mut other = m
+            .run_stream(Command::shell("setsid sleep 1009 & echo go; wait"))
+            .await
+            .unwrap();
+        assert_eq!(
+            other.next().await.unwrap().unwrap(),
+            shellbox_core::Event::Stdout("go\n".into())
+        );
 
-    let r = sh(
-        &*m,
-        "setsid sleep 1000 >/dev/null 2>&1 & sleep 0.5; echo ok",
-    )
-    .await;
-    assert_eq!(text(&r.stdout), "ok\n");
-    assert_eq!(count_procs(&*m, "sleep 1000").await, 0);
+        let r = sh(&m, "setsid sleep 1000 >/dev/null 2>&1 & sleep 0.5; echo ok").await;
+        assert_eq!(text(&r.stdout), "ok\n");
+        assert_eq!(count_procs(&m, "sleep 1000").await, survivors, "{path:?}");
 
-    // An escaped child holding the output open does not keep the command running.
-    let started = Instant::now();
-    let r = m
-        .run(
-            Command::shell("setsid sleep 3601 & sleep 1; echo exit; exit 3")
-                .timeout(Duration::from_secs(6)),
-        )
-        .await
-        .unwrap();
-    assert_eq!(text(&r.stdout), "exit\n");
-    assert_eq!(r.exit_code, Some(3), "{r:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
-    assert_eq!(count_procs(&*m, "sleep 3601").await, 0);
+        // An escaped child holding the output open does not keep the command running.
+        let started = Instant::now();
+        let r = m
+            .run(
+                Command::shell("setsid sleep 3601 & sleep 1; echo exit; exit 3")
+                    .timeout(Duration::from_secs(6)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(text(&r.stdout), "exit\n");
+        assert_eq!(r.exit_code, Some(3), "{r:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(count_procs(&m, "sleep 3601").await, survivors, "{path:?}");
 
-    // On timeout too, escaped processes are killed.
-    let r = m
-        .run(
-            Command::shell("setsid sleep 1001 >/dev/null 2>&1 & sleep 100")
-                .timeout(Duration::from_secs(1)),
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.reason, shellbox_core::ExitReason::TimedOut, "{r:?}");
-    assert_eq!(count_procs(&*m, "sleep 1001").await, 0);
+        // On timeout, escaped processes are killed.
+        let r = m
+            .run(
+                Command::shell("setsid sleep 1001 >/dev/null 2>&1 & sleep 100")
+                    .timeout(Duration::from_secs(1)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.reason, shellbox_core::ExitReason::TimedOut, "{r:?}");
+        assert_eq!(count_procs(&m, "sleep 1001").await, 0, "{path:?}");
 
-    // One that also cleared its environment cannot be found, but the command still ends
-    // with its own status once its exec has.
-    let started = Instant::now();
-    let r = m
-        .run(
-            Command::shell("env -i setsid sleep 1002 & sleep 0.2; echo done; exit 4")
-                .timeout(Duration::from_secs(8)),
-        )
-        .await
-        .unwrap();
-    assert_eq!((text(&r.stdout).as_str(), r.exit_code), ("done\n", Some(4)));
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
+        if sup {
+            // One that also cleared its environment is found by its keeper all the same.
+            let r = m
+                .run(
+                    Command::shell("env -i setsid sleep 1002 >/dev/null 2>&1 & sleep 100")
+                        .timeout(Duration::from_secs(1)),
+                )
+                .await
+                .unwrap();
+            assert_eq!(r.reason, shellbox_core::ExitReason::TimedOut, "{r:?}");
+            assert_eq!(
+                count_procs(&m, "sleep 1002").await,
+                0,
+                "the escapee survived"
+            );
+        }
+        // A command whose escapee cleared its environment still ends with its own status
+        // once its main process has.
+        let started = Instant::now();
+        let r = m
+            .run(
+                Command::shell("env -i setsid sleep 1003 & sleep 0.2; echo done; exit 4")
+                    .timeout(Duration::from_secs(8)),
+            )
+            .await
+            .unwrap();
+        assert_eq!((text(&r.stdout).as_str(), r.exit_code), ("done\n", Some(4)));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
 
-    assert_eq!(count_procs(&*m, "sleep 1009").await, 1);
-    drop(other.next());
-    drop(other);
-    m.close().await.unwrap();
+        assert_eq!(count_procs(&m, "sleep 1009").await, 1, "{path:?}");
+        drop(other.next());
+        drop(other);
+        m.close().await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1352,12 +1389,14 @@ async fn a_fork_bomb_stops_at_the_pids_limit() {
         f=/sys/fs/cgroup/pids; [ -e $f/pids.max ] || f=/sys/fs/cgroup; \
         read max < $f/pids.max; read cur < $f/pids.current; \
         n=0; for d in /proc/[0-9]*; do n=$((n+1)); done; \
-        echo $max $cur $n";
+        echo $max $cur $n; exec sleep 600";
+    // Its sleeps outlive the inner shell (the process model): the command's timeout kills
+    // them all, its whole subtree, and keeps the output. `exec` needs no fork.
     let r = m
-        .run(Command::shell(script).timeout(Duration::from_secs(60)))
+        .run(Command::shell(script).timeout(Duration::from_secs(8)))
         .await
         .unwrap();
-    assert_eq!(r.reason, shellbox_core::ExitReason::Exited, "{r:?}");
+    assert_eq!(r.reason, shellbox_core::ExitReason::TimedOut, "{r:?}");
     let out = text(&r.stdout);
     let fields: Vec<&str> = out.split_whitespace().collect();
     assert_eq!(fields.len(), 3, "{r:?}");
@@ -1556,12 +1595,26 @@ async fn set_up_failures_are_typed_errors() {
         .expect_err("unknown group");
     assert!(err.is_unsupported(), "{err:?}");
     assert!(err.to_string().contains("shellbox-no-such-group"), "{err}");
-    // A numeric uid needs no account.
-    let r = m
-        .run(Command::new("id").arg("-u").user("4242"))
-        .await
-        .unwrap();
-    assert_eq!(text(&r.stdout), "4242\n");
+    // Issue 8: a numeric uid the image has no account for is refused as on local and sim
+    // (the engine alone would run it), on both command paths; one with an account runs.
+    for path in [CommandPath::Auto, CommandPath::Exec] {
+        let f = f.clone().command_path(path);
+        let m = f.create_machine(common::spec()).await.unwrap();
+        for user in ["4242", "4242:0"] {
+            let err = m
+                .run(Command::new("id").arg("-u").user(user))
+                .await
+                .expect_err(user);
+            assert!(err.is_unsupported(), "{path:?} {user}: {err:?}");
+            assert!(err.to_string().contains("no such user: 4242"), "{err}");
+        }
+        let r = m
+            .run(Command::new("id").arg("-u").user("65534"))
+            .await
+            .unwrap();
+        assert_eq!(text(&r.stdout), "65534\n", "{path:?}");
+        m.close().await.unwrap();
+    }
     // A cwd that does not exist is the command's failure, as on the other backends.
     let r = m
         .run(Command::new("pwd").cwd("/no/such/dir"))
@@ -1584,4 +1637,159 @@ async fn set_up_failures_are_typed_errors() {
         .expect_err("an oversized spec env was accepted");
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
     assert_eq!(containers_with_marker(f.docker(), &mark).await, 0);
+}
+
+/// Runs `script` as root in the container through the Engine (not through the machine):
+/// its stdout.
+async fn engine_root_sh(docker: &Docker, id: &str, script: &str) -> String {
+    use shellbox_docker::bollard::exec::{StartExecOptions, StartExecResults};
+    let exec = docker
+        .create_exec(
+            id,
+            shellbox_docker::bollard::models::ExecConfig {
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                user: Some("0".into()),
+                cmd: Some(vec!["/bin/sh".into(), "-c".into(), script.into()]),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    if let StartExecResults::Attached { mut output, .. } = docker
+        .start_exec(&exec.id, None::<StartExecOptions>)
+        .await
+        .unwrap()
+    {
+        while let Some(Ok(item)) = output.next().await {
+            if let shellbox_docker::bollard::container::LogOutput::StdOut { message } = item {
+                out.extend_from_slice(&message);
+            }
+        }
+    }
+    text(&out)
+}
+
+/// Prints the pid of the machine's supervisor (found by its program path).
+const FIND_SUPERVISOR: &str =
+    "for d in /proc/[0-9]*; do grep -qs '^Uid:.*2147483645' $d/status && echo ${d#/proc/}; done";
+
+/// Issue 14: a supervisor killed from outside the machine ends its running command and the
+/// machine with `Terminated`; the container is removed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_supervisor_terminates_the_machine() {
+    let Some(f) = common::setup("a_dead_supervisor_terminates_the_machine").await else {
+        return;
+    };
+    let m = f
+        .clone()
+        .command_path(CommandPath::Supervisor)
+        .create_machine(common::spec())
+        .await
+        .unwrap();
+    assert!(m.uses_supervisor());
+    let mut stream = m
+        .run_stream(Command::shell("echo up; sleep 100"))
+        .await
+        .unwrap();
+    assert_eq!(
+        stream.next().await.unwrap().unwrap(),
+        shellbox_core::Event::Stdout("up\n".into())
+    );
+    let pid = engine_root_sh(f.docker(), m.container_id(), FIND_SUPERVISOR).await;
+    let pid = pid.trim();
+    assert!(
+        !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()),
+        "{pid:?}"
+    );
+    engine_root_sh(f.docker(), m.container_id(), &format!("kill -9 {pid}")).await;
+    let end = tokio::time::timeout(Duration::from_secs(30), stream.next())
+        .await
+        .expect("the command's stream did not end");
+    assert!(matches!(end, Some(Err(Error::Terminated(_)))), "{end:?}");
+    assert!(!common::container_exists(f.docker(), m.container_id()).await);
+    assert!(matches!(
+        m.run(Command::new("true")).await,
+        Err(Error::Closed)
+    ));
+    m.close().await.unwrap();
+}
+
+/// Issue 14: a command, root or not, cannot reach the supervisor or any keeper: no signal
+/// (kill, stop), no look into its files or memory, no write to its control channel; root
+/// commands have no CAP_KILL, CAP_SETUID, CAP_SETGID or CAP_SYS_PTRACE in any set, and keep
+/// the container's other capabilities (here CAP_CHOWN).
+#[tokio::test(flavor = "multi_thread")]
+async fn commands_cannot_reach_the_supervisor_or_keepers() {
+    let Some(f) = common::setup("commands_cannot_reach_the_supervisor_or_keepers").await else {
+        return;
+    };
+    let m = f
+        .clone()
+        .command_path(CommandPath::Supervisor)
+        .create_machine(common::spec())
+        .await
+        .unwrap();
+    // Another command, whose keeper is its main process's parent.
+    let mut other = m
+        .run_stream(Command::shell("echo $PPID; sleep 5; echo finished"))
+        .await
+        .unwrap();
+    let other_keeper = match other.next().await.unwrap().unwrap() {
+        shellbox_core::Event::Stdout(b) => text(&b).trim().to_string(),
+        e => panic!("{e:?}"),
+    };
+    let probe = format!(
+        "s=$({FIND_SUPERVISOR}); [ -n \"$s\" ] || {{ echo nosup; exit 9; }}; \
+         for t in $s $PPID {other_keeper}; do \
+           kill -9 $t 2>/dev/null && echo kill-$t; kill -STOP $t 2>/dev/null && echo stop-$t; \
+           kill -0 $t 2>/dev/null && echo signal-$t; \
+           cat /proc/$t/environ >/dev/null 2>&1 && echo environ-$t; \
+           head -c1 /proc/$t/mem >/dev/null 2>&1 && echo mem-$t; \
+           for fd in /proc/$t/fd/*; do \
+             {{ printf x > $fd; }} 2>/dev/null && echo write-$fd; \
+             readlink $fd 2>/dev/null && echo link-$fd; \
+           done; \
+         done; \
+         grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status"
+    );
+    for user in [None, Some("65534")] {
+        let mut c = Command::shell(&probe);
+        if let Some(u) = user {
+            c = c.user(u);
+        }
+        let r = m.run(c).await.unwrap();
+        assert_eq!(r.exit_code, Some(0), "{user:?}: {r:?}");
+        let out = text(&r.stdout);
+        let reached: Vec<&str> = out.lines().filter(|l| !l.starts_with("Cap")).collect();
+        assert!(reached.is_empty(), "{user:?} reached {reached:?}: {out}");
+        for line in out.lines().filter(|l| l.starts_with("Cap")) {
+            let mask = u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap();
+            let forbidden = (1u64 << 5) | (1 << 6) | (1 << 7) | (1 << 19);
+            assert_eq!(mask & forbidden, 0, "{user:?}: {line}");
+        }
+    }
+    // Root keeps the container's other capabilities.
+    let r = sh(
+        &m,
+        "touch /tmp/o && chown 65534 /tmp/o && stat -c %u /tmp/o",
+    )
+    .await;
+    assert_eq!(text(&r.stdout), "65534\n", "{r:?}");
+    // The other command was not disturbed.
+    let mut rest = Vec::new();
+    while let Some(e) = other.next().await {
+        rest.push(e.unwrap());
+    }
+    assert_eq!(
+        rest[0],
+        shellbox_core::Event::Stdout("finished\n".into()),
+        "{rest:?}"
+    );
+    assert!(
+        matches!(rest.last(), Some(shellbox_core::Event::Exit(s)) if s.exit_code == Some(0)),
+        "{rest:?}"
+    );
+    m.close().await.unwrap();
 }

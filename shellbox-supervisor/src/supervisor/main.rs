@@ -245,8 +245,10 @@ struct Exec {
     env: Vec<CString>,
     cwd: CString,
     user: Option<(u32, u32)>,
-    /// The supervisor's own (uid, gid), which a command runs as by default.
+    /// The supervisor's own (uid, gid) at its start, which a command runs as by default.
     own: (u32, u32),
+    /// Capabilities left in a command's bounding set (`--keep-caps`; none by default).
+    keep_caps: u64,
     rlimits: Vec<(u32, u64)>,
 }
 
@@ -296,8 +298,8 @@ impl Exec {
             env,
             cwd,
             user: start.user,
-            // SAFETY: getuid/getgid cannot fail.
-            own: unsafe { (getuid(), getgid()) },
+            own: settings().own,
+            keep_caps: settings().keep_caps,
             rlimits: start.rlimits.clone(),
         })
     }
@@ -350,6 +352,7 @@ unsafe fn command_child(
     for cap in 0..64u64 {
         match prctl(PR_CAPBSET_READ, cap, 0, 0, 0) {
             0 => {}
+            1 if ex.keep_caps & (1 << cap) != 0 => {}
             1 => {
                 prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
             }
@@ -501,6 +504,93 @@ extern "C" fn command_main(arg: *mut u8) -> c_int {
 /// keeper (it has neither the keeper's UID nor `CAP_KILL`), so it can neither kill it nor
 /// stop it from reporting. `2^31 - 2`, far from any account a host hands out.
 const KEEPER_ID: u32 = 0x7fff_fffe;
+
+/// The account the supervisor itself switches to with `--own-account` (where it is not the
+/// PID 1 of its PID namespace, so the kernel does not shield it from its commands' signals):
+/// `2^31 - 3`, which no command runs as.
+const SUPERVISOR_ID: u32 = 0x7fff_fffd;
+
+/// What the program's arguments set, once at start.
+struct Settings {
+    /// The (uid, gid) the supervisor started as: a command's account when it names none.
+    own: (u32, u32),
+    /// `--keep-caps=MASK` (decimal bit mask of capability numbers): capabilities a command
+    /// keeps in its bounding set, so a root command gets them back at its exec (the
+    /// container's own set, minus what would reach the supervisor). Default 0: a command
+    /// has no capability at all.
+    keep_caps: u64,
+}
+
+static SETTINGS: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
+
+fn settings() -> &'static Settings {
+    SETTINGS.get().expect("set at start")
+}
+
+/// Reads `--keep-caps=MASK` and `--own-account`; exits 1 on anything else.
+fn parse_args() -> (u64, bool) {
+    let mut keep = 0u64;
+    let mut own_account = false;
+    for arg in std::env::args().skip(1) {
+        if let Some(mask) = arg.strip_prefix("--keep-caps=") {
+            match mask.parse() {
+                Ok(m) => keep = m,
+                Err(_) => {
+                    raw_write_all(2, b"shellbox-supervisor: bad --keep-caps\n");
+                    // SAFETY: _exit ends the process.
+                    unsafe { _exit(1) }
+                }
+            }
+        } else if arg == "--own-account" {
+            own_account = true;
+        } else {
+            raw_write_all(2, b"shellbox-supervisor: unknown argument\n");
+            // SAFETY: _exit ends the process.
+            unsafe { _exit(1) }
+        }
+    }
+    (keep, own_account)
+}
+
+/// Switches the supervisor to [`SUPERVISOR_ID`] (real, effective, saved UID and GID),
+/// keeping `CAP_KILL`, `CAP_SETUID`, `CAP_SETGID` and `CAP_SETPCAP` (for its keepers and
+/// their commands' account switches), so no command can signal, trace or read it: a command
+/// has neither its UID nor `CAP_KILL`/`CAP_SYS_PTRACE`. Exits 1 when the switch fails.
+///
+/// # Safety
+/// At start, before any thread exists.
+unsafe fn become_supervisor_account() {
+    const PR_SET_KEEPCAPS: c_int = 8;
+    const KEPT: u32 = (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8);
+    prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0);
+    let header = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let data = [
+        CapData {
+            effective: KEPT,
+            permitted: KEPT,
+            inheritable: 0,
+        },
+        CapData {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+    ];
+    if setgroups(0, std::ptr::null()) != 0
+        || setresgid(SUPERVISOR_ID, SUPERVISOR_ID, SUPERVISOR_ID) != 0
+        || setresuid(SUPERVISOR_ID, SUPERVISOR_ID, SUPERVISOR_ID) != 0
+        || syscall(SYS_CAPSET, &header as *const CapHeader, data.as_ptr()) != 0
+    {
+        raw_write_all(2, b"shellbox-supervisor: cannot switch to its own account\n");
+        _exit(1);
+    }
+    prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0);
+    // The UID change reset it.
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
 
 /// Switches the keeper to [`KEEPER_ID`] (real, effective and saved UID and GID), keeping
 /// `CAP_SETUID`, `CAP_SETGID`, `CAP_KILL` and `CAP_SETPCAP` in its permitted and effective sets so the
@@ -908,6 +998,10 @@ fn read_exact_or_exit(f: &mut impl Read, buf: &mut [u8]) {
 }
 
 fn main() {
+    let (keep_caps, own_account) = parse_args();
+    // SAFETY: getuid/getgid cannot fail.
+    let own = unsafe { (getuid(), getgid()) };
+    let _ = SETTINGS.set(Settings { own, keep_caps });
     // SAFETY: plain system calls at start-up, before any thread exists.
     let (ctl_in, ctl_out) = unsafe {
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
@@ -923,6 +1017,9 @@ fn main() {
             dup2(null, fd);
         }
         close(null);
+        if own_account {
+            become_supervisor_account();
+        }
         (File::from_raw_fd(ctl_in), File::from_raw_fd(ctl_out))
     };
     let out = Arc::new(Out {
