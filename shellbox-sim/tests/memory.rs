@@ -64,6 +64,9 @@ fn one_budget_bounds_everything_a_machine_holds() {
         // a brace expansion of a million long words (the hour fuzz run, issue 16: 430 MB
         // and 1.2 s of CPU under a 64 MiB budget and a 200 ms timeout)
         format!(": {{1..1000}}{{1..1000}}{}", "x".repeat(400)),
+        // awk's arrays and strings count too
+        "awk 'BEGIN { for (;;) a[i++] = i }'".to_string(),
+        "awk 'BEGIN { s = \"x\"; for (;;) s = s s }'".to_string(),
     ];
     for script in &cases {
         let m = f.create_sim(MachineSpec::sim()).unwrap();

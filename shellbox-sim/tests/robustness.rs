@@ -299,6 +299,7 @@ fn big_buffers_honour_the_timeout() {
         "seq -f %g 9223372036854775807 > /dev/null",
         // one s///g over a long line makes millions of matches
         "x=$(printf '%4000000s'); while :; do echo \"$x\" | sed 's/x*/-/g' > /dev/null; done",
+        "awk 'BEGIN { while (1) x++ }'",
     ] {
         let m = SimMachineFactory::new()
             .create_sim(MachineSpec::sim())
@@ -369,4 +370,16 @@ fn a_swallowed_timeout_fires_again() {
             started.elapsed()
         );
     }
+}
+
+/// awk's user functions recurse to a bound (a run-time error), never past the host's stack.
+#[test]
+fn awk_recursion_is_bounded() {
+    let r = run_with_timeout(
+        "awk 'function f(n) { return n ? f(n - 1) : 0 } BEGIN { print f(100000) }'; echo rc=$?; \
+         awk 'function g(n) { return n ? g(n - 1) + 1 : 0 } BEGIN { print g(500) }'",
+        Duration::from_secs(60),
+    );
+    assert_no_panic("awk recursion", &r);
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "rc=2\n500\n", "{r:?}");
 }

@@ -95,6 +95,25 @@ const SED: &[&str] = &[
     "sed; echo rc=$?; echo a | sed k; echo rc=$?; echo a | sed 's/a/b'; echo rc=$?; sed p nofile; echo rc=$?; echo a | sed -x p; echo rc=$?; echo a | sed 'y/ab/x/'; echo rc=$?; sed -i s/a/b/; echo rc=$?",
 ];
 
+const AWK: &[&str] = &[
+    "printf 'alice 30\\nbob 25\\ncarol 35\\n' > p; awk '{print $1}' p; awk '$2 > 28 {print $1, $2}' p; awk '{s+=$2} END {print s, s/NR}' p; awk '{print NR\": \"$0}' p; awk 'END {print NR, $0}' p",
+    "echo 'a:b:c' | awk -F: '{print $2; print NF; print $NF}'; echo 'a b c' | awk 'BEGIN{OFS=\"-\"} {$1=$1; print}'; echo 'x,y' | awk -F, -v OFS=';' '{print $2,$1}'; printf 'k1=v1\\nk2=v2\\n' | awk -F= '{printf \"%s -> %s\\n\", $1, $2}'; echo '  lead   spaces  ' | awk '{print $1 \"|\" $2}'; echo 'a1b22c' | awk -F'[0-9]+' '{print $1, $2, $3, NF}'; printf 'a\\tb c\\n' | awk -F'\\t' '{print $2}'",
+    "echo 'Hello World' | awk '{ printf \"%-8s|%5d\\n\", toupper($1), length($2); print substr($1, 2, 3); n = split(\"x-y-z\", a, \"-\"); print n, a[3]; s = $0; gsub(/o/, \"0\", s); print s; t = $0; sub(/l+/, \"L\", t); print t; print index($0, \"World\"), tolower($2) }'",
+    "seq 1 20 | awk 'NR==3; NR>=18'; seq 1 10 | awk '/4/,/6/'; seq 1 5 | awk 'NR%2==0 {next} {print \"odd\", $0}'; seq 1 5 | awk 'length($0) > 0 && $1 > 3'; seq 1 3 | awk '!/2/'",
+    "printf 'b 2\\na 1\\nb 3\\n' | awk '{c[$1]+=$2} END {for (k in c) print k, c[k]}' | sort; awk 'BEGIN {x[1]; if (1 in x) print \"in\"; delete x[1]; if (!(1 in x)) print \"gone\"; print length(\"abc\")}'; awk 'function f(n) { return n <= 1 ? 1 : n * f(n-1) } BEGIN { print f(10) }'; awk 'function fill(arr, n) { for (i = 1; i <= n; i++) arr[i] = i*i } BEGIN { fill(sq, 4); print sq[3] }'",
+    "awk 'BEGIN { printf \"%d %i %5.2f %e %g %x %o %c %c %s|%-4s|%04d\\n\", 3.9, -2.5, 3.14159, 12345.678, 0.0001, 255, 8, 65, \"hi\", \"str\", \"ab\", 42 }'; awk 'BEGIN { print 1/3; OFMT=\"%.2f\"; print 1/3; x = 0.1 + 0.2; print x \"\"; print 1e6, 1e20, 100000 * 100000 }'",
+    "awk 'BEGIN { i = 0; while (i < 3) { i++; if (i == 2) continue; print \"w\" i }; do { i-- } while (i > 0); print i; for (;;) { if (++i > 2) break }; print i; print 2^10, 2^3^2, -2^2, 7%3, \"10\" < \"9\", 10 < 9 }'",
+    "printf '3\\n10\\n2\\n' > n; awk '$1 > 5' n; awk '{ if ($1 ~ /^[0-9]$/) print \"one digit\", $1; else print \"more\", $1 }' n; awk -v x=5 'BEGIN { print x + 1 }'; awk '{ $3 = \"c\"; print; print NF }' n | head -2; echo 'a b c d' | awk '{ NF = 2; print }'; awk 'BEGIN { s = \"aaa\"; print gsub(/a/, \"&&\", s), s; t = \"x.y\"; sub(/\\./, \"\\\\&\", t); print t; print match(\"foobar\", /o+/), RSTART, RLENGTH }'",
+    "awk; echo rc=$?; awk '{' /dev/null; echo rc=$?; awk 'BEGIN { print 1/0, -1/0, 5%0 }'; echo rc=$?; awk 1 nofile; echo rc=$?; awk 'BEGIN { exit 3 } END { print \"end\" }'; echo rc=$?; echo x | awk '{ exit } END { print \"end\", NR }'; printf 'a\\nb\\n' | awk 'NR == 1 { print; next } { print \"second\", $0 }'",
+    "printf 'x 1\\ny 2\\n' > f; awk '{ print FILENAME, FNR, NR }' f f; awk '{ print v, $1 }' v=1 f v=2 f; awk 'BEGIN { print substr(\"hello\", 0, 2), substr(\"hello\", -1), substr(\"hello\", 2), substr(\"hello\", 4, 100) \"|\" substr(\"hello\", -1, 3) \"|\" substr(\"hello\", 1.5, 2) \"|\" substr(\"hello\", 2, -1) \"|\" }'; awk 'BEGIN { print 2147483647, 2147483648, -2147483648, 1e15; printf \"%d\\n\", 2^40 }'; awk 'BEGIN { print index(\"abc\", \"\"), length(), split(\"\", q), toupper(\"é\") }' </dev/null",
+];
+
+const HASHES: &[&str] = &[
+    "echo -n hello | md5sum; printf 'abc' > f; sha256sum f; sha1sum f | cut -d' ' -f1; sha512sum f; md5sum -b f; md5sum --tag f; sha256sum f - < f; cksum f; cksum < f; printf '' | cksum; seq 1000 | cksum",
+    "printf 'abc' > f; printf 'x' > g; sha256sum f g > sums; sha256sum -c sums; echo rc=$?; printf 'y' > g; sha256sum -c sums; echo rc=$?; sha256sum --quiet -c sums; sha256sum --status -c sums; echo rc=$?; rm g; sha256sum -c sums; echo rc=$?; sha256sum -c --ignore-missing sums; echo rc=$?; md5sum nofile; echo rc=$?; echo junk | md5sum -c; echo rc=$?",
+    "echo 'hello world' | base64; echo aGVsbG8K | base64 -d; seq 100 | base64; seq 100 | base64 -w 0; echo; seq 100 | base64 -w 20 | base64 -d | tail -1; printf '' | base64; echo 'aGVs!bG8K' | base64 -d -i; echo 'a' | base64 -d; echo rc=$?; base64 -x; echo rc=$?",
+];
+
 const FILE_TOOLS: &[&str] = &[
     "printf x > a; install -m 644 a b; stat -c '%a %s' b; install -D a x/y/z; ls -R x; install -d -m 700 p/q; stat -c %a p p/q; install -v a b2; install a f; stat -c %a f; mkdir t; install a f t; ls t; install -t t -m 600 b; stat -c %a t/b; install -m u=rw,go=r a g; stat -c %a g",
     "printf x > a; install; echo rc=$?; install a; echo rc=$?; install nofile b; echo rc=$?; mkdir d; install d e; echo rc=$?; install a b c; echo rc=$?; install -m zz a b; echo rc=$?; install -T a d; echo rc=$?; install -x a b; echo rc=$?",
@@ -256,4 +275,19 @@ fn expr_matches_gnu_coreutils() {
 #[test]
 fn sed_matches_gnu_sed() {
     check("sed_matches_gnu_sed", "sed", "GNU sed", SED);
+}
+
+#[test]
+fn awk_matches_mawk() {
+    check("awk_matches_mawk", "mawk", "", AWK);
+}
+
+#[test]
+fn hashes_and_base64_match_gnu_coreutils() {
+    check(
+        "hashes_and_base64_match_gnu_coreutils",
+        "sha256sum",
+        "GNU coreutils",
+        HASHES,
+    );
 }

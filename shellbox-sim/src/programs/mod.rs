@@ -7,12 +7,15 @@
 //! interpreter, and parses its options with [`opts`] (GNU style, over lexopt). Programs
 //! not moved here yet (`main: None`) still run from `utils.rs`.
 
+mod awk;
+mod base64;
 mod basename;
 mod cut;
 mod dirname;
 mod expr;
 mod find;
 mod grep;
+mod hash;
 mod install;
 mod nl;
 pub(crate) mod opts;
@@ -53,12 +56,24 @@ const fn legacy(name: &'static str) -> Program {
 pub(crate) const TABLE: &[Program] = &[
     legacy("["),
     Program {
+        name: "awk",
+        main: Some(awk::main),
+    },
+    Program {
+        name: "base64",
+        main: Some(base64::main),
+    },
+    Program {
         name: "basename",
         main: Some(basename::main),
     },
     legacy("bash"),
     legacy("cat"),
     legacy("chmod"),
+    Program {
+        name: "cksum",
+        main: Some(hash::cksum),
+    },
     legacy("cp"),
     Program {
         name: "cut",
@@ -103,6 +118,10 @@ pub(crate) const TABLE: &[Program] = &[
     legacy("mkdir"),
     legacy("mv"),
     Program {
+        name: "md5sum",
+        main: Some(hash::main),
+    },
+    Program {
         name: "nl",
         main: Some(nl::main),
     },
@@ -136,6 +155,18 @@ pub(crate) const TABLE: &[Program] = &[
     },
     legacy("seq"),
     legacy("sh"),
+    Program {
+        name: "sha1sum",
+        main: Some(hash::main),
+    },
+    Program {
+        name: "sha256sum",
+        main: Some(hash::main),
+    },
+    Program {
+        name: "sha512sum",
+        main: Some(hash::main),
+    },
     legacy("sleep"),
     Program {
         name: "sort",
@@ -261,6 +292,11 @@ impl<'i, 'w> Ctx<'i, 'w> {
     /// Counts one unit of work against the budgets and the deadline.
     pub(crate) fn tick(&mut self) -> R<()> {
         self.it.tick()
+    }
+
+    /// Bytes the machine's memory budget has left now.
+    pub(crate) fn memory_left(&self) -> u64 {
+        self.it.w.memory_limit.saturating_sub(self.it.memory_used())
     }
 
     /// Ends the program when the command was cancelled or its wall-clock deadline passed
