@@ -106,8 +106,9 @@ impl CommandPath {
 }
 
 /// The environment variable that forces a factory's [`CommandPath`] (`supervisor`, `exec`,
-/// `auto`), read when the factory is made; [`DockerMachineFactory::command_path`]
-/// (crate::DockerMachineFactory::command_path) wins over it.
+/// `auto`), read when the factory is made;
+/// [`DockerMachineFactory::command_path`](crate::DockerMachineFactory::command_path) wins
+/// over it. Another value makes every create fail with `InvalidInput`.
 pub const COMMAND_PATH_ENV: &str = "SHELLBOX_DOCKER_COMMAND_PATH";
 
 /// The supervisor's stdout as a byte stream: the exec's stdout frames, in order. Its

@@ -788,7 +788,23 @@ fn program_memfd() -> std::io::Result<std::os::fd::OwnedFd> {
         MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
     )?;
     let mut file = std::fs::File::from(fd);
-    file.write_all(shellbox_supervisor::SUPERVISOR_PROGRAM)?;
+    // In pieces, each dropped from this process's memory once written: the program's
+    // pages of this binary would otherwise stay resident (1.4 MiB of peak RSS).
+    let program = shellbox_supervisor::SUPERVISOR_PROGRAM;
+    let page = 4096usize;
+    for chunk in program.chunks(256 * 1024) {
+        file.write_all(chunk)?;
+        let start = chunk.as_ptr() as usize;
+        let first = start.div_ceil(page) * page;
+        let end = (start + chunk.len()) / page * page;
+        if end > first {
+            // SAFETY: whole pages inside the program's bytes, a read-only private mapping
+            // of this binary: dropping them only makes a later read fault them in again.
+            unsafe {
+                libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_DONTNEED);
+            }
+        }
+    }
     let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
     // SAFETY: fcntl on an fd we own.
     if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {

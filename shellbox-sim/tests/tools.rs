@@ -108,6 +108,18 @@ const AWK: &[&str] = &[
     "printf 'x 1\\ny 2\\n' > f; awk '{ print FILENAME, FNR, NR }' f f; awk '{ print v, $1 }' v=1 f v=2 f; awk 'BEGIN { print substr(\"hello\", 0, 2), substr(\"hello\", -1), substr(\"hello\", 2), substr(\"hello\", 4, 100) \"|\" substr(\"hello\", -1, 3) \"|\" substr(\"hello\", 1.5, 2) \"|\" substr(\"hello\", 2, -1) \"|\" }'; awk 'BEGIN { print 2147483647, 2147483648, -2147483648, 1e15; printf \"%d\\n\", 2^40 }'; awk 'BEGIN { print index(\"abc\", \"\"), length(), split(\"\", q), toupper(\"é\") }' </dev/null",
 ];
 
+const HASHES: &[&str] = &[
+    "echo -n hello | md5sum; printf 'abc' > f; sha256sum f; sha1sum f | cut -d' ' -f1; sha512sum f; md5sum -b f; md5sum --tag f; sha256sum f - < f; cksum f; cksum < f; printf '' | cksum; seq 1000 | cksum",
+    "printf 'abc' > f; printf 'x' > g; sha256sum f g > sums; sha256sum -c sums; echo rc=$?; printf 'y' > g; sha256sum -c sums; echo rc=$?; sha256sum --quiet -c sums; sha256sum --status -c sums; echo rc=$?; rm g; sha256sum -c sums; echo rc=$?; sha256sum -c --ignore-missing sums; echo rc=$?; md5sum nofile; echo rc=$?; echo junk | md5sum -c; echo rc=$?",
+    "echo 'hello world' | base64; echo aGVsbG8K | base64 -d; seq 100 | base64; seq 100 | base64 -w 0; echo; seq 100 | base64 -w 20 | base64 -d | tail -1; printf '' | base64; echo 'aGVs!bG8K' | base64 -d -i; echo 'a' | base64 -d; echo rc=$?; base64 -x; echo rc=$?",
+];
+
+const COMPARE: &[&str] = &[
+    "printf 'a\\nb\\nc\\n' > 1; printf 'b\\nc\\nd\\n' > 2; comm 1 2; comm -12 1 2; comm -3 1 2; comm -23 1 2; diff 1 2; echo rc=$?; diff 1 1; echo rc=$?; cmp -s 1 2; echo cmp=$?; cmp -s 1 1; echo cmp=$?; cmp 1 2; echo rc=$?",
+    "printf 'a\\nb\\nc\\n' > 1; printf 'a\\nX\\nc\\ne\\n' > 3; diff 1 3; diff 3 1; printf 'a\\n' > 4; cmp 1 4; echo rc=$?; : > e; cmp e 1; echo rc=$?; diff 1 nofile; echo rc=$?; diff -q 1 3; echo rc=$?; diff --brief 1 1; echo rc=$?; cmp 1 nofile; echo rc=$?",
+    "seq 1 10 > a; seq 1 10 | sed -e '3d' -e '7s/7/seven/' > b; printf 'x\\n' >> b; diff a b; echo rc=$?; printf 'a' > n1; printf 'b' > n2; diff n1 n2; echo rc=$?; printf 'q\\nw\\n' | diff - a | head -3; comm a a | wc -l",
+];
+
 const FILE_TOOLS: &[&str] = &[
     "printf x > a; install -m 644 a b; stat -c '%a %s' b; install -D a x/y/z; ls -R x; install -d -m 700 p/q; stat -c %a p p/q; install -v a b2; install a f; stat -c %a f; mkdir t; install a f t; ls t; install -t t -m 600 b; stat -c %a t/b; install -m u=rw,go=r a g; stat -c %a g",
     "printf x > a; install; echo rc=$?; install a; echo rc=$?; install nofile b; echo rc=$?; mkdir d; install d e; echo rc=$?; install a b c; echo rc=$?; install -m zz a b; echo rc=$?; install -T a d; echo rc=$?; install -x a b; echo rc=$?",
@@ -274,4 +286,19 @@ fn sed_matches_gnu_sed() {
 #[test]
 fn awk_matches_mawk() {
     check("awk_matches_mawk", "mawk", "", AWK);
+}
+
+#[test]
+fn hashes_and_base64_match_gnu_coreutils() {
+    check(
+        "hashes_and_base64_match_gnu_coreutils",
+        "sha256sum",
+        "GNU coreutils",
+        HASHES,
+    );
+}
+
+#[test]
+fn comm_cmp_diff_match_gnu() {
+    check("comm_cmp_diff_match_gnu", "diff", "GNU diffutils", COMPARE);
 }

@@ -114,6 +114,7 @@ fn case_names(backend: Backend) -> Vec<(&'static str, bool)> {
             ("floor_spawn_true", false),
             ("floor_fork_exec_true", false),
             ("floor_bwrap_true", false),
+            ("floor_write_1000_files", false),
         ]),
         #[cfg(feature = "docker")]
         Backend::Docker => names.extend([
@@ -430,6 +431,25 @@ async fn run_case(
                     Ok(())
                 } else {
                     Err(Error::backend(case.to_string(), "bash failed"))
+                }
+            })
+            .await
+        }
+        // What download_1000_files costs at least: the same 1,000 small files written
+        // into a fresh directory of the same host temp dir, with std::fs.
+        "floor_write_1000_files" => {
+            let host = tempfile::tempdir().map_err(|e| Error::io("create a temp dir", e))?;
+            let mut n = 0u32;
+            time_runs(case, 10, || {
+                n += 1;
+                let dir = host.path().join(format!("out-{n}"));
+                async move {
+                    std::fs::create_dir(&dir).map_err(|e| Error::io("create bench dir", e))?;
+                    for i in 0..1000 {
+                        std::fs::write(dir.join(format!("f{i:04}.txt")), format!("file {i}\n"))
+                            .map_err(|e| Error::io("write bench files", e))?;
+                    }
+                    count_files(&dir, 1000)
                 }
             })
             .await

@@ -8,12 +8,15 @@
 //! not moved here yet (`main: None`) still run from `utils.rs`.
 
 mod awk;
+mod base64;
 mod basename;
+mod compare;
 mod cut;
 mod dirname;
 mod expr;
 mod find;
 mod grep;
+mod hash;
 mod install;
 mod nl;
 pub(crate) mod opts;
@@ -58,18 +61,38 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(awk::main),
     },
     Program {
+        name: "base64",
+        main: Some(base64::main),
+    },
+    Program {
         name: "basename",
         main: Some(basename::main),
     },
     legacy("bash"),
     legacy("cat"),
     legacy("chmod"),
+    Program {
+        name: "cksum",
+        main: Some(hash::cksum),
+    },
+    Program {
+        name: "cmp",
+        main: Some(compare::cmp),
+    },
+    Program {
+        name: "comm",
+        main: Some(compare::comm),
+    },
     legacy("cp"),
     Program {
         name: "cut",
         main: Some(cut::main),
     },
     legacy("date"),
+    Program {
+        name: "diff",
+        main: Some(compare::diff),
+    },
     Program {
         name: "dirname",
         main: Some(dirname::main),
@@ -108,6 +131,10 @@ pub(crate) const TABLE: &[Program] = &[
     legacy("mkdir"),
     legacy("mv"),
     Program {
+        name: "md5sum",
+        main: Some(hash::main),
+    },
+    Program {
         name: "nl",
         main: Some(nl::main),
     },
@@ -141,6 +168,18 @@ pub(crate) const TABLE: &[Program] = &[
     },
     legacy("seq"),
     legacy("sh"),
+    Program {
+        name: "sha1sum",
+        main: Some(hash::main),
+    },
+    Program {
+        name: "sha256sum",
+        main: Some(hash::main),
+    },
+    Program {
+        name: "sha512sum",
+        main: Some(hash::main),
+    },
     legacy("sleep"),
     Program {
         name: "sort",
