@@ -67,6 +67,10 @@ where
     Ok(stats(case, samples))
 }
 
+/// Issue 10's pipeline benchmark, and what it prints (the numbers of 1..=100000 holding a 7).
+const PIPELINE_SEQ_GREP_WC: &str = "seq 1 100000 | grep 7 | wc -l";
+const PIPELINE_SEQ_GREP_WC_OUTPUT: &str = "40951";
+
 fn check(result: &shellbox::CommandResult, what: &str) -> Result<(), Error> {
     if result.success() {
         Ok(())
@@ -125,9 +129,11 @@ fn case_names(backend: Backend) -> Vec<(&'static str, bool)> {
         #[cfg(feature = "sim")]
         Backend::Sim => names.extend([
             ("loop_1000", false),
+            ("pipeline_seq_grep_wc", false),
             ("idle_10000", true),
             ("floor_bash_true", false),
             ("floor_bash_loop_1000", false),
+            ("floor_bash_pipeline_seq_grep_wc", false),
         ]),
     }
     names
@@ -304,6 +310,24 @@ async fn run_case(
             m.close().await?;
             r
         }
+        // Issue 10's pipeline: three programs of the command table over 100,000 lines.
+        "pipeline_seq_grep_wc" => {
+            let m = factory.create(spec.clone()).await?;
+            let r = time_runs(case, 20, || async {
+                let r = m.run(Command::shell(PIPELINE_SEQ_GREP_WC)).await?;
+                check(&r, case)?;
+                if r.stdout.trim_ascii() != PIPELINE_SEQ_GREP_WC_OUTPUT.as_bytes() {
+                    return Err(Error::backend(
+                        case.to_string(),
+                        format!("printed {:?}", String::from_utf8_lossy(&r.stdout)),
+                    ));
+                }
+                Ok(())
+            })
+            .await;
+            m.close().await?;
+            r
+        }
         "concurrent_8x50" => {
             let machines =
                 futures::future::try_join_all((0..8).map(|_| factory.create(spec.clone()))).await?;
@@ -414,24 +438,27 @@ async fn run_case(
             })
             .await
         }
-        "floor_bash_true" | "floor_bash_loop_1000" => {
-            let script = if case == "floor_bash_true" {
-                "true"
-            } else {
-                "i=0; while [ $i -lt 1000 ]; do i=$((i+1)); done"
+        "floor_bash_true" | "floor_bash_loop_1000" | "floor_bash_pipeline_seq_grep_wc" => {
+            let (script, runs) = match case {
+                "floor_bash_true" => ("true", 200),
+                "floor_bash_loop_1000" => ("i=0; while [ $i -lt 1000 ]; do i=$((i+1)); done", 100),
+                _ => (PIPELINE_SEQ_GREP_WC, 20),
             };
-            let runs = if case == "floor_bash_true" { 200 } else { 100 };
             time_runs(case, runs, || async {
-                let status = tokio::process::Command::new("bash")
+                let out = tokio::process::Command::new("bash")
                     .args(["-c", script])
-                    .status()
+                    .stderr(std::process::Stdio::inherit())
+                    .output()
                     .await
                     .map_err(|e| Error::io("spawn bash", e))?;
-                if status.success() {
-                    Ok(())
-                } else {
-                    Err(Error::backend(case.to_string(), "bash failed"))
+                let pipeline = case == "floor_bash_pipeline_seq_grep_wc";
+                if !out.status.success()
+                    || (pipeline
+                        && out.stdout.trim_ascii() != PIPELINE_SEQ_GREP_WC_OUTPUT.as_bytes())
+                {
+                    return Err(Error::backend(case.to_string(), "bash failed"));
                 }
+                Ok(())
             })
             .await
         }
