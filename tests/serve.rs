@@ -942,7 +942,8 @@ fn local_requests_on_one_machine_run_concurrently_and_answer_out_of_order() {
     let mut s = Server::start(Some(tmp.path()));
     let f = s.factory("local");
     let m = s.create(&f, host_spec());
-    // The slow command waits for a file that only the fast one (sent after it) creates.
+    // The slow command waits for a file that a third request, sent only after the fast
+    // one (sent after the slow one) was answered, creates: so the answers' order is fixed.
     s.send(
         "slow",
         "run",
@@ -951,11 +952,17 @@ fn local_requests_on_one_machine_run_concurrently_and_answer_out_of_order() {
     s.send(
         "fast",
         "run",
-        json!({"machine": m, "command": shell("touch /tmp/go; echo fast")}),
+        json!({"machine": m, "command": shell("echo fast")}),
     );
     let first = s.next_line();
     assert_eq!(first["id"], "fast", "{first}");
     assert_eq!(unb64(&first["result"]["stdout"]), b"fast\n");
+    let go = s.ok(
+        "go",
+        "run",
+        json!({"machine": m, "command": shell("touch /tmp/go")}),
+    );
+    assert_eq!(go["exit_code"], 0, "{go}");
     let slow = s.answer("slow");
     assert_eq!(
         (

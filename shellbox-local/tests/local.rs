@@ -450,7 +450,18 @@ async fn machine_namespaces_are_its_own_and_released_on_close() {
     assert!(!mountinfo.contains(&root), "{mountinfo}");
     a.close().await.unwrap();
     assert!(a.shared_namespace_links().is_empty());
-    // Closed: this process holds no fd to them and none of its threads is in them.
+    // Closed: this process holds no fd to them and none of its threads is in them. The
+    // sandbox's start thread and reaper finish just after close returns (seen once in a
+    // full parallel run), so this waits up to 10 s for the last reference to go.
+    let a_links: Vec<String> = std::iter::once(a1.clone())
+        .chain(held_a.iter().cloned())
+        .collect();
+    let waited = std::time::Instant::now();
+    while own_namespace_links().iter().any(|l| a_links.contains(l))
+        && waited.elapsed() < std::time::Duration::from_secs(10)
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let links = own_namespace_links();
     assert!(!links.contains(&a1), "{a1} still held: {links:?}");
     for held in &held_a {
