@@ -98,19 +98,13 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         cx.tick()?;
         let cwd = cx.cwd().to_string();
         let ino = match cx.vfs().resolve(&cwd, &f, true) {
-            Ok(i) => i,
+            Ok(i) => Ok(i),
             Err(Errno::NoEnt) if no_create => continue,
-            Err(Errno::NoEnt) => match cx.create_file(&f) {
-                Ok(i) => i,
-                Err(e) => {
-                    cx.err_line(&format!(
-                        "truncate: cannot open '{f}' for writing: {}",
-                        e.msg()
-                    ));
-                    status = 1;
-                    continue;
-                }
-            },
+            Err(Errno::NoEnt) => cx.create_file(&f),
+            Err(e) => Err(e),
+        };
+        let ino = match ino {
+            Ok(i) => i,
             Err(e) => {
                 cx.err_line(&format!(
                     "truncate: cannot open '{f}' for writing: {}",

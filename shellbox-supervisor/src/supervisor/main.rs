@@ -563,26 +563,10 @@ unsafe fn become_supervisor_account() {
     const PR_SET_KEEPCAPS: c_int = 8;
     const KEPT: u32 = (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8);
     prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0);
-    let header = CapHeader {
-        version: CAP_VERSION_3,
-        pid: 0,
-    };
-    let data = [
-        CapData {
-            effective: KEPT,
-            permitted: KEPT,
-            inheritable: 0,
-        },
-        CapData {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        },
-    ];
     if setgroups(0, std::ptr::null()) != 0
         || setresgid(SUPERVISOR_ID, SUPERVISOR_ID, SUPERVISOR_ID) != 0
         || setresuid(SUPERVISOR_ID, SUPERVISOR_ID, SUPERVISOR_ID) != 0
-        || syscall(SYS_CAPSET, &header as *const CapHeader, data.as_ptr()) != 0
+        || set_effective_and_permitted(KEPT) != 0
     {
         raw_write_all(2, b"shellbox-supervisor: cannot switch to its own account\n");
         _exit(1);
@@ -607,14 +591,24 @@ unsafe fn become_keeper_account() {
     if setresgid(KEEPER_ID, KEEPER_ID, KEEPER_ID) != 0 || setresuid(KEEPER_ID, KEEPER_ID, KEEPER_ID) != 0 {
         return;
     }
+    set_effective_and_permitted(KEPT);
+}
+
+/// `capset(2)` of this thread: `kept` (bits of capabilities 0–31) as its effective and
+/// permitted sets, nothing inheritable. Returns the syscall's result (0, or -1 with errno).
+///
+/// # Safety
+/// Async-signal-safe (a raw syscall on stack data); callers are a forked child or the
+/// supervisor before any thread exists.
+unsafe fn set_effective_and_permitted(kept: u32) -> i64 {
     let header = CapHeader {
         version: CAP_VERSION_3,
         pid: 0,
     };
     let data = [
         CapData {
-            effective: KEPT,
-            permitted: KEPT,
+            effective: kept,
+            permitted: kept,
             inheritable: 0,
         },
         CapData {
@@ -623,7 +617,7 @@ unsafe fn become_keeper_account() {
             inheritable: 0,
         },
     ];
-    syscall(SYS_CAPSET, &header as *const CapHeader, data.as_ptr());
+    syscall(SYS_CAPSET, &header as *const CapHeader, data.as_ptr())
 }
 
 /// SIGKILLs the keeper's children until it has none left (each killed process's orphans
