@@ -87,6 +87,12 @@ pub struct Capabilities {
     /// process of the machine on the host. The conformance suite's process-model cases
     /// run only where this is true (false in both constructors).
     pub process_model: bool,
+    /// It takes snapshots and starts machines from them
+    /// ([`Machine::snapshot`](crate::Machine::snapshot),
+    /// [`MachineFactory::create_from`](crate::MachineFactory::create_from)); the
+    /// conformance suite's snapshot cases run only where this is true (false in both
+    /// constructors).
+    pub snapshots: bool,
 }
 
 /// The task capability names of the reference library, in its order.
@@ -119,6 +125,7 @@ impl Capabilities {
             gpus: false,
             shell_sessions: None,
             process_model: false,
+            snapshots: false,
         }
     }
 
@@ -140,6 +147,7 @@ impl Capabilities {
             gpus: false,
             shell_sessions: None,
             process_model: false,
+            snapshots: false,
         }
     }
 

@@ -15,7 +15,7 @@
 //!
 //! The commands use only POSIX `sh` and the basic utilities every backend offers (`echo`,
 //! `printf`, `cat`, `sleep`, `kill`, `test`, `mkdir`, `ls`, `wc`, `head`, `stat`, `chmod`,
-//! `pwd`, `env`).
+//! `pwd`, `env`, `readlink`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -1361,6 +1361,228 @@ fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
 }
 
+/// A snapshot handle of a backend no factory has: every factory must refuse it.
+struct ForeignSnapshot;
+
+#[async_trait::async_trait]
+impl crate::SnapshotHandle for ForeignSnapshot {
+    fn backend(&self) -> &'static str {
+        "conformance-foreign"
+    }
+    fn id(&self) -> &str {
+        "foreign-1"
+    }
+    async fn delete(&self) -> Result<(), Error> {
+        Ok(())
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// Whether the harness's backend declares snapshots (no SKIP line when it does not, as for
+/// the process model).
+fn has_snapshots(h: &Harness) -> bool {
+    h.factory.capabilities().snapshots
+}
+
+/// A backend that does not declare [`Capabilities::snapshots`](crate::Capabilities::snapshots)
+/// refuses `snapshot`, `create_from` and `fork` with [`Error::Unsupported`], and the
+/// machine keeps working.
+pub async fn snapshot_refused_unless_declared(h: &Harness) {
+    if has_snapshots(h) {
+        return;
+    }
+    let m = h.machine().await;
+    let e = m.snapshot().await.unwrap_err();
+    assert!(e.is_unsupported(), "snapshot: {e:?}");
+    let foreign = crate::Snapshot::new(ForeignSnapshot);
+    let e = h
+        .factory
+        .create_from(&foreign, h.spec.clone())
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert!(e.is_unsupported(), "create_from: {e:?}");
+    let e = h
+        .factory
+        .fork(&*m, h.spec.clone())
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert!(e.is_unsupported(), "fork: {e:?}");
+    assert_eq!(text(&sh(&*m, "echo ok").await.stdout), "ok\n");
+    m.close().await.unwrap();
+}
+
+/// The files of a machine at snapshot time: contents, a mode, a symlink's target and a
+/// directory listing, one per line.
+const SNAPSHOT_STATE: &str =
+    "cat snap/a; cat snap/sub/b; stat -c %a snap/x; readlink snap/link; ls snap";
+
+/// A machine started from a snapshot sees the files as they were when it was taken —
+/// contents, modes, symlinks, directories — and none of the source's later writes; the
+/// source machine keeps its own later state, and `fork` sees the source as it is now.
+pub async fn fork_sees_files_at_snapshot_time(h: &Harness) {
+    if !has_snapshots(h) {
+        return;
+    }
+    let m = h.machine().await;
+    let r = sh(
+        &*m,
+        "mkdir -p snap/sub && echo one > snap/a && echo two > snap/sub/b && \
+         echo x > snap/x && chmod 750 snap/x && ln -s sub/b snap/link",
+    )
+    .await;
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    let snapshot = m.snapshot().await.expect("snapshot");
+    assert_eq!(snapshot.backend(), h.factory.backend());
+    let r = sh(
+        &*m,
+        "echo changed > snap/a && rm -r snap/sub && chmod 600 snap/x && rm snap/link && \
+         echo later > snap/later",
+    )
+    .await;
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    let fork = h
+        .factory
+        .create_from(&snapshot, h.spec.clone())
+        .await
+        .expect("create_from");
+    let r = sh(&*fork, SNAPSHOT_STATE).await;
+    assert_eq!(
+        text(&r.stdout),
+        "one\ntwo\n750\nsub/b\na\nlink\nsub\nx\n",
+        "fork: {r:?}"
+    );
+    let r = sh(&*m, "cat snap/a; stat -c %a snap/x; ls snap").await;
+    assert_eq!(
+        text(&r.stdout),
+        "changed\n600\na\nlater\nx\n",
+        "source: {r:?}"
+    );
+    let now = h.factory.fork(&*m, h.spec.clone()).await.expect("fork");
+    let r = sh(&*now, "cat snap/a; ls snap").await;
+    assert_eq!(
+        text(&r.stdout),
+        "changed\na\nlater\nx\n",
+        "second fork: {r:?}"
+    );
+    now.close().await.unwrap();
+    fork.close().await.unwrap();
+    m.close().await.unwrap();
+    let e = m.snapshot().await.unwrap_err();
+    assert!(matches!(e, Error::Closed), "snapshot after close: {e:?}");
+}
+
+/// Two machines started from one snapshot, and the machine it was taken from, never see
+/// each other's writes, to files that existed at snapshot time or to new ones.
+pub async fn forks_are_private(h: &Harness) {
+    if !has_snapshots(h) {
+        return;
+    }
+    let m = h.machine().await;
+    let r = sh(
+        &*m,
+        "mkdir -p shared && echo base > shared/f && echo x > shared/gone",
+    )
+    .await;
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    let snapshot = m.snapshot().await.expect("snapshot");
+    let first = h
+        .factory
+        .create_from(&snapshot, h.spec.clone())
+        .await
+        .expect("first create_from");
+    let second = h
+        .factory
+        .create_from(&snapshot, h.spec.clone())
+        .await
+        .expect("second create_from");
+    let machines: [(&dyn Machine, &str); 3] =
+        [(&*m, "parent"), (&*first, "first"), (&*second, "second")];
+    for (machine, name) in machines {
+        let r = sh(
+            machine,
+            &format!("echo {name} >> shared/f && echo {name} > shared/{name} && rm shared/gone"),
+        )
+        .await;
+        assert_eq!(r.exit_code, Some(0), "{name}: {r:?}");
+    }
+    for (machine, name) in machines {
+        let r = sh(machine, "cat shared/f; ls shared").await;
+        assert_eq!(
+            text(&r.stdout),
+            format!("base\n{name}\nf\n{name}\n"),
+            "{name} sees only its own writes: {r:?}"
+        );
+    }
+    for (machine, _) in machines {
+        machine.close().await.unwrap();
+    }
+}
+
+/// Deleting a snapshot, or dropping every handle of it, leaves the machines started from it
+/// working with their files; `create_from` after `delete` fails with [`Error::Closed`], and
+/// a second `delete` is not an error.
+pub async fn deleted_snapshot_keeps_its_forks(h: &Harness) {
+    if !has_snapshots(h) {
+        return;
+    }
+    let m = h.machine().await;
+    sh(&*m, "echo kept > kept").await;
+    let snapshot = m.snapshot().await.expect("snapshot");
+    let fork = h
+        .factory
+        .create_from(&snapshot, h.spec.clone())
+        .await
+        .expect("create_from");
+    let clone = snapshot.clone();
+    snapshot.delete().await.expect("delete");
+    clone.delete().await.expect("a second delete");
+    let e = h
+        .factory
+        .create_from(&clone, h.spec.clone())
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::Closed),
+        "create_from a deleted snapshot: {e:?}"
+    );
+    drop(clone);
+    let r = sh(&*fork, "cat kept && echo new > new && cat new").await;
+    assert_eq!(text(&r.stdout), "kept\nnew\n", "{r:?}");
+    let dropped = m.snapshot().await.expect("second snapshot");
+    let orphan = h
+        .factory
+        .create_from(&dropped, h.spec.clone())
+        .await
+        .expect("create_from the second snapshot");
+    drop(dropped);
+    m.close().await.unwrap();
+    let r = sh(&*orphan, "cat kept").await;
+    assert_eq!(text(&r.stdout), "kept\n", "{r:?}");
+    orphan.close().await.unwrap();
+    fork.close().await.unwrap();
+}
+
+/// A snapshot another backend took is refused with [`Error::Unsupported`] naming it.
+pub async fn foreign_snapshot_refused(h: &Harness) {
+    if !has_snapshots(h) {
+        return;
+    }
+    let foreign = crate::Snapshot::new(ForeignSnapshot);
+    let e = h
+        .factory
+        .create_from(&foreign, h.spec.clone())
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert!(e.is_unsupported(), "{e:?}");
+    assert!(e.to_string().contains("conformance-foreign"), "{e}");
+}
+
 /// Expands to one `#[tokio::test]` per conformance case, each calling
 /// `$harness("<case>").await` (an `async fn(&str) -> Option<Harness>`; `None` means the
 /// harness printed its `SKIP` line) and then the case.
@@ -1397,7 +1619,12 @@ macro_rules! conformance_tests {
             background_process_outlives_its_command,
             timeout_kills_only_its_command,
             cancel_kills_only_its_command,
-            close_leaves_no_process_on_the_host
+            close_leaves_no_process_on_the_host,
+            snapshot_refused_unless_declared,
+            fork_sees_files_at_snapshot_time,
+            forks_are_private,
+            deleted_snapshot_keeps_its_forks,
+            foreign_snapshot_refused
         );
     };
     (@cases $harness:path; $($case:ident),* $(,)?) => {

@@ -26,6 +26,7 @@ mod pool;
 pub mod record;
 pub mod serde_secs;
 mod session;
+mod snapshot;
 mod spec;
 pub mod status;
 pub mod transfer;
@@ -47,6 +48,7 @@ pub use machine::{Machine, MachineFactory};
 pub use pool::PoolFactory;
 pub use record::{replay, RecordingMachine, ReplayReport};
 pub use session::{ShellSession, ShellStatus, ShellUpdate, DEFAULT_EXECUTE_WAIT};
+pub use snapshot::{Snapshot, SnapshotHandle};
 pub use spec::{
     DockerImage, DockerfileSource, HostImage, ImageArchive, ImageSource, MachineSpec, Mount,
     NetworkPolicy, RegistryCredentials, RegistryImage, SimBuiltins, DEFAULT_PIDS_LIMIT,

@@ -11,7 +11,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::{
     Capabilities, Command, CommandResult, Error, EventStream, ExecutionRequirements, Machine,
-    MachineFactory, MachineSpec, ShellSession,
+    MachineFactory, MachineSpec, ShellSession, Snapshot,
 };
 
 /// A factory that lets at most `max_machines` machines live at once.
@@ -67,6 +67,38 @@ impl<F: MachineFactory> LimitFactory<F> {
     pub fn inner(&self) -> &F {
         &self.inner
     }
+
+    /// Takes a machine slot: at once, after waiting for one, or (fail fast) not at all.
+    async fn acquire_machine_slot(&self) -> Result<OwnedSemaphorePermit, Error> {
+        if self.max_machines == 0 {
+            return Err(Error::invalid(
+                "LimitFactory with max_machines 0 creates nothing",
+            ));
+        }
+        if self.fail_fast {
+            self.machines.clone().try_acquire_owned().map_err(|_| {
+                Error::LimitReached(format!(
+                    "{} machines are live (LimitFactory max_machines)",
+                    self.max_machines
+                ))
+            })
+        } else {
+            self.machines
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| Error::Closed)
+        }
+    }
+
+    /// Wraps a machine the inner factory made so it holds `slot` until it goes.
+    fn limited(&self, machine: Box<dyn Machine>, slot: OwnedSemaphorePermit) -> Box<dyn Machine> {
+        Box::new(LimitedMachine {
+            inner: machine,
+            slot: Mutex::new(Some(slot)),
+            commands: self.max_commands.map(|n| (n, Arc::new(Semaphore::new(n)))),
+        })
+    }
 }
 
 #[deny(clippy::missing_trait_methods)]
@@ -83,31 +115,9 @@ impl<F: MachineFactory> MachineFactory for LimitFactory<F> {
     /// [`LimitFactory::fail_fast`] when `max_machines` machines are live; whatever the
     /// inner factory returns (the slot is given back).
     async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {
-        if self.max_machines == 0 {
-            return Err(Error::invalid(
-                "LimitFactory with max_machines 0 creates nothing",
-            ));
-        }
-        let permit = if self.fail_fast {
-            self.machines.clone().try_acquire_owned().map_err(|_| {
-                Error::LimitReached(format!(
-                    "{} machines are live (LimitFactory max_machines)",
-                    self.max_machines
-                ))
-            })?
-        } else {
-            self.machines
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| Error::Closed)?
-        };
+        let slot = self.acquire_machine_slot().await?;
         let machine = self.inner.create(spec).await?;
-        Ok(Box::new(LimitedMachine {
-            inner: machine,
-            slot: Mutex::new(Some(permit)),
-            commands: self.max_commands.map(|n| (n, Arc::new(Semaphore::new(n)))),
-        }))
+        Ok(self.limited(machine, slot))
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -120,6 +130,35 @@ impl<F: MachineFactory> MachineFactory for LimitFactory<F> {
         spec: &MachineSpec,
     ) -> Result<(), Error> {
         self.inner.check_environment(requirements, spec).await
+    }
+
+    /// Starts a machine from `snapshot` through the inner factory once a slot is free; it
+    /// counts against the limit as a created one does.
+    ///
+    /// # Errors
+    /// As [`LimitFactory::create`], and whatever the inner factory's `create_from` returns.
+    async fn create_from(
+        &self,
+        snapshot: &Snapshot,
+        spec: MachineSpec,
+    ) -> Result<Box<dyn Machine>, Error> {
+        let slot = self.acquire_machine_slot().await?;
+        let machine = self.inner.create_from(snapshot, spec).await?;
+        Ok(self.limited(machine, slot))
+    }
+
+    /// Forks `machine` through the inner factory once a slot is free.
+    ///
+    /// # Errors
+    /// As [`LimitFactory::create_from`].
+    async fn fork(
+        &self,
+        machine: &dyn Machine,
+        spec: MachineSpec,
+    ) -> Result<Box<dyn Machine>, Error> {
+        let slot = self.acquire_machine_slot().await?;
+        let forked = self.inner.fork(machine, spec).await?;
+        Ok(self.limited(forked, slot))
     }
 }
 
@@ -183,6 +222,10 @@ impl Machine for LimitedMachine {
 
     async fn open_shell(&self) -> Result<Arc<dyn ShellSession>, Error> {
         self.inner.open_shell().await
+    }
+
+    async fn snapshot(&self) -> Result<Snapshot, Error> {
+        self.inner.snapshot().await
     }
 
     async fn close(&self) -> Result<(), Error> {

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use crate::capabilities::{check_execution_requirements, Capabilities, ExecutionRequirements};
 use crate::capture::{collect, EventStream};
 use crate::session::ShellSession;
-use crate::{Command, CommandResult, Error, ImageSource, MachineSpec};
+use crate::{Command, CommandResult, Error, ImageSource, MachineSpec, Snapshot};
 
 /// Creates machines of one backend.
 ///
@@ -55,6 +55,50 @@ pub trait MachineFactory: Send + Sync {
             _ => None,
         };
         check_execution_requirements(&capabilities, requirements, spec, image)
+    }
+
+    /// Creates a machine whose filesystem starts as `snapshot`'s (files, modes, owners,
+    /// symlinks, mtimes); the spec's env, workdir, network, user and limits apply as in
+    /// [`MachineFactory::create`]. The spec's image source is checked as for `create`;
+    /// where the snapshot holds the whole filesystem (a committed image, a simulator's
+    /// tree) it replaces what the source would give, and where it holds only the machine's
+    /// writable files (local) the source still gives the read-only system directories.
+    /// Writes of the new machine never show in the snapshot, its source machine or its
+    /// siblings.
+    ///
+    /// The default returns [`Error::Unsupported`]; backends with
+    /// [`Capabilities::snapshots`] override it.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when this backend takes no snapshots or `snapshot` was taken
+    /// by another backend ([`Snapshot::expect_backend`]); [`Error::InvalidInput`] for a spec
+    /// failing [`MachineSpec::validate`]; [`Error::Closed`] when
+    /// the snapshot was deleted; and the failures of [`MachineFactory::create`].
+    async fn create_from(
+        &self,
+        snapshot: &Snapshot,
+        spec: MachineSpec,
+    ) -> Result<Box<dyn Machine>, Error> {
+        let _ = spec;
+        Err(Error::unsupported(format!(
+            "the {} backend cannot start a machine from a snapshot (taken on {})",
+            self.backend(),
+            snapshot.backend()
+        )))
+    }
+
+    /// Forks `machine`: [`Machine::snapshot`] then [`MachineFactory::create_from`] with
+    /// `spec`. The snapshot is released when the fork no longer needs it.
+    ///
+    /// # Errors
+    /// Those of [`Machine::snapshot`] and [`MachineFactory::create_from`].
+    async fn fork(
+        &self,
+        machine: &dyn Machine,
+        spec: MachineSpec,
+    ) -> Result<Box<dyn Machine>, Error> {
+        let snapshot = machine.snapshot().await?;
+        self.create_from(&snapshot, spec).await
     }
 }
 
@@ -154,6 +198,22 @@ pub trait Machine: Send + Sync {
     /// # Errors
     /// The backend's failure to release something; the machine is still marked closed.
     async fn close(&self) -> Result<(), Error>;
+
+    /// Freezes the machine's files (contents, modes, owners, symlinks, mtimes) as they are
+    /// now, pausing its writers no longer than the backend's copy-on-write step needs;
+    /// processes, shell sessions and shell state are not part of it. Later writes of this
+    /// machine never show in the snapshot. Start machines from it with
+    /// [`MachineFactory::create_from`].
+    ///
+    /// The default returns [`Error::Unsupported`]; backends with
+    /// [`Capabilities::snapshots`] override it.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] after [`Machine::close`]; [`Error::Unsupported`] when the backend
+    /// takes no snapshots; the backend's own failures.
+    async fn snapshot(&self) -> Result<Snapshot, Error> {
+        Err(Error::unsupported("this backend takes no snapshots"))
+    }
 }
 
 /// Implements [`Machine`] for a smart pointer by forwarding every method to the machine
@@ -194,6 +254,9 @@ macro_rules! forward_machine {
             async fn close(&self) -> Result<(), Error> {
                 (**self).close().await
             }
+            async fn snapshot(&self) -> Result<Snapshot, Error> {
+                (**self).snapshot().await
+            }
         }
     )*};
 }
@@ -223,6 +286,20 @@ macro_rules! forward_factory {
                 spec: &MachineSpec,
             ) -> Result<(), Error> {
                 (**self).check_environment(requirements, spec).await
+            }
+            async fn create_from(
+                &self,
+                snapshot: &Snapshot,
+                spec: MachineSpec,
+            ) -> Result<Box<dyn Machine>, Error> {
+                (**self).create_from(snapshot, spec).await
+            }
+            async fn fork(
+                &self,
+                machine: &dyn Machine,
+                spec: MachineSpec,
+            ) -> Result<Box<dyn Machine>, Error> {
+                (**self).fork(machine, spec).await
             }
         }
     )*};

@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use crate::{Capabilities, Error, ExecutionRequirements, Machine, MachineFactory, MachineSpec};
+use crate::{
+    Capabilities, Error, ExecutionRequirements, Machine, MachineFactory, MachineSpec, Snapshot,
+};
 
 /// A factory that keeps `size` machines of one spec created ahead of demand.
 ///
@@ -186,5 +188,23 @@ impl MachineFactory for PoolFactory {
             .inner
             .check_environment(requirements, spec)
             .await
+    }
+
+    /// Not pooled: passes through to the inner factory.
+    async fn create_from(
+        &self,
+        snapshot: &Snapshot,
+        spec: MachineSpec,
+    ) -> Result<Box<dyn Machine>, Error> {
+        self.shared.inner.create_from(snapshot, spec).await
+    }
+
+    /// Not pooled: passes through to the inner factory.
+    async fn fork(
+        &self,
+        machine: &dyn Machine,
+        spec: MachineSpec,
+    ) -> Result<Box<dyn Machine>, Error> {
+        self.shared.inner.fork(machine, spec).await
     }
 }

@@ -21,7 +21,9 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::{Command, CommandResult, Error, Event, EventStream, ExitReason, Machine, ShellSession};
+use crate::{
+    Command, CommandResult, Error, Event, EventStream, ExitReason, Machine, ShellSession, Snapshot,
+};
 
 /// Bytes of each output stream kept readable in a transcript line.
 pub const RECORDED_OUTPUT_BYTES: usize = 4096;
@@ -355,6 +357,12 @@ impl<M: Machine> Machine for RecordingMachine<M> {
     /// Not recorded: sessions are not part of a transcript yet.
     async fn open_shell(&self) -> Result<Arc<dyn ShellSession>, Error> {
         self.inner.open_shell().await
+    }
+
+    /// Not recorded: a transcript replays on a fresh machine of any backend, where a
+    /// snapshot of this one cannot exist.
+    async fn snapshot(&self) -> Result<Snapshot, Error> {
+        self.inner.snapshot().await
     }
 
     async fn close(&self) -> Result<(), Error> {
