@@ -259,6 +259,13 @@ struct Inner {
     unsupported: Mutex<Vec<String>>,
 }
 
+impl Drop for Inner {
+    /// Frees what a timed-out command left buried on this thread (see [`mem::bury`]).
+    fn drop(&mut self) {
+        mem::reap();
+    }
+}
+
 /// One simulated machine. Cheap to clone (clones share the machine); commands on it are
 /// serialized.
 #[derive(Clone)]
@@ -824,6 +831,10 @@ fn execute(
     spec_env: &BTreeMap<String, String>,
     cmd: &Command,
 ) -> Result<CommandResult, String> {
+    // what the last command on this thread left when its timeout fired is freed now,
+    // before this command's clock starts and before the meter is read
+    shell::set_ending(false);
+    mem::reap();
     let limit = usize::try_from(cmd.output_limit_bytes).unwrap_or(usize::MAX);
     let pid = world.new_pid();
     let cwd = cmd.cwd.clone().unwrap_or_else(|| workdir.to_string());
@@ -905,7 +916,7 @@ fn execute(
         }
         Err(Ctl::Budget(reason)) => return Err(reason),
     };
-    if let Err(Ctl::Budget(reason)) = it.flush_pending(|_| true) {
+    if let Err(Ctl::Budget(reason)) = it.flush_final() {
         return Err(reason);
     }
     drop(it);

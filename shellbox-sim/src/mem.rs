@@ -35,11 +35,44 @@ pub fn held() -> u64 {
 }
 
 fn charge(n: usize) {
-    HELD.with(|h| h.set(h.get().saturating_add(n as u64)));
+    let _ = HELD.try_with(|h| h.set(h.get().saturating_add(n as u64)));
 }
 
 fn release(n: usize) {
-    HELD.with(|h| h.set(h.get().saturating_sub(n as u64)));
+    // `try_with`: buried values may be dropped while the thread's locals are torn down
+    let _ = HELD.try_with(|h| h.set(h.get().saturating_sub(n as u64)));
+}
+
+thread_local! {
+    static GRAVE: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Keeps `value` alive until the next [`reap`] on this thread instead of dropping it now.
+///
+/// What a command leaves when it ends by its timeout (its shell's variables and arrays,
+/// queued background output) can take a few hundred milliseconds to free: it is buried
+/// here so the caller gets its result first. The machine reaps at its next command's
+/// start, before that command's clock starts, and when it is dropped. Buried bytes stay
+/// charged to this thread's meter until reaped, which happens before the next command
+/// reads the meter.
+pub fn bury<T: 'static>(value: T) {
+    if std::mem::needs_drop::<T>() {
+        let _ = GRAVE.try_with(|g| g.borrow_mut().push(Box::new(value)));
+    }
+}
+
+/// Drops everything [`bury`] kept on this thread.
+pub fn reap() {
+    let dead = GRAVE
+        .try_with(|g| std::mem::take(&mut *g.borrow_mut()))
+        .unwrap_or_default();
+    drop(dead);
+}
+
+/// Whether anything is buried on this thread.
+pub fn buried() -> usize {
+    GRAVE.try_with(|g| g.borrow().len()).unwrap_or(0)
 }
 
 /// A metered string: a variable's value or an array element. Immutable and shared, so a

@@ -279,6 +279,24 @@ pub struct Shell {
     pub funcnames: Vec<String>,
 }
 
+impl Drop for Shell {
+    /// After the command's own timeout fired, the shell's variables, functions, arrays
+    /// and open streams are buried (freed at the machine's next command or when it is
+    /// dropped), so a big state does not delay the `TimedOut` result.
+    fn drop(&mut self) {
+        if ending() {
+            crate::mem::bury((
+                std::mem::take(&mut self.vars),
+                std::mem::take(&mut self.funcs),
+                std::mem::take(&mut self.pos),
+                std::mem::take(&mut self.locals),
+                std::mem::take(&mut self.fds),
+                std::mem::take(&mut self.jobs),
+            ));
+        }
+    }
+}
+
 impl Shell {
     pub fn new(pid: u32, cwd: String) -> Self {
         Shell {
@@ -459,6 +477,23 @@ thread_local! {
     /// hand (building a big word, splitting it): they stop when it passed and their
     /// caller turns that into the timeout ([`Interp::interrupted`]).
     static WALL_AT: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+thread_local! {
+    /// Set once the running command's own timeout (or a cancel) fired: what is dropped
+    /// from then on is buried instead (see [`crate::mem::bury`]).
+    static ENDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the running command's own timeout (or a cancel) fired on this thread: from
+/// then on only unwinding is left, and what a [`Shell`] holds is buried, not dropped.
+pub fn ending() -> bool {
+    ENDING.with(|e| e.get())
+}
+
+/// Marks (or, at a command's start, clears) [`ending`].
+pub fn set_ending(v: bool) {
+    ENDING.with(|e| e.set(v));
 }
 
 /// Clears this thread's wall-clock deadline when dropped.
@@ -725,6 +760,7 @@ impl<'a> Interp<'a> {
     pub fn check_time(&self) -> R<()> {
         use std::sync::atomic::Ordering::Relaxed;
         if self.w.closing.load(Relaxed) || self.w.cancel.as_ref().is_some_and(|c| c.load(Relaxed)) {
+            set_ending(true);
             return Err(Ctl::Timeout(CANCELLED));
         }
         if let Some((at, id)) = self.wall {
@@ -732,6 +768,7 @@ impl<'a> Interp<'a> {
             // timeout (a failed test operand, a subscript) cannot outlive it
             if self.wall_passed.get() || Instant::now() >= at {
                 self.wall_passed.set(true);
+                set_ending(true);
                 return Err(Ctl::Timeout(id));
             }
         }
@@ -747,6 +784,9 @@ impl<'a> Interp<'a> {
         }
         if let Some((id, at)) = best {
             if self.w.clock_ns >= at {
+                if self.wall.is_some_and(|w| w.1 == id) {
+                    set_ending(true);
+                }
                 return Err(Ctl::Timeout(id));
             }
         }
@@ -828,10 +868,46 @@ impl<'a> Interp<'a> {
         let (mut now, later): (Vec<_>, Vec<_>) = all.into_iter().partition(|p| due(p.0));
         self.pending = later;
         now.sort_by_key(|p| (p.0, p.1));
+        let mut bytes = 0u64;
         for (_, _, f, data) in now {
+            // many queued writes (a background `cat /dev/zero`) look at the clock as one
+            // program's writes do
+            bytes = bytes.saturating_add(data.len() as u64);
+            if bytes >= WRITE_BYTES_PER_CHECK {
+                bytes = 0;
+                self.check_time()?;
+            }
             self.write_fd(&f, &data)?;
         }
         Ok(())
+    }
+
+    /// Delivers every queued background write when the command has ended (also by its
+    /// timeout): only those a caller can still see, into the captured stdout and stderr
+    /// (each bounded by its limit) and into files. A pipe's or here-string's buffer has no
+    /// reader left, so writes into it are dropped unread rather than copied; what is
+    /// dropped goes to [`crate::mem::bury`], off the path that returns the result.
+    pub fn flush_final(&mut self) -> R<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let mut all = std::mem::take(&mut self.pending);
+        all.sort_by_key(|p| (p.0, p.1));
+        let mut r = Ok(());
+        for (_, _, f, data) in &all {
+            let seen = matches!(
+                *f.borrow(),
+                Stream::Cap { .. } | Stream::File { .. } | Stream::Null | Stream::Timed(_)
+            );
+            if seen {
+                if let Err(e) = self.write_fd(f, data) {
+                    r = Err(e);
+                    break;
+                }
+            }
+        }
+        crate::mem::bury(all);
+        r
     }
 
     fn write_fd(&mut self, f: &Fd, data: &[u8]) -> R<bool> {

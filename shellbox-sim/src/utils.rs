@@ -111,6 +111,7 @@ pub fn echo(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     }
     let mut out = Vec::new();
     for (k, a) in args[i..].iter().enumerate() {
+        it.check_time()?;
         if k > 0 {
             out.push(b' ');
         }
@@ -770,6 +771,7 @@ pub fn kill(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     }
     let mut st = 0;
     for a in args.get(i..).unwrap_or(&[]) {
+        it.check_time()?;
         let idx = if let Some(j) = a.strip_prefix('%') {
             j.parse::<usize>()
                 .ok()
@@ -979,6 +981,7 @@ fn cat(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let mut st = 0;
     let mut lineno = 0;
     for f in files {
+        it.check_time()?;
         if let Some(random) = endless_device(it, sh, &f) {
             // stream it until the reader goes away (SIGPIPE) or a budget runs out
             loop {
@@ -1297,6 +1300,7 @@ fn ls(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let mut files = Vec::new();
     let mut dirs = Vec::new();
     for p in &ops {
+        it.check_time()?;
         match it.w.vfs.resolve(&sh.cwd, p, !o.long || p.ends_with('/')) {
             Ok(ino) => {
                 let ino = if matches!(it.w.vfs.get(ino).kind, Kind::Symlink(_)) && !o.dir {
@@ -1540,6 +1544,7 @@ fn mkdir(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let m = mode.unwrap_or(0o777 & !sh.umask);
     let mut st = 0;
     for p in ops {
+        it.check_time()?;
         let r = if parents {
             let abs = normalize(&Vfs::absolute(&sh.cwd, &p));
             it.w.vfs.mkdir_p(&abs, 0o777 & !sh.umask).map(|ino| {
@@ -1576,6 +1581,7 @@ fn rmdir(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let parents = fl.contains(&'p');
     let mut st = 0;
     for p in ops {
+        it.check_time()?;
         let mut cur = p.trim_end_matches('/').to_string();
         loop {
             if let Err(e) = it.w.vfs.rmdir(&sh.cwd, &cur) {
@@ -1613,6 +1619,7 @@ fn rm(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     }
     let preserve_root = !args.iter().any(|a| a == "--no-preserve-root");
     for p in ops {
+        it.check_time()?;
         let p = p.as_str();
         if rec && preserve_root && normalize(&Vfs::absolute(&sh.cwd, p)) == "/" {
             fail(it, sh, "rm: it is dangerous to operate recursively on '/'\nrm: use --no-preserve-root to override this failsafe".into());
@@ -1814,6 +1821,7 @@ fn cp(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     }
     let mut st = 0;
     for s in srcs {
+        it.check_time()?;
         let src = match it.w.vfs.resolve(&sh.cwd, s, true) {
             Ok(i) => i,
             Err(e) => {
@@ -1889,6 +1897,7 @@ fn mv(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     }
     let mut st = 0;
     for s in srcs {
+        it.check_time()?;
         if it.w.vfs.resolve(&sh.cwd, s, false).is_err() {
             fail(
                 it,
@@ -1985,6 +1994,7 @@ fn touch(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let mut st = 0;
     let now = when.unwrap_or(it.w.vfs.now);
     for p in ops {
+        it.check_time()?;
         match it.w.vfs.resolve(&sh.cwd, &p, true) {
             Ok(ino) => {
                 if let Some(n) = it.w.vfs.get_mut(ino) {
@@ -2165,6 +2175,7 @@ fn chmod(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let spec = ops[0].clone();
     let mut st = 0;
     for p in &ops[1..] {
+        it.check_time()?;
         let ino = match it.w.vfs.resolve(&sh.cwd, p, true) {
             Ok(i) => i,
             Err(e) => {
@@ -2242,6 +2253,7 @@ fn stat(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let mut st = 0;
     let mut out = String::new();
     for p in ops {
+        it.check_time()?;
         let ino = match it.w.vfs.resolve(&sh.cwd, &p, follow) {
             Ok(i) => i,
             Err(e) => {
@@ -2541,6 +2553,7 @@ fn dirname(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     }
     let mut out = String::new();
     for p in args {
+        it.check_time()?;
         let t = p.trim_end_matches('/');
         let d = if t.is_empty() {
             if p.starts_with('/') {
@@ -2723,6 +2736,7 @@ fn head_tail(it: &mut Interp<'_>, sh: &mut Shell, args: &[String], head: bool) -
     let mut st = 0;
     let mut first = true;
     for f in &files {
+        it.check_time()?;
         // an endless device is streamed, as GNU head reads it: up to the count asked for,
         // or until the reader goes away or a budget runs out (the output limit, the time)
         let endless_count = match bytes {
@@ -2858,6 +2872,7 @@ fn wc(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let mut st = 0;
     let mut nonregular = false;
     for f in &files {
+        it.check_time()?;
         // GNU wc pads to 7 columns for input it cannot size up front (pipes, devices)
         let regular = if f == "-" {
             sh.get_fd(0)
@@ -2947,11 +2962,16 @@ fn tee(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let data = it.read_all(sh, 0);
     let mut st = 0;
     for f in &files {
+        it.check_time()?;
         match it.open(sh, f, true, append, !append, false) {
             Ok(fd) => {
-                let mut tmp = sh.clone();
-                tmp.set_fd(1, Some(fd));
-                it.write(&tmp, 1, &data)?;
+                // write through fd 1 set to the file for this one write (a copy of the
+                // whole shell per file was O(state) per operand)
+                let saved = sh.get_fd(1);
+                sh.set_fd(1, Some(fd));
+                let r = it.write(sh, 1, &data);
+                sh.set_fd(1, saved);
+                r?;
             }
             Err(e) => {
                 fail(it, sh, format!("tee: {f}: {}", e.msg()));

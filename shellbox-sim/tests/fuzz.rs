@@ -409,6 +409,9 @@ const CORPUS: &[&str] = &[
     "for b in `cat /dev/zero | head -c 100000000`; do :; done",
     // seed 424242 case 884, minimised: 16 MiB written between two looks at the clock
     "seq -f %g 9223372036854775807 > /dev/null",
+    // the hour run, seed 20261201, case 335, minimised: tee opened 65,534 files without
+    // looking at the clock (and copied the whole shell for each), 700 ms under 200 ms
+    "tee {3..65536} </dev/null",
     // the hour run, seed 20261201, case 26860, minimised: a million 400-byte words
     // (brace expansion counted neither bytes nor the clock)
     ": {1..1000}{1..1000}xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",

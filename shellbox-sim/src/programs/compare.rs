@@ -65,6 +65,7 @@ pub(super) fn comm(cx: &mut Ctx<'_, '_>) -> R<i32> {
     }
     let mut data = Vec::new();
     for f in &files {
+        cx.check_time()?;
         match cx.read_input(f) {
             Ok(d) => data.push(d),
             Err(e) => {
@@ -165,6 +166,7 @@ pub(super) fn cmp(cx: &mut Ctx<'_, '_>) -> R<i32> {
     }
     let mut data = Vec::new();
     for f in &files {
+        cx.check_time()?;
         match cx.read_input(f) {
             Ok(d) => data.push(d),
             Err(e) => {
@@ -269,6 +271,7 @@ pub(super) fn diff(cx: &mut Ctx<'_, '_>) -> R<i32> {
     }
     let mut data = Vec::new();
     for f in &files {
+        cx.check_time()?;
         let cwd = cx.cwd().to_string();
         if f != "-"
             && cx

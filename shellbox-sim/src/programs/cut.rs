@@ -212,6 +212,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     }
     let mut status = 0;
     for f in files {
+        cx.check_time()?;
         let data = match cx.read_input(&f) {
             Ok(d) => d,
             Err(e) => {

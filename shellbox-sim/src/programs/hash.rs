@@ -85,6 +85,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     if !check {
         let end = if zero { '\0' } else { '\n' };
         for f in files {
+            cx.check_time()?;
             cx.tick()?;
             let data = match cx.read_input(&f) {
                 Ok(d) => d,
@@ -108,6 +109,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let (mut bad, mut missing, mut malformed) = (0, 0, 0);
     let mut any_ok = false;
     for list in files {
+        cx.check_time()?;
         let text = match cx.read_input(&list) {
             Ok(d) => String::from_utf8_lossy(&d).into_owned(),
             Err(e) => {
@@ -249,6 +251,7 @@ pub(super) fn cksum(cx: &mut Ctx<'_, '_>) -> R<i32> {
     }
     let mut status = 0;
     for f in files {
+        cx.check_time()?;
         cx.tick()?;
         let data = match cx.read_input(&f) {
             Ok(d) => d,

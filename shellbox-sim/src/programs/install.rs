@@ -99,6 +99,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut status = 0;
     if dirs {
         for d in &ops {
+            cx.check_time()?;
             cx.tick()?;
             let abs = Vfs::absolute(&cwd, d);
             match cx.vfs().mkdir_p(&abs, 0o755) {

@@ -68,6 +68,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let stdin_uses = files.iter().filter(|f| *f == "-").count();
     let mut inputs: Vec<Vec<Vec<u8>>> = Vec::new();
     for (k, f) in files.iter().enumerate() {
+        cx.check_time()?;
         if f == "-" {
             if stdin.is_none() {
                 let d = cx.read_input("-").unwrap_or_default();

@@ -851,6 +851,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         ends: true,
     };
     for f in &ops {
+        cx.check_time()?;
         let d = match cx.read_input(f) {
             Ok(d) => d,
             Err(e) => {

@@ -735,6 +735,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let term = if zero { 0 } else { b'\n' };
     let mut data = Vec::new();
     for f in &files {
+        cx.check_time()?;
         match cx.read_input(f) {
             Ok(d) => {
                 data.extend_from_slice(&d);

@@ -95,6 +95,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     }
     let mut status = 0;
     for f in files {
+        cx.check_time()?;
         cx.tick()?;
         let cwd = cx.cwd().to_string();
         let ino = match cx.vfs().resolve(&cwd, &f, true) {
