@@ -1,7 +1,5 @@
 //! Shell builtins (those that change or read the shell's own state) and `test`.
 
-use std::collections::BTreeMap;
-
 use brush_parser::ast;
 
 use crate::shell::{AssignVal, Ctl, DeclArg, Interp, Shell, Value, Var, R};
@@ -164,7 +162,7 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             if n < 0 || n as usize > sh.pos.len() {
                 return Ok(1);
             }
-            sh.pos.drain(..n as usize);
+            std::rc::Rc::make_mut(&mut sh.pos).drain(..n as usize);
             Ok(0)
         }
         "set" => set_cmd(it, sh, args),
@@ -250,7 +248,7 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             let saved = if args.len() > 1 {
                 Some(std::mem::replace(
                     &mut sh.pos,
-                    crate::mem::mstrs(&args[1..]),
+                    crate::mem::mstrs(&args[1..]).into(),
                 ))
             } else {
                 None
@@ -704,7 +702,7 @@ fn set_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     while i < args.len() {
         let a = &args[i];
         if a == "--" {
-            sh.pos = crate::mem::mstrs(&args[i + 1..]);
+            sh.pos = crate::mem::mstrs(&args[i + 1..]).into();
             return Ok(0);
         }
         if a == "-o" || a == "+o" {
@@ -765,10 +763,10 @@ fn set_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             continue;
         }
         if a == "-" {
-            sh.pos = crate::mem::mstrs(&args[i + 1..]);
+            sh.pos = crate::mem::mstrs(&args[i + 1..]).into();
             return Ok(0);
         }
-        sh.pos = crate::mem::mstrs(&args[i..]);
+        sh.pos = crate::mem::mstrs(&args[i..]).into();
         return Ok(0);
     }
     Ok(0)
@@ -1088,7 +1086,7 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
                                 value: if assoc {
                                     Value::Assoc(crate::shell::AssocMap::new())
                                 } else {
-                                    Value::Arr(BTreeMap::new())
+                                    Value::Arr(crate::shell::ArrMap::new())
                                 },
                                 exported: false,
                                 readonly: false,
@@ -1124,7 +1122,7 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
             sh.vars.insert(
                 name.clone(),
                 Var {
-                    value: Value::Arr(BTreeMap::new()),
+                    value: Value::Arr(crate::shell::ArrMap::new()),
                     exported: false,
                     readonly: false,
                     integer: false,
@@ -1354,10 +1352,10 @@ fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                 i += 1;
             }
         }
-        let m: BTreeMap<i64, crate::mem::MStr> = fields
+        let m: crate::shell::ArrMap = fields
             .into_iter()
             .enumerate()
-            .map(|(i, f)| (i as i64, f.into()))
+            .map(|(i, f)| (i as i64, crate::mem::MStr::from(f)))
             .collect();
         sh.vars.insert(
             a,
@@ -1460,7 +1458,7 @@ fn mapfile(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         }
         i += 1;
     }
-    let mut m = BTreeMap::new();
+    let mut m = crate::shell::ArrMap::new();
     let mut k = 0i64;
     let mut seen = 0usize;
     while count.is_none_or(|c| (k as usize) < c) {

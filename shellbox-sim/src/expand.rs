@@ -2010,7 +2010,7 @@ impl Interp<'_> {
                         match regex::Regex::new(&re) {
                             Ok(rx) => match rx.captures(&ls) {
                                 Some(c) => {
-                                    let mut m = std::collections::BTreeMap::new();
+                                    let mut m = crate::shell::ArrMap::new();
                                     for (i, g) in c.iter().enumerate() {
                                         m.insert(
                                             i as i64,

@@ -125,10 +125,16 @@ pub fn buf_fd(data: Vec<u8>) -> Fd {
     }))
 }
 
+/// An indexed array: a persistent ordered map from index to element (see [`Shell::vars`]).
+pub type ArrMap = imbl::OrdMap<i64, MStr>;
+
+/// The shell's variables by name.
+pub type VarMap = imbl::HashMap<String, Var>;
+
 #[derive(Debug, Clone)]
 pub enum Value {
     Str(MStr),
-    Arr(BTreeMap<i64, MStr>),
+    Arr(ArrMap),
     Assoc(AssocMap),
 }
 
@@ -137,7 +143,7 @@ pub enum Value {
 /// recently added first within a bucket.
 #[derive(Debug, Clone, Default)]
 pub struct AssocMap {
-    map: HashMap<MStr, (MStr, u64)>,
+    map: imbl::HashMap<MStr, (MStr, u64)>,
     seq: u64,
 }
 
@@ -251,10 +257,13 @@ pub struct Job {
 
 #[derive(Clone)]
 pub struct Shell {
-    pub vars: HashMap<String, Var>,
-    pub funcs: HashMap<String, Rc<ast::FunctionBody>>,
-    /// The positional parameters (`$1`...), metered as variables are (see [`crate::mem`]).
-    pub pos: Vec<MStr>,
+    /// The variables: a persistent map, so a subshell's copy shares it (O(1) to make) and
+    /// only what the subshell changes is copied.
+    pub vars: VarMap,
+    pub funcs: imbl::HashMap<String, Rc<ast::FunctionBody>>,
+    /// The positional parameters (`$1`...), metered as variables are (see [`crate::mem`]);
+    /// shared with subshells and function frames until one changes them.
+    pub pos: Rc<Vec<MStr>>,
     pub arg0: String,
     pub opts: Opts,
     pub cwd: String,
@@ -300,9 +309,9 @@ impl Drop for Shell {
 impl Shell {
     pub fn new(pid: u32, cwd: String) -> Self {
         Shell {
-            vars: HashMap::new(),
-            funcs: HashMap::new(),
-            pos: Vec::new(),
+            vars: VarMap::new(),
+            funcs: imbl::HashMap::new(),
+            pos: Rc::default(),
             arg0: "bash".into(),
             opts: Opts::default(),
             cwd,
@@ -2437,11 +2446,11 @@ impl<'a> Interp<'a> {
                         match sh.vars.get_mut(n).map(|v| &mut v.value) {
                             Some(Value::Arr(m)) if !keyed => std::mem::take(m),
                             Some(Value::Arr(m)) => m.clone(),
-                            Some(Value::Str(s)) => BTreeMap::from([(0, s.clone())]),
-                            _ => BTreeMap::new(),
+                            Some(Value::Str(s)) => ArrMap::unit(0, s.clone()),
+                            _ => ArrMap::new(),
                         }
                     } else {
-                        BTreeMap::new()
+                        ArrMap::new()
                     };
                     let mut next = m
                         .keys()
@@ -2546,7 +2555,7 @@ impl<'a> Interp<'a> {
             self.err(sh, "bash: maximum function nesting level exceeded (1000)");
             return Ok(1);
         }
-        let saved_pos = std::mem::replace(&mut sh.pos, crate::mem::mstrs(&argv[1..]));
+        let saved_pos = std::mem::replace(&mut sh.pos, crate::mem::mstrs(&argv[1..]).into());
         sh.locals.push(Vec::new());
         sh.funcdepth += 1;
         sh.funcnames.push(argv[0].clone());
@@ -2682,7 +2691,7 @@ impl<'a> Interp<'a> {
         let pid = self.w.new_pid();
         let mut child = self.child_shell(sh, pid);
         child.arg0 = arg0;
-        child.pos = crate::mem::mstrs(&args);
+        child.pos = crate::mem::mstrs(&args).into();
         drop(args);
         child.opts.errexit = opts.errexit;
         child.opts.nounset = opts.nounset;
@@ -2773,7 +2782,7 @@ pub fn set_elem(sh: &mut Shell, name: &str, key: &str, val: String) -> Result<()
                     m.insert(key.to_string(), val);
                 }
                 Value::Str(s) => {
-                    let mut m = BTreeMap::new();
+                    let mut m = ArrMap::new();
                     m.insert(0, std::mem::take(s));
                     m.insert(key.parse().unwrap_or(0), val.into());
                     v.value = Value::Arr(m);
@@ -2781,7 +2790,7 @@ pub fn set_elem(sh: &mut Shell, name: &str, key: &str, val: String) -> Result<()
             }
         }
         None => {
-            let mut m = BTreeMap::new();
+            let mut m = ArrMap::new();
             m.insert(key.parse().unwrap_or(0), val.into());
             sh.vars.insert(
                 name.to_string(),
@@ -2859,3 +2868,7 @@ fn redirect_only_read(prog: &ast::Program) -> Option<String> {
     }
     None
 }
+
+#[cfg(test)]
+#[path = "fork_cost_tests.rs"]
+mod fork_cost_tests;
