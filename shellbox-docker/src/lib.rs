@@ -44,9 +44,12 @@
 //!   container). The process model of `shellbox_core`: what a command leaves in the
 //!   background keeps running until the machine closes; a timeout or a dropped run kills
 //!   everything the command started (`setsid` and double-fork escapees included) and
-//!   nothing else. Commands never hold `CAP_KILL`, `CAP_SETUID`, `CAP_SETGID` or
-//!   `CAP_SYS_PTRACE`, so none can reach the supervisor or another command's keeper. A
-//!   supervisor killed from outside ends the machine ([`Error::Terminated`](shellbox_core::Error::Terminated)).
+//!   nothing else. A command has what a `docker exec` of it has: root keeps the
+//!   container's capabilities, every account its supplementary groups. A root command
+//!   may signal the supervisor or a keeper (`CAP_KILL`) but never trace or read them;
+//!   a killed keeper fails its command with an error and the supervisor kills every
+//!   process it kept, and a killed supervisor ends the machine
+//!   ([`Error::Terminated`](shellbox_core::Error::Terminated)): never a wrong result.
 //! - **Commands on the fallback path** (where the supervisor cannot run — another
 //!   architecture, a root the archive endpoint cannot write, no exec — or with
 //!   [`CommandPath::Exec`] / `SHELLBOX_DOCKER_COMMAND_PATH=exec`): an exec per command

@@ -474,7 +474,7 @@ impl Inner {
         }
         self.dispose("the machine's supervisor ended").await;
         Error::Terminated(format!(
-            "the machine's command supervisor ended (killed from outside the machine); the \
+            "the machine's command supervisor ended (killed, by a root command or from outside); the \
              machine ({}) is closed",
             self.name
         ))

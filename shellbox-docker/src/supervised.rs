@@ -5,10 +5,15 @@
 //! directory `/.shellbox`) and starts it with one attached exec as root: the exec's
 //! stdin and stdout are the supervisor's framed control channel, so a command costs a fork
 //! and an exec inside the container and no Engine API request. The supervisor runs under
-//! its own account (`--own-account`), each command under a keeper (its kill scope); a
-//! command keeps the container's capabilities except `CAP_SETUID`, `CAP_SETGID`,
-//! `CAP_KILL` and `CAP_SYS_PTRACE` ([`DROPPED_CAPS`]), so no command can signal, trace or
-//! take over the supervisor or a keeper.
+//! its own account (`--own-account`), each command under a keeper (its kill scope). A
+//! command has what a `docker exec` of it would have: the container's whole capability
+//! set for root (`--keep-caps` of every capability), the account's supplementary groups.
+//! A root command can therefore signal the supervisor and the keepers (`CAP_KILL`), but
+//! never trace them or reach their files (they are non-dumpable and the container has no
+//! `CAP_SYS_PTRACE` unless its creator added it); a killed keeper's processes are killed by
+//! the supervisor (`--reap-strays`) and its command fails, a killed supervisor terminates
+//! the machine, a stopped one or a stopped keeper ends a timed-out command within
+//! [`KILL_BOUND`] (docs/DESIGN.md, "A root command and its keeper").
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -33,11 +38,10 @@ use tokio::sync::mpsc;
 /// mode `0500`).
 pub(crate) const SUPERVISOR_PATH: &str = "/.shellbox/supervisor";
 
-/// Capabilities a command never has on the fast path, root or not: `CAP_KILL` (5),
-/// `CAP_SETGID` (6), `CAP_SETUID` (7), `CAP_SYS_PTRACE` (19). The rest of the container's
-/// bounding set stays, so a root command keeps what a root exec has (`CAP_CHOWN`,
-/// `CAP_DAC_OVERRIDE`, `CAP_FOWNER`, ...).
-pub(crate) const DROPPED_CAPS: u64 = (1 << 5) | (1 << 6) | (1 << 7) | (1 << 19);
+/// The capabilities a command's bounding set keeps (`--keep-caps`): all, so it is the
+/// container's own (Docker's default set with the container's `CapAdd`/`CapDrop`), and a
+/// root command has what a root `docker exec` has.
+pub(crate) const KEPT_CAPS: u64 = u64::MAX;
 
 /// How long the supervisor may take to say READY.
 const READY_BOUND: Duration = Duration::from_secs(15);
@@ -48,26 +52,34 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 /// Run as root through the supervisor: `sh -c LOOKUP sh USER`. Resolves `name`, `uid`,
 /// `name:group` or `uid:gid` against the image's `/etc/passwd` and `/etc/group` (a name or
 /// a number matches the first entry with that name or id, as runc does; a numeric group
-/// needs no entry, as with runc) and prints `uid gid home`. Exit 3: no such user; 4: no
-/// such group.
+/// needs no entry, as with runc) and prints `uid gid groups home`, where `groups` is the
+/// comma-separated supplementary list Docker gives a `docker exec -u USER`: the primary
+/// group, then (only when USER names no group) every group of `/etc/group` that lists the
+/// account's name as a member. Exit 3: no such user; 4: no such group.
 pub(crate) const LOOKUP: &str = r#"u=${1%%:*}; g=; case "$1" in *:*) g=${1#*:};; esac
 f=
 while IFS=: read -r n x i j c h rest; do
   if [ "$n" = "$u" ] || [ "$i" = "$u" ]; then f=1; break; fi
 done < /etc/passwd
 [ -n "$f" ] || exit 3
+s=$j
 if [ -n "$g" ]; then
   k=
-  while IFS=: read -r n x d rest; do
-    if [ "$n" = "$g" ] || [ "$d" = "$g" ]; then k=$d; break; fi
+  while IFS=: read -r n2 x d rest; do
+    if [ "$n2" = "$g" ] || [ "$d" = "$g" ]; then k=$d; break; fi
   done < /etc/group
   if [ -z "$k" ]; then
     case "$g" in *[!0-9]*) exit 4;; esac
     k=$g
   fi
   j=$k
+  s=$k
+elif [ -n "$n" ]; then
+  while IFS=: read -r n2 x d m; do
+    case ",$m," in *",$n,"*) case "$d" in ''|*[!0-9]*) ;; *) s="$s,$d";; esac;; esac
+  done < /etc/group
 fi
-echo "$i $j ${h:-/}""#;
+echo "$i $j $s ${h:-/}""#;
 
 /// Which way a machine's commands run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -151,6 +163,16 @@ impl AsyncRead for ExecReader {
     }
 }
 
+/// An account of the image, as a command runs under it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Account {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups, as Docker sets them for `docker exec -u` (see [`LOOKUP`]).
+    pub groups: Vec<u32>,
+    pub home: String,
+}
+
 /// A machine's running supervisor and what its commands need.
 pub(crate) struct Supervised {
     pub client: Client,
@@ -161,8 +183,10 @@ pub(crate) struct Supervised {
     pub home_configured: bool,
     /// The image's configured user (`Config.User`), empty for root.
     pub default_user: String,
-    /// The default account's (uid, gid, home), resolved at create.
-    pub default_account: Option<(u32, u32, String)>,
+    /// The default account, resolved at create (as the engine resolves a container's user
+    /// once, at its start: an exec without a user gets that account's groups even after
+    /// `/etc/group` changed, one naming a user gets them read anew).
+    pub default_account: Option<Account>,
     /// The image's working directory (`Config.WorkingDir`, else `/`).
     pub image_workdir: String,
 }
@@ -210,7 +234,8 @@ pub(crate) async fn start(docker: &Docker, id: &str) -> Result<Supervised, Strin
         cmd: Some(vec![
             SUPERVISOR_PATH.to_string(),
             "--own-account".to_string(),
-            format!("--keep-caps={}", !DROPPED_CAPS),
+            "--reap-strays".to_string(),
+            format!("--keep-caps={KEPT_CAPS}"),
         ]),
         user: Some("0".to_string()),
         working_dir: Some("/".to_string()),
@@ -320,6 +345,7 @@ impl Supervised {
             },
             cwd: b"/".to_vec(),
             user: Some((0, 0)),
+            groups: vec![0],
             rlimits: Vec::new(),
             output_limit_bytes: 1 << 20,
         };
@@ -337,19 +363,12 @@ impl Supervised {
     }
 
     /// Resolves a user (`name`, `uid`, `name:group`, `uid:gid`) in the image's account
-    /// files: (uid, gid, home).
+    /// files: its ids, supplementary groups (Docker's rule, see [`LOOKUP`]) and home.
     ///
     /// # Errors
     /// [`Error::Unsupported`] "no such user: NAME" (or group) when the image has no such
     /// account, numeric or not; [`Error::Backend`] when the lookup cannot run.
-    pub(crate) async fn lookup(&self, user: &str) -> Result<(u32, u32, String), Error> {
-        if user == "0" || user == "root" {
-            if let Some(a) = &self.default_account {
-                if self.default_user.is_empty() {
-                    return Ok(a.clone());
-                }
-            }
-        }
+    pub(crate) async fn lookup(&self, user: &str) -> Result<Account, Error> {
         let (code, out) = self
             .collect_root(&["/bin/sh", "-c", LOOKUP, "sh", user])
             .await
@@ -361,7 +380,7 @@ impl Supervised {
 }
 
 /// Reads [`LOOKUP`]'s result for `user`.
-pub(crate) fn parse_lookup(user: &str, code: i32, out: &[u8]) -> Result<(u32, u32, String), Error> {
+pub(crate) fn parse_lookup(user: &str, code: i32, out: &[u8]) -> Result<Account, Error> {
     let name = user.split(':').next().unwrap_or(user);
     match code {
         0 => {}
@@ -384,12 +403,24 @@ pub(crate) fn parse_lookup(user: &str, code: i32, out: &[u8]) -> Result<(u32, u3
         }
     }
     let text = String::from_utf8_lossy(out);
-    let mut parts = text.trim_end_matches('\n').splitn(3, ' ');
+    let mut parts = text.trim_end_matches('\n').splitn(4, ' ');
     let uid = parts.next().and_then(|p| p.parse().ok());
     let gid = parts.next().and_then(|p| p.parse().ok());
+    let groups: Option<Vec<u32>> = parts
+        .next()
+        .and_then(|p| p.split(',').map(|g| g.parse().ok()).collect());
     let home = parts.next().unwrap_or("/").to_string();
-    match (uid, gid) {
-        (Some(uid), Some(gid)) => Ok((uid, gid, home)),
+    match (uid, gid, groups) {
+        (Some(uid), Some(gid), Some(mut groups)) => {
+            groups.sort_unstable();
+            groups.dedup();
+            Ok(Account {
+                uid,
+                gid,
+                groups,
+                home,
+            })
+        }
         _ => Err(Error::unsupported(format!(
             "no such user: {name} (user {user:?}; the image's account entry is malformed: {text:?})"
         ))),
@@ -403,11 +434,11 @@ pub(crate) fn start_request(
     sup: &Supervised,
     spec: &MachineSpec,
     command: &Command,
-    account: Option<&(u32, u32, String)>,
+    account: Option<&Account>,
 ) -> proto::Start {
     let mut env: Vec<(String, String)> = sup.env.clone();
     if !sup.home_configured {
-        let home = account.map_or("/", |a| a.2.as_str());
+        let home = account.map_or("/", |a| a.home.as_str());
         env.push(("HOME".into(), home.to_string()));
     }
     for (k, v) in &command.env {
@@ -426,7 +457,8 @@ pub(crate) fn start_request(
             .map(|(k, v)| format!("{k}={v}").into_bytes())
             .collect(),
         cwd: cwd.into_bytes(),
-        user: account.map(|a| (a.0, a.1)),
+        user: account.map(|a| (a.uid, a.gid)),
+        groups: account.map_or_else(Vec::new, |a| a.groups.clone()),
         rlimits: Vec::new(),
         output_limit_bytes: command.output_limit_bytes,
     }
@@ -549,9 +581,17 @@ mod tests {
     #[test]
     fn lookup_results() {
         assert_eq!(
-            parse_lookup("nobody", 0, b"65534 65534 /home\n").unwrap(),
-            (65534, 65534, "/home".to_string())
+            parse_lookup("nobody", 0, b"65534 65534 65534,50,10,50 /my home\n").unwrap(),
+            Account {
+                uid: 65534,
+                gid: 65534,
+                groups: vec![10, 50, 65534],
+                home: "/my home".to_string()
+            }
         );
+        assert!(parse_lookup("x", 0, b"1 1 1,a /")
+            .unwrap_err()
+            .is_unsupported());
         let e = parse_lookup("4242", 3, b"").unwrap_err();
         assert!(
             e.is_unsupported() && e.to_string().contains("no such user: 4242"),

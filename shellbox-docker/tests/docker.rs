@@ -1642,6 +1642,12 @@ async fn set_up_failures_are_typed_errors() {
 /// Runs `script` as root in the container through the Engine (not through the machine):
 /// its stdout.
 async fn engine_root_sh(docker: &Docker, id: &str, script: &str) -> String {
+    engine_sh_as(docker, id, "0", script).await
+}
+
+/// Runs `script` as `user` in the container through the Engine (`docker exec -u USER`, not
+/// through the machine): its stdout.
+async fn engine_sh_as(docker: &Docker, id: &str, user: &str, script: &str) -> String {
     use shellbox_docker::bollard::exec::{StartExecOptions, StartExecResults};
     let exec = docker
         .create_exec(
@@ -1649,7 +1655,7 @@ async fn engine_root_sh(docker: &Docker, id: &str, script: &str) -> String {
             shellbox_docker::bollard::models::ExecConfig {
                 attach_stdout: Some(true),
                 attach_stderr: Some(true),
-                user: Some("0".into()),
+                user: (!user.is_empty()).then(|| user.into()),
                 cmd: Some(vec!["/bin/sh".into(), "-c".into(), script.into()]),
                 ..Default::default()
             },
@@ -1716,10 +1722,10 @@ async fn a_dead_supervisor_terminates_the_machine() {
     m.close().await.unwrap();
 }
 
-/// Issue 14: a command, root or not, cannot reach the supervisor or any keeper: no signal
-/// (kill, stop), no look into its files or memory, no write to its control channel; root
-/// commands have no CAP_KILL, CAP_SETUID, CAP_SETGID or CAP_SYS_PTRACE in any set, and keep
-/// the container's other capabilities (here CAP_CHOWN).
+/// Issue 14: a command cannot reach the supervisor or any keeper's insides: no look into
+/// its files, memory or descriptors, no write to its control channel; a non-root command
+/// cannot even signal one. A root command has the capabilities a root `docker exec` has
+/// (the container's set, here Docker's default with CAP_KILL, CAP_SETUID and CAP_SETGID).
 #[tokio::test(flavor = "multi_thread")]
 async fn commands_cannot_reach_the_supervisor_or_keepers() {
     let Some(f) = common::setup("commands_cannot_reach_the_supervisor_or_keepers").await else {
@@ -1740,22 +1746,34 @@ async fn commands_cannot_reach_the_supervisor_or_keepers() {
         shellbox_core::Event::Stdout(b) => text(&b).trim().to_string(),
         e => panic!("{e:?}"),
     };
-    let probe = format!(
-        "s=$({FIND_SUPERVISOR}); [ -n \"$s\" ] || {{ echo nosup; exit 9; }}; \
-         for t in $s $PPID {other_keeper}; do \
-           kill -9 $t 2>/dev/null && echo kill-$t; kill -STOP $t 2>/dev/null && echo stop-$t; \
-           kill -0 $t 2>/dev/null && echo signal-$t; \
-           cat /proc/$t/environ >/dev/null 2>&1 && echo environ-$t; \
-           head -c1 /proc/$t/mem >/dev/null 2>&1 && echo mem-$t; \
-           for fd in /proc/$t/fd/*; do \
-             {{ printf x > $fd; }} 2>/dev/null && echo write-$fd; \
-             readlink $fd 2>/dev/null && echo link-$fd; \
-           done; \
-         done; \
-         grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status"
-    );
-    for user in [None, Some("65534")] {
-        let mut c = Command::shell(&probe);
+    let probe = |signals: bool| {
+        let signal = if signals {
+            "kill -9 $t 2>/dev/null && echo kill-$t; kill -STOP $t 2>/dev/null && echo stop-$t; \
+             kill -0 $t 2>/dev/null && echo signal-$t;"
+        } else {
+            ""
+        };
+        format!(
+            "s=$({FIND_SUPERVISOR}); [ -n \"$s\" ] || {{ echo nosup; exit 9; }}; \
+             for t in $s $PPID {other_keeper}; do {signal} \
+               cat /proc/$t/environ >/dev/null 2>&1 && echo environ-$t; \
+               head -c1 /proc/$t/mem >/dev/null 2>&1 && echo mem-$t; \
+               for fd in /proc/$t/fd/*; do \
+                 {{ printf x > $fd; }} 2>/dev/null && echo write-$fd; \
+                 readlink $fd 2>/dev/null && echo link-$fd; \
+               done; \
+             done; \
+             grep -E '^Cap(Prm|Eff|Bnd)' /proc/self/status"
+        )
+    };
+    let caps = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with("Cap"))
+            .map(str::to_string)
+            .collect()
+    };
+    for user in [Some("65534"), None] {
+        let mut c = Command::shell(probe(user.is_some()));
         if let Some(u) = user {
             c = c.user(u);
         }
@@ -1764,10 +1782,22 @@ async fn commands_cannot_reach_the_supervisor_or_keepers() {
         let out = text(&r.stdout);
         let reached: Vec<&str> = out.lines().filter(|l| !l.starts_with("Cap")).collect();
         assert!(reached.is_empty(), "{user:?} reached {reached:?}: {out}");
-        for line in out.lines().filter(|l| l.starts_with("Cap")) {
-            let mask = u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap();
-            let forbidden = (1u64 << 5) | (1 << 6) | (1 << 7) | (1 << 19);
-            assert_eq!(mask & forbidden, 0, "{user:?}: {line}");
+        // The same capabilities as the engine's own exec of the same user.
+        let engine = engine_sh_as(
+            f.docker(),
+            m.container_id(),
+            user.unwrap_or(""),
+            "grep -E '^Cap(Prm|Eff|Bnd)' /proc/self/status",
+        )
+        .await;
+        assert_eq!(caps(&out), caps(&engine), "{user:?}");
+        if user.is_none() {
+            for line in caps(&out) {
+                let mask =
+                    u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap();
+                let wanted = (1u64 << 5) | (1 << 6) | (1 << 7);
+                assert_eq!(mask & wanted, wanted, "root: {line}");
+            }
         }
     }
     // Root keeps the container's other capabilities.
@@ -1791,5 +1821,189 @@ async fn commands_cannot_reach_the_supervisor_or_keepers() {
         matches!(rest.last(), Some(shellbox_core::Event::Exit(s)) if s.exit_code == Some(0)),
         "{rest:?}"
     );
+    m.close().await.unwrap();
+}
+
+/// Issue 14, docker: a root command drops privileges as under `docker exec` (busybox `su`
+/// to another account, `kill` of its own child of another UID), and every account gets the
+/// supplementary groups the engine's own exec gives it (`docker exec -u USER id`).
+#[tokio::test(flavor = "multi_thread")]
+async fn root_drops_privileges_and_accounts_have_their_groups() {
+    let Some(f) = common::setup("root_drops_privileges_and_accounts_have_their_groups").await
+    else {
+        return;
+    };
+    let m = f
+        .clone()
+        .command_path(CommandPath::Supervisor)
+        .create_machine(common::spec())
+        .await
+        .unwrap();
+    let r = sh(&m, "su -s /bin/sh -c 'id -u; id -g' nobody").await;
+    assert_eq!(
+        (text(&r.stdout).as_str(), r.exit_code),
+        ("65534\n65534\n", Some(0)),
+        "{r:?}"
+    );
+    let r = sh(
+        &m,
+        "su -s /bin/sh -c 'exec sleep 1011' nobody & sleep 0.5; \
+         ps -o user,args | grep -q '^nobody.*sleep 1011' && echo nobody; \
+         kill -9 $! && echo killed; wait $!; echo status $?",
+    )
+    .await;
+    assert_eq!(
+        text(&r.stdout),
+        "nobody\nkilled\nstatus 137\n",
+        "{r:?} {}",
+        text(&r.stderr)
+    );
+    // Accounts and memberships as an image may have them.
+    let r = sh(
+        &m,
+        "echo 'alice:x:1000:1000::/home/alice:/bin/sh' >> /etc/passwd && \
+         printf 'wheel:x:10:root,alice\\nalice:x:1000:\\nstaff:x:50:alice,nobody\\n' >> /etc/group",
+    )
+    .await;
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    for user in [
+        "",
+        "root",
+        "0",
+        "alice",
+        "1000",
+        "alice:staff",
+        "1000:50",
+        "alice:0",
+        "nobody",
+        "65534",
+        "nobody:wheel",
+    ] {
+        let mut c = Command::shell("id; id -G");
+        if !user.is_empty() {
+            c = c.user(user);
+        }
+        let r = m.run(c).await.unwrap();
+        let engine = engine_sh_as(f.docker(), m.container_id(), user, "id; id -G").await;
+        assert_eq!(text(&r.stdout), engine, "user {user:?}");
+    }
+    m.close().await.unwrap();
+}
+
+/// Waits (up to 20 s) until no process of the machine's container has `pattern` in its
+/// `ps` args; the count left.
+async fn gone(docker: &Docker, id: &str, pattern: &str) -> usize {
+    let mut left = 0;
+    for _ in 0..100 {
+        let out = engine_root_sh(
+            docker,
+            id,
+            &format!("ps -o args | grep -c '^{pattern}' || true"),
+        )
+        .await;
+        left = out.trim().parse().unwrap();
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    left
+}
+
+/// Issue 14, docker: a root command may signal its keeper, another command's keeper or the
+/// supervisor (it has CAP_KILL, as under `docker exec`), but never makes a command look
+/// successful or lets its processes outlive it: a killed keeper fails its command and the
+/// supervisor kills every process it kept (setsid and double-fork escapees included); a
+/// stopped keeper is continued by the timeout's kill, which reports the timeout; a killed
+/// supervisor terminates the machine; a stopped one makes a timed-out command Terminated.
+#[tokio::test(flavor = "multi_thread")]
+async fn killing_keepers_or_the_supervisor_never_fakes_a_result() {
+    let Some(f) = common::setup("killing_keepers_or_the_supervisor_never_fakes_a_result").await
+    else {
+        return;
+    };
+    let f = f.command_path(CommandPath::Supervisor);
+    let m = f.create_machine(common::spec()).await.unwrap();
+    let id = m.container_id().to_string();
+    // An earlier command's service, which nothing below may touch.
+    let r = sh(&m, "setsid sleep 1020 >/dev/null 2>&1 & echo started").await;
+    assert_eq!(text(&r.stdout), "started\n");
+
+    // Its own keeper, killed: an error, never the `exit 0` it would have reached.
+    let r = m
+        .run(
+            Command::shell(
+                "setsid sleep 1021 >/dev/null 2>&1 & (sleep 1022 >/dev/null 2>&1 &); \
+                 kill -9 $PPID; sleep 1023; exit 0",
+            )
+            .timeout(Duration::from_secs(3)),
+        )
+        .await;
+    let err = r.expect_err("a command that killed its keeper got a result");
+    assert!(err.to_string().contains("keeper was killed"), "{err}");
+    assert_eq!(gone(f.docker(), &id, "sleep 102[123]").await, 0);
+    // Its own keeper, stopped: the timeout continues it and reports the timeout.
+    let r = m
+        .run(
+            Command::shell("setsid sleep 1024 >/dev/null 2>&1 & kill -STOP $PPID; exit 0")
+                .timeout(Duration::from_secs(2)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.reason, shellbox_core::ExitReason::TimedOut, "{r:?}");
+    assert_eq!(gone(f.docker(), &id, "sleep 1024").await, 0);
+
+    // Another command's keeper, killed: that command fails, the killer does not.
+    let mut victim = m
+        .run_stream(Command::shell(
+            "echo $PPID; setsid sleep 1025 & sleep 1026; echo done",
+        ))
+        .await
+        .unwrap();
+    let keeper = match victim.next().await.unwrap().unwrap() {
+        shellbox_core::Event::Stdout(b) => text(&b).trim().to_string(),
+        e => panic!("{e:?}"),
+    };
+    let r = sh(&m, &format!("kill -9 {keeper} && echo killed")).await;
+    assert_eq!(
+        (text(&r.stdout).as_str(), r.exit_code),
+        ("killed\n", Some(0))
+    );
+    let mut events = Vec::new();
+    while let Some(e) = victim.next().await {
+        events.push(e);
+    }
+    assert!(
+        matches!(events.last(), Some(Err(e)) if e.to_string().contains("keeper was killed")),
+        "{events:?}"
+    );
+    assert_eq!(gone(f.docker(), &id, "sleep 102[56]").await, 0);
+    // The machine goes on; the earlier service is untouched.
+    assert_eq!(count_procs(&m, "sleep 1020").await, 1);
+    m.close().await.unwrap();
+
+    // The supervisor, stopped: a timed-out command cannot be confirmed killed, so the
+    // machine is disposed of and the command is Terminated, not the `exit 0` it reached.
+    let m = f.create_machine(common::spec()).await.unwrap();
+    let r = m
+        .run(
+            Command::shell(format!("kill -STOP $({FIND_SUPERVISOR}); exit 0"))
+                .timeout(Duration::from_secs(1)),
+        )
+        .await;
+    assert!(matches!(r, Err(Error::Terminated(_))), "{r:?}");
+    assert!(!common::container_exists(f.docker(), m.container_id()).await);
+    m.close().await.unwrap();
+
+    // The supervisor, killed: the machine is terminated (and its container removed).
+    let m = f.create_machine(common::spec()).await.unwrap();
+    let r = m
+        .run(
+            Command::shell(format!("kill -9 $({FIND_SUPERVISOR}); exit 0"))
+                .timeout(Duration::from_secs(3)),
+        )
+        .await;
+    assert!(matches!(r, Err(Error::Terminated(_))), "{r:?}");
+    assert!(!common::container_exists(f.docker(), m.container_id()).await);
     m.close().await.unwrap();
 }

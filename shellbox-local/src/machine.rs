@@ -1086,6 +1086,7 @@ impl Machine for LocalMachine {
                 .unwrap_or_else(|| self.workdir.clone())
                 .into_bytes(),
             user: user.map(|u| (u.uid, u.gid)),
+            groups: Vec::new(),
             rlimits: limits
                 .iter()
                 .map(|l| (l.resource as u32, l.value))

@@ -22,6 +22,8 @@ pub const MAX_PAYLOAD_BYTES: usize = (4 << 20) + 4096;
 /// a terminating NUL): 1 MiB, half of Linux's usual `execve` limit. More is refused with a
 /// [`FAIL_INVALID_INPUT`] for that command only.
 pub const MAX_ARGV_ENV_BYTES: usize = 1 << 20;
+/// The most supplementary groups a [`Start`] may carry (Linux's `NGROUPS_MAX`).
+pub const MAX_GROUPS: usize = 65536;
 /// The largest chunk of one [`OUTPUT`] or [`STDIN`] frame.
 pub const CHUNK_BYTES: usize = 64 * 1024;
 
@@ -87,9 +89,11 @@ pub struct Start {
     pub env: Vec<Vec<u8>>,
     /// Working directory (a failed change is reported on stderr with exit 2, as `sh` does).
     pub cwd: Vec<u8>,
-    /// `(uid, gid)` to switch to (supplementary groups cleared), or `None` to keep the
-    /// supervisor's.
+    /// `(uid, gid)` to switch to, or `None` to keep the supervisor's.
     pub user: Option<(u32, u32)>,
+    /// The supplementary groups set with [`user`](Start::user) (empty: none; at most
+    /// [`MAX_GROUPS`]); ignored without a user.
+    pub groups: Vec<u32>,
     /// Resource limits as `(RLIMIT_* number, soft = hard value)`.
     pub rlimits: Vec<(u32, u64)>,
     /// Bytes kept per output stream; the rest is read and dropped, and the stream is marked
@@ -180,6 +184,10 @@ impl Start {
                 put_bytes(&mut out, s);
             }
         }
+        out.extend_from_slice(&(self.groups.len() as u32).to_le_bytes());
+        for g in &self.groups {
+            out.extend_from_slice(&g.to_le_bytes());
+        }
         out
     }
 
@@ -202,6 +210,14 @@ impl Start {
                 list.push(r.bytes()?.to_vec());
             }
         }
+        let n = r.u32()? as usize;
+        if n > MAX_GROUPS {
+            return None;
+        }
+        let mut groups = Vec::with_capacity(n.min(64));
+        for _ in 0..n {
+            groups.push(r.u32()?);
+        }
         if !r.rest().is_empty() {
             return None;
         }
@@ -211,6 +227,7 @@ impl Start {
             env,
             cwd,
             user: (has_user == 1).then_some((uid, gid)),
+            groups,
             rlimits,
             output_limit_bytes,
         })
@@ -312,6 +329,7 @@ mod tests {
             env: vec![b"PATH=/bin".to_vec(), b"X=\xc3(".to_vec()],
             cwd: b"/workspace".to_vec(),
             user: Some((65534, 65534)),
+            groups: vec![65534, 50, 0],
             rlimits: vec![(4, 0), (1, 1 << 30)],
             output_limit_bytes: u64::MAX,
         };

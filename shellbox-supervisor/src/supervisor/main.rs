@@ -99,6 +99,7 @@ const ECHILD: c_int = 10;
 const EACCES: c_int = 13;
 const ENOEXEC: c_int = 8;
 const SIGKILL: c_int = 9;
+const SIGCONT: c_int = 18;
 const SIG_SETMASK: c_int = 2;
 const WALL: c_int = 0x4000_0000;
 const PR_SET_DUMPABLE: c_int = 4;
@@ -215,24 +216,63 @@ impl Drop for Cmd {
 
 type Commands = Arc<Mutex<HashMap<u32, Arc<Cmd>>>>;
 
-/// Wakes the reaper when a new child exists.
+/// Wakes the reaper when a new child exists, and knows which children are keepers.
 struct Children {
     generation: Mutex<u64>,
     cond: Condvar,
+    /// The pids of the keepers not reaped yet. Held across each keeper's fork until its pid
+    /// is in, so [`kill_strays`] never takes a keeper being born for a stray.
+    keepers: Mutex<std::collections::HashSet<c_int>>,
 }
 
+/// Reaps every child of the supervisor. With `--reap-strays`, after each reaped child
+/// (a keeper that ended, or a stray just killed) kills the strays: a keeper's children
+/// reparent to the supervisor (a child subreaper) before the keeper can be reaped, so a
+/// killed keeper's subtree is found at once, and each stray killed is another reaped child,
+/// whose own children are found after it.
 fn reaper(children: Arc<Children>) {
     loop {
         let seen = *children.generation.lock().unwrap_or_else(|e| e.into_inner());
         let mut status = 0;
         // SAFETY: waitpid with a valid status pointer.
         let r = unsafe { waitpid(-1, &mut status, WALL) };
-        if r < 0 && errno() == ECHILD {
+        if r > 0 {
+            children.keepers.lock().unwrap_or_else(|e| e.into_inner()).remove(&r);
+            if settings().reap_strays {
+                kill_strays(&children);
+            }
+        } else if r < 0 && errno() == ECHILD {
             let g = children.generation.lock().unwrap_or_else(|e| e.into_inner());
             let _unused = children
                 .cond
                 .wait_while(g, |g| *g == seen)
                 .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// SIGKILLs every child of the supervisor (of any of its threads: a child belongs to the
+/// thread that forked it, an orphan to any live thread) that is not a keeper. Such a child
+/// can only be an orphan of a keeper that was killed (a root command has `CAP_KILL`), or a
+/// process such an orphan made; none of it may outlive its lost command.
+fn kill_strays(children: &Children) {
+    let keepers = children.keepers.lock().unwrap_or_else(|e| e.into_inner());
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return;
+    };
+    let mut text = String::new();
+    for task in tasks.flatten() {
+        text.clear();
+        let path = task.path().join("children");
+        if File::open(&path).and_then(|mut f| f.read_to_string(&mut text)).is_err() {
+            continue;
+        }
+        for pid in text.split_whitespace().filter_map(|p| p.parse::<c_int>().ok()) {
+            if !keepers.contains(&pid) {
+                // SAFETY: kill(2) of a child of this process not reaped yet (the reaper
+                // thread, which alone reaps, is here), so the pid cannot have been reused.
+                unsafe { kill(pid, SIGKILL) };
+            }
         }
     }
 }
@@ -245,6 +285,8 @@ struct Exec {
     env: Vec<CString>,
     cwd: CString,
     user: Option<(u32, u32)>,
+    /// Supplementary groups set with `user`.
+    groups: Vec<u32>,
     /// The supervisor's own (uid, gid) at its start, which a command runs as by default.
     own: (u32, u32),
     /// Capabilities left in a command's bounding set (`--keep-caps`; none by default).
@@ -298,6 +340,7 @@ impl Exec {
             env,
             cwd,
             user: start.user,
+            groups: start.groups.clone(),
             own: settings().own,
             keep_caps: settings().keep_caps,
             rlimits: start.rlimits.clone(),
@@ -364,8 +407,8 @@ unsafe fn command_child(
     let (uid, gid) = ex.user.unwrap_or(ex.own);
     // Raw system calls: this child shares the keeper's memory (CLONE_VM), so libc's
     // all-threads credential broadcast must not run here.
-    let groups_ok =
-        ex.user.is_none() || syscall(SYS_SETGROUPS, 0usize, std::ptr::null::<u32>()) == 0;
+    let groups_ok = ex.user.is_none()
+        || syscall(SYS_SETGROUPS, ex.groups.len(), ex.groups.as_ptr()) == 0;
     if !groups_ok
         || syscall(SYS_SETRESGID, gid, gid, gid) != 0
         || syscall(SYS_SETRESUID, uid, uid, uid) != 0
@@ -519,6 +562,9 @@ struct Settings {
     /// container's own set, minus what would reach the supervisor). Default 0: a command
     /// has no capability at all.
     keep_caps: u64,
+    /// `--reap-strays`: the supervisor is a child subreaper and SIGKILLs every child of its
+    /// own that is not one of its keepers (the orphans of a keeper a command killed).
+    reap_strays: bool,
 }
 
 static SETTINGS: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
@@ -527,10 +573,12 @@ fn settings() -> &'static Settings {
     SETTINGS.get().expect("set at start")
 }
 
-/// Reads `--keep-caps=MASK` and `--own-account`; exits 1 on anything else.
-fn parse_args() -> (u64, bool) {
+/// Reads `--keep-caps=MASK`, `--own-account` and `--reap-strays`: (keep_caps,
+/// own_account, reap_strays); exits 1 on anything else.
+fn parse_args() -> (u64, bool, bool) {
     let mut keep = 0u64;
     let mut own_account = false;
+    let mut reap_strays = false;
     for arg in std::env::args().skip(1) {
         if let Some(mask) = arg.strip_prefix("--keep-caps=") {
             match mask.parse() {
@@ -543,13 +591,15 @@ fn parse_args() -> (u64, bool) {
             }
         } else if arg == "--own-account" {
             own_account = true;
+        } else if arg == "--reap-strays" {
+            reap_strays = true;
         } else {
             raw_write_all(2, b"shellbox-supervisor: unknown argument\n");
             // SAFETY: _exit ends the process.
             unsafe { _exit(1) }
         }
     }
-    (keep, own_account)
+    (keep, own_account, reap_strays)
 }
 
 /// Switches the supervisor to [`SUPERVISOR_ID`] (real, effective, saved UID and GID),
@@ -621,7 +671,9 @@ unsafe fn set_effective_and_permitted(kept: u32) -> i64 {
 }
 
 /// SIGKILLs the keeper's children until it has none left (each killed process's orphans
-/// reparent to the keeper and are found in the next round), for up to 30 s.
+/// reparent to the keeper and are found in the next round), for up to 30 s. Each round
+/// also SIGCONTs the keeper, which a root command may have stopped (it must run to reap
+/// its children and report).
 fn kill_scope(keeper: i32) {
     let path = format!("/proc/{keeper}/task/{keeper}/children");
     let started = Instant::now();
@@ -632,6 +684,9 @@ fn kill_scope(keeper: i32) {
             Ok(_) => {}
             Err(_) => return,
         }
+        // SAFETY: kill(2) of this process's keeper, listed a moment ago (a SIGCONT to a
+        // pid reused meanwhile would be harmless).
+        unsafe { kill(keeper, SIGCONT) };
         let mut any = false;
         for pid in text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
             any = true;
@@ -725,6 +780,9 @@ fn run_command(
     sh_argv.extend(ex.argv.iter().skip(1).map(|c| c.as_ptr()));
     sh_argv.push(std::ptr::null());
     let mut child_stack = vec![0u8; CHILD_STACK_BYTES];
+    // Held until the new keeper's pid is in the set (see `kill_strays`); the child never
+    // touches its copy.
+    let mut keepers = children.keepers.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: fork; the child only runs `keeper` (async-signal-safe calls on prepared data).
     let keeper_pid = unsafe { fork() };
     if keeper_pid == 0 {
@@ -741,6 +799,10 @@ fn run_command(
             )
         };
     }
+    if keeper_pid > 0 {
+        keepers.insert(keeper_pid);
+    }
+    drop(keepers);
     for fd in [in_r, out_w, err_w, st_w] {
         close_fd(fd);
     }
@@ -910,6 +972,12 @@ fn run_command(
             };
             out.send(proto::EXIT, id, &exit.encode());
         }
+        None if settings().reap_strays => out.fail(
+            id,
+            proto::FAIL_SYSTEM,
+            "the command's keeper was killed before it reported the command's exit status \
+             (a command with CAP_KILL may signal it); every process it kept was killed",
+        ),
         None => out.fail(id, proto::FAIL_SYSTEM, "the command's keeper ended before reporting its exit status"),
     }
     let _ = cmd;
@@ -992,13 +1060,20 @@ fn read_exact_or_exit(f: &mut impl Read, buf: &mut [u8]) {
 }
 
 fn main() {
-    let (keep_caps, own_account) = parse_args();
+    let (keep_caps, own_account, reap_strays) = parse_args();
     // SAFETY: getuid/getgid cannot fail.
     let own = unsafe { (getuid(), getgid()) };
-    let _ = SETTINGS.set(Settings { own, keep_caps });
+    let _ = SETTINGS.set(Settings {
+        own,
+        keep_caps,
+        reap_strays,
+    });
     // SAFETY: plain system calls at start-up, before any thread exists.
     let (ctl_in, ctl_out) = unsafe {
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        if reap_strays {
+            prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        }
         syscall(SYS_CLOSE_RANGE, 3u32, u32::MAX, 0u32);
         let ctl_in = fcntl(0, F_DUPFD_CLOEXEC, 3);
         let ctl_out = fcntl(1, F_DUPFD_CLOEXEC, 3);
@@ -1022,6 +1097,7 @@ fn main() {
     let children = Arc::new(Children {
         generation: Mutex::new(0),
         cond: Condvar::new(),
+        keepers: Mutex::default(),
     });
     {
         let children = children.clone();
