@@ -352,7 +352,8 @@ impl DockerMachineFactory {
             .await
             .map_err(|e| self.refusal_or_backend(spec, "start container", e))?;
         if self.path != CommandPath::Exec {
-            match crate::supervised::start(&self.docker, id).await {
+            let podman = self.engine().await? == Engine::Podman;
+            match crate::supervised::start(&self.docker, id, podman).await {
                 Ok(sup) => {
                     let (code, out) = sup
                         .collect_root(&["/bin/sh", "-c", FAST_SETUP, "sh", &spec.workdir])

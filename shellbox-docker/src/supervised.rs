@@ -52,17 +52,17 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 /// Run as root through the supervisor: `sh -c LOOKUP sh USER`. Resolves `name`, `uid`,
 /// `name:group` or `uid:gid` against the image's `/etc/passwd` and `/etc/group` (a name or
 /// a number matches the first entry with that name or id, as runc does; a numeric group
-/// needs no entry, as with runc) and prints `uid gid groups home`, where `groups` is the
-/// comma-separated supplementary list Docker gives a `docker exec -u USER`: the primary
-/// group, then (only when USER names no group) every group of `/etc/group` that lists the
-/// account's name as a member. Exit 3: no such user; 4: no such group.
+/// needs no entry, as with runc) and prints `uid gid members home`, where `members` is the
+/// comma-separated list of the groups in `/etc/group` that list the account's name as a
+/// member (only when USER names no group, as runc does), `-` for none. Exit 3: no such
+/// user; 4: no such group.
 pub(crate) const LOOKUP: &str = r#"u=${1%%:*}; g=; case "$1" in *:*) g=${1#*:};; esac
 f=
 while IFS=: read -r n x i j c h rest; do
   if [ "$n" = "$u" ] || [ "$i" = "$u" ]; then f=1; break; fi
 done < /etc/passwd
 [ -n "$f" ] || exit 3
-s=$j
+s=
 if [ -n "$g" ]; then
   k=
   while IFS=: read -r n2 x d rest; do
@@ -73,13 +73,12 @@ if [ -n "$g" ]; then
     k=$g
   fi
   j=$k
-  s=$k
 elif [ -n "$n" ]; then
   while IFS=: read -r n2 x d m; do
-    case ",$m," in *",$n,"*) case "$d" in ''|*[!0-9]*) ;; *) s="$s,$d";; esac;; esac
+    case ",$m," in *",$n,"*) case "$d" in ''|*[!0-9]*) ;; *) s="${s:+$s,}$d";; esac;; esac
   done < /etc/group
 fi
-echo "$i $j $s ${h:-/}""#;
+echo "$i $j ${s:--} ${h:-/}""#;
 
 /// Which way a machine's commands run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -168,7 +167,9 @@ impl AsyncRead for ExecReader {
 pub(crate) struct Account {
     pub uid: u32,
     pub gid: u32,
-    /// Supplementary groups, as Docker sets them for `docker exec -u` (see [`LOOKUP`]).
+    /// Supplementary groups, as the engine sets them for `docker exec -u`: the groups that
+    /// list the account (see [`LOOKUP`]), and on Docker the primary group too (Podman
+    /// leaves it out).
     pub groups: Vec<u32>,
     pub home: String,
 }
@@ -189,6 +190,9 @@ pub(crate) struct Supervised {
     pub default_account: Option<Account>,
     /// The image's working directory (`Config.WorkingDir`, else `/`).
     pub image_workdir: String,
+    /// Whether the engine is Podman, whose execs leave the primary group out of the
+    /// supplementary groups (Docker puts it in).
+    pub podman: bool,
 }
 
 /// A tar holding [`SUPERVISOR_DIR`] (root, `0500`) and the program in it (root, `0500`).
@@ -216,7 +220,7 @@ fn supervisor_tar() -> std::io::Result<Vec<u8>> {
 
 /// Copies the supervisor in and starts it; `Err` says why it cannot run here (the caller
 /// falls back to execs or refuses, per [`CommandPath`]).
-pub(crate) async fn start(docker: &Docker, id: &str) -> Result<Supervised, String> {
+pub(crate) async fn start(docker: &Docker, id: &str, podman: bool) -> Result<Supervised, String> {
     let tar = supervisor_tar().map_err(|e| format!("pack the supervisor: {e}"))?;
     let options = UploadToContainerOptions {
         path: "/".to_string(),
@@ -297,6 +301,7 @@ pub(crate) async fn start(docker: &Docker, id: &str) -> Result<Supervised, Strin
             .working_dir
             .filter(|w| !w.is_empty())
             .unwrap_or_else(|| "/".to_string()),
+        podman,
     };
     // PID 1's environment is what the engine gives every process of the container.
     let pid1 = sup
@@ -375,7 +380,13 @@ impl Supervised {
             .map_err(|e| {
                 Error::backend(format!("look up user {user:?}"), std::io::Error::other(e))
             })?;
-        parse_lookup(user, code, &out)
+        let mut account = parse_lookup(user, code, &out)?;
+        if !self.podman {
+            account.groups.push(account.gid);
+            account.groups.sort_unstable();
+            account.groups.dedup();
+        }
+        Ok(account)
     }
 }
 
@@ -406,9 +417,10 @@ pub(crate) fn parse_lookup(user: &str, code: i32, out: &[u8]) -> Result<Account,
     let mut parts = text.trim_end_matches('\n').splitn(4, ' ');
     let uid = parts.next().and_then(|p| p.parse().ok());
     let gid = parts.next().and_then(|p| p.parse().ok());
-    let groups: Option<Vec<u32>> = parts
-        .next()
-        .and_then(|p| p.split(',').map(|g| g.parse().ok()).collect());
+    let groups: Option<Vec<u32>> = parts.next().and_then(|p| match p {
+        "-" => Some(Vec::new()),
+        _ => p.split(',').map(|g| g.parse().ok()).collect(),
+    });
     let home = parts.next().unwrap_or("/").to_string();
     match (uid, gid, groups) {
         (Some(uid), Some(gid), Some(mut groups)) => {
@@ -589,9 +601,14 @@ mod tests {
                 home: "/my home".to_string()
             }
         );
+        assert_eq!(
+            parse_lookup("x", 0, b"1 2 - /").unwrap().groups,
+            Vec::<u32>::new()
+        );
         assert!(parse_lookup("x", 0, b"1 1 1,a /")
             .unwrap_err()
             .is_unsupported());
+        assert!(parse_lookup("x", 0, b"1 1 /").unwrap_err().is_unsupported());
         let e = parse_lookup("4242", 3, b"").unwrap_err();
         assert!(
             e.is_unsupported() && e.to_string().contains("no such user: 4242"),

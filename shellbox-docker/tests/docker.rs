@@ -1064,16 +1064,35 @@ async fn a_stopped_container_terminates_the_machine() {
     let file = host.path().join("f");
     std::fs::write(&file, b"f").unwrap();
     // Commands that kill every process they can: the machine survives them (its keep-alive
-    // is PID 1, which ignores signals from inside), and orphans are still reaped.
-    for killer in ["kill -9 -1", "killall sh", "kill -9 1; kill -TERM 1"] {
+    // is PID 1, which ignores signals from inside), and orphans are still reaped. A root
+    // command's `kill -9 -1` also reaches the supervisor (root has CAP_KILL, as under
+    // `docker exec`): the machine is then Terminated, never a result.
+    for (killer, user) in [
+        ("kill -9 -1", Some("65534")),
+        ("killall sh", None),
+        ("kill -9 1; kill -TERM 1", None),
+        ("kill -9 -1", None),
+    ] {
         let m = f.create_machine(common::spec()).await.unwrap();
         let id = m.container_id().to_string();
-        let _ = m
-            .run(Command::shell(killer).timeout(Duration::from_secs(20)))
-            .await;
+        let mut c = Command::shell(killer).timeout(Duration::from_secs(20));
+        if let Some(u) = user {
+            c = c.user(u);
+        }
+        let r = m.run(c).await;
+        if user.is_none() && killer == "kill -9 -1" && m.uses_supervisor() {
+            assert!(matches!(r, Err(Error::Terminated(_))), "{killer}: {r:?}");
+            assert!(!common::container_exists(f.docker(), &id).await);
+            assert!(matches!(
+                m.run(Command::new("true")).await,
+                Err(Error::Closed)
+            ));
+            m.close().await.unwrap();
+            continue;
+        }
         tokio::time::sleep(Duration::from_millis(300)).await;
         let r = m.run(Command::shell("echo ok")).await.unwrap();
-        assert_eq!(text(&r.stdout), "ok\n", "{killer}: {r:?}");
+        assert_eq!(text(&r.stdout), "ok\n", "{killer} {user:?}: {r:?}");
         m.upload(&file, "/tmp/f").await.unwrap();
         let r = sh(&m, "cat /tmp/f").await;
         assert_eq!(text(&r.stdout), "f", "{killer}");

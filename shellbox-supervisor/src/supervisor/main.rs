@@ -226,7 +226,7 @@ struct Children {
 }
 
 /// Reaps every child of the supervisor. With `--reap-strays`, after each reaped child
-/// (a keeper that ended, or a stray just killed) kills the strays: a keeper's children
+/// that may leave strays (a keeper killed by a signal, or a stray) kills the strays: a keeper's children
 /// reparent to the supervisor (a child subreaper) before the keeper can be reaped, so a
 /// killed keeper's subtree is found at once, and each stray killed is another reaped child,
 /// whose own children are found after it.
@@ -237,8 +237,10 @@ fn reaper(children: Arc<Children>) {
         // SAFETY: waitpid with a valid status pointer.
         let r = unsafe { waitpid(-1, &mut status, WALL) };
         if r > 0 {
-            children.keepers.lock().unwrap_or_else(|e| e.into_inner()).remove(&r);
-            if settings().reap_strays {
+            let keeper = children.keepers.lock().unwrap_or_else(|e| e.into_inner()).remove(&r);
+            // A keeper that exited on its own had no child left (it exits at ECHILD), so
+            // only a killed keeper or a stray can leave strays.
+            if settings().reap_strays && (!keeper || status & 0x7f != 0) {
                 kill_strays(&children);
             }
         } else if r < 0 && errno() == ECHILD {
