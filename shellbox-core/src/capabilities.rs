@@ -179,6 +179,12 @@ impl Capabilities {
         self
     }
 
+    /// The same capabilities with snapshots declared (see [`Capabilities::snapshots`]).
+    pub const fn with_snapshots(mut self) -> Self {
+        self.snapshots = true;
+        self
+    }
+
     /// Whether the named task capability (one of [`CAPABILITY_NAMES`]) is offered; an
     /// unknown name is not.
     pub fn has(&self, name: &str) -> bool {

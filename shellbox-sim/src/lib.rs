@@ -90,7 +90,8 @@ mod vfs;
 pub const SIM_CAPABILITIES: shellbox_core::Capabilities =
     shellbox_core::Capabilities::shell_simulator()
         .with_sources(&["sim"])
-        .with_limits(true, false, true, false);
+        .with_limits(true, false, true, false)
+        .with_snapshots();
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -105,7 +106,7 @@ use shellbox_core::transfer::{DownloadKind, StagedDownload};
 use shellbox_core::validate::validate_guest_path;
 use shellbox_core::{
     async_trait, Command, CommandResult, Error, ExitReason, ImageSource, Machine, MachineFactory,
-    MachineSpec, NetworkPolicy,
+    MachineSpec, NetworkPolicy, Snapshot, SnapshotHandle,
 };
 
 use crate::shell::{Ctl, Interp, Shell, Stream, Var, World, CANCELLED};
@@ -247,6 +248,88 @@ impl MachineFactory for SimMachineFactory {
 
     async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {
         Ok(Box::new(self.create_sim(spec)?))
+    }
+
+    /// Creates a machine whose filesystem is a copy of the snapshot's (see
+    /// [`SimMachineFactory::create_from_sim`]).
+    async fn create_from(
+        &self,
+        snapshot: &Snapshot,
+        spec: MachineSpec,
+    ) -> Result<Box<dyn Machine>, Error> {
+        Ok(Box::new(self.create_from_sim(snapshot, spec)?))
+    }
+}
+
+/// A simulator machine's filesystem frozen by [`Machine::snapshot`]: its own copy of the
+/// tree, so neither the source machine nor the machines started from it can change it.
+struct SimSnapshot {
+    id: String,
+    /// `None` once deleted.
+    vfs: Mutex<Option<Arc<Vfs>>>,
+}
+
+#[async_trait]
+impl SnapshotHandle for SimSnapshot {
+    fn backend(&self) -> &'static str {
+        "sim"
+    }
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn delete(&self) -> Result<(), Error> {
+        lock(&self.vfs).take();
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl SimMachineFactory {
+    /// Creates a concrete machine from a snapshot (what [`MachineFactory::create_from`]
+    /// does): the spec is checked as by [`SimMachineFactory::create_sim`] and gives the
+    /// budgets, env and workdir (created when missing); the files are the snapshot's, each
+    /// machine with its own copy. The virtual clock goes on from the snapshot's, so its
+    /// files are never newer than the new machine's `now`.
+    ///
+    /// # Errors
+    /// As [`SimMachineFactory::create_sim`]; [`Error::Unsupported`] for a snapshot another
+    /// backend took; [`Error::Closed`] for a deleted one; [`Error::InvalidInput`] when the
+    /// snapshot's files hold more bytes than the spec's `storage_mb` allows.
+    pub fn create_from_sim(
+        &self,
+        snapshot: &Snapshot,
+        spec: MachineSpec,
+    ) -> Result<SimMachine, Error> {
+        let frozen = snapshot.expect_backend::<SimSnapshot>("sim")?;
+        let Some(vfs) = lock(&frozen.vfs).clone() else {
+            return Err(Error::Closed);
+        };
+        let machine = self.create_sim(spec)?;
+        machine.with_world(|w| {
+            let mut files = (*vfs).clone();
+            if files.used_bytes > w.vfs.disk_limit {
+                return Err(Error::invalid(format!(
+                    "the snapshot's files hold {} bytes, more than the machine's storage limit of {} bytes",
+                    files.used_bytes, w.vfs.disk_limit
+                )));
+            }
+            files.disk_limit = w.vfs.disk_limit;
+            if files.now > w.epoch {
+                w.epoch = files.now;
+            }
+            files.now = w.epoch;
+            files
+                .mkdir_p(&machine.inner.workdir, 0o755)
+                .map_err(|e| Error::invalid(format!("workdir {}: {}", machine.inner.workdir, e.msg())))?;
+            w.vfs = files;
+            Ok(())
+        })?;
+        Ok(machine)
     }
 }
 
@@ -423,6 +506,19 @@ impl SimMachine {
             return Err(Error::Terminated("disk limit exceeded".into()));
         }
         r
+    }
+
+    /// Freezes the machine's files (what [`Machine::snapshot`] does).
+    ///
+    /// # Errors
+    /// [`Error::Closed`] after close.
+    pub fn snapshot_sync(&self) -> Result<Snapshot, Error> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let vfs = self.with_world(|w| Ok(Arc::new(w.vfs.clone())))?;
+        Ok(Snapshot::new(SimSnapshot {
+            id: format!("sim-{}", NEXT.fetch_add(1, Ordering::Relaxed)),
+            vfs: Mutex::new(Some(vfs)),
+        }))
     }
 
     /// Copies a host file or directory into the machine (see [`Machine::upload`]).
@@ -995,6 +1091,12 @@ impl Machine for SimMachine {
 
     /// Cancels the running command, waits up to 5 s for it to stop (REFERENCE.md section
     /// 6), then drops the machine's state.
+    /// Copies the machine's files once the running command (if any) ended; commands on a
+    /// simulator machine are serialized, so the copy is of a quiet filesystem.
+    async fn snapshot(&self) -> Result<Snapshot, Error> {
+        self.snapshot_sync()
+    }
+
     async fn close(&self) -> Result<(), Error> {
         self.inner.closing.store(true, Ordering::Relaxed);
         if tokio::runtime::Handle::try_current().is_err() {

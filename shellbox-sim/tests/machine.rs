@@ -646,3 +646,36 @@ fn dev_zero_and_urandom_are_endless() {
         "70000\n"
     );
 }
+
+/// A machine started from a snapshot gets the spec's budgets, workdir and env, and a clock
+/// that goes on from the snapshot's, so none of its files is newer than its `now`; a spec
+/// whose storage limit is below what the snapshot holds is refused.
+#[test]
+fn create_from_applies_the_spec() {
+    let factory = SimMachineFactory::new();
+    let m = machine();
+    sh(&m, "head -c 3000000 /dev/zero > /big; sleep 100; touch /late");
+    let snapshot = m.snapshot_sync().unwrap();
+    assert_eq!(snapshot.backend(), "sim");
+    let spec = MachineSpec::sim()
+        .workdir("/work/here")
+        .env("ORIGIN", "fork");
+    let fork = factory.create_from_sim(&snapshot, spec).unwrap();
+    let r = sh(
+        &fork,
+        "pwd; echo $ORIGIN; wc -c < /big; touch /now; \
+         if [ /late -nt /now ]; then echo clock-behind; else echo clock-ok; fi",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout),
+        "/work/here\nfork\n3000000\nclock-ok\n",
+        "{r:?}"
+    );
+    let small = MachineSpec::sim().storage_mb(1);
+    let e = factory.create_from_sim(&snapshot, small).unwrap_err();
+    assert!(matches!(e, Error::InvalidInput(_)), "{e:?}");
+    assert!(e.to_string().contains("storage limit"), "{e}");
+    m.close_sync();
+    let e = m.snapshot_sync().unwrap_err();
+    assert!(matches!(e, Error::Closed), "{e:?}");
+}
