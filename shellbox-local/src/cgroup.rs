@@ -205,6 +205,14 @@ impl MachineCgroup {
         self.procs.as_raw_fd()
     }
 
+    /// Stops new tasks in the cgroup (`pids.max` 0) and SIGKILLs every process in it
+    /// (v2: `cgroup.kill` where the kernel has it), without waiting; errors are ignored
+    /// ([`kill_and_remove`](Self::kill_and_remove) kills again while it waits).
+    pub fn kill(&self) {
+        let _ = write_file(&self.dir.join("pids.max"), "0");
+        kill_once(self.version, &self.dir);
+    }
+
     /// Kills every process of the cgroup and removes it, waiting up to `wait` for the
     /// killed processes to be reaped.
     ///
@@ -229,15 +237,6 @@ pub fn kill_and_remove(version: CgroupVersion, dir: &Path, wait: Duration) -> st
     let started = Instant::now();
     let mut pause = Duration::from_micros(250);
     loop {
-        let killed_by_kernel =
-            version == CgroupVersion::V2 && write_file(&dir.join("cgroup.kill"), "1").is_ok();
-        if !killed_by_kernel {
-            let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                // SAFETY: kill(2) with a pid read from the cgroup; no memory is touched.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
         match fs::remove_dir(dir) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -248,10 +247,25 @@ pub fn kill_and_remove(version: CgroupVersion, dir: &Path, wait: Duration) -> st
                 ))
             }
             Err(_) => {
+                kill_once(version, dir);
                 // Killed processes are usually reaped within a millisecond.
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(5));
             }
+        }
+    }
+}
+
+/// SIGKILLs every process of the cgroup at `dir`: v2's `cgroup.kill` where the kernel has
+/// it, else each pid of `cgroup.procs`.
+fn kill_once(version: CgroupVersion, dir: &Path) {
+    let killed_by_kernel =
+        version == CgroupVersion::V2 && write_file(&dir.join("cgroup.kill"), "1").is_ok();
+    if !killed_by_kernel {
+        let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            // SAFETY: kill(2) with a pid read from the cgroup; no memory is touched.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
 }

@@ -205,6 +205,30 @@ fn copy_data(src: &mut File, out: &mut File, st: &FileStat) -> std::io::Result<(
     out.write_all(&buf[..n])
 }
 
+/// Reads a file of at most [`SMALL_FILE_BYTES`] by its stat `st` into `buf` with one
+/// read (its size is known, so no call is spent finding its end) and returns whether all
+/// of it is there: false for a larger file (nothing read) or one that grew since it was
+/// stat'ed (`buf` then holds its first bytes, the rest is still to be read from `file`).
+fn read_small(file: &mut File, st: &FileStat, buf: &mut Vec<u8>) -> std::io::Result<bool> {
+    use std::io::Read;
+    if !(0..=SMALL_FILE_BYTES).contains(&st.st_size) {
+        return Ok(false);
+    }
+    let size = st.st_size as usize;
+    buf.resize(size + 1, 0);
+    let mut n = 0;
+    while n < size {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(r) => n += r,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(n);
+    Ok(n <= size)
+}
+
 /// Makes (or opens an existing) directory `name` in `dst_dir` without following links.
 fn ensure_dir(dst_dir: &OwnedFd, name: &OsStr, path: &str) -> Result<OwnedFd, Error> {
     step(dst_dir, name, true, path)
@@ -723,11 +747,19 @@ fn pack_dir(
             }
             Some(Object::File(fd, st)) => {
                 let mut file = File::from(fd);
+                // A small file is read here in one call (its size is known), so the
+                // writer's copy does not need a second read to find its end.
+                let mut small = Vec::new();
+                let whole = read_small(&mut file, &st, &mut small)
+                    .map_err(|e| Error::io(format!("read {child}"), e))?;
+                let mut rest = std::io::Read::chain(small.as_slice(), &mut file);
+                let mut head = small.as_slice();
+                let data: &mut dyn std::io::Read = if whole { &mut head } else { &mut rest };
                 writer.put(
                     &child,
                     rel,
                     TreeEntry::File {
-                        data: &mut file,
+                        data,
                         mode: st.st_mode,
                         mtime: system_time(&st),
                     },

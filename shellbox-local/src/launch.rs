@@ -568,6 +568,9 @@ pub(crate) fn start_machine(prepared: Prepared, label: &str) -> Result<MachinePr
                 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
             {}
             child.reaped = true;
+            // Last: whoever waits for `exited` finds nothing of this start left but the
+            // thread's own end.
+            drop((child, tx));
             exited_tx.send_replace(true);
         })
         .map_err(|e| Error::backend(format!("start the sandbox thread of {label}"), e))?;
@@ -592,12 +595,30 @@ pub(crate) fn start_machine(prepared: Prepared, label: &str) -> Result<MachinePr
 #[derive(Default)]
 pub(crate) struct Drivers {
     running: std::sync::atomic::AtomicUsize,
+    /// Notified when the last running driver ends.
+    idle: tokio::sync::Notify,
 }
 
 impl Drivers {
     /// Number of command drivers not yet finished.
     pub fn len(&self) -> usize {
         self.running.load(Ordering::SeqCst)
+    }
+
+    /// Waits until no driver runs, or `limit` passed.
+    pub async fn wait_idle(&self, limit: Duration) {
+        let _ = tokio::time::timeout(limit, async {
+            loop {
+                let notified = self.idle.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if self.len() == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        })
+        .await;
     }
 }
 
@@ -606,7 +627,9 @@ struct DriverGuard(Arc<Drivers>);
 
 impl Drop for DriverGuard {
     fn drop(&mut self) {
-        self.0.running.fetch_sub(1, Ordering::SeqCst);
+        if self.0.running.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
     }
 }
 

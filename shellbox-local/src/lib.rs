@@ -5,8 +5,8 @@
 //! `passwd`, `group`, `hosts`, resolver and certificate files; `/tmp`, `/home/shellbox`,
 //! the workdir), into which the host's system directories (`/usr`, `/lib64`, ... and the
 //! merged-`/usr` symlinks) and the spec's read-only host paths are mounted read-only. The
-//! machine's sandbox is built once, started when it is created (in the background: the
-//! first command waits for it): bwrap starts the
+//! machine's sandbox is built once, started by its first command (on a task of its own,
+//! which that command waits for): bwrap starts the
 //! [`shellbox_supervisor`] program as the sandbox's PID 1, and every command is a fork and
 //! an exec of that supervisor (under a per-command keeper that is its kill scope; see
 //! DESIGN.md "The supervisor"). The sandbox:

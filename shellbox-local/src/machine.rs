@@ -224,8 +224,9 @@ impl LocalMachineFactory {
     /// file system or its pids cgroup cannot be made. Nothing is left behind on error.
     ///
     /// Returns before the machine's sandbox runs: bwrap and the supervisor start on a
-    /// task of their own (DESIGN.md "The supervisor"); the first command waits for them,
-    /// and a failed start is that command's (and every later one's) [`Error::Backend`].
+    /// task of their own begun by the first command, which waits for them (DESIGN.md
+    /// "The supervisor"); a failed start is that command's (and every later one's)
+    /// [`Error::Backend`].
     /// Must be called within a tokio runtime.
     pub async fn create_local(&self, spec: MachineSpec) -> Result<LocalMachine, Error> {
         spec.validate()?;
@@ -334,19 +335,6 @@ impl LocalMachineFactory {
             cgroup: cgroup.map(Arc::new),
             slot: Arc::new(SandboxSlot::default()),
         };
-        // The sandbox starts in the background: create returns once the root, the
-        // namespaces and the cgroup exist; the first command waits for the supervisor
-        // (and gets the start's error, if any). Close or drop meanwhile stops it.
-        let inputs = StartInputs {
-            factory: machine.factory.clone(),
-            layout: machine.layout.clone(),
-            confinement: machine.confinement()?,
-        };
-        tokio::spawn(start_task(
-            inputs,
-            machine.slot.clone(),
-            machine.shutdown.subscribe(),
-        ));
         Ok(machine)
     }
 }
@@ -385,14 +373,8 @@ fn make_namespaces(
     if !inner.share_ns {
         return Ok(namespaces);
     }
-    let bwrap = inner
-        .bwrap
-        .canonicalize()
-        .unwrap_or_else(|_| inner.bwrap.clone());
     let mounts = crate::ns::MountPlan {
         binds: plan::root_binds(layout, &inner.facts),
-        keep: plan::paths_to_keep(layout, &bwrap),
-        root: layout.root.clone(),
     };
     let (net, mnt) = crate::ns::machine_namespaces(
         layout.network == shellbox_core::NetworkPolicy::Deny,
@@ -548,7 +530,7 @@ impl MachineFactory for LocalMachineFactory {
 }
 
 /// One local machine: a private root directory on the host and one bubblewrap sandbox on
-/// it, started by create (in the background) with the supervisor as its PID 1, which runs
+/// it, started by the first command with the supervisor as its PID 1, which runs
 /// every command
 /// (REFERENCE 4.2-4.7).
 ///
@@ -575,7 +557,7 @@ pub struct LocalMachine {
     shutdown: watch::Sender<bool>,
     /// The machine's pids cgroup (see the `cgroup` module); `None` where none can be made.
     cgroup: Option<Arc<crate::cgroup::MachineCgroup>>,
-    /// The machine's sandbox as it starts in the background, then runs.
+    /// The machine's sandbox as it starts (begun by the first command), then runs.
     slot: Arc<SandboxSlot>,
 }
 
@@ -609,6 +591,9 @@ struct SandboxSlot {
 #[derive(Default)]
 struct SlotProcess {
     closed: bool,
+    /// The task starting the sandbox, once the first command asked for it; close awaits
+    /// it, so nothing it holds (the namespaces among it) outlives close.
+    task: Option<tokio::task::JoinHandle<()>>,
     /// bwrap's pid (its process group too) and its reaped flag, once spawned.
     spawned: Option<(i32, watch::Receiver<bool>)>,
 }
@@ -618,14 +603,18 @@ impl SandboxSlot {
         self.process.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Marks the machine closed (no bwrap starts after this) and returns bwrap's pid and
-    /// reaped flag if it was spawned.
-    fn close(&self) -> Option<(i32, watch::Receiver<bool>)> {
+    /// Marks the machine closed (no start begins and no bwrap is spawned after this) and
+    /// returns bwrap's pid and reaped flag if it was spawned, and the start task if one
+    /// began.
+    fn close(&self) -> (Spawned, Option<tokio::task::JoinHandle<()>>) {
         let mut p = self.lock();
         p.closed = true;
-        p.spawned.clone()
+        (p.spawned.clone(), p.task.take())
     }
 }
+
+/// bwrap's pid and its reaped flag, once the start spawned it.
+type Spawned = Option<(i32, watch::Receiver<bool>)>;
 
 /// What the background start needs of its machine.
 struct StartInputs {
@@ -655,7 +644,7 @@ async fn start_task(
 
 /// SIGKILLs a spawned bwrap's process group unless bwrap was already reaped; its
 /// `--die-with-parent` and the PID namespace take every process of the sandbox along.
-fn kill_spawned(spawned: &Option<(i32, watch::Receiver<bool>)>) {
+fn kill_spawned(spawned: &Spawned) {
     if let Some((pid, exited)) = spawned {
         if !*exited.borrow() {
             let _ = nix::sys::signal::killpg(
@@ -1021,12 +1010,37 @@ impl LocalMachine {
         Ok(prepared.into_command().0)
     }
 
-    /// The machine's sandbox, once its background start ended.
+    /// Begins the machine's sandbox start ([`start_task`]) unless it began or the machine
+    /// is closed: the first command's, so a machine that never runs a command never starts
+    /// bwrap (and its close has no sandbox to tear down).
+    fn start_once(&self) {
+        let mut p = self.slot.lock();
+        if p.closed || p.task.is_some() {
+            return;
+        }
+        let confinement = match self.confinement() {
+            Ok(c) => c,
+            Err(_) => return,
+        };
+        let inputs = StartInputs {
+            factory: self.factory.clone(),
+            layout: self.layout.clone(),
+            confinement,
+        };
+        p.task = Some(tokio::spawn(start_task(
+            inputs,
+            self.slot.clone(),
+            self.shutdown.subscribe(),
+        )));
+    }
+
+    /// The machine's sandbox, once its start (begun by the first command) ended.
     ///
     /// # Errors
     /// [`Error::Closed`] when the machine closed first; [`Error::Backend`] with the start's
     /// failure (bwrap's stderr when it said why), on every command.
     async fn sandbox(&self) -> Result<Arc<Sandbox>, Error> {
+        self.start_once();
         let mut ready = self.slot.ready.subscribe();
         let started = ready
             .wait_for(Option::is_some)
@@ -1146,34 +1160,33 @@ impl Machine for LocalMachine {
             return Ok(());
         }
         // No sandbox starts after this; a start under way is stopped.
-        let spawned = self.slot.close();
+        let (spawned, task) = self.slot.close();
         self.shutdown.send_replace(true);
-        // Every process of the machine dies, background ones and escapees included.
-        if spawned.is_some() {
-            let cgroup = self.cgroup.clone();
-            tokio::task::spawn_blocking(move || {
-                Self::remove_cgroup(cgroup.as_deref(), Duration::from_secs(5))
-            })
-            .await
-            .map_err(|e| Error::backend("remove machine cgroup", e))?;
-        } else {
-            // Nothing ever ran in it: an empty cgroup is removed without a wait.
-            Self::remove_cgroup(self.cgroup.as_deref(), Duration::from_secs(5));
+        // Every process of the machine dies, background ones and escapees included: the
+        // cgroup stops forks and kills what is in it, bwrap's group is killed too.
+        if let Some(c) = &self.cgroup {
+            c.kill();
         }
         kill_spawned(&spawned);
-        if let Some((_, mut exited)) = spawned {
+        // Returns only once bwrap was reaped and the start task ended: nothing of the
+        // machine (its namespaces among it) is held after close.
+        if let Some((_, mut exited)) = spawned.clone() {
             let _ = tokio::time::timeout(Duration::from_secs(10), exited.wait_for(|e| *e)).await;
         }
-        self.slot.ready.send_replace(Some(Started::Closed));
-        let started = Instant::now();
-        while self.drivers.len() > 0 && started.elapsed() < Duration::from_secs(10) {
-            tokio::time::sleep(Duration::from_millis(1)).await;
+        if let Some(task) = task {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
         }
+        self.slot.ready.send_replace(Some(Started::Closed));
+        self.drivers.wait_idle(Duration::from_secs(10)).await;
         self.release_namespaces();
         let root = self.layout.root.clone();
-        tokio::task::spawn_blocking(move || root::remove_root(&root))
-            .await
-            .map_err(|e| Error::backend("remove machine root", e))?
+        let cgroup = self.cgroup.clone();
+        tokio::task::spawn_blocking(move || {
+            Self::remove_cgroup(cgroup.as_deref(), Duration::from_secs(5));
+            root::remove_root(&root)
+        })
+        .await
+        .map_err(|e| Error::backend("remove machine root", e))?
     }
 }
 
@@ -1182,7 +1195,8 @@ impl Drop for LocalMachine {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
-        let spawned = self.slot.close();
+        // The start task (if any) sees the shutdown and ends on its own.
+        let (spawned, _task) = self.slot.close();
         self.shutdown.send_replace(true);
         Self::remove_cgroup(self.cgroup.as_deref(), Duration::from_secs(1));
         kill_spawned(&spawned);

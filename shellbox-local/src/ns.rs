@@ -159,22 +159,15 @@ fn ro_bind(src: &std::path::Path, dst: &std::path::Path) -> std::io::Result<()> 
     Ok(())
 }
 
-/// Mount points of the calling thread's mount namespace, in mountinfo order.
-fn own_mount_points() -> Vec<PathBuf> {
-    std::fs::read_to_string("/proc/thread-self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|field| PathBuf::from(crate::root::decode_mountinfo(field)))
-        .collect()
-}
-
-/// What a machine's own mount namespace holds: the read-only `binds` (in order), and the
-/// `keep` paths and `root` that decide which host mounts it drops.
+/// What a machine's own mount namespace holds besides the host's mounts: the read-only
+/// `binds` (in order).
+///
+/// The host's other mounts are not detached from it: only the launcher of the machine's
+/// one bwrap runs in it, and bwrap pivots into the root and detaches the old one (all of
+/// them) in one step, while each detach here waited for an RCU grace period (four of
+/// them took 2-6 ms each on a loaded host: most of a machine's creation time).
 pub(crate) struct MountPlan {
     pub binds: Vec<(PathBuf, PathBuf)>,
-    pub keep: Vec<PathBuf>,
-    pub root: PathBuf,
 }
 
 /// A machine's namespaces, made on one short-lived thread of their own: the loopback-only
@@ -205,9 +198,8 @@ pub(crate) fn machine_namespaces(
 
 /// Makes the calling thread's own mount namespace for a machine and returns an fd to it: a
 /// slave of the host's (host mount events propagate in, none propagate out), in which each
-/// `(source, target)` of `plan.binds` is bound read-only in order and every mount
-/// [`plan::mounts_to_detach`](crate::plan::mounts_to_detach) names is detached (a mount
-/// that cannot be detached is kept).
+/// `(source, target)` of `plan.binds` is bound read-only in order (see [`MountPlan`] for
+/// why the host's other mounts stay).
 ///
 /// # Errors
 /// The failing `unshare(2)`, `mount(2)` or `mount_setattr(2)` (kernels before 5.12 lack
@@ -216,7 +208,7 @@ pub(crate) fn machine_namespaces(
 /// # Safety
 /// Only on a thread of our own that ends right after.
 unsafe fn machine_mountns_here(plan: &MountPlan) -> std::io::Result<OwnedFd> {
-    let MountPlan { binds, keep, root } = plan;
+    let MountPlan { binds } = plan;
     if libc::unshare(libc::CLONE_NEWNS) != 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -232,11 +224,6 @@ unsafe fn machine_mountns_here(plan: &MountPlan) -> std::io::Result<OwnedFd> {
     }
     for (src, dst) in binds {
         ro_bind(src, dst)?;
-    }
-    for point in crate::plan::mounts_to_detach(&own_mount_points(), keep, root) {
-        if let Ok(c) = cstring(&point) {
-            libc::umount2(c.as_ptr(), libc::MNT_DETACH);
-        }
     }
     open_cloexec(c"/proc/thread-self/ns/mnt")
 }
