@@ -78,7 +78,12 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
         "echo" => crate::utils::echo(it, sh, args),
         "printf" => crate::utils::printf_cmd(it, sh, args),
         "pwd" => {
-            let c = sh.cwd.clone();
+            let mut c = sh.cwd.clone();
+            if args.iter().any(|a| a == "-P") {
+                if let Ok(ino) = it.w.vfs.resolve("/", &c, true) {
+                    c = it.w.vfs.path_of(ino);
+                }
+            }
             it.out(sh, &format!("{c}\n"))?;
             Ok(0)
         }
@@ -381,7 +386,15 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             if args.is_empty() {
                 it.out(sh, "hash: hash table empty\n")?;
             }
-            Ok(0)
+            // each name is looked up on PATH: one that is not there fails, as in bash
+            let mut st = 0;
+            for a in args.iter().filter(|a| !a.starts_with('-')) {
+                if !a.contains('/') && it.find_program(sh, a).is_none() {
+                    it.err(sh, &format!("bash: line 1: hash: {a}: not found"));
+                    st = 1;
+                }
+            }
+            Ok(st)
         }
         "alias" | "unalias" | "ulimit" | "times" => Ok(0),
         "umask" => {
@@ -575,10 +588,21 @@ pub fn normalize(p: &str) -> String {
 }
 
 fn cd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
-    let args: Vec<&String> = args
-        .iter()
-        .filter(|a| *a != "-L" && *a != "-P" && *a != "--")
-        .collect();
+    let mut physical = false;
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        match a.as_str() {
+            "-P" => physical = true,
+            "-L" => physical = false,
+            "--" => {
+                i += 1;
+                break;
+            }
+            _ => break,
+        }
+        i += 1;
+    }
+    let args: Vec<&String> = args[i..].iter().collect();
     let target = match args.first() {
         None => match sh.get("HOME") {
             Some(h) => h,
@@ -594,9 +618,17 @@ fn cd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         }
         Some(a) => (*a).clone(),
     };
-    let abs = normalize(&crate::vfs::Vfs::absolute(&sh.cwd, &target));
+    let mut abs = normalize(&crate::vfs::Vfs::absolute(&sh.cwd, &target));
+    // the path as written must lead somewhere too: `cd missing/..` fails as in bash
+    if let Err(e) = it.w.vfs.resolve(&sh.cwd, &target, true) {
+        it.err(sh, &format!("bash: line 1: cd: {target}: {}", e.msg()));
+        return Ok(1);
+    }
     match it.w.vfs.resolve("/", &abs, true) {
         Ok(ino) if it.w.vfs.get(ino).is_dir() => {
+            if physical {
+                abs = it.w.vfs.path_of(ino);
+            }
             let old = std::mem::replace(&mut sh.cwd, abs.clone());
             let _ = sh.set("OLDPWD", old);
             let _ = sh.set("PWD", abs);
@@ -649,6 +681,7 @@ fn set_opt(sh: &mut Shell, name: &str, on: bool) -> bool {
         "xtrace" | "x" => o.xtrace = on,
         "allexport" | "a" => o.allexport = on,
         "errtrace" | "E" => o.errtrace = on,
+        "noexec" | "n" => o.noexec = on,
         "verbose"
         | "v"
         | "monitor"
@@ -677,12 +710,31 @@ fn set_opt(sh: &mut Shell, name: &str, on: bool) -> bool {
         | "keyword"
         | "k"
         | "privileged"
-        | "p"
-        | "noexec"
-        | "n" => {}
+        | "p" => {}
         _ => return false,
     }
     true
+}
+
+/// The value of a `set -o` option by its long name (`None` for a name bash does not have).
+fn set_o_value(sh: &Shell, name: &str) -> Option<bool> {
+    let o = &sh.opts;
+    Some(match name {
+        "errexit" => o.errexit,
+        "nounset" => o.nounset,
+        "pipefail" => o.pipefail,
+        "noclobber" => o.noclobber,
+        "noglob" => o.noglob,
+        "xtrace" => o.xtrace,
+        "allexport" => o.allexport,
+        "errtrace" => o.errtrace,
+        "noexec" => o.noexec,
+        "hashall" | "braceexpand" | "interactive-comments" => true,
+        "verbose" | "monitor" | "posix" | "notify" | "emacs" | "vi" | "ignoreeof"
+        | "histexpand" | "history" | "functrace" | "physical" | "nolog" | "onecmd" | "keyword"
+        | "privileged" => false,
+        _ => return None,
+    })
 }
 
 fn set_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
@@ -776,17 +828,56 @@ fn shopt(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let mut mode = None;
     let mut quiet = false;
     let mut print = false;
+    let mut set_o = false;
     let mut names = Vec::new();
     for a in args {
         match a.as_str() {
-            "-s" => mode = Some(true),
-            "-u" => mode = Some(false),
-            "-q" => quiet = true,
-            "-p" => print = true,
+            _ if a.len() > 1 && a.starts_with('-') && names.is_empty() => {
+                for c in a[1..].chars() {
+                    match c {
+                        's' => mode = Some(true),
+                        'u' => mode = Some(false),
+                        'q' => quiet = true,
+                        'p' => print = true,
+                        'o' => set_o = true,
+                        _ => {
+                            it.err(sh, &format!("bash: shopt: -{c}: invalid option"));
+                            it.err(sh, "shopt: usage: shopt [-pqsu] [-o] [optname ...]");
+                            return Ok(2);
+                        }
+                    }
+                }
+            }
             _ => names.push(a.clone()),
         }
     }
     let mut st = 0;
+    if set_o {
+        // `shopt -o` works on the `set -o` options
+        for n in names {
+            let Some(on) = set_o_value(sh, &n) else {
+                it.err(sh, &format!("bash: shopt: {n}: invalid option name"));
+                st = 1;
+                continue;
+            };
+            match mode {
+                Some(v) => {
+                    set_opt(sh, &n, v);
+                }
+                None => {
+                    if !on {
+                        st = 1;
+                    }
+                    if print {
+                        it.out(sh, &format!("set {}o {n}\n", if on { "-" } else { "+" }))?;
+                    } else if !quiet {
+                        it.out(sh, &format!("{n:<15}\t{}\n", if on { "on" } else { "off" }))?;
+                    }
+                }
+            }
+        }
+        return Ok(st);
+    }
     for n in names {
         let o = &mut sh.opts;
         let slot: Option<&mut bool> = match n.as_str() {
@@ -1323,7 +1414,7 @@ fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let chars: Vec<char> = text.chars().collect();
     let is_ifs = |i: usize| !escaped[i] && ifs.contains(chars[i]);
     let is_ws = |i: usize| is_ifs(i) && matches!(chars[i], ' ' | '\t' | '\n');
-    if exact || nchars.is_some() && names.len() <= 1 && arr.is_none() {
+    if exact || nchars.is_some() && names.is_empty() && arr.is_none() {
         let n = names.first().cloned().unwrap_or_else(|| "REPLY".into());
         let _ = sh.set(&n, text.clone());
         return Ok(if any && (got_delim || exact) { 0 } else { 1 });

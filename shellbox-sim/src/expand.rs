@@ -657,6 +657,20 @@ fn field_regex(f: &Field) -> String {
 }
 
 impl Interp<'_> {
+    /// `set -u`: an unset parameter is an error in every expansion form but the ones
+    /// that test for it (`${v-x}`, `${v+x}`, `${v?x}`, `${v=x}`).
+    fn unbound_check(&mut self, sh: &mut Shell, parameter: &Parameter, v: &PV) -> R<()> {
+        if matches!(v, PV::Unset) && sh.opts.nounset && !matches!(parameter, Parameter::Special(_))
+        {
+            self.err(
+                sh,
+                &format!("bash: {}: unbound variable", param_name(parameter)),
+            );
+            return Err(Ctl::Exit(expansion_error_status(sh)));
+        }
+        Ok(())
+    }
+
     fn parse_word(
         &mut self,
         sh: &mut Shell,
@@ -1018,15 +1032,26 @@ impl Interp<'_> {
                 SpecialParameter::PositionalParameterCount => PV::S(sh.pos.len().to_string()),
                 SpecialParameter::LastExitStatus => PV::S(sh.status.to_string()),
                 SpecialParameter::CurrentOptionFlags => {
-                    let mut f = String::from("h");
-                    if sh.opts.errexit {
-                        f.push('e');
+                    // bash's order (flags.c): a b e f h ... n ... u v x B C E, then c
+                    let o = &sh.opts;
+                    let mut f = String::new();
+                    for (on, c) in [
+                        (o.allexport, 'a'),
+                        (o.errexit, 'e'),
+                        (o.noglob, 'f'),
+                        (true, 'h'),
+                        (o.noexec, 'n'),
+                        (o.nounset, 'u'),
+                        (o.xtrace, 'x'),
+                        (true, 'B'),
+                        (o.noclobber, 'C'),
+                        (o.errtrace, 'E'),
+                        (true, 'c'),
+                    ] {
+                        if on {
+                            f.push(c);
+                        }
                     }
-                    if sh.opts.nounset {
-                        f.push('u');
-                    }
-                    f.push('B');
-                    f.push('c');
                     PV::S(f)
                 }
                 SpecialParameter::ProcessId => PV::S(sh.pid.to_string()),
@@ -1264,8 +1289,32 @@ impl Interp<'_> {
                         Some(d) => self.expand_nosplit_str(sh, d)?,
                         None => String::new(),
                     };
-                    if let Parameter::Named(n) = parameter {
-                        let _ = sh.set(n, d.clone());
+                    match parameter {
+                        Parameter::Named(n) => {
+                            let _ = sh.set(n, d.clone());
+                        }
+                        Parameter::NamedWithIndex { name, index } => {
+                            // `${a[i]=x}` assigns the element
+                            let resolved = sh.resolve(name);
+                            let name = resolved.as_ref().unwrap_or(name).clone();
+                            let is_assoc = matches!(
+                                sh.vars.get(&name).map(|v| &v.value),
+                                Some(Value::Assoc(_))
+                            );
+                            let key = if is_assoc {
+                                self.expand_nosplit_str(sh, index)?
+                            } else {
+                                let text = self.expand_nosplit_str(sh, index)?;
+                                self.eval_arith_str(sh, &text)?
+                                    .unwrap_or_default()
+                                    .to_string()
+                            };
+                            if let Err(m) = crate::shell::set_elem(sh, &name, &key, d.clone()) {
+                                self.err(sh, &format!("bash: {m}"));
+                                return Err(Ctl::Exit(1));
+                            }
+                        }
+                        _ => {}
                     }
                     PV::S(d)
                 } else {
@@ -1346,6 +1395,7 @@ impl Interp<'_> {
                 pattern,
             } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
+                self.unbound_check(sh, parameter, &v)?;
                 let pat = self.pattern_of(sh, pattern)?;
                 let ext = sh.opts.extglob;
                 let (suffix, largest) = match pe {
@@ -1365,6 +1415,7 @@ impl Interp<'_> {
                 length,
             } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
+                self.unbound_check(sh, parameter, &v)?;
                 let off = match self.arith_text(sh, &offset.value)? {
                     Ok(o) => o,
                     Err(m) => {
@@ -1426,6 +1477,7 @@ impl Interp<'_> {
                 op,
             } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
+                self.unbound_check(sh, parameter, &v)?;
                 use word::ParameterTransformOp as T;
                 match op {
                     T::ToUpperCase => map_pv(v, |s| s.to_uppercase()),
@@ -1439,9 +1491,32 @@ impl Interp<'_> {
                         }
                     }),
                     T::ExpandEscapeSequences => map_pv(v, |s| ansi_c(&s)),
-                    T::ToAssignmentLogic => {
+                    T::ToAssignmentLogic if matches!(parameter, Parameter::Named(_)) => {
+                        // `declare -FLAGS name=VALUE` as bash's `${v@A}` prints a scalar
                         let n = param_name(parameter);
-                        map_pv(v, |s| format!("{n}='{s}'"))
+                        let flags = attr_flags(sh, &n);
+                        let decl = if flags.is_empty() {
+                            String::new()
+                        } else {
+                            format!("declare -{flags} ")
+                        };
+                        map_pv(v, |s| format!("{decl}{n}={}", quote_value(&s)))
+                    }
+                    T::ToAttributeFlags => {
+                        let n = param_name(parameter);
+                        let n = n.split('[').next().unwrap_or_default().to_string();
+                        let flags = attr_flags(sh, &n);
+                        match v {
+                            PV::Unset if !sh.vars.contains_key(&n) => PV::Unset,
+                            PV::L(l, c) => PV::L(l.iter().map(|_| flags.clone()).collect(), c),
+                            _ => PV::S(flags),
+                        }
+                    }
+                    T::PromptExpand => {
+                        let host = sh.get("HOSTNAME").unwrap_or_else(|| "sandbox".into());
+                        let user = sh.get("USER").unwrap_or_else(|| "root".into());
+                        let cwd = sh.cwd.clone();
+                        map_pv(v, |s| prompt_expand(&s, &user, &host, &cwd))
                     }
                     _ => {
                         self.unsupported(sh, "parameter transformation operator")?;
@@ -1455,6 +1530,7 @@ impl Interp<'_> {
                 ..
             } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
+                self.unbound_check(sh, parameter, &v)?;
                 map_pv(v, |s| cap_first(&s, true))
             }
             ParameterExpr::LowercaseFirstChar {
@@ -1463,6 +1539,7 @@ impl Interp<'_> {
                 ..
             } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
+                self.unbound_check(sh, parameter, &v)?;
                 map_pv(v, |s| cap_first(&s, false))
             }
             ParameterExpr::UppercasePattern {
@@ -1477,6 +1554,7 @@ impl Interp<'_> {
             } => {
                 let upper = matches!(pe, ParameterExpr::UppercasePattern { .. });
                 let v = self.param_value(sh, parameter, *indirect)?;
+                self.unbound_check(sh, parameter, &v)?;
                 let pat = match pattern {
                     Some(p) if !p.is_empty() => {
                         Some(self.expand_pattern(sh, p)?.unwrap_or_default())
@@ -1506,6 +1584,7 @@ impl Interp<'_> {
                 match_kind,
             } => {
                 let v = self.param_value(sh, parameter, *indirect)?;
+                self.unbound_check(sh, parameter, &v)?;
                 let pat = self.expand_pattern(sh, pattern)?.unwrap_or_default();
                 let rep = match replacement {
                     Some(r) => self.expand_nosplit_str(sh, r)?,
@@ -1563,7 +1642,8 @@ impl Interp<'_> {
                 Ok(false)
             }
             PV::L(items, concat) => {
-                if items.is_empty() {
+                if items.is_empty() && !(in_dq && concat) {
+                    // "$@" of nothing is no field; "$*" of nothing is one empty one
                     return Ok(true);
                 }
                 if in_dq && concat {
@@ -2318,4 +2398,72 @@ fn expansion_error_status(sh: &Shell) -> i32 {
     } else {
         1
     }
+}
+
+/// A variable's attributes as `${v@a}` lists them (bash's order: a A i n r x).
+fn attr_flags(sh: &Shell, name: &str) -> String {
+    let Some(v) = sh.vars.get(name) else {
+        return String::new();
+    };
+    let mut f = String::new();
+    match v.value {
+        Value::Arr(_) => f.push('a'),
+        Value::Assoc(_) => f.push('A'),
+        Value::Str(_) => {}
+    }
+    for (on, c) in [
+        (v.integer, 'i'),
+        (v.nameref, 'n'),
+        (v.readonly, 'r'),
+        (v.exported, 'x'),
+    ] {
+        if on {
+            f.push(c);
+        }
+    }
+    f
+}
+
+/// A value quoted as `${v@Q}` and `${v@A}` print it.
+fn quote_value(s: &str) -> String {
+    if s.chars().any(|c| c.is_control()) {
+        crate::utils::shell_quote(s)
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// `${v@P}`: the prompt escapes that do not depend on a terminal or history.
+fn prompt_expand(s: &str, user: &str, host: &str, cwd: &str) -> String {
+    let mut out = String::new();
+    let mut it = s.chars();
+    while let Some(c) = it.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match it.next() {
+            Some('$') => out.push(if user == "root" { '#' } else { '$' }),
+            Some('u') => out.push_str(user),
+            Some('h') => out.push_str(host.split('.').next().unwrap_or(host)),
+            Some('H') => out.push_str(host),
+            Some('w') => out.push_str(cwd),
+            Some('W') => out.push_str(
+                cwd.rsplit('/')
+                    .next()
+                    .filter(|b| !b.is_empty())
+                    .unwrap_or("/"),
+            ),
+            Some('s') => out.push_str("bash"),
+            Some('n') => out.push('\n'),
+            Some('\\') => out.push('\\'),
+            Some('[') | Some(']') => {}
+            Some(o) => {
+                out.push('\\');
+                out.push(o);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
 }

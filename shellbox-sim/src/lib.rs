@@ -223,6 +223,13 @@ impl SimMachineFactory {
             .vfs
             .mkdir_p(&workdir, 0o755)
             .map_err(|e| Error::invalid(format!("workdir {workdir}: {}", e.msg())))?;
+        // REFERENCE.md section 6: the directories a harness writes its logs into
+        for d in ["/logs/agent", "/logs/verifier", "/logs/artifacts"] {
+            world
+                .vfs
+                .mkdir_p(d, 0o755)
+                .map_err(|e| Error::invalid(format!("{d}: {}", e.msg())))?;
+        }
         let closing = world.closing.clone();
         Ok(SimMachine {
             inner: Arc::new(Inner {

@@ -70,6 +70,17 @@ pub enum HeadNeed {
 /// The capacity of a Linux pipe.
 const PIPE_CAPACITY: usize = 64 * 1024;
 
+/// Whether a pipeline is one compound command other than a subshell (`{ }`, `if`,
+/// loops, `case`): its status is not checked for `set -e` and the ERR trap, as its inner
+/// commands were (`set -e; { false && true; }; echo reached` goes on, as in bash).
+fn is_compound_group(p: &ast::Pipeline) -> bool {
+    use ast::CompoundCommand as C;
+    match p.seq.as_slice() {
+        [ast::Command::Compound(c, _)] => !matches!(c, C::Subshell(_) | C::Arithmetic(_)),
+        _ => false,
+    }
+}
+
 /// What `cmd` consumes from stdin when it is a plain `head` reading only stdin.
 fn head_need(cmd: &ast::Command) -> Option<HeadNeed> {
     let ast::Command::Simple(s) = cmd else {
@@ -244,6 +255,8 @@ pub struct Opts {
     pub nocasematch: bool,
     pub lastpipe: bool,
     pub errtrace: bool,
+    /// `set -n`: commands are read, not run.
+    pub noexec: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -1348,7 +1361,13 @@ impl<'a> Interp<'a> {
                 last_bang = p.bang;
             }
         }
-        if st != 0 && last_idx == n && !last_bang && sh.cond == 0 {
+        let last = match last_idx {
+            0 => &list.first,
+            i => match &list.additional[i - 1] {
+                ast::AndOr::And(p) | ast::AndOr::Or(p) => p,
+            },
+        };
+        if st != 0 && last_idx == n && !last_bang && sh.cond == 0 && !is_compound_group(last) {
             self.on_failure(sh, st)?;
         }
         Ok(st)
@@ -1495,6 +1514,10 @@ impl<'a> Interp<'a> {
     }
 
     pub fn exec_command(&mut self, sh: &mut Shell, cmd: &ast::Command) -> R<i32> {
+        if sh.opts.noexec {
+            // `set -n`: read, never run
+            return Ok(0);
+        }
         if self.depth >= MAX_EXEC_DEPTH {
             self.err(
                 sh,
@@ -1563,6 +1586,9 @@ impl<'a> Interp<'a> {
             C::Subshell(s) => {
                 let pid = self.w.new_pid();
                 let mut sub = sh.subshell(pid);
+                // a `( )` subshell runs no loop of its parent: `break` and `continue`
+                // in it are no-ops, as in bash
+                sub.loops = 0;
                 let r = self.exec_list(&mut sub, &s.list);
                 let st = match r {
                     Ok(s) => s,

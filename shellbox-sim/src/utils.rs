@@ -319,8 +319,12 @@ pub fn printf_format_limited(
                 if j < f.len() {
                     s.push(f[j]);
                     j += 1;
-                    if matches!(f[j - 1], '0'..='7' | 'x') {
-                        let maxn = 2;
+                    if matches!(f[j - 1], '0'..='7' | 'x' | 'u' | 'U') {
+                        let maxn = match f[j - 1] {
+                            'u' => 4,
+                            'U' => 8,
+                            _ => 2,
+                        };
                         let mut n = 0;
                         while n < maxn && j < f.len() && f[j].is_ascii_hexdigit() {
                             s.push(f[j]);
@@ -387,8 +391,14 @@ pub fn printf_format_limited(
                 }
                 prec = Some(p.parse().unwrap_or(0));
             }
+            let before_len = j;
             while j < f.len() && "hlLjzt".contains(f[j]) {
                 j += 1;
+            }
+            if j >= f.len() && j > before_len {
+                // a length modifier with no conversion after it
+                errs.push(format!("%{}: invalid format character", f[j - 1]));
+                return Some(out);
             }
             if j >= f.len() {
                 out.extend(f[i..].iter().collect::<String>().bytes());
@@ -571,7 +581,7 @@ pub fn printf_format_limited(
                             if exp < -4 || exp >= p as i32 {
                                 let s = format!("{:.*e}", p - 1, v);
                                 let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
-                                let m = if m.contains('.') {
+                                let m = if m.contains('.') && !flags.contains('#') {
                                     m.trim_end_matches('0').trim_end_matches('.')
                                 } else {
                                     m
@@ -587,7 +597,14 @@ pub fn printf_format_limited(
                             } else {
                                 let dec = (p as i32 - 1 - exp).max(0) as usize;
                                 let s = format!("{v:.dec$}");
-                                if s.contains('.') {
+                                if flags.contains('#') {
+                                    // `#`: trailing zeros stay, and so does the point
+                                    if s.contains('.') {
+                                        s
+                                    } else {
+                                        format!("{s}.")
+                                    }
+                                } else if s.contains('.') {
                                     s.trim_end_matches('0').trim_end_matches('.').to_string()
                                 } else {
                                     s
@@ -2847,7 +2864,20 @@ fn head_tail(it: &mut Interp<'_>, sh: &mut Shell, args: &[String], head: bool) -
 }
 
 fn wc(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
-    let (fl, mut files) = flags(args);
+    let (mut fl, mut files) = flags(args);
+    for a in args.iter().take_while(|a| *a != "--") {
+        match a.as_str() {
+            "--lines" => fl.push('l'),
+            "--words" => fl.push('w'),
+            "--bytes" => fl.push('c'),
+            "--chars" => fl.push('m'),
+            "--max-line-length" => fl.push('L'),
+            _ if a.starts_with("--") => {
+                return unsupported_opt(it, sh, "wc", a);
+            }
+            _ => {}
+        }
+    }
     let mut l = fl.contains(&'l');
     let mut w = fl.contains(&'w');
     let mut c = fl.contains(&'c');
