@@ -2802,7 +2802,18 @@ pub fn set_elem(sh: &mut Shell, name: &str, key: &str, val: String) -> Result<()
             }
             match &mut v.value {
                 Value::Arr(m) => {
-                    m.insert(key.parse().unwrap_or(0), val.into());
+                    let mut i: i64 = key.parse().unwrap_or(0);
+                    if i < 0 {
+                        // a negative subscript counts from the end, as in bash (one
+                        // before the start keeps the old key: bash's "bad array
+                        // subscript" would end the whole script here, see
+                        // tests/engine_faults.rs)
+                        let end = m.get_max().map(|(k, _)| k.saturating_add(1)).unwrap_or(0);
+                        if end.saturating_add(i) >= 0 {
+                            i = end.saturating_add(i);
+                        }
+                    }
+                    m.insert(i, val.into());
                 }
                 Value::Assoc(m) => {
                     m.insert(key.to_string(), val);

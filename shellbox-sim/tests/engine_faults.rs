@@ -78,10 +78,6 @@ const EXPECTED_DIFFERENCES: &[(&str, &str)] = &[
         "not fixed yet: single quotes in the word of a double-quoted `${u:-'a'}` are removed",
     ),
     (
-        r#"a=(0 1 2); (( a[-1] += 5 )); echo ${a[@]}"#,
-        "not fixed yet: a negative subscript in an arithmetic assignment (`a[-1] += 5`) makes a new element instead of counting from the end",
-    ),
-    (
         r#"x=/a/; echo ${x////c}"#,
         "not fixed yet: `${x////c}` (pattern `/`) is read with an empty pattern",
     ),

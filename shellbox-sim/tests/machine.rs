@@ -654,7 +654,10 @@ fn dev_zero_and_urandom_are_endless() {
 fn create_from_applies_the_spec() {
     let factory = SimMachineFactory::new();
     let m = machine();
-    sh(&m, "head -c 3000000 /dev/zero > /big; sleep 100; touch /late");
+    sh(
+        &m,
+        "head -c 3000000 /dev/zero > /big; sleep 100; touch /late",
+    );
     let snapshot = m.snapshot_sync().unwrap();
     assert_eq!(snapshot.backend(), "sim");
     let spec = MachineSpec::sim()
