@@ -357,6 +357,8 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             let _ = a;
             let mut st = 0;
             for n in names {
+                // one PATH walk per name: `type {1..65536}` must still end at its deadline
+                it.tick()?;
                 match describe(it, sh, &n) {
                     Some((kind, text)) => {
                         let line = if t {
@@ -389,6 +391,7 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             // each name is looked up on PATH: one that is not there fails, as in bash
             let mut st = 0;
             for a in args.iter().filter(|a| !a.starts_with('-')) {
+                it.tick()?;
                 if !a.contains('/') && it.find_program(sh, a).is_none() {
                     it.err(sh, &format!("bash: line 1: hash: {a}: not found"));
                     st = 1;

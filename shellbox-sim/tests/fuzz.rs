@@ -412,6 +412,11 @@ const CORPUS: &[&str] = &[
     // the hour run, seed 20261201, case 335, minimised: tee opened 65,534 files without
     // looking at the clock (and copied the whole shell for each), 700 ms under 200 ms
     "tee {3..65536} </dev/null",
+    // the hour run, seed 20261201, case 26544, minimised and made heavier: `type` and
+    // `hash` walked PATH once per name without looking at the clock (157 ms of CPU after
+    // a 200 ms deadline for 65,536 names)
+    "type {1..300000}",
+    "hash {1..300000}",
     // the hour run, seed 20261201, case 26860, minimised: a million 400-byte words
     // (brace expansion counted neither bytes nor the clock)
     ": {1..1000}{1..1000}xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",

@@ -39,7 +39,7 @@ fn seconds(field: &str, value: Option<f64>) -> Result<Option<Duration>, Error> {
         .map(|s| {
             Duration::try_from_secs_f64(s).map_err(|_| {
                 Error::invalid(format!(
-                    "{field} must be a finite, non-negative number of seconds, not {s}"
+                    "{field} must be a finite, non-negative number of seconds below 2^64, not {s:?}"
                 ))
             })
         })
