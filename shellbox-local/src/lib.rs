@@ -124,7 +124,7 @@ pub use cgroup::CGROUP_BASE_NAME;
 pub use gc::{gc, gc_in, GcReport, Owner, OWNER_FILE};
 pub use launch::{parse_exit_code, CONTROL_ENV};
 pub use machine::{
-    machine_bwrap_args, LocalMachine, LocalMachineFactory, LocalOptions, PROBE_TIMEOUT,
-    SANDBOX_REQUIREMENTS,
+    largest_storage_mb, machine_bwrap_args, LocalMachine, LocalMachineFactory, LocalOptions,
+    PROBE_TIMEOUT, SANDBOX_REQUIREMENTS,
 };
 pub use root::{ETC_BOUND_DIRS, ETC_COPIES, ROOT_DIR_NAME, ROOT_PREFIX};

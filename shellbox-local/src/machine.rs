@@ -109,6 +109,18 @@ fn bwrap_candidates(given: Option<&Path>) -> Vec<PathBuf> {
     found
 }
 
+/// The largest `storage_mb` one local machine may have: half the host's memory in MiB
+/// (`sysinfo(2)`'s total RAM), because a bounded root is a `tmpfs`, held in RAM (issue 8's
+/// break-it pass: `storage_mb` 10,000,000 gave a 9.6 TiB tmpfs a guest could fill until the
+/// host ran out of memory). Several machines together can still hold more; the host's
+/// operator bounds how many run.
+pub fn largest_storage_mb() -> u64 {
+    let total_bytes = nix::sys::sysinfo::sysinfo()
+        .map(|info| info.ram_total())
+        .unwrap_or(0);
+    total_bytes / 2 / (1024 * 1024)
+}
+
 impl LocalMachineFactory {
     /// Checks the options and probes bwrap: each candidate in turn runs the full sandbox
     /// line of a throwaway machine (network denied) on `/bin/sh -c 'exit 0'` within
@@ -219,7 +231,8 @@ impl LocalMachineFactory {
     /// [`ImageSource::Host`], any of `cpus`, `memory_mb`, non-zero `gpus`
     /// (bwrap enforces none of them), `storage_mb` when this process is not root (the
     /// bound is a `tmpfs` mounted on the machine root; `storage_mb` over 2^44 - 1 MiB is
-    /// [`Error::InvalidInput`]), a mount inside a system directory or another mount,
+    /// [`Error::InvalidInput`]) or above [`largest_storage_mb`] (half the host's memory:
+    /// the tmpfs is held in RAM), a mount inside a system directory or another mount,
     /// a workdir inside a system directory or mount; [`Error::Io`] when the root, its
     /// file system or its pids cgroup cannot be made. Nothing is left behind on error.
     ///
@@ -257,6 +270,15 @@ impl LocalMachineFactory {
             return Err(Error::unsupported(
                 "the local backend bounds storage_mb with a tmpfs root, which needs a root host process",
             ));
+        }
+        if let Some(mb) = spec.storage_mb {
+            let most = largest_storage_mb();
+            if mb > most {
+                return Err(Error::unsupported(format!(
+                    "storage_mb {mb} is more than the local backend gives one machine on this host \
+                     ({most} MiB, half its memory): a bounded root is a tmpfs, held in RAM"
+                )));
+            }
         }
         let image_read_only = image
             .read_only

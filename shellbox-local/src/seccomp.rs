@@ -6,7 +6,10 @@
 //! keeps every other system call working as on the host. Each refused call fails with
 //! `EPERM` (Docker's default action), except `clone3`, which fails with `ENOSYS` as in
 //! Docker, so the C library falls back to `clone(2)`, whose flags a filter can inspect
-//! (`clone3` passes them in memory). Two more rules have no table entry:
+//! (`clone3` passes them in memory), and `inotify_init`/`inotify_init1`, which fail with
+//! `ENOSYS` (as on a kernel without inotify): the kernel counts inotify instances per host
+//! uid, shared with the host and every other machine, and no capability exempts them.
+//! Two more rules have no table entry:
 //!
 //! - on x86-64, system calls of the x32 ABI (numbers with bit 30 set) fail with `ENOSYS`
 //!   (as on a kernel built without x32): the table's numbers are x86-64 ones, and x32
@@ -121,7 +124,8 @@ const OPEN_TREE_ATTR_NR: i64 = 467;
 /// family and `pivot_root`; namespaces (`unshare` and `clone` with any `CLONE_NEW*` flag,
 /// `setns`, and `clone3`, which fails with `ENOSYS`); swap, `reboot`, clocks, `acct`,
 /// quotas, `syslog`, I/O ports, `vhangup`, `personality` other than Docker's values
-/// ([`ALLOWED_PERSONAS`]), file handles, `fanotify_init`, and the obsolete `uselib`,
+/// ([`ALLOWED_PERSONAS`]), file handles, `fanotify_init`, `inotify_init*` (with `ENOSYS`:
+/// inotify is counted per host uid), and the obsolete `uselib`,
 /// `ustat`, `sysfs`, `nfsservctl`, `lookup_dcookie` and `*_module` calls.
 pub fn refused() -> Vec<Refused> {
     let mut v = vec![
@@ -232,6 +236,18 @@ pub fn refused() -> Vec<Refused> {
         },
         deny("fanotify_init", libc::SYS_fanotify_init),
         deny("nfsservctl", libc::SYS_nfsservctl),
+        // Inotify instances and watches are counted per host uid in the kernel
+        // (`fs.inotify.max_user_instances`, 128 here), and no capability exempts them: a
+        // command running as root would use up root's instances for the host and every
+        // other machine (the issue 8 break-it pass). A machine behaves as a kernel built
+        // without inotify; `tail -f` and file watchers fall back to polling.
+        Refused {
+            name: "inotify_init1",
+            nr: libc::SYS_inotify_init1,
+            when: When::Always,
+            errno: ENOSYS,
+            setup: false,
+        },
     ];
     #[cfg(target_arch = "x86_64")]
     v.extend([
@@ -243,6 +259,13 @@ pub fn refused() -> Vec<Refused> {
         deny("create_module", 174),
         deny("get_kernel_syms", 177),
         deny("query_module", 178),
+        Refused {
+            name: "inotify_init",
+            nr: libc::SYS_inotify_init,
+            when: When::Always,
+            errno: ENOSYS,
+            setup: false,
+        },
     ]);
     v
 }
