@@ -2863,6 +2863,50 @@ fn head_tail(it: &mut Interp<'_>, sh: &mut Shell, args: &[String], head: bool) -
     Ok(st)
 }
 
+/// `wc`'s counts of `data`: newlines, words, characters, bytes and the longest line in
+/// characters (the last three as `String::from_utf8_lossy` decodes it: an invalid sequence
+/// is one character). Without `text` only the newlines and bytes are counted (the rest are
+/// 0). Goes through the input in pieces of about 1 MiB, looking at the clock between them,
+/// so a count over hundreds of megabytes still ends at the command's deadline; a piece ends
+/// before an ASCII byte, where no UTF-8 sequence can be cut.
+fn wc_counts(it: &mut Interp<'_>, data: &[u8], text: bool) -> R<[u64; 5]> {
+    const PIECE: usize = 1 << 20;
+    let (mut lines, mut words, mut chars, mut longest) = (0u64, 0u64, 0u64, 0u64);
+    let (mut in_word, mut line_chars, mut after_cr) = (false, 0u64, false);
+    let mut start = 0;
+    while start < data.len() {
+        it.check_time()?;
+        let mut end = (start + PIECE).min(data.len());
+        while end < data.len() && data[end] >= 0x80 {
+            end += 1;
+        }
+        let piece = &data[start..end];
+        lines += piece.iter().filter(|b| **b == b'\n').count() as u64;
+        if text {
+            for ch in String::from_utf8_lossy(piece).chars() {
+                chars += 1;
+                if ch == '\n' {
+                    // a line ends at "\n" or "\r\n", as `str::lines` splits
+                    longest = longest.max(line_chars - u64::from(after_cr));
+                    line_chars = 0;
+                } else {
+                    line_chars += 1;
+                }
+                after_cr = ch == '\r';
+                if ch.is_whitespace() {
+                    in_word = false;
+                } else if !in_word {
+                    in_word = true;
+                    words += 1;
+                }
+            }
+        }
+        start = end;
+    }
+    longest = longest.max(line_chars);
+    Ok([lines, words, chars, data.len() as u64, longest])
+}
+
 fn wc(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     let (mut fl, mut files) = flags(args);
     for a in args.iter().take_while(|a| *a != "--") {
@@ -2923,14 +2967,7 @@ fn wc(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                 continue;
             }
         };
-        let text = String::from_utf8_lossy(&data);
-        let counts = [
-            data.iter().filter(|b| **b == b'\n').count() as u64,
-            text.split_whitespace().count() as u64,
-            text.chars().count() as u64,
-            data.len() as u64,
-            text.lines().map(|l| l.chars().count()).max().unwrap_or(0) as u64,
-        ];
+        let counts = wc_counts(it, &data, w || m || big_l)?;
         let mut row = Vec::new();
         for (k, on) in [l, w, m, c, big_l].iter().enumerate() {
             total[k] = if k == 4 {

@@ -383,3 +383,27 @@ fn awk_recursion_is_bounded() {
     assert_no_panic("awk recursion", &r);
     assert_eq!(String::from_utf8_lossy(&r.stdout), "rc=2\n500\n", "{r:?}");
 }
+
+/// `wc` over a big file looks at the clock as it counts: counting 300 MB (about 1.5 s of
+/// work) under a 200 ms timeout times out, where it used to run to the end and exit 0
+/// (issue 8's break-it pass: `head -c 300000000 /dev/zero | wc -c` under `--timeout 2s`).
+#[test]
+fn wc_of_a_big_file_ends_at_its_deadline() {
+    let m = SimMachineFactory::new()
+        .create_sim(MachineSpec::sim())
+        .unwrap();
+    let r = m
+        .run_sync(Command::shell("head -c 300000000 /dev/zero > /big"))
+        .unwrap();
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    for script in ["wc /big", "cat /big | wc -w"] {
+        let r = m
+            .run_sync(Command::shell(script).timeout(Duration::from_millis(200)))
+            .unwrap();
+        assert_eq!(
+            r.reason,
+            shellbox_core::ExitReason::TimedOut,
+            "{script}: {r:?}"
+        );
+    }
+}
