@@ -1380,6 +1380,20 @@ impl crate::SnapshotHandle for ForeignSnapshot {
     }
 }
 
+/// The error `create_from` must give for `snapshot` (a machine instead is a failure).
+async fn create_from_error(h: &Harness, snapshot: &crate::Snapshot) -> Error {
+    match h.factory.create_from(snapshot, h.spec.clone()).await {
+        Ok(m) => {
+            let _ = m.close().await;
+            panic!(
+                "create_from({snapshot:?}) made a machine on {}",
+                h.factory.backend()
+            )
+        }
+        Err(e) => e,
+    }
+}
+
 /// Whether the harness's backend declares snapshots (no SKIP line when it does not, as for
 /// the process model).
 fn has_snapshots(h: &Harness) -> bool {
@@ -1397,12 +1411,7 @@ pub async fn snapshot_refused_unless_declared(h: &Harness) {
     let e = m.snapshot().await.unwrap_err();
     assert!(e.is_unsupported(), "snapshot: {e:?}");
     let foreign = crate::Snapshot::new(ForeignSnapshot);
-    let e = h
-        .factory
-        .create_from(&foreign, h.spec.clone())
-        .await
-        .map(|_| ())
-        .unwrap_err();
+    let e = create_from_error(h, &foreign).await;
     assert!(e.is_unsupported(), "create_from: {e:?}");
     let e = h
         .factory
@@ -1540,12 +1549,7 @@ pub async fn deleted_snapshot_keeps_its_forks(h: &Harness) {
     let clone = snapshot.clone();
     snapshot.delete().await.expect("delete");
     clone.delete().await.expect("a second delete");
-    let e = h
-        .factory
-        .create_from(&clone, h.spec.clone())
-        .await
-        .map(|_| ())
-        .unwrap_err();
+    let e = create_from_error(h, &clone).await;
     assert!(
         matches!(e, Error::Closed),
         "create_from a deleted snapshot: {e:?}"
@@ -1573,12 +1577,7 @@ pub async fn foreign_snapshot_refused(h: &Harness) {
         return;
     }
     let foreign = crate::Snapshot::new(ForeignSnapshot);
-    let e = h
-        .factory
-        .create_from(&foreign, h.spec.clone())
-        .await
-        .map(|_| ())
-        .unwrap_err();
+    let e = create_from_error(h, &foreign).await;
     assert!(e.is_unsupported(), "{e:?}");
     assert!(e.to_string().contains("conformance-foreign"), "{e}");
 }

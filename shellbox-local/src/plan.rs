@@ -411,44 +411,6 @@ pub fn root_binds(layout: &Layout, facts: &HostFacts) -> Vec<(PathBuf, PathBuf)>
     binds
 }
 
-/// The host paths a machine's own mount namespace must keep reachable: its root, `/proc`
-/// and `/dev` (bwrap opens them before it pivots), the system directories, the bwrap
-/// program, the `etc_binds` and the sources of the read-only mounts (bound per command).
-pub fn paths_to_keep(layout: &Layout, bwrap: &Path) -> Vec<PathBuf> {
-    let mut keep: Vec<PathBuf> = [layout.root.as_path(), Path::new("/proc"), Path::new("/dev")]
-        .into_iter()
-        .map(Path::to_path_buf)
-        .collect();
-    keep.extend(SYSTEM_DIRS.iter().map(PathBuf::from));
-    keep.push(bwrap.to_path_buf());
-    keep.extend(layout.etc_binds.iter().cloned());
-    keep.extend(layout.mounts.iter().map(|m| m.host.clone()));
-    keep
-}
-
-/// The mount points (of a machine's own mount namespace) to detach, each with everything
-/// below it (`MNT_DETACH`), in mountinfo order: every one except `/`, those at or above a
-/// path of `keep` and those inside `root` (the machine's own binds), leaving out those
-/// below another one detached. Fewer mounts make each command's namespace copy, bwrap's
-/// `/proc/self/mountinfo` reads and its unmount of the old root cheaper; fewer detach
-/// calls make the machine's creation cheaper (each waits for an RCU grace period).
-pub fn mounts_to_detach(mount_points: &[PathBuf], keep: &[PathBuf], root: &Path) -> Vec<PathBuf> {
-    let candidates: Vec<&PathBuf> = mount_points
-        .iter()
-        .filter(|m| m.as_path() != Path::new("/"))
-        .filter(|m| !m.starts_with(root))
-        .filter(|m| !keep.iter().any(|k| k.starts_with(m)))
-        .collect();
-    let mut out: Vec<PathBuf> = Vec::new();
-    for m in &candidates {
-        let below_another = candidates.iter().any(|c| c != m && m.starts_with(c));
-        if !below_another && !out.contains(m) {
-            out.push((*m).clone());
-        }
-    }
-    out
-}
-
 /// The bwrap argument vector (without the program name) for one command (REFERENCE 4.3, in
 /// that order): namespaces and process options, the root bound at `/`, the system
 /// directories (with the `etc_binds` right after `/etc`), fresh `/dev`, `/dev/shm` (bounded
@@ -1092,50 +1054,6 @@ mod tests {
             .map(|w| (w[1].to_string(), format!("/r{}", w[2])))
             .collect();
         assert_eq!(per_command, pairs);
-    }
-
-    #[test]
-    fn detaching_keeps_what_commands_need() {
-        let points: Vec<PathBuf> = [
-            "/",
-            "/proc",
-            "/sys",
-            "/dev",
-            "/dev/shm",
-            "/sys/fs/cgroup",
-            "/sys/fs/cgroup/cpu",
-            "/tmp",
-            "/tmp/m/root/usr",
-            "/var/lib/docker",
-            "/opt",
-            "/opt/tools",
-            "/proc/sys/fs/binfmt_misc",
-        ]
-        .iter()
-        .map(PathBuf::from)
-        .collect();
-        let layout = Layout {
-            root: "/tmp/m/root".into(),
-            network: NetworkPolicy::Deny,
-            mounts: vec![ReadOnlyMount {
-                host: "/opt/tools/bin".into(),
-                guest: "/tools".into(),
-            }],
-            etc_binds: vec![],
-            shared: Shared::default(),
-        };
-        let keep = paths_to_keep(&layout, Path::new("/usr/bin/bwrap"));
-        let detach = mounts_to_detach(&points, &keep, &layout.root);
-        let detach: Vec<&str> = detach.iter().map(|p| p.to_str().unwrap()).collect();
-        assert_eq!(
-            detach,
-            [
-                "/dev/shm",
-                "/sys/fs/cgroup",
-                "/var/lib/docker",
-                "/proc/sys/fs/binfmt_misc"
-            ]
-        );
     }
 
     #[test]

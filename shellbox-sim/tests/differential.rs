@@ -1,8 +1,7 @@
 //! Differential tests: the same scripts through the host's real `bash` and the simulator,
 //! compared byte for byte (stdout and exit status).
 
-use shellbox_core::{Command, MachineSpec};
-use shellbox_sim::SimMachineFactory;
+mod common;
 
 const SCRIPTS: &[&str] = &[
     r#"x='a b  c'; set -- $x "$x"; echo $# "$2"; printf '[%s]' "$@"; echo"#,
@@ -50,53 +49,15 @@ const SCRIPTS: &[&str] = &[
 
 #[test]
 fn scripts_match_real_bash() {
-    let bash_ok = std::process::Command::new("bash")
-        .arg("-c")
-        .arg("[ ${BASH_VERSINFO[0]} -ge 5 ]")
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !bash_ok {
+    if !common::has_bash5() {
         eprintln!("SKIP scripts_match_real_bash: no bash 5 on this host");
         return;
     }
-    let env = [
-        ("HOME", "/root"),
-        ("HOSTNAME", "sandbox"),
-        ("LANG", "C.UTF-8"),
-        (
-            "PATH",
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        ),
-        ("SHELL", "/bin/bash"),
-        ("USER", "root"),
-    ];
     let mut failures = Vec::new();
     for script in SCRIPTS {
-        let dir = tempfile::tempdir().unwrap();
-        let real = std::process::Command::new("bash")
-            .args(["--norc", "--noprofile", "-c", script])
-            .current_dir(dir.path())
-            .env_clear()
-            .envs(env)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        let m = SimMachineFactory::new()
-            .create_sim(MachineSpec::sim().workdir("/work"))
-            .unwrap();
-        let sim = m
-            .run_sync(Command::from_argv(["bash", "-c", script]).envs(env))
-            .unwrap();
-        let real_out = String::from_utf8_lossy(&real.stdout);
-        let sim_out = String::from_utf8_lossy(&sim.stdout);
-        if real_out != sim_out || real.status.code() != sim.exit_code {
-            failures.push(format!(
-                "{script}\n  bash: {:?} {real_out:?}\n  sim:  {:?} {sim_out:?} (stderr {:?})",
-                real.status.code(),
-                sim.exit_code,
-                String::from_utf8_lossy(&sim.stderr)
-            ));
+        let compared = common::run_both(script);
+        if !compared.same() {
+            failures.push(compared.describe(script));
         }
     }
     assert!(

@@ -2,8 +2,7 @@
 //! on the host's real `bash` (Debian 12: bash 5.2) and on the simulator in the test itself,
 //! and their stdout and exit status must match.
 
-use shellbox_core::{Command, MachineSpec};
-use shellbox_sim::SimMachineFactory;
+mod common;
 
 /// The repros, one script each (a script may span lines: a failed expansion ends only its
 /// own command, and `$LINENO` counts lines).
@@ -128,60 +127,20 @@ f
     ),
 ];
 
-fn bash5() -> bool {
-    std::process::Command::new("bash")
-        .arg("-c")
-        .arg("[ ${BASH_VERSINFO[0]} -ge 5 ]")
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
-const ENV: [(&str, &str); 6] = [
-    ("HOME", "/root"),
-    ("HOSTNAME", "sandbox"),
-    ("LANG", "C.UTF-8"),
-    (
-        "PATH",
-        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    ),
-    ("SHELL", "/bin/bash"),
-    ("USER", "root"),
-];
-
 #[test]
 fn engine_faults_match_real_bash() {
-    if !bash5() {
+    if !common::has_bash5() {
         eprintln!("SKIP engine_faults_match_real_bash: no bash 5 on this host");
         return;
     }
     let mut failures = Vec::new();
     for script in CASES {
-        let dir = tempfile::tempdir().unwrap();
-        let real = std::process::Command::new("bash")
-            .args(["--norc", "--noprofile", "-c", script])
-            .current_dir(dir.path())
-            .env_clear()
-            .envs(ENV)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        let m = SimMachineFactory::new()
-            .create_sim(MachineSpec::sim().workdir("/work"))
-            .unwrap();
-        let sim = m
-            .run_sync(Command::from_argv(["bash", "-c", script]).envs(ENV))
-            .unwrap();
-        let real_out = String::from_utf8_lossy(&real.stdout);
-        let sim_out = String::from_utf8_lossy(&sim.stdout);
-        let same = real_out == sim_out && real.status.code() == sim.exit_code;
+        let compared = common::run_both(script);
         let expected = EXPECTED_DIFFERENCES.iter().any(|(s, _)| s == script);
-        if same == expected {
+        if compared.same() == expected {
             failures.push(format!(
-                "{script}\n  bash: {:?} {real_out:?}\n  sim:  {:?} {sim_out:?} (stderr {:?}){}",
-                real.status.code(),
-                sim.exit_code,
-                String::from_utf8_lossy(&sim.stderr),
+                "{}{}",
+                compared.describe(script),
                 if expected {
                     " -- listed as an expected difference, but it matches now"
                 } else {
@@ -196,23 +155,4 @@ fn engine_faults_match_real_bash() {
         failures.len(),
         failures.join("\n")
     );
-}
-
-/// REFERENCE.md section 6: a new machine has `/logs/agent`, `/logs/verifier` and
-/// `/logs/artifacts`, empty directories a harness writes into.
-#[test]
-fn a_new_machine_has_the_log_directories() {
-    let m = SimMachineFactory::new()
-        .create_sim(MachineSpec::sim())
-        .unwrap();
-    let r = m
-        .run_sync(Command::shell(
-            "for d in /logs/agent /logs/verifier /logs/artifacts; do [ -d $d ] && [ -z \"$(ls -A $d)\" ] && echo $d; done; echo x > /logs/agent/a && cat /logs/agent/a",
-        ))
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&r.stdout),
-        "/logs/agent\n/logs/verifier\n/logs/artifacts\nx\n"
-    );
-    assert_eq!(r.exit_code, Some(0));
 }
