@@ -10,7 +10,11 @@ fn main() {
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let target = std::env::var("TARGET").expect("cargo sets TARGET");
     let src = PathBuf::from("src/supervisor/main.rs");
-    for f in ["src/supervisor/main.rs", "src/proto.rs"] {
+    for f in [
+        "src/supervisor/main.rs",
+        "src/supervisor/pty.rs",
+        "src/proto.rs",
+    ] {
         println!("cargo:rerun-if-changed={f}");
     }
     let exe = out.join("shellbox-supervisor");

@@ -104,6 +104,7 @@ mod ns;
 pub mod plan;
 mod root;
 pub mod seccomp;
+mod session;
 
 /// What the local backend offers ([`shellbox_core::MachineFactory::capabilities`]): Linux
 /// processes with every task capability of the reference (`shell`, `filesystem`, `python`,
@@ -113,7 +114,8 @@ pub mod seccomp;
 pub const LOCAL_CAPABILITIES: shellbox_core::Capabilities =
     shellbox_core::Capabilities::linux_process()
         .with_sources(&["host"])
-        .with_process_model();
+        .with_process_model()
+        .with_shell_sessions(shellbox_core::SessionKind::Interactive);
 
 /// [`LOCAL_CAPABILITIES`] of a factory in a root host process: `storage_mb` is enforced
 /// with a size-limited `tmpfs` root.
@@ -128,3 +130,4 @@ pub use machine::{
     PROBE_TIMEOUT, SANDBOX_REQUIREMENTS,
 };
 pub use root::{ETC_BOUND_DIRS, ETC_COPIES, ROOT_DIR_NAME, ROOT_PREFIX};
+pub use session::{LocalSession, INTERRUPT_BOUND, SESSION_BUFFER_BYTES, TERMINAL_SIZE};

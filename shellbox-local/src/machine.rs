@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use shellbox_core::validate::validate_guest_path;
 use shellbox_core::{
     async_trait, Command, Error, EventStream, ImageSource, Machine, MachineFactory, MachineSpec,
+    ShellSession,
 };
 use tokio::sync::{watch, RwLock};
 
@@ -356,6 +357,7 @@ impl LocalMachineFactory {
             shutdown,
             cgroup: cgroup.map(Arc::new),
             slot: Arc::new(SandboxSlot::default()),
+            session: std::sync::Mutex::new(None),
         };
         Ok(machine)
     }
@@ -581,6 +583,8 @@ pub struct LocalMachine {
     cgroup: Option<Arc<crate::cgroup::MachineCgroup>>,
     /// The machine's sandbox as it starts (begun by the first command), then runs.
     slot: Arc<SandboxSlot>,
+    /// The machine's persistent shell session, once opened.
+    session: std::sync::Mutex<Option<Arc<crate::session::LocalSession>>>,
 }
 
 /// A machine's running sandbox: the supervisor's client.
@@ -961,6 +965,20 @@ impl LocalMachine {
             .take();
     }
 
+    /// The open session, if one is.
+    fn open_session(&self) -> Option<Arc<dyn ShellSession>> {
+        let slot = self.session.lock().unwrap_or_else(|e| e.into_inner());
+        let s = slot.as_ref().filter(|s| !s.is_closed())?.clone();
+        Some(s)
+    }
+
+    fn take_session(&self) -> Option<Arc<crate::session::LocalSession>> {
+        self.session
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
     fn check_open(&self) -> Result<(), Error> {
         if self.closed.load(Ordering::SeqCst) {
             Err(Error::Closed)
@@ -1152,6 +1170,59 @@ impl Machine for LocalMachine {
         ))
     }
 
+    /// The machine's one persistent shell ([`LocalSession`](crate::LocalSession)); a
+    /// second call returns the same session (a new one once that was closed). Starts the
+    /// machine's sandbox when no command did yet; the shell itself starts with the first
+    /// `execute`.
+    ///
+    /// # Errors
+    /// [`Error::Closed`]; the sandbox's start failure ([`Error::Backend`]).
+    async fn open_shell(&self) -> Result<Arc<dyn ShellSession>, Error> {
+        self.check_open()?;
+        if let Some(s) = self.open_session() {
+            return Ok(s);
+        }
+        let sandbox = self.sandbox().await?;
+        let env = plan::command_env(
+            &self.bin_dirs,
+            self.factory.hash_seed.as_deref(),
+            &self.spec_env,
+            &BTreeMap::new(),
+        );
+        let mut env: Vec<Vec<u8>> = env
+            .iter()
+            .map(|(k, v)| format!("{k}={v}").into_bytes())
+            .collect();
+        if !self.spec_env.contains_key("TERM") {
+            env.push(b"TERM=xterm".to_vec());
+        }
+        let limits = plan::limits(host_tasks(), None, affinity_cpus(), &current_soft);
+        let start = shellbox_supervisor::proto::Start {
+            argv: Vec::new(),
+            env,
+            cwd: self.workdir.clone().into_bytes(),
+            user: None,
+            groups: Vec::new(),
+            rlimits: limits
+                .iter()
+                .map(|l| (l.resource as u32, l.value))
+                .collect(),
+            output_limit_bytes: u64::MAX,
+        };
+        let mut slot = self.session.lock().unwrap_or_else(|e| e.into_inner());
+        self.check_open()?;
+        if let Some(s) = slot.as_ref().filter(|s| !s.is_closed()) {
+            return Ok(s.clone());
+        }
+        let s = Arc::new(crate::session::LocalSession::new(
+            sandbox.client.clone(),
+            start,
+            plan::SUPERVISOR_PATH,
+        ));
+        *slot = Some(s.clone());
+        Ok(s)
+    }
+
     async fn upload(&self, source: &Path, target: &str) -> Result<(), Error> {
         validate_guest_path(target)?;
         let _gate = self.gate.read().await;
@@ -1180,6 +1251,9 @@ impl Machine for LocalMachine {
         let _gate = self.gate.write().await;
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
+        }
+        if let Some(session) = self.take_session() {
+            session.shut();
         }
         // No sandbox starts after this; a start under way is stopped.
         let (spawned, task) = self.slot.close();
@@ -1216,6 +1290,9 @@ impl Drop for LocalMachine {
     fn drop(&mut self) {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
+        }
+        if let Some(session) = self.take_session() {
+            session.shut();
         }
         // The start task (if any) sees the shutdown and ends on its own.
         let (spawned, _task) = self.slot.close();

@@ -156,6 +156,19 @@ impl Client {
     /// [`proto::MAX_ARGV_ENV_BYTES`] or the request is over [`proto::MAX_PAYLOAD_BYTES`]
     /// (nothing is sent: the machine is untouched); `BrokenPipe` when the channel is closed.
     pub fn start(&self, start: &proto::Start, stdin: &[u8]) -> io::Result<Running> {
+        self.start_with(start, stdin, true)
+    }
+
+    /// Starts a command with these bytes on its stdin and leaves its stdin open: more is
+    /// sent with [`Running::input`]'s [`Input::send`] (a session's terminal relay).
+    ///
+    /// # Errors
+    /// As [`Client::start`].
+    pub fn start_open(&self, start: &proto::Start, stdin: &[u8]) -> io::Result<Running> {
+        self.start_with(start, stdin, false)
+    }
+
+    fn start_with(&self, start: &proto::Start, stdin: &[u8], end: bool) -> io::Result<Running> {
         let bytes = start.argv_env_bytes();
         if bytes > proto::MAX_ARGV_ENV_BYTES {
             return Err(io::Error::new(
@@ -194,14 +207,19 @@ impl Client {
                 if let Some(chunk) = chunks.next() {
                     first.extend_from_slice(&proto::frame(proto::STDIN, id, chunk));
                 }
-                first.extend_from_slice(&proto::frame(proto::STDIN_END, id, &[]));
+                if end {
+                    first.extend_from_slice(&proto::frame(proto::STDIN_END, id, &[]));
+                }
                 return send(first);
             }
             send(first)?;
             for chunk in chunks {
                 send(proto::frame(proto::STDIN, id, chunk))?;
             }
-            send(proto::frame(proto::STDIN_END, id, &[]))
+            if end {
+                send(proto::frame(proto::STDIN_END, id, &[]))?;
+            }
+            Ok(())
         })();
         if let Err(e) = sent {
             lock(&self.shared.routes).remove(&id);
@@ -297,6 +315,15 @@ impl Running {
         reply
     }
 
+    /// A handle that sends stdin to this command and kills it, usable while another task
+    /// awaits [`Running::next`].
+    pub fn input(&self) -> Input {
+        Input {
+            id: self.id,
+            shared: self.shared.clone(),
+        }
+    }
+
     /// Asks the supervisor to SIGKILL every process the command started (its main process,
     /// its background ones and escapees); replies keep coming until its EXIT.
     pub fn kill(&self) {
@@ -310,5 +337,52 @@ impl Drop for Running {
             self.kill();
             lock(&self.shared.routes).remove(&self.id);
         }
+    }
+}
+
+/// Sends stdin to one started command, or kills it ([`Running::input`]). Cheap to clone.
+/// Frames for a command that already ended are ignored by the supervisor.
+#[derive(Clone)]
+pub struct Input {
+    id: u32,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Input {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Input").field("id", &self.id).finish()
+    }
+}
+
+impl Input {
+    /// Queues `data` for the command's stdin (in [`proto::CHUNK_BYTES`] frames).
+    ///
+    /// # Errors
+    /// `BrokenPipe` when the channel is closed (the supervisor is gone).
+    pub fn send(&self, data: &[u8]) -> io::Result<()> {
+        let gone = || io::Error::new(io::ErrorKind::BrokenPipe, "the supervisor is gone");
+        if self.shared.gone.load(Ordering::SeqCst) {
+            return Err(gone());
+        }
+        for chunk in data.chunks(proto::CHUNK_BYTES) {
+            self.shared
+                .tx
+                .send(proto::frame(proto::STDIN, self.id, chunk))
+                .map_err(|_| gone())?;
+        }
+        Ok(())
+    }
+
+    /// Closes the command's stdin once what was sent is written.
+    pub fn close(&self) {
+        let _ = self
+            .shared
+            .tx
+            .send(proto::frame(proto::STDIN_END, self.id, &[]));
+    }
+
+    /// As [`Running::kill`].
+    pub fn kill(&self) {
+        let _ = self.shared.tx.send(proto::frame(proto::KILL, self.id, &[]));
     }
 }

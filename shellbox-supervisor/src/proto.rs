@@ -55,6 +55,39 @@ pub const FAIL_INVALID_INPUT: u8 = 1;
 /// killed keeper).
 pub const FAIL_SYSTEM: u8 = 2;
 
+/// `--pty-relay` input frame: bytes for the terminal.
+pub const PTY_DATA: u8 = 1;
+/// `--pty-relay` input frame: a little-endian `u64`, how many more terminal bytes the host
+/// takes; the relay reads the terminal only within the credit granted.
+pub const PTY_CREDIT: u8 = 2;
+/// `--pty-relay` input frame (empty): SIGINT to the terminal's foreground process group,
+/// input not yet delivered dropped.
+pub const PTY_INTERRUPT: u8 = 3;
+
+/// One frame of a `--pty-relay` process's stdin (carried in [`STDIN`] frames): kind, `u32`
+/// little-endian length, payload.
+pub fn pty_frame(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(5 + payload.len());
+    v.push(kind);
+    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+/// The first whole [`pty_frame`] in `buf`: (kind, payload, bytes used), or `None` while it
+/// is incomplete.
+pub fn parse_pty_frame(buf: &[u8]) -> Option<(u8, &[u8], usize)> {
+    if buf.len() < 5 {
+        return None;
+    }
+    let len = u32::from_le_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+    let end = 5usize.checked_add(len)?;
+    if buf.len() < end {
+        return None;
+    }
+    Some((buf[0], &buf[5..end], end))
+}
+
 /// A frame header: payload length, kind, command id.
 pub fn header(len: usize, kind: u8, id: u32) -> [u8; HEADER_BYTES] {
     let mut h = [0u8; HEADER_BYTES];

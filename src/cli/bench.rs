@@ -119,6 +119,7 @@ fn case_names(backend: Backend) -> Vec<(&'static str, bool)> {
             ("floor_fork_exec_true", false),
             ("floor_bwrap_true", false),
             ("floor_write_1000_files", false),
+            ("session_execute_true", false),
         ]),
         #[cfg(feature = "docker")]
         Backend::Docker => names.extend([

@@ -17,6 +17,7 @@
 #[path = "../proto.rs"]
 #[allow(dead_code)]
 mod proto;
+mod pty;
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -1062,6 +1063,9 @@ fn read_exact_or_exit(f: &mut impl Read, buf: &mut [u8]) {
 }
 
 fn main() {
+    if std::env::args_os().nth(1).is_some_and(|a| a == "--pty-relay") {
+        pty::main();
+    }
     let (keep_caps, own_account, reap_strays) = parse_args();
     // SAFETY: getuid/getgid cannot fail.
     let own = unsafe { (getuid(), getgid()) };

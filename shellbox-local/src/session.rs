@@ -1,0 +1,860 @@
+//! The persistent shell session of a local machine: one shell on a pseudo-terminal of the
+//! machine, started by the machine's supervisor as an ordinary command.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use shellbox_core::{async_trait, Error, OutputLimiter, ShellSession, ShellStatus, ShellUpdate};
+use shellbox_supervisor::proto::{self, pty_frame, PTY_CREDIT, PTY_DATA, PTY_INTERRUPT};
+use shellbox_supervisor::{Client, Input, Reply, Running};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// How long a new shell may take to print its first marker.
+const START_BOUND: Duration = Duration::from_secs(30);
+/// How long after `interrupt` the shell must be back at its prompt before it is replaced.
+pub const INTERRUPT_BOUND: Duration = Duration::from_secs(5);
+/// How long closing a session waits for the supervisor to confirm its processes are gone.
+const KILL_BOUND: Duration = Duration::from_secs(10);
+/// The terminal bytes the host holds or has asked for at most (the relay's credit): output
+/// past it waits in the terminal, blocking the writer, until a call takes what is held.
+pub const SESSION_BUFFER_BYTES: u64 = 1 << 20;
+/// The longest input line sent to the terminal (its canonical line holds 4095 bytes).
+const LINE_MAX: usize = 1000;
+/// The terminal's size, rows by columns.
+pub const TERMINAL_SIZE: (u16, u16) = (24, 80);
+
+/// Run by `sh -c` on the terminal: bash where there is one, else `sh -i`.
+const START: &str = "if command -v bash >/dev/null 2>&1; then \
+exec bash --noprofile --norc --noediting -i; fi\nexec sh -i";
+
+/// What a shell's terminal said, in order.
+enum Item {
+    Output(Bytes),
+    Marker(u64, i32),
+}
+
+/// What the pump task has read from one shell and not yet handed to a call.
+#[derive(Default)]
+struct QueueState {
+    items: VecDeque<Item>,
+    /// Output bytes in `items`.
+    bytes: u64,
+    /// Terminal bytes the relay was allowed to send, and how many arrived.
+    granted: u64,
+    received: u64,
+    /// The shell's process ended (or the channel did): nothing more will arrive.
+    ended: bool,
+}
+
+impl QueueState {
+    /// Credit to grant now so that held plus asked-for bytes stay near
+    /// [`SESSION_BUFFER_BYTES`] (granted in halves, not per chunk).
+    fn grant(&mut self) -> u64 {
+        let in_flight = self.granted.saturating_sub(self.received);
+        let held = self.bytes + in_flight;
+        if self.ended || held >= SESSION_BUFFER_BYTES / 2 {
+            return 0;
+        }
+        let more = SESSION_BUFFER_BYTES - held;
+        self.granted += more;
+        more
+    }
+}
+
+struct Queue {
+    state: Mutex<QueueState>,
+    notify: Notify,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One running shell: its queue, its input and the task reading it.
+#[derive(Clone)]
+struct ShellHandle {
+    queue: Arc<Queue>,
+    input: Input,
+    task: Arc<tokio::task::JoinHandle<()>>,
+}
+
+impl ShellHandle {
+    fn send_credit(&self, amount: u64) {
+        if amount > 0 {
+            let _ = self
+                .input
+                .send(&pty_frame(PTY_CREDIT, &amount.to_le_bytes()));
+        }
+    }
+
+    /// Grants what the queue has room for.
+    fn refill(&self) {
+        let more = self.queue.lock().grant();
+        self.send_credit(more);
+    }
+
+    /// Kills everything the shell started and stops reading it.
+    fn kill(&self) {
+        self.input.kill();
+        let mut st = self.queue.lock();
+        st.ended = true;
+        drop(st);
+        self.queue.notify.notify_one();
+    }
+}
+
+/// Where the session stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No shell runs (never started, or after a reset): the next `execute` starts one.
+    NoShell,
+    /// The shell waits at its prompt.
+    Idle,
+    /// Command `seq` runs; `interrupted` is when `interrupt` was first called for it.
+    Running {
+        seq: u64,
+        interrupted: Option<Instant>,
+    },
+    /// Closed for good.
+    Closed,
+}
+
+/// The persistent shell of a [`LocalMachine`](crate::LocalMachine)
+/// ([`Machine::open_shell`](shellbox_core::Machine::open_shell)), interactive
+/// (REFERENCE.md section 2).
+///
+/// # How it works
+///
+/// The machine's supervisor starts, as an ordinary command of the machine (its account,
+/// environment with `TERM=xterm` unless the spec sets one, the workdir, no capabilities,
+/// `no_new_privs`, its seccomp filter, namespaces and pids cgroup, the per-command rlimits
+/// without a CPU limit), its own program in `--pty-relay` mode: it opens a
+/// pseudo-terminal of the machine's `devpts` (24×80, echo off, output processing off so
+/// `\n` stays `\n`, flow control off; canonical input, signals on) and runs
+/// `bash --noprofile --norc --noediting -i` (or `sh -i` where there is no bash) on it as a
+/// new session with the terminal as its controlling terminal and its stdin, stdout and
+/// stderr (merged, as on any terminal). The relay's stdin carries framed input (terminal
+/// bytes, read credit, interrupt) and its stdout the terminal's bytes.
+///
+/// - **Completion** (as on docker): each command gets a sequence number `k`; the shell
+///   prints `SB<nonce>:<k>:<$?>;` whenever it is back at its prompt (`PROMPT_COMMAND` in
+///   bash, `PS1` in sh), the nonce 32 random hex digits per session, in no output or file,
+///   so printing look-alikes cannot end a command. The first marker of the current `k` is
+///   removed from the output and ends the call `Completed` with its status.
+/// - **Sending a command**: one line `__shellbox_seq=k; eval '<command>'` (heredocs and
+///   several lines are one `eval`; a syntax error is one failed command with 2), as octal
+///   escapes through `printf` when it holds control bytes or lines over 1000 bytes.
+/// - **Interrupt**: the relay sends SIGINT to the terminal's foreground process group and
+///   drops input not yet delivered (what the line discipline does for `^C`); a shell not
+///   back at its prompt within [`INTERRUPT_BOUND`] is killed with everything it started,
+///   and the call reports `Reset`.
+/// - **Reset**: when the shell exits (`exit`, killed), the relay kills every process left
+///   on the session (it is their child subreaper, so `setsid` and double-fork escapees
+///   are found too); the call reports `Reset` and the next `execute` starts a fresh shell
+///   in the workdir. Files are the machine's and stay.
+/// - **Bounds**: at most [`SESSION_BUFFER_BYTES`] of terminal output are held or asked
+///   for by the host; past that the terminal is not read, so a command writing more
+///   between calls blocks until the next call; within a call, bytes past its
+///   `output_limit_bytes` are read and dropped (`truncated`).
+/// - **Close**: the session's processes are killed (the supervisor kills the relay's
+///   whole subtree); closing the machine kills its cgroup, the session in it.
+pub struct LocalSession {
+    /// The machine's supervisor; `None` once closed.
+    client: Mutex<Option<Client>>,
+    start: proto::Start,
+    /// `SB<nonce>:` — the start of every completion marker of this session.
+    prefix: Vec<u8>,
+    phase: Mutex<Phase>,
+    seq: AtomicU64,
+    /// The running shell, if any.
+    shell: Mutex<Option<ShellHandle>>,
+    /// Held by `execute` and `read` while they gather output: one call at a time.
+    calls: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for LocalSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalSession")
+            .field("phase", &self.phase())
+            .finish_non_exhaustive()
+    }
+}
+
+fn running_error() -> Error {
+    Error::ShellState(
+        "a command is still running in this session: read, write or interrupt it first".into(),
+    )
+}
+
+fn idle_error(what: &str) -> Error {
+    Error::ShellState(format!("no command is running in this session to {what}"))
+}
+
+/// 32 random hex digits from the kernel.
+fn nonce() -> String {
+    let mut b = [0u8; 16];
+    let filled = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_ok();
+    if !filled {
+        // Never expected; still unpredictable enough to a command: time and address.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let a = &b as *const _ as usize as u128;
+        b.copy_from_slice(&(t ^ (a << 64) ^ u128::from(std::process::id())).to_le_bytes());
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl LocalSession {
+    /// A session whose shells the machine's supervisor `client` starts with `start`
+    /// (argv replaced by the relay's).
+    pub(crate) fn new(client: Client, mut start: proto::Start, relay_path: &str) -> Self {
+        let (rows, cols) = TERMINAL_SIZE;
+        start.argv = [
+            relay_path,
+            "--pty-relay",
+            &rows.to_string(),
+            &cols.to_string(),
+            "/bin/sh",
+            "-c",
+            START,
+            "sh",
+        ]
+        .iter()
+        .map(|a| a.as_bytes().to_vec())
+        .collect();
+        // The session's limit is per call, applied here.
+        start.output_limit_bytes = u64::MAX;
+        LocalSession {
+            client: Mutex::new(Some(client)),
+            start,
+            prefix: format!("SB{}:", nonce()).into_bytes(),
+            phase: Mutex::new(Phase::NoShell),
+            seq: AtomicU64::new(0),
+            shell: Mutex::new(None),
+            calls: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn phase(&self) -> Phase {
+        *self.phase.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_phase(&self, phase: Phase) {
+        let mut p = self.phase.lock().unwrap_or_else(|p| p.into_inner());
+        if *p != Phase::Closed {
+            *p = phase;
+        }
+    }
+
+    /// Whether the session was closed (by its own close or its machine's).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.phase() == Phase::Closed
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        if self.is_closed() {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn current(&self) -> Option<ShellHandle> {
+        self.shell.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Marks the session closed and kills its shell; returns the shell's reading task to
+    /// wait for. Used by the machine's close too.
+    pub(crate) fn shut(&self) -> Option<Arc<tokio::task::JoinHandle<()>>> {
+        *self.phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Closed;
+        self.client.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let shell = self
+            .shell
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        shell.kill();
+        Some(shell.task)
+    }
+
+    /// The first line written to a new shell: no history, empty PS2, the completion marker
+    /// through PROMPT_COMMAND (bash, history expansion off) or PS1 (sh), sequence 0.
+    fn init_line(&self) -> String {
+        let nonce = String::from_utf8_lossy(&self.prefix[2..self.prefix.len() - 1]).into_owned();
+        format!(
+            "unset HISTFILE PROMPT_COMMAND; set +o history 2>/dev/null; PS2=''; __shellbox_seq=0; \
+             if [ -n \"${{BASH_VERSION-}}\" ]; then set +H; PS1=''; \
+             PROMPT_COMMAND='printf \"SB{nonce}:%s:%s;\" \"$__shellbox_seq\" \"$?\"'; \
+             else PS1='SB{nonce}:${{__shellbox_seq}}:$?;'; fi\n"
+        )
+    }
+
+    /// Starts a fresh shell and waits for its first marker.
+    async fn start_shell(&self) -> Result<ShellHandle, Error> {
+        let client = self
+            .client
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(Error::Closed)?;
+        let mut first = pty_frame(PTY_CREDIT, &SESSION_BUFFER_BYTES.to_le_bytes());
+        first.extend_from_slice(&pty_frame(PTY_DATA, self.init_line().as_bytes()));
+        let running = client.start_open(&self.start, &first).map_err(|e| {
+            if self.is_closed() {
+                Error::Closed
+            } else {
+                Error::backend("start a shell session on the machine's supervisor", e)
+            }
+        })?;
+        let input = running.input();
+        let queue = Arc::new(Queue {
+            state: Mutex::new(QueueState {
+                granted: SESSION_BUFFER_BYTES,
+                ..QueueState::default()
+            }),
+            notify: Notify::new(),
+        });
+        let task = tokio::spawn(pump(
+            running,
+            queue.clone(),
+            self.prefix.clone(),
+            input.clone(),
+        ));
+        let shell = ShellHandle {
+            queue,
+            input,
+            task: Arc::new(task),
+        };
+        {
+            let mut slot = self.shell.lock().unwrap_or_else(|e| e.into_inner());
+            if self.is_closed() {
+                shell.kill();
+                return Err(Error::Closed);
+            }
+            *slot = Some(shell.clone());
+        }
+        let deadline = Instant::now() + START_BOUND;
+        let mut seen = BytesMut::new();
+        loop {
+            let (ready, ended) = {
+                let mut st = shell.queue.lock();
+                let mut ready = false;
+                while let Some(item) = st.items.pop_front() {
+                    match item {
+                        Item::Output(b) => {
+                            st.bytes -= b.len() as u64;
+                            if seen.len() < 4096 {
+                                seen.extend_from_slice(&b);
+                            }
+                        }
+                        Item::Marker(0, _) => {
+                            ready = true;
+                            break;
+                        }
+                        Item::Marker(..) => {}
+                    }
+                }
+                (ready, st.ended && st.items.is_empty())
+            };
+            shell.refill();
+            if ready {
+                self.set_phase(Phase::Idle);
+                return Ok(shell);
+            }
+            if ended {
+                self.drop_shell();
+                self.check_open()?;
+                return Err(Error::backend(
+                    "start a shell session",
+                    std::io::Error::other(format!(
+                        "the shell ended before its first prompt: {}",
+                        String::from_utf8_lossy(&seen).trim()
+                    )),
+                ));
+            }
+            tokio::select! {
+                _ = shell.queue.notify.notified() => {}
+                _ = tokio::time::sleep_until(deadline) => {
+                    self.drop_shell();
+                    self.check_open()?;
+                    return Err(Error::TimedOut {
+                        operation: "start a shell session".into(),
+                        after: START_BOUND,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Kills the current shell (everything it started) and forgets it.
+    fn drop_shell(&self) {
+        if let Some(shell) = self.shell.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            shell.kill();
+        }
+    }
+
+    /// Ends the current shell and reports Reset.
+    fn reset(&self, output: BytesMut, limiter: &OutputLimiter) -> Result<ShellUpdate, Error> {
+        self.drop_shell();
+        self.check_open()?;
+        self.set_phase(Phase::NoShell);
+        Ok(ShellUpdate {
+            output: output.freeze(),
+            status: ShellStatus::Reset,
+            exit_code: None,
+            truncated: limiter.truncated(),
+        })
+    }
+
+    /// Gathers output of command `seq` until its marker, the shell's end, the interrupt
+    /// bound or `wait`.
+    async fn gather(&self, seq: u64, wait: Duration, limit: u64) -> Result<ShellUpdate, Error> {
+        let deadline = Instant::now().checked_add(wait);
+        let mut limiter = OutputLimiter::new(limit);
+        let mut out = BytesMut::new();
+        loop {
+            self.check_open()?;
+            let Some(shell) = self.current() else {
+                return self.reset(out, &limiter);
+            };
+            let (status, ended) = {
+                let mut st = shell.queue.lock();
+                let mut status = None;
+                while let Some(item) = st.items.pop_front() {
+                    match item {
+                        Item::Output(b) => {
+                            st.bytes -= b.len() as u64;
+                            if let Some(kept) = limiter.admit(b) {
+                                out.extend_from_slice(&kept);
+                            }
+                        }
+                        Item::Marker(n, code) if n == seq => {
+                            status = Some(code);
+                            break;
+                        }
+                        // A prompt for something else (stray input after an earlier command).
+                        Item::Marker(..) => {}
+                    }
+                }
+                (status, st.ended && st.items.is_empty())
+            };
+            shell.refill();
+            if let Some(code) = status {
+                self.set_phase(Phase::Idle);
+                return Ok(ShellUpdate {
+                    output: out.freeze(),
+                    status: ShellStatus::Completed,
+                    exit_code: Some(code),
+                    truncated: limiter.truncated(),
+                });
+            }
+            if ended {
+                return self.reset(out, &limiter);
+            }
+            let interrupt_deadline = match self.phase() {
+                Phase::Running {
+                    interrupted: Some(at),
+                    ..
+                } => Some(at + INTERRUPT_BOUND),
+                _ => None,
+            };
+            tokio::select! {
+                biased;
+                _ = shell.queue.notify.notified() => {}
+                _ = sleep_until_opt(deadline) => {
+                    self.check_open()?;
+                    return Ok(ShellUpdate {
+                        output: out.freeze(),
+                        status: ShellStatus::Running,
+                        exit_code: None,
+                        truncated: limiter.truncated(),
+                    });
+                }
+                _ = sleep_until_opt(interrupt_deadline) => {
+                    tracing::debug!(target: "shellbox_local", "the shell did not come back within {INTERRUPT_BOUND:?} of an interrupt: replacing it");
+                    return self.reset(out, &limiter);
+                }
+            }
+        }
+    }
+
+    fn send(&self, frame: &[u8]) -> Result<(), Error> {
+        let Some(shell) = self.current() else {
+            return Err(idle_error("write to"));
+        };
+        shell.input.send(frame).map_err(|e| {
+            if self.is_closed() {
+                Error::Closed
+            } else {
+                Error::io("write to the session terminal", e)
+            }
+        })
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Reads one shell's replies into its queue, splitting out the completion markers, until
+/// the shell's process ends or the session drops it.
+async fn pump(mut running: Running, queue: Arc<Queue>, prefix: Vec<u8>, input: Input) {
+    let mut scanner = Scanner::new(prefix);
+    loop {
+        let reply = running.next().await;
+        let (more, last) = {
+            let mut st = queue.lock();
+            if st.ended {
+                // Killed by the session; the kill is confirmed by the command's end.
+                if !matches!(reply, Some(Reply::Output(..))) {
+                    break;
+                }
+                continue;
+            }
+            let last = match reply {
+                Some(Reply::Output(_, b)) => {
+                    st.received += b.len() as u64;
+                    scanner.push(&b);
+                    false
+                }
+                _ => true,
+            };
+            loop {
+                let scan = if last {
+                    scanner.next_any()
+                } else {
+                    scanner.next()
+                };
+                match scan {
+                    Scan::Output(b) => {
+                        st.bytes += b.len() as u64;
+                        st.items.push_back(Item::Output(b));
+                    }
+                    Scan::Marker(n, code) => st.items.push_back(Item::Marker(n, code)),
+                    Scan::NeedMore => break,
+                }
+            }
+            if last {
+                st.ended = true;
+            }
+            (st.grant(), last)
+        };
+        if more > 0 {
+            let _ = input.send(&pty_frame(PTY_CREDIT, &more.to_le_bytes()));
+        }
+        queue.notify.notify_one();
+        if last {
+            break;
+        }
+    }
+}
+
+/// The line that runs `command` as command number `seq` (see [`LocalSession`]).
+fn command_line(command: &str, seq: u64) -> Vec<u8> {
+    let plain = command
+        .bytes()
+        .all(|b| (0x20..0x7f).contains(&b) || b == b'\t' || b == b'\n')
+        && command.split('\n').all(|l| l.len() <= LINE_MAX - 64);
+    if plain {
+        return format!(
+            "__shellbox_seq={seq}; eval '{}'\n",
+            command.replace('\'', r"'\''")
+        )
+        .into_bytes();
+    }
+    let mut line = format!("__shellbox_seq={seq}; eval \"$(printf '");
+    let mut width = line.len();
+    for b in command.bytes() {
+        if width >= LINE_MAX - 8 {
+            line.push_str("'\\\n'");
+            width = 1;
+        }
+        if (0x20..0x7f).contains(&b) && !matches!(b, b'\'' | b'\\' | b'%') {
+            line.push(b as char);
+            width += 1;
+        } else {
+            line.push_str(&format!("\\{b:03o}"));
+            width += 4;
+        }
+    }
+    line.push_str("')\"\n");
+    line.into_bytes()
+}
+
+#[async_trait]
+impl ShellSession for LocalSession {
+    fn interactive(&self) -> bool {
+        true
+    }
+
+    async fn execute(
+        &self,
+        command: &str,
+        wait: Duration,
+        output_limit_bytes: u64,
+    ) -> Result<ShellUpdate, Error> {
+        self.check_open()?;
+        if matches!(self.phase(), Phase::Running { .. }) {
+            return Err(running_error());
+        }
+        let _call = self.calls.lock().await;
+        self.check_open()?;
+        if matches!(self.phase(), Phase::Running { .. }) {
+            return Err(running_error());
+        }
+        if self.phase() == Phase::NoShell || self.current().is_none() {
+            self.drop_shell();
+            self.start_shell().await?;
+        }
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+        self.set_phase(Phase::Running {
+            seq,
+            interrupted: None,
+        });
+        let line = pty_frame(PTY_DATA, &command_line(command, seq));
+        if let Err(e) = self.send(&line) {
+            self.check_open()?;
+            tracing::debug!(target: "shellbox_local", "writing a command to the session failed: {e}");
+            return self.reset(BytesMut::new(), &OutputLimiter::new(0));
+        }
+        self.gather(seq, wait, output_limit_bytes).await
+    }
+
+    async fn read(&self, wait: Duration, output_limit_bytes: u64) -> Result<ShellUpdate, Error> {
+        self.check_open()?;
+        if !matches!(self.phase(), Phase::Running { .. }) {
+            return Err(idle_error("read from"));
+        }
+        let _call = self.calls.lock().await;
+        self.check_open()?;
+        let Phase::Running { seq, .. } = self.phase() else {
+            return Err(idle_error("read from"));
+        };
+        self.gather(seq, wait, output_limit_bytes).await
+    }
+
+    async fn write(&self, data: &[u8]) -> Result<(), Error> {
+        self.check_open()?;
+        if !matches!(self.phase(), Phase::Running { .. }) {
+            return Err(idle_error("write to"));
+        }
+        self.send(&pty_frame(PTY_DATA, data))
+    }
+
+    async fn interrupt(&self) -> Result<(), Error> {
+        self.check_open()?;
+        {
+            let mut phase = self.phase.lock().unwrap_or_else(|p| p.into_inner());
+            match &mut *phase {
+                Phase::Running { interrupted, .. } => {
+                    interrupted.get_or_insert_with(Instant::now);
+                }
+                _ => return Err(idle_error("interrupt")),
+            }
+        }
+        self.send(&pty_frame(PTY_INTERRUPT, &[]))
+    }
+
+    async fn close(&self) -> Result<(), Error> {
+        if self.is_closed() {
+            return Ok(());
+        }
+        if let Some(task) = self.shut() {
+            // The supervisor confirms the kill with the relay's end (its keeper's children
+            // are all gone by then).
+            let wait = async {
+                while !task.is_finished() {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            };
+            if tokio::time::timeout(KILL_BOUND, wait).await.is_err() {
+                task.abort();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the scanner found next in the terminal's output.
+#[derive(Debug, PartialEq, Eq)]
+enum Scan {
+    Output(Bytes),
+    Marker(u64, i32),
+    NeedMore,
+}
+
+/// Finds `<prefix><digits>:<digits>;` markers in a byte stream, holding back only what may
+/// be the start of one.
+struct Scanner {
+    prefix: Vec<u8>,
+    buf: BytesMut,
+}
+
+/// The longest marker body after the prefix (`<u64>:<i32>;`).
+const BODY_MAX: usize = 20 + 1 + 11 + 1;
+
+impl Scanner {
+    fn new(prefix: Vec<u8>) -> Self {
+        Scanner {
+            prefix,
+            buf: BytesMut::new(),
+        }
+    }
+
+    fn push(&mut self, chunk: &[u8]) {
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// As [`Scanner::next`], at the end of the stream: whatever is held is output.
+    fn next_any(&mut self) -> Scan {
+        match self.next() {
+            Scan::NeedMore if !self.buf.is_empty() => Scan::Output(self.buf.split().freeze()),
+            other => other,
+        }
+    }
+
+    fn next(&mut self) -> Scan {
+        if self.buf.is_empty() {
+            return Scan::NeedMore;
+        }
+        match find(&self.buf, &self.prefix) {
+            Some(0) => match parse_body(&self.buf[self.prefix.len()..]) {
+                Body::Complete(seq, status, used) => {
+                    let _ = self.buf.split_to(self.prefix.len() + used);
+                    Scan::Marker(seq, status)
+                }
+                Body::Incomplete => Scan::NeedMore,
+                Body::Invalid => Scan::Output(self.buf.split_to(self.prefix.len()).freeze()),
+            },
+            Some(i) => Scan::Output(self.buf.split_to(i).freeze()),
+            None => {
+                let keep = (1..self.prefix.len().min(self.buf.len() + 1))
+                    .rev()
+                    .find(|&k| self.buf.ends_with(&self.prefix[..k]))
+                    .unwrap_or(0);
+                let emit = self.buf.len() - keep;
+                if emit == 0 {
+                    Scan::NeedMore
+                } else {
+                    Scan::Output(self.buf.split_to(emit).freeze())
+                }
+            }
+        }
+    }
+}
+
+enum Body {
+    Complete(u64, i32, usize),
+    Incomplete,
+    Invalid,
+}
+
+fn parse_body(body: &[u8]) -> Body {
+    let mut fields = [0u64; 2];
+    let mut field = 0;
+    let mut digits = 0;
+    for (i, &b) in body.iter().enumerate() {
+        if i > BODY_MAX {
+            return Body::Invalid;
+        }
+        match b {
+            b'0'..=b'9' => {
+                digits += 1;
+                fields[field] = match fields[field]
+                    .checked_mul(10)
+                    .and_then(|v| v.checked_add(u64::from(b - b'0')))
+                {
+                    Some(v) => v,
+                    None => return Body::Invalid,
+                };
+            }
+            b':' if field == 0 && digits > 0 => {
+                field = 1;
+                digits = 0;
+            }
+            b';' if field == 1 && digits > 0 => {
+                let Ok(status) = i32::try_from(fields[1]) else {
+                    return Body::Invalid;
+                };
+                return Body::Complete(fields[0], status, i + 1);
+            }
+            _ => return Body::Invalid,
+        }
+    }
+    Body::Incomplete
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scanner_finds_markers_split_anywhere() {
+        let stream = b"out SBab:1:0 SBabc:x SBabc:7:13;rest SBab".to_vec();
+        for split in 0..stream.len() {
+            let mut s = Scanner::new(b"SBabc:".to_vec());
+            let mut found = Vec::new();
+            let mut text = Vec::new();
+            for part in [&stream[..split], &stream[split..]] {
+                s.push(part);
+                loop {
+                    match s.next() {
+                        Scan::Output(b) => text.extend_from_slice(&b),
+                        Scan::Marker(n, st) => found.push((n, st, text.len())),
+                        Scan::NeedMore => break,
+                    }
+                }
+            }
+            assert_eq!(found, [(7, 13, 21)], "split at {split}");
+            assert_eq!(text, b"out SBab:1:0 SBabc:x rest ".to_vec());
+            assert_eq!(s.next_any(), Scan::Output(Bytes::from_static(b"SBab")));
+        }
+    }
+
+    #[test]
+    fn command_lines_stay_printable_and_short() {
+        assert_eq!(
+            command_line("echo 'a'", 3),
+            b"__shellbox_seq=3; eval 'echo '\\''a'\\'''\n".to_vec()
+        );
+        assert_eq!(
+            command_line("printf '\x01%s\\n'", 4),
+            b"__shellbox_seq=4; eval \"$(printf 'printf \\047\\001\\045s\\134n\\047')\"\n".to_vec()
+        );
+        let l = String::from_utf8(command_line(&"x".repeat(5000), 5)).unwrap();
+        assert!(l.lines().all(|line| line.len() <= LINE_MAX), "{l}");
+        assert!(l.lines().count() >= 5);
+    }
+
+    #[test]
+    fn credit_keeps_the_held_bytes_bounded() {
+        let mut st = QueueState {
+            granted: SESSION_BUFFER_BYTES,
+            ..QueueState::default()
+        };
+        assert_eq!(st.grant(), 0, "the first window is granted at start");
+        st.received = SESSION_BUFFER_BYTES;
+        st.bytes = SESSION_BUFFER_BYTES;
+        assert_eq!(st.grant(), 0, "nothing while the window is held");
+        st.bytes = SESSION_BUFFER_BYTES / 4;
+        assert_eq!(st.grant(), SESSION_BUFFER_BYTES * 3 / 4);
+        assert_eq!(st.granted - st.received + st.bytes, SESSION_BUFFER_BYTES);
+    }
+}
