@@ -13,6 +13,7 @@ mod bench;
 mod compare;
 #[cfg(test)]
 mod fuzz;
+mod shell;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -64,6 +65,9 @@ struct Cli {
 enum Sub {
     /// Create a machine, upload, run one command, download, close; exit with its status.
     Run(RunArgs),
+    /// Open an interactive shell session on a fresh machine (Ctrl-C interrupts the running
+    /// command, Ctrl-D or `exit` closes and removes the machine); `--json` for scripts.
+    Shell(shell::ShellArgs),
     /// Run a shell corpus (JSON Lines) and compare stdout and exit status with real Bash's.
     Compare(compare::CompareArgs),
     /// Measure a backend in-process (many runs per case) and print a table or JSON lines.
@@ -451,6 +455,10 @@ pub(crate) fn main() -> ExitCode {
             Sub::Run(args) => {
                 let json = args.json;
                 run(args).await.map_err(|e| (json, e))
+            }
+            Sub::Shell(args) => {
+                let json = args.json;
+                shell::shell(args).await.map_err(|e| (json, e))
             }
             Sub::Compare(args) => {
                 let json = args.json;

@@ -1,0 +1,889 @@
+//! `shellbox shell`: the machine's persistent shell session (`Machine::open_shell`) on a
+//! fresh machine, typed at by hand (line editing by rustyline) or, with `--json`, driven by a
+//! script through one JSON request per line.
+
+use std::io::{IsTerminal, Read, Write};
+use std::os::fd::AsFd;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use shellbox::{Error, ShellSession, ShellStatus, ShellUpdate, DEFAULT_EXECUTE_WAIT};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::{mpsc, oneshot};
+
+use super::args::{parse_bytes, parse_env};
+use super::{create, termination_signal, Failure, MachineArgs, CREATE_GRACE};
+
+/// How long one `read` of a running command gathers output before shellbox prints it: the
+/// output of an interactive command appears at most this late.
+const POLL_WAIT: Duration = Duration::from_millis(50);
+/// How soon an interrupt the session could not take yet (no command running) is retried.
+const INTERRUPT_RETRY: Duration = Duration::from_millis(20);
+/// Most bytes of one `--json` request line.
+const MAX_REQUEST_LINE_BYTES: usize = 16 << 20;
+/// How many `--json` requests may wait for their turn before shellbox stops reading stdin.
+const MAX_QUEUED_REQUESTS: usize = 64;
+
+/// Options of `shellbox shell`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct ShellArgs {
+    #[command(flatten)]
+    machine: MachineArgs,
+    /// Environment variable for the machine, KEY=VALUE (repeatable).
+    #[arg(long = "env", short = 'e', value_name = "KEY=VALUE", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+    /// Bytes of output kept from one read of the session: bytes, or with KiB, MiB, GiB
+    /// (default 1MiB); more arriving within one read is dropped and noted. With `--json`,
+    /// the default `output_limit_bytes` of a request.
+    #[arg(long, value_parser = parse_bytes, default_value = "1MiB", allow_hyphen_values = true)]
+    output_limit: u64,
+    /// Read one JSON request per line from stdin and answer each with one JSON line on
+    /// stdout, in order: {"execute": "<command line>", "wait": SECONDS,
+    /// "output_limit_bytes": N}, {"read": true, "wait": SECONDS}, {"write": "<text>"} or
+    /// {"write_base64": "<base64>"}, {"interrupt": true}. Each request waits for the answer
+    /// of the one before, except interrupt, which stops the command an earlier execute or
+    /// read is still waiting for. execute and read answer a shell
+    /// update {"output", "output_base64", "status": running|completed|reset, "exit_code",
+    /// "truncated"}; write and interrupt answer {}; a failed or malformed request answers
+    /// {"error": {"kind", "message"}} and the session goes on. End of input closes the
+    /// machine (exit 0).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `shellbox shell`: a fresh machine and its session until Ctrl-D, `exit` or end of input;
+/// the machine is closed (removed) on every way out.
+pub(crate) async fn shell(args: ShellArgs) -> Result<ExitCode, Failure> {
+    let backend = args.machine.backend()?;
+    let mut spec = args.machine.spec()?;
+    for (k, v) in &args.env {
+        spec.env.insert(k.clone(), v.clone());
+    }
+    spec.validate()?;
+    // SIGINT, SIGTERM and SIGHUP while the machine is being made: stop, remove what was made.
+    let creating = create(backend, spec);
+    tokio::pin!(creating);
+    let created = tokio::select! {
+        created = &mut creating => created?,
+        signal = termination_signal() => {
+            if let Ok(Ok(created)) = tokio::time::timeout(CREATE_GRACE, creating).await {
+                let _ = created.machine.close().await;
+            }
+            return Ok(ExitCode::from((128 + signal) as u8));
+        }
+    };
+    let machine = created.machine;
+    let session = match machine.open_shell().await {
+        Ok(session) => session,
+        Err(e) => {
+            let _ = machine.close().await;
+            return Err(match e {
+                Error::Unsupported(_) => Failure {
+                    kind: e.kind(),
+                    message: format!(
+                        "the {backend} backend offers no shell sessions; `shellbox run` runs \
+                         one command there"
+                    ),
+                },
+                e => Failure::context("open the machine's shell", e),
+            });
+        }
+    };
+    let outcome = if args.json {
+        json_lines(session, args.output_limit).await
+    } else {
+        interactive(session, backend, args.output_limit).await
+    };
+    let closed = machine.close().await;
+    let code = outcome?;
+    closed?;
+    Ok(code)
+}
+
+/// SIGTERM and SIGHUP, which end the session (SIGINT interrupts the running command instead).
+struct Endings {
+    terminate: Option<Signal>,
+    hangup: Option<Signal>,
+}
+
+impl Endings {
+    fn new() -> Self {
+        Endings {
+            terminate: signal(SignalKind::terminate()).ok(),
+            hangup: signal(SignalKind::hangup()).ok(),
+        }
+    }
+
+    /// The number of the next SIGTERM or SIGHUP (never, if the handlers are missing).
+    async fn next(&mut self) -> i32 {
+        async fn one(signal: &mut Option<Signal>) {
+            match signal {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            _ = one(&mut self.terminate) => 15,
+            _ = one(&mut self.hangup) => 1,
+        }
+    }
+}
+
+/// What the line-editor thread tells the session loop.
+enum FromEditor {
+    /// A line typed at the prompt (without its newline).
+    Line(String),
+    /// Ctrl-D at the prompt, or the end of a non-terminal stdin.
+    End,
+    /// Bytes typed while a command runs, for its terminal input.
+    Input(Vec<u8>),
+    /// Ctrl-D while a command runs: end of input for it (the terminal's EOF character).
+    InputEnd,
+    /// The editor failed (the message says how).
+    Failed(String),
+}
+
+/// The terminal settings of stdin when shellbox started, put back however it leaves (the
+/// editor thread may be inside a raw-mode read when a signal ends the session).
+struct TerminalGuard(Option<nix::sys::termios::Termios>);
+
+impl TerminalGuard {
+    fn save() -> Self {
+        TerminalGuard(nix::sys::termios::tcgetattr(std::io::stdin().as_fd()).ok())
+    }
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        if let Some(termios) = &self.0 {
+            let _ = nix::sys::termios::tcsetattr(
+                std::io::stdin().as_fd(),
+                nix::sys::termios::SetArg::TCSANOW,
+                termios,
+            );
+        }
+    }
+}
+
+/// The line-editor thread: one `readline` per prompt the session loop sends; while the
+/// command runs (`forward`), what the user types goes to the loop as [`FromEditor::Input`].
+fn editor(
+    prompts: std::sync::mpsc::Receiver<String>,
+    to_loop: mpsc::UnboundedSender<FromEditor>,
+    forward: bool,
+) {
+    use rustyline::error::ReadlineError;
+    let mut editor = match rustyline::DefaultEditor::new() {
+        Ok(editor) => editor,
+        Err(e) => {
+            let _ = to_loop.send(FromEditor::Failed(format!("start the line editor: {e}")));
+            return;
+        }
+    };
+    let mut next = prompts.recv();
+    while let Ok(prompt) = next {
+        let line = loop {
+            match editor.readline(prompt.as_str()) {
+                Ok(line) => break line,
+                // Ctrl-C at the prompt drops the line, as a shell does.
+                Err(ReadlineError::Interrupted) => continue,
+                Err(ReadlineError::Eof) => {
+                    let _ = to_loop.send(FromEditor::End);
+                    return;
+                }
+                Err(e) => {
+                    let _ = to_loop.send(FromEditor::Failed(format!("read a line: {e}")));
+                    return;
+                }
+            }
+        };
+        if !line.trim().is_empty() {
+            let _ = editor.add_history_entry(line.as_str());
+        }
+        if to_loop.send(FromEditor::Line(line)).is_err() {
+            return;
+        }
+        next = if forward {
+            forward_input(&prompts, &to_loop)
+        } else {
+            prompts.recv()
+        };
+    }
+}
+
+/// While a command runs: passes what the terminal delivers (a line at a time, cooked mode,
+/// echoed by the terminal) to the loop until the next prompt arrives, which it returns.
+fn forward_input(
+    prompts: &std::sync::mpsc::Receiver<String>,
+    to_loop: &mpsc::UnboundedSender<FromEditor>,
+) -> Result<String, std::sync::mpsc::RecvError> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::sync::mpsc::TryRecvError;
+    let stdin = std::io::stdin();
+    // An unbuffered handle: a buffered read could keep bytes meant for the next prompt.
+    let Ok(mut input) = stdin.as_fd().try_clone_to_owned().map(std::fs::File::from) else {
+        return prompts.recv();
+    };
+    let mut buf = [0u8; 4096];
+    loop {
+        match prompts.try_recv() {
+            Ok(prompt) => return Ok(prompt),
+            Err(TryRecvError::Disconnected) => return Err(std::sync::mpsc::RecvError),
+            Err(TryRecvError::Empty) => {}
+        }
+        let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(50u16)) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => {}
+            Err(_) => return prompts.recv(),
+        }
+        let readable = fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLIN));
+        if !readable {
+            // The terminal hung up: nothing more will come.
+            return prompts.recv();
+        }
+        match input.read(&mut buf) {
+            Ok(0) => {
+                let _ = to_loop.send(FromEditor::InputEnd);
+            }
+            Ok(n) => {
+                let _ = to_loop.send(FromEditor::Input(buf[..n].to_vec()));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return prompts.recv(),
+        }
+    }
+}
+
+/// `exit` or `exit N` typed at the prompt: leave with status N (default 0).
+fn exit_request(line: &str) -> Option<u8> {
+    let mut words = line.split_whitespace();
+    if words.next() != Some("exit") {
+        return None;
+    }
+    let code = match words.next() {
+        None => 0,
+        Some(n) => (n.parse::<i64>().ok()? & 0xff) as u8,
+    };
+    words.next().is_none().then_some(code)
+}
+
+/// Writes session output to stdout as it came, byte for byte.
+struct Screen {
+    /// stdout is a terminal: a partial last line is ended before the next prompt.
+    terminal: bool,
+    open_line: bool,
+}
+
+impl Screen {
+    fn write(&mut self, bytes: &[u8]) {
+        if let Some(&last) = bytes.last() {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(bytes).and_then(|_| out.flush());
+            self.open_line = last != b'\n';
+        }
+    }
+
+    /// Before a prompt or a note: on a terminal, a partial line is ended (display only).
+    fn end_line(&mut self) {
+        if self.open_line && self.terminal {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(b"\n").and_then(|_| out.flush());
+        }
+        self.open_line = false;
+    }
+
+    fn note(&mut self, text: &str) {
+        self.end_line();
+        eprintln!("shellbox: {text}");
+    }
+}
+
+/// How a typed command ended.
+enum Ran {
+    /// Completed with this status, or `None` (the shell was reset, or a call failed).
+    Status(Option<i32>),
+    /// SIGTERM or SIGHUP (the number) arrived: the session ends.
+    Signalled(i32),
+}
+
+/// The interactive loop: prompt, run the line, show its output as it comes; Ctrl-C
+/// interrupts the running command, Ctrl-D or `exit` leaves.
+async fn interactive(
+    session: Arc<dyn ShellSession>,
+    backend: shellbox::Backend,
+    output_limit_bytes: u64,
+) -> Result<ExitCode, Failure> {
+    let _terminal = TerminalGuard::save();
+    let tty = std::io::stdin().is_terminal();
+    // Typed input goes to a running command only on a terminal (a piped stdin holds the
+    // next commands) and only where the session can take it.
+    let forward = tty && session.interactive();
+    let (prompts, prompt_rx) = std::sync::mpsc::channel::<String>();
+    let (to_loop, mut events) = mpsc::unbounded_channel();
+    std::thread::Builder::new()
+        .name("shellbox-editor".into())
+        .spawn(move || editor(prompt_rx, to_loop, forward))
+        .map_err(|e| Error::io("start the line editor", e))?;
+    // Installed before the first command: from now on SIGINT (Ctrl-C while a command runs;
+    // at the prompt the editor reads Ctrl-C as a key) interrupts instead of ending shellbox.
+    let mut sigint =
+        signal(SignalKind::interrupt()).map_err(|e| Error::io("install the SIGINT handler", e))?;
+    let mut endings = Endings::new();
+    let mut screen = Screen {
+        terminal: std::io::stdout().is_terminal(),
+        open_line: false,
+    };
+    if tty {
+        eprintln!(
+            "shellbox: a fresh {backend} machine{}. Ctrl-C interrupts a command; Ctrl-D or \
+             `exit` removes the machine.",
+            if session.interactive() {
+                ""
+            } else {
+                " (each command runs to completion)"
+            }
+        );
+    }
+    let mut last: Option<i32> = Some(0);
+    loop {
+        screen.end_line();
+        let prompt = match last {
+            Some(0) => format!("{backend}$ "),
+            Some(code) => format!("{backend} [{code}]$ "),
+            None => format!("{backend} [-]$ "),
+        };
+        if prompts.send(prompt).is_err() {
+            return Ok(ExitCode::SUCCESS);
+        }
+        let line = loop {
+            tokio::select! {
+                event = events.recv() => match event {
+                    Some(FromEditor::Line(line)) => break line,
+                    Some(FromEditor::End) | None => return Ok(ExitCode::SUCCESS),
+                    Some(FromEditor::Failed(message)) => {
+                        return Err(Failure { kind: "io", message })
+                    }
+                    Some(FromEditor::Input(_) | FromEditor::InputEnd) => {}
+                },
+                // A SIGINT at the prompt comes from outside (kill -INT): nothing to stop.
+                _ = sigint.recv() => {}
+                signal = endings.next() => return Ok(ExitCode::from((128 + signal) as u8)),
+            }
+        };
+        if let Some(code) = exit_request(&line) {
+            return Ok(ExitCode::from(code));
+        }
+        if line.trim().is_empty() {
+            continue;
+        }
+        match run_line(
+            &session,
+            &line,
+            output_limit_bytes,
+            &mut events,
+            &mut sigint,
+            &mut endings,
+            &mut screen,
+        )
+        .await
+        {
+            Ran::Status(status) => last = status,
+            Ran::Signalled(signal) => return Ok(ExitCode::from((128 + signal) as u8)),
+        }
+    }
+}
+
+/// Asks the session to interrupt its command. A session that has no command running yet
+/// (Ctrl-C right after Enter, before the `execute` task reached the backend) is asked
+/// again [`INTERRUPT_RETRY`] later, as long as the line's call is still out.
+async fn try_interrupt(session: &dyn ShellSession, wanted: &mut bool, screen: &mut Screen) {
+    match session.interrupt().await {
+        Ok(()) => *wanted = false,
+        Err(Error::ShellState(_)) => {}
+        Err(e) => {
+            *wanted = false;
+            screen.note(&format!("interrupt: {}", Failure::from(e).message));
+        }
+    }
+}
+
+/// Runs one typed line in the session: `execute`, then `read` while it is running, printing
+/// each update's output; SIGINT calls `interrupt`, typed input is `write`n to the command.
+async fn run_line(
+    session: &Arc<dyn ShellSession>,
+    line: &str,
+    output_limit_bytes: u64,
+    events: &mut mpsc::UnboundedReceiver<FromEditor>,
+    sigint: &mut Signal,
+    endings: &mut Endings,
+    screen: &mut Screen,
+) -> Ran {
+    let s = session.clone();
+    let command = line.to_string();
+    // The calls run as tasks of their own, so `interrupt` and `write` are made while a
+    // `read` (or the simulator's whole `execute`) is still gathering output.
+    let mut call =
+        tokio::spawn(async move { s.execute(&command, POLL_WAIT, output_limit_bytes).await });
+    let mut truncated = false;
+    // Ctrl-C was pressed and the session has not taken the interrupt yet.
+    let mut interrupt_wanted = false;
+    loop {
+        let joined = loop {
+            tokio::select! {
+                joined = &mut call => break joined,
+                _ = sigint.recv() => {
+                    interrupt_wanted = true;
+                    try_interrupt(&**session, &mut interrupt_wanted, screen).await;
+                }
+                _ = tokio::time::sleep(INTERRUPT_RETRY), if interrupt_wanted => {
+                    try_interrupt(&**session, &mut interrupt_wanted, screen).await;
+                }
+                event = events.recv() => {
+                    let data = match event {
+                        Some(FromEditor::Input(data)) => data,
+                        // The terminal's EOF character (^D) for the command's terminal.
+                        Some(FromEditor::InputEnd) => vec![4],
+                        _ => continue,
+                    };
+                    match session.write(&data).await {
+                        Ok(()) | Err(Error::ShellState(_)) => {}
+                        Err(e) => screen.note(&format!("write: {}", Failure::from(e).message)),
+                    }
+                }
+                signal = endings.next() => {
+                    call.abort();
+                    return Ran::Signalled(signal);
+                }
+            }
+        };
+        let update: ShellUpdate = match joined {
+            Ok(Ok(update)) => update,
+            Ok(Err(e)) => {
+                screen.note(&Failure::from(e).message);
+                return Ran::Status(None);
+            }
+            Err(e) => {
+                screen.note(&format!("the session call failed: {e}"));
+                return Ran::Status(None);
+            }
+        };
+        screen.write(&update.output);
+        if update.truncated && !truncated {
+            truncated = true;
+            screen.note(&format!(
+                "output was dropped: more than {output_limit_bytes} bytes arrived within one \
+                 read (--output-limit)"
+            ));
+        }
+        match update.status {
+            ShellStatus::Running => {
+                let s = session.clone();
+                call = tokio::spawn(async move { s.read(POLL_WAIT, output_limit_bytes).await });
+            }
+            ShellStatus::Completed => return Ran::Status(update.exit_code),
+            ShellStatus::Reset => {
+                screen.note(
+                    "the shell exited; the next command starts a fresh one in the workdir \
+                     (files kept)",
+                );
+                return Ran::Status(None);
+            }
+        }
+    }
+}
+
+/// One request of the `--json` line protocol, as it is written.
+#[derive(serde::Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct Request {
+    execute: Option<String>,
+    read: Option<bool>,
+    write: Option<String>,
+    write_base64: Option<String>,
+    interrupt: Option<bool>,
+    wait: Option<f64>,
+    output_limit_bytes: Option<u64>,
+}
+
+/// A checked `--json` request.
+#[derive(Debug, PartialEq)]
+enum Op {
+    Execute {
+        command: String,
+        wait: Duration,
+        output_limit_bytes: u64,
+    },
+    Read {
+        wait: Duration,
+        output_limit_bytes: u64,
+    },
+    Write(Vec<u8>),
+    Interrupt,
+}
+
+/// Parses one request line: exactly one of `execute`, `read`, `write`, `write_base64`,
+/// `interrupt`; `wait` (seconds; execute's default 120, read's 0) and `output_limit_bytes`
+/// only with execute and read.
+fn parse_request(line: &str, default_limit: u64) -> Result<Op, Error> {
+    let request: Request = serde_json::from_str(line)
+        .map_err(|e| Error::invalid(format!("malformed request line: {e}")))?;
+    let given = [
+        request.execute.is_some(),
+        request.read.is_some(),
+        request.write.is_some(),
+        request.write_base64.is_some(),
+        request.interrupt.is_some(),
+    ];
+    if given.iter().filter(|g| **g).count() != 1 {
+        return Err(Error::invalid(
+            "a request names exactly one of execute, read, write, write_base64 and interrupt",
+        ));
+    }
+    let wait = |default: Duration| match request.wait {
+        Some(seconds) => shellbox::serve::wire::wait_seconds(seconds),
+        None => Ok(default),
+    };
+    let output_limit_bytes = request.output_limit_bytes.unwrap_or(default_limit);
+    let only_execute_read = || {
+        if request.wait.is_some() || request.output_limit_bytes.is_some() {
+            Err(Error::invalid(
+                "wait and output_limit_bytes go with execute and read only",
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let flag = |name: &str, value: Option<bool>| {
+        if value == Some(true) {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!("{name} takes true")))
+        }
+    };
+    if let Some(command) = request.execute.clone() {
+        return Ok(Op::Execute {
+            command,
+            wait: wait(DEFAULT_EXECUTE_WAIT)?,
+            output_limit_bytes,
+        });
+    }
+    if request.read.is_some() {
+        flag("read", request.read)?;
+        return Ok(Op::Read {
+            wait: wait(Duration::ZERO)?,
+            output_limit_bytes,
+        });
+    }
+    only_execute_read()?;
+    if let Some(text) = &request.write {
+        return Ok(Op::Write(text.clone().into_bytes()));
+    }
+    if let Some(data) = &request.write_base64 {
+        return Ok(Op::Write(
+            base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .map_err(|e| Error::invalid(format!("write_base64 is not base64: {e}")))?,
+        ));
+    }
+    flag("interrupt", request.interrupt)?;
+    Ok(Op::Interrupt)
+}
+
+/// The answer line of a shell update: the output as text (lossy) and exactly (base64).
+fn update_json(update: &ShellUpdate) -> serde_json::Value {
+    serde_json::json!({
+        "output": String::from_utf8_lossy(&update.output),
+        "output_base64": base64::engine::general_purpose::STANDARD.encode(&update.output),
+        "status": match update.status {
+            ShellStatus::Running => "running",
+            ShellStatus::Completed => "completed",
+            ShellStatus::Reset => "reset",
+        },
+        "exit_code": update.exit_code,
+        "truncated": update.truncated,
+    })
+}
+
+/// The answer line of a failed request, shaped as the CLI's other `--json` errors.
+fn error_json(error: Error) -> serde_json::Value {
+    let failure = Failure::from(error);
+    serde_json::json!({"error": {"kind": failure.kind, "message": failure.message}})
+}
+
+/// Carries out one request.
+async fn perform(session: &dyn ShellSession, op: Op) -> serde_json::Value {
+    let answer = match op {
+        Op::Execute {
+            command,
+            wait,
+            output_limit_bytes,
+        } => session
+            .execute(&command, wait, output_limit_bytes)
+            .await
+            .map(|u| update_json(&u)),
+        Op::Read {
+            wait,
+            output_limit_bytes,
+        } => session
+            .read(wait, output_limit_bytes)
+            .await
+            .map(|u| update_json(&u)),
+        Op::Write(data) => session.write(&data).await.map(|()| serde_json::json!({})),
+        Op::Interrupt => session.interrupt().await.map(|()| serde_json::json!({})),
+    };
+    answer.unwrap_or_else(error_json)
+}
+
+/// Reads stdin's request lines on a thread of its own (stdin blocks), each bounded by
+/// [`MAX_REQUEST_LINE_BYTES`]: `Err` answers an overlong or non-UTF-8 line, and ends the
+/// stream after a read failure.
+fn read_requests(lines: mpsc::Sender<Result<String, Error>>) {
+    use std::io::BufRead;
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    loop {
+        let mut line = Vec::new();
+        let read = (&mut input)
+            .take(MAX_REQUEST_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut line);
+        let item = match read {
+            Ok(0) => return,
+            Ok(_) if line.len() > MAX_REQUEST_LINE_BYTES => {
+                // Skip the rest of the overlong line.
+                loop {
+                    let mut rest = Vec::new();
+                    match (&mut input)
+                        .take(MAX_REQUEST_LINE_BYTES as u64)
+                        .read_until(b'\n', &mut rest)
+                    {
+                        Ok(0) => break,
+                        Ok(_) if rest.ends_with(b"\n") => break,
+                        Ok(_) => {}
+                        Err(_) => break,
+                    }
+                }
+                Err(Error::invalid(format!(
+                    "a request line holds at most {} MiB",
+                    MAX_REQUEST_LINE_BYTES >> 20
+                )))
+            }
+            Ok(_) => String::from_utf8(line)
+                .map_err(|_| Error::invalid("malformed request line: not UTF-8")),
+            Err(e) => {
+                let _ = lines.blocking_send(Err(Error::io("read stdin", e)));
+                return;
+            }
+        };
+        if lines.blocking_send(item).is_err() {
+            return;
+        }
+    }
+}
+
+/// The `--json` loop: requests in the order given, one answer line each in the same order.
+/// Every request waits for the one before to be answered, except `interrupt`, which acts as
+/// soon as the requests before it have started: it stops an `execute` or `read` still
+/// gathering output (whose answer still comes first), and the simulator's `execute`, which
+/// runs to completion.
+async fn json_lines(
+    session: Arc<dyn ShellSession>,
+    output_limit_bytes: u64,
+) -> Result<ExitCode, Failure> {
+    let (line_tx, mut lines) = mpsc::channel(MAX_QUEUED_REQUESTS);
+    std::thread::Builder::new()
+        .name("shellbox-stdin".into())
+        .spawn(move || read_requests(line_tx))
+        .map_err(|e| Error::io("start the stdin reader", e))?;
+    // Requests that wait for their turn, with where their answer goes.
+    let (serial_tx, mut serial) =
+        mpsc::channel::<(Op, oneshot::Sender<serde_json::Value>)>(MAX_QUEUED_REQUESTS);
+    let worker_session = session.clone();
+    // How many of the waiting requests were carried out, and how many were handed over.
+    let done = Arc::new(AtomicU64::new(0));
+    let worker_done = done.clone();
+    let mut dispatched: u64 = 0;
+    let worker = tokio::spawn(async move {
+        while let Some((op, answer)) = serial.recv().await {
+            let value = perform(&*worker_session, op).await;
+            worker_done.fetch_add(1, Ordering::SeqCst);
+            let _ = answer.send(value);
+        }
+    });
+    // Answers, printed in request order.
+    let (answer_tx, mut answers) =
+        mpsc::unbounded_channel::<oneshot::Receiver<serde_json::Value>>();
+    let printer = tokio::spawn(async move {
+        while let Some(answer) = answers.recv().await {
+            if let Ok(value) = answer.await {
+                out!("{value}");
+            }
+        }
+    });
+    let dispatch = async {
+        let mut failed: Option<Error> = None;
+        while let Some(line) = lines.recv().await {
+            let (tx, rx) = oneshot::channel();
+            let _ = answer_tx.send(rx);
+            let line = match line {
+                Ok(line) => line,
+                Err(e @ Error::Io { .. }) => {
+                    failed = Some(e);
+                    break;
+                }
+                Err(e) => {
+                    let _ = tx.send(error_json(e));
+                    continue;
+                }
+            };
+            if line.trim().is_empty() {
+                // Not a request: no answer.
+                drop(tx);
+                continue;
+            }
+            match parse_request(&line, output_limit_bytes) {
+                Err(e) => {
+                    let _ = tx.send(error_json(e));
+                }
+                Ok(Op::Interrupt) => {
+                    let session = session.clone();
+                    let done = done.clone();
+                    let before = dispatched;
+                    tokio::spawn(async move {
+                        // While a request before this one is still out, "nothing running"
+                        // means its command has not reached the shell yet: ask again.
+                        let answer = loop {
+                            match session.interrupt().await {
+                                Err(Error::ShellState(_))
+                                    if done.load(Ordering::SeqCst) < before =>
+                                {
+                                    tokio::time::sleep(INTERRUPT_RETRY).await
+                                }
+                                answer => break answer,
+                            }
+                        };
+                        let _ = tx.send(match answer {
+                            Ok(()) => serde_json::json!({}),
+                            Err(e) => error_json(e),
+                        });
+                    });
+                }
+                Ok(op) => {
+                    dispatched += 1;
+                    if serial_tx.send((op, tx)).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        drop(serial_tx);
+        drop(answer_tx);
+        failed
+    };
+    let mut endings = Endings::new();
+    let mut sigint = signal(SignalKind::interrupt()).ok();
+    let interrupted = async {
+        match &mut sigint {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        failed = dispatch => {
+            // End of input: the requests already read are answered, then the machine closes.
+            let _ = worker.await;
+            let _ = printer.await;
+            match failed {
+                Some(e) => Err(e.into()),
+                None => Ok(ExitCode::SUCCESS),
+            }
+        }
+        signal = endings.next() => Ok(ExitCode::from((128 + signal) as u8)),
+        _ = interrupted => Ok(ExitCode::from(128 + 2)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests() {
+        assert_eq!(
+            parse_request(r#"{"execute": "ls", "wait": 1.5}"#, 7).unwrap(),
+            Op::Execute {
+                command: "ls".into(),
+                wait: Duration::from_millis(1500),
+                output_limit_bytes: 7
+            }
+        );
+        assert_eq!(
+            parse_request(r#"{"execute": "ls"}"#, 7).unwrap(),
+            Op::Execute {
+                command: "ls".into(),
+                wait: DEFAULT_EXECUTE_WAIT,
+                output_limit_bytes: 7
+            }
+        );
+        assert_eq!(
+            parse_request(r#"{"read": true, "output_limit_bytes": 3}"#, 7).unwrap(),
+            Op::Read {
+                wait: Duration::ZERO,
+                output_limit_bytes: 3
+            }
+        );
+        assert_eq!(
+            parse_request(r#"{"write": "a\u0003"}"#, 7).unwrap(),
+            Op::Write(b"a\x03".to_vec())
+        );
+        assert_eq!(
+            parse_request(r#"{"write_base64": "/wA="}"#, 7).unwrap(),
+            Op::Write(vec![0xff, 0])
+        );
+        assert_eq!(
+            parse_request(r#"{"interrupt": true}"#, 7).unwrap(),
+            Op::Interrupt
+        );
+        for (bad, says) in [
+            ("{", "malformed"),
+            ("[1]", "malformed"),
+            (r#"{"execute": "ls", "bogus": 1}"#, "unknown field"),
+            (r#"{"execute": 3}"#, "malformed"),
+            (r#"{}"#, "exactly one"),
+            (r#"{"execute": "ls", "read": true}"#, "exactly one"),
+            (r#"{"read": false}"#, "takes true"),
+            (
+                r#"{"interrupt": true, "wait": 1}"#,
+                "go with execute and read",
+            ),
+            (r#"{"execute": "ls", "wait": -1}"#, "wait"),
+            (r#"{"write_base64": "!"}"#, "not base64"),
+        ] {
+            let err = parse_request(bad, 7).unwrap_err();
+            assert!(
+                matches!(err, Error::InvalidInput(_)) && err.to_string().contains(says),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn exit_lines() {
+        assert_eq!(exit_request("exit"), Some(0));
+        assert_eq!(exit_request("  exit 3 "), Some(3));
+        assert_eq!(exit_request("exit 256"), Some(0));
+        assert_eq!(exit_request("exit; ls"), None);
+        assert_eq!(exit_request("exit x"), None);
+        assert_eq!(exit_request("exit 1 2"), None);
+        assert_eq!(exit_request("exitcode"), None);
+    }
+}

@@ -1,0 +1,236 @@
+//! `shellbox shell` as a person and a script use it: typed at through a real
+//! pseudo-terminal (expectrl), and driven with `--json` through a pipe.
+
+// Each backend's cases use the helpers they need; a build without a backend has fewer.
+#![cfg_attr(
+    not(all(feature = "sim", feature = "local", feature = "docker")),
+    allow(dead_code, unused_imports)
+)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use expectrl::session::OsSession;
+use expectrl::{Eof, Expect, Session};
+
+fn shellbox() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shellbox"));
+    cmd.env("RUST_LOG", "error");
+    cmd
+}
+
+/// The docker backend's arguments, with the test image imported (`None` after a SKIP line
+/// when there is no engine).
+#[cfg(feature = "docker")]
+fn docker_args(test: &str) -> Option<Vec<&'static str>> {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let ready = runtime.block_on(async {
+        let factory = shellbox::docker::DockerMachineFactory::connect()
+            .await
+            .ok()?;
+        factory.docker().ping().await.ok()?;
+        Some(
+            shellbox::docker::ensure_busybox_image(
+                factory.docker(),
+                shellbox::docker::BUSYBOX_TEST_IMAGE,
+            )
+            .await,
+        )
+    });
+    match ready {
+        None => {
+            eprintln!("SKIP {test}: no Docker Engine here");
+            None
+        }
+        Some(Err(e)) => panic!("{test}: cannot import the busybox test image: {e}"),
+        Some(Ok(_)) => Some(vec![
+            "--backend",
+            "docker",
+            "--image",
+            shellbox::docker::BUSYBOX_TEST_IMAGE,
+        ]),
+    }
+}
+
+/// Waits until the terminal is back in cooked mode (ISIG on): the line editor has handed
+/// the line over, so a Ctrl-C now is a signal to shellbox, not a key for the editor.
+fn wait_for_cooked_mode(p: &OsSession) {
+    use nix::sys::termios::{tcgetattr, LocalFlags};
+    let terminal = p.get_process().get_raw_handle().unwrap();
+    let started = Instant::now();
+    while !tcgetattr(&terminal)
+        .unwrap()
+        .local_flags
+        .contains(LocalFlags::ISIG)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the line editor never left raw mode"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Types at `shellbox shell` through a pseudo-terminal: a command and its output, Ctrl-C
+/// of `long` (which prints `started` first where output streams) and a command after it,
+/// then Ctrl-D, which must exit 0. `tmp` is the child's TMPDIR.
+fn drive_pty(backend_args: &[&str], tmp: &Path, long: &str, prompt: &str) {
+    let mut cmd = shellbox();
+    cmd.arg("shell")
+        .args(backend_args)
+        .env("TMPDIR", tmp)
+        .env("TERM", "xterm");
+    let mut p = Session::spawn(cmd).unwrap();
+    p.set_expect_timeout(Some(Duration::from_secs(60)));
+    p.expect(prompt).unwrap();
+    p.send_line("echo hi-$((6*7))").unwrap();
+    p.expect("hi-42").unwrap();
+    p.expect(prompt).unwrap();
+    p.send_line(long).unwrap();
+    wait_for_cooked_mode(&p);
+    if !long.starts_with("while") {
+        // Output streams on this backend: the command is running once it printed.
+        p.expect("st-arted").unwrap();
+    }
+    p.send([3u8]).unwrap();
+    let interrupted = format!("{} [130]$ ", prompt.trim_end_matches("$ "));
+    p.expect(interrupted.as_str()).unwrap();
+    p.send_line("echo af''ter").unwrap();
+    p.expect("after").unwrap();
+    p.expect(prompt).unwrap();
+    p.send([4u8]).unwrap();
+    p.expect(Eof).unwrap();
+    // nix's WaitStatus, in the version expectrl uses: `Exited(Pid(N), 0)`.
+    let status = format!("{:?}", p.get_process().wait().unwrap());
+    assert!(
+        status.starts_with("Exited(") && status.ends_with(", 0)"),
+        "Ctrl-D must exit 0, not {status}"
+    );
+}
+
+#[cfg(feature = "docker")]
+#[test]
+fn docker_shell_through_a_terminal() {
+    let Some(args) = docker_args("docker_shell_through_a_terminal") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    drive_pty(&args, tmp.path(), "echo st-arted; sleep 30", "docker$ ");
+}
+
+/// `shellbox shell --json` on a pipe, talked to a line at a time.
+struct JsonShell {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl JsonShell {
+    fn start(backend_args: &[&str]) -> JsonShell {
+        let mut child = shellbox()
+            .args(["shell", "--json"])
+            .args(backend_args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        JsonShell {
+            stdin: child.stdin.take(),
+            stdout: BufReader::new(child.stdout.take().unwrap()),
+            child,
+        }
+    }
+
+    fn send(&mut self, request: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{request}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn answer(&mut self) -> serde_json::Value {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("answer {line:?}: {e}"))
+    }
+
+    /// One request and its answer.
+    fn ask(&mut self, request: &str) -> serde_json::Value {
+        self.send(request);
+        self.answer()
+    }
+
+    /// Closes stdin; no answer is left, and the exit status.
+    fn finish(mut self) -> i32 {
+        drop(self.stdin.take());
+        let mut rest = String::new();
+        self.stdout.read_to_string(&mut rest).unwrap();
+        assert_eq!(rest, "", "answers nobody asked for");
+        let status = self.child.wait().unwrap();
+        status.code().unwrap_or_else(|| panic!("{status:?}"))
+    }
+}
+
+fn completed(answer: &serde_json::Value, code: i32) {
+    assert_eq!(
+        (&answer["status"], &answer["exit_code"]),
+        (&"completed".into(), &code.into()),
+        "{answer}"
+    );
+}
+
+/// An interactive session's answers to execute, write, read, interrupt and a malformed
+/// line.
+fn check_interactive_json(backend_args: &[&str]) {
+    let mut sh = JsonShell::start(backend_args);
+    let a = sh.ask(r#"{"execute": "cd /tmp && x=5; printf 'a\\377b'", "wait": 30}"#);
+    completed(&a, 0);
+    assert_eq!(a["output_base64"], "Yf9i", "bytes exactly: {a}");
+    let a = sh.ask(r#"{"execute": "echo $x $PWD", "wait": 30}"#);
+    assert_eq!(a["output"], "5 /tmp\n", "{a}");
+    let a = sh.ask(r#"{"execute": "read -r line; echo got:$line", "wait": 0.2}"#);
+    assert_eq!(a["status"], "running", "{a}");
+    assert_eq!(sh.ask(r#"{"write": "typed\n"}"#), serde_json::json!({}));
+    let b = sh.ask(r#"{"read": true, "wait": 30}"#);
+    completed(&b, 0);
+    assert_eq!(
+        format!(
+            "{}{}",
+            a["output"].as_str().unwrap(),
+            b["output"].as_str().unwrap()
+        ),
+        "got:typed\n"
+    );
+    let a = sh.ask(r#"{"execute": "echo st-arted; sleep 30", "wait": 1}"#);
+    assert_eq!(a["status"], "running", "{a}");
+    let bad = sh.ask("{\"execute\": oops");
+    assert_eq!(bad["error"]["kind"], "invalid_input", "{bad}");
+    assert_eq!(sh.ask(r#"{"interrupt": true}"#), serde_json::json!({}));
+    let b = sh.ask(r#"{"read": true, "wait": 30}"#);
+    completed(&b, 130);
+    // An interactive shell ends the interrupted line with a newline of its own.
+    assert_eq!(
+        format!(
+            "{}{}",
+            a["output"].as_str().unwrap(),
+            b["output"].as_str().unwrap()
+        )
+        .trim_end(),
+        "st-arted"
+    );
+    let a = sh.ask(r#"{"read": true}"#);
+    assert_eq!(a["error"]["kind"], "shell_state", "nothing runs: {a}");
+    let a = sh.ask(r#"{"execute": "echo still here", "wait": 30}"#);
+    assert_eq!(a["output"], "still here\n", "{a}");
+    assert_eq!(sh.finish(), 0);
+}
+
+#[cfg(feature = "docker")]
+#[test]
+fn docker_shell_json_lines() {
+    let Some(args) = docker_args("docker_shell_json_lines") else {
+        return;
+    };
+    check_interactive_json(&args);
+}
