@@ -21,6 +21,35 @@ fn shellbox() -> Command {
     cmd
 }
 
+#[cfg(feature = "local")]
+/// Whether `shellbox run` works on `backend` here; prints the SKIP line when its
+/// prerequisite (a bubblewrap sandbox, a Docker Engine) is missing.
+fn available(test: &str, backend_args: &[&str]) -> bool {
+    let out = shellbox()
+        .args(["run", "--json"])
+        .args(backend_args)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    if out.status.code() == Some(0) {
+        return true;
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for (kind, what) in [
+        ("sandbox_unavailable", "no bubblewrap sandbox here"),
+        ("connect to the Docker Engine", "no Docker Engine here"),
+    ] {
+        if stdout.contains(kind) {
+            eprintln!("SKIP {test}: {what}: {}", stdout.trim());
+            return false;
+        }
+    }
+    panic!(
+        "shellbox run {backend_args:?} -- true failed: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The docker backend's arguments, with the test image imported (`None` after a SKIP line
 /// when there is no engine).
 #[cfg(feature = "docker")]
@@ -233,4 +262,33 @@ fn docker_shell_json_lines() {
         return;
     };
     check_interactive_json(&args);
+}
+
+#[cfg(feature = "local")]
+#[test]
+fn local_shell_through_a_terminal_leaves_no_root() {
+    if !available("local_shell_through_a_terminal", &["--backend", "local"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    drive_pty(
+        &["--backend", "local"],
+        tmp.path(),
+        "echo st-arted; sleep 30",
+        "local$ ",
+    );
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "the machine root is left on the host"
+    );
+}
+
+#[cfg(feature = "local")]
+#[test]
+fn local_shell_json_lines() {
+    if !available("local_shell_json_lines", &["--backend", "local"]) {
+        return;
+    }
+    check_interactive_json(&["--backend", "local"]);
 }
