@@ -1483,13 +1483,25 @@ impl Interp<'_> {
                     T::ToUpperCase => map_pv(v, |s| s.to_uppercase()),
                     T::ToLowerCase => map_pv(v, |s| s.to_lowercase()),
                     T::CapitalizeInitial => map_pv(v, |s| cap_first(&s, true)),
-                    T::Quoted => map_pv(v, |s| {
-                        if s.chars().any(|c| c.is_control()) {
-                            crate::utils::shell_quote(&s)
-                        } else {
-                            format!("'{}'", s.replace('\'', "'\\''"))
+                    T::Quoted => {
+                        // bounded as the word being built is, and by the clock: quoting
+                        // can make a value four times longer
+                        let mut room = fb.budget.saturating_sub(fb.bytes);
+                        let mut quote = |s: &str| quote_value_bounded(s, &mut room);
+                        let quoted = match v {
+                            PV::Unset => Some(PV::Unset),
+                            PV::S(s) => quote(&s).map(PV::S),
+                            PV::L(l, c) => l
+                                .iter()
+                                .map(|s| quote(s))
+                                .collect::<Option<Vec<_>>>()
+                                .map(|l| PV::L(l, c)),
+                        };
+                        match quoted {
+                            Some(v) => v,
+                            None => return Err(self.interrupted()),
                         }
-                    }),
+                    }
                     T::ExpandEscapeSequences => map_pv(v, |s| ansi_c(&s)),
                     T::ToAssignmentLogic if matches!(parameter, Parameter::Named(_)) => {
                         // `declare -FLAGS name=VALUE` as bash's `${v@A}` prints a scalar
@@ -2426,11 +2438,61 @@ fn attr_flags(sh: &Shell, name: &str) -> String {
 
 /// A value quoted as `${v@Q}` and `${v@A}` print it.
 fn quote_value(s: &str) -> String {
-    if s.chars().any(|c| c.is_control()) {
-        crate::utils::shell_quote(s)
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
+    let mut unbounded = usize::MAX;
+    quote_value_bounded(s, &mut unbounded).unwrap_or_default()
+}
+
+/// [`quote_value`] built one [`CHUNK_BYTES`] piece at a time: `None` when the quoted text
+/// would hold more than `room` bytes (which it then reduces by what it used) or the
+/// command's deadline passed (the fuzz hour run, seed 20261201, case 16556: `n+="${n@Q}"`
+/// in a loop quoted a 12 MiB value into 48 MiB in one step, 200 ms of CPU past a 200 ms
+/// deadline).
+fn quote_value_bounded(s: &str, room: &mut usize) -> Option<String> {
+    let pieces = || {
+        let mut rest = s;
+        std::iter::from_fn(move || {
+            if rest.is_empty() {
+                return None;
+            }
+            let mut end = rest.len().min(CHUNK_BYTES);
+            while !rest.is_char_boundary(end) {
+                end += 1;
+            }
+            let (piece, tail) = rest.split_at(end);
+            rest = tail;
+            Some(piece)
+        })
+    };
+    let big = s.len() >= CHUNK_BYTES;
+    let mut control = false;
+    for piece in pieces() {
+        if piece.chars().any(|c| c.is_control()) {
+            control = true;
+            break;
+        }
+        if big && crate::shell::wall_expired() {
+            return None;
+        }
     }
+    let mut out = String::from(if control { "$'" } else { "'" });
+    for piece in pieces() {
+        if control {
+            crate::utils::ansi_quote_into(&mut out, piece);
+        } else {
+            for (i, part) in piece.split('\'').enumerate() {
+                if i > 0 {
+                    out.push_str("'\\''");
+                }
+                out.push_str(part);
+            }
+        }
+        if out.len() > *room || (big && crate::shell::wall_expired()) {
+            return None;
+        }
+    }
+    out.push('\'');
+    *room = room.checked_sub(out.len())?;
+    Some(out)
 }
 
 /// `${v@P}`: the prompt escapes that do not depend on a terminal or history.

@@ -231,17 +231,7 @@ pub fn shell_quote(s: &str) -> String {
     }
     if s.chars().any(|c| c.is_control()) {
         let mut out = String::from("$'");
-        for c in s.chars() {
-            match c {
-                '\n' => out.push_str("\\n"),
-                '\t' => out.push_str("\\t"),
-                '\r' => out.push_str("\\r"),
-                '\'' => out.push_str("\\'"),
-                '\\' => out.push_str("\\\\"),
-                c if c.is_control() => out.push_str(&format!("\\{:03o}", c as u32)),
-                c => out.push(c),
-            }
-        }
+        ansi_quote_into(&mut out, s);
         out.push('\'');
         return out;
     }
@@ -260,6 +250,22 @@ pub fn shell_quote(s: &str) -> String {
         }
     }
     out
+}
+
+/// Appends `s` as the inside of a `$'...'` word: newline, tab, CR, quote and backslash
+/// escaped, other control characters in octal.
+pub fn ansi_quote_into(out: &mut String, s: &str) {
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\'' => out.push_str("\\'"),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\{:03o}", c as u32)),
+            c => out.push(c),
+        }
+    }
 }
 
 fn printf_num(s: &str) -> Result<i64, String> {

@@ -412,6 +412,11 @@ const CORPUS: &[&str] = &[
     // the hour run, seed 20261201, case 335, minimised: tee opened 65,534 files without
     // looking at the clock (and copied the whole shell for each), 700 ms under 200 ms
     "tee {3..65536} </dev/null",
+    // the hour run, seed 20261201, case 16556, minimised: `${n@Q}` quoted a 12 MiB value
+    // into 48 MiB in one step without looking at the clock (200 ms of CPU after a 200 ms
+    // deadline)
+    "n=\"'\"; while :; do n+=\"${n@Q}\"; done",
+    "while :; do { kill x; } & n+=\"${n@Q}\"; _[65536]=\"f\"; done",
     // the hour run, seed 20261201, case 26544, minimised and made heavier: `type` and
     // `hash` walked PATH once per name without looking at the clock (157 ms of CPU after
     // a 200 ms deadline for 65,536 names)

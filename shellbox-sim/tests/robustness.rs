@@ -407,3 +407,37 @@ fn wc_of_a_big_file_ends_at_its_deadline() {
         );
     }
 }
+
+/// `${x@Q}` quotes a big value one piece at a time, looking at the clock between pieces
+/// (the fuzz hour run, seed 20261201, case 16556: `n+="${n@Q}"` in a loop quoted 12 MiB
+/// into 48 MiB in one step, 200 ms of CPU past a 200 ms deadline; the fuzz corpus holds
+/// the case): the pieces join into the same text as quoting it whole, for plain text,
+/// text with control characters (`$'...'`) and multibyte characters across the 1 MiB
+/// piece boundaries.
+#[test]
+fn quoting_a_big_value_in_pieces_gives_the_same_text() {
+    let m = SimMachineFactory::new()
+        .create_sim(MachineSpec::sim())
+        .unwrap();
+    // (the value as `$'...'` text, doublings, its quoted form, the quoting's opening)
+    for (unit, doublings, want_unit, open) in [
+        (r"\'", 21, r"'\''", "'"),
+        (r"\t\'", 20, r"\t\'", "$'"),
+        (r"é\'x", 19, r"é'\''x", "'"),
+    ] {
+        let script = format!(
+            "x=$'{unit}'; for i in $(seq {doublings}); do x=$x$x; done; printf %s \"${{x@Q}}\""
+        );
+        let r = m
+            .run_sync(Command::shell(script).output_limit_bytes(64 << 20))
+            .unwrap();
+        let want = format!("{open}{}'", want_unit.repeat(1 << doublings));
+        assert!(
+            r.stdout == want.as_bytes(),
+            "{unit:?}: {} bytes, want {}; starts {:?}",
+            r.stdout.len(),
+            want.len(),
+            String::from_utf8_lossy(&r.stdout[..r.stdout.len().min(40)])
+        );
+    }
+}
