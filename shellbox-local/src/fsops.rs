@@ -846,6 +846,7 @@ mod tests {
                     guest: g.to_string(),
                 })
                 .collect(),
+            etc: root.join("etc"),
             etc_binds: Vec::new(),
             shared: Shared::default(),
         };

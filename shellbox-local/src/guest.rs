@@ -103,7 +103,7 @@ impl GuestView {
             if dir == "/etc" {
                 mounts.push(GuestMount {
                     guest: dir.to_string(),
-                    host: Some(layout.root.join("etc")),
+                    host: Some(layout.etc.clone()),
                     backing: read_only.clone(),
                 });
                 for bind in &layout.etc_binds {

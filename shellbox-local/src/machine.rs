@@ -57,6 +57,8 @@ struct FactoryInner {
     /// The supervisor program ([`shellbox_supervisor::SUPERVISOR_PROGRAM`]) in a sealed
     /// memfd, which each machine's launcher re-opens for bwrap's `--ro-bind-data`.
     program: Arc<std::os::fd::OwnedFd>,
+    /// The private `/etc` every machine of the factory shows read-only (made once).
+    etc: Arc<root::SharedEtc>,
 }
 
 /// Creates [`LocalMachine`]s: commands on this host in bubblewrap sandboxes, each machine
@@ -185,6 +187,7 @@ impl LocalMachineFactory {
         } else {
             None
         };
+        let etc = Arc::new(root::SharedEtc::create()?);
         let candidates = bwrap_candidates(options.bwrap.as_deref());
         if candidates.is_empty() {
             return Err(Error::SandboxUnavailable {
@@ -205,6 +208,7 @@ impl LocalMachineFactory {
                 seccomp: seccomp.clone(),
                 cgroups: cgroups.clone(),
                 program: program.clone(),
+                etc: etc.clone(),
             };
             match probe(&inner) {
                 Ok(()) => {
@@ -313,12 +317,13 @@ impl LocalMachineFactory {
             spec.storage_mb,
         );
         let (layout, namespaces, cgroup) = tokio::task::spawn_blocking(move || {
-            let (root, etc_binds) = root::create_root(&inner.facts, &mounts, &w, storage_mb)?;
+            let root = root::create_root(&inner.facts, &mounts, &w, storage_mb)?;
             let mut layout = Layout {
                 root,
                 network,
                 mounts,
-                etc_binds,
+                etc: inner.etc.dir().to_path_buf(),
+                etc_binds: inner.etc.binds().to_vec(),
                 shared: plan::Shared::default(),
             };
             let made = make_namespaces(&inner, &layout).and_then(|namespaces| {
@@ -426,13 +431,13 @@ fn probe(inner: &FactoryInner) -> Result<(), String> {
             guest: p.to_string_lossy().into_owned(),
         })
         .collect();
-    let (root, etc_binds) =
-        root::create_root(&inner.facts, &mounts, "/", None).map_err(|e| e.to_string())?;
+    let root = root::create_root(&inner.facts, &mounts, "/", None).map_err(|e| e.to_string())?;
     let mut layout = Layout {
         root: root.clone(),
         network: shellbox_core::NetworkPolicy::Deny,
         mounts,
-        etc_binds,
+        etc: inner.etc.dir().to_path_buf(),
+        etc_binds: inner.etc.binds().to_vec(),
         shared: plan::Shared::default(),
     };
     let namespaces = match make_namespaces(inner, &layout) {

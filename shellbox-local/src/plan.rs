@@ -360,6 +360,9 @@ pub struct Layout {
     pub network: NetworkPolicy,
     /// Read-only mounts, in order.
     pub mounts: Vec<ReadOnlyMount>,
+    /// The host directory shown read-only at `/etc` (the factory's shared copy,
+    /// `root::SharedEtc`).
+    pub etc: PathBuf,
     /// Host directories bound read-only at their own path over the private `/etc`
     /// (see `ETC_BOUND_DIRS`).
     pub etc_binds: Vec<PathBuf>,
@@ -383,15 +386,19 @@ pub struct Shared {
 }
 
 /// The read-only binds of a machine's system directories, in bwrap's mount order
-/// (REFERENCE 4.3), as `(host source, path inside the root on the host)`: the private
-/// `/etc` (the root's own `etc` over itself, a snapshot copied at creation anyway), the
-/// `etc_binds` over it, each host system directory and the private `/sys`.
+/// (REFERENCE 4.3), as `(host source, path inside the root on the host)`: the factory's
+/// shared `/etc` copy ([`Layout::etc`]) on the root's `etc`, the `etc_binds` over it, each host system directory and the private `/sys`.
 pub fn root_binds(layout: &Layout, facts: &HostFacts) -> Vec<(PathBuf, PathBuf)> {
     let mut binds = Vec::new();
     let inside = |guest: &str| layout.root.join(guest.trim_start_matches('/'));
     for dir in SYSTEM_DIRS {
         if is_private_system_dir(dir) {
-            binds.push((inside(dir), inside(dir)));
+            let source = if dir == "/etc" {
+                layout.etc.clone()
+            } else {
+                inside(dir)
+            };
+            binds.push((source, inside(dir)));
             if dir == "/etc" {
                 for bind in &layout.etc_binds {
                     binds.push((bind.clone(), inside(&bind.to_string_lossy())));
@@ -555,7 +562,11 @@ fn sandbox_options(
     for dir in SYSTEM_DIRS.into_iter().filter(|_| !layout.shared.system) {
         if is_private_system_dir(dir) {
             a.push("--ro-bind".into());
-            a.push(layout.root.join(&dir[1..]).into());
+            if dir == "/etc" {
+                a.push(layout.etc.clone().into());
+            } else {
+                a.push(layout.root.join(&dir[1..]).into());
+            }
             a.push(dir.into());
             if dir == "/etc" {
                 for bind in &layout.etc_binds {
@@ -745,6 +756,7 @@ mod tests {
                 host: "/opt/tools".into(),
                 guest: "/opt/tools".into(),
             }],
+            etc: "/tmp/shellbox-local-e/root/etc".into(),
             etc_binds: vec!["/etc/ssl/certs".into()],
             shared: Shared::default(),
         };
@@ -776,7 +788,7 @@ mod tests {
             "/tmp/shellbox-local-x",
             "/",
             "--ro-bind",
-            "/tmp/shellbox-local-x/etc",
+            "/tmp/shellbox-local-e/root/etc",
             "/etc",
             "--ro-bind",
             "/etc/ssl/certs",
@@ -836,6 +848,7 @@ mod tests {
             root: "/r".into(),
             network: NetworkPolicy::Allow,
             mounts: vec![],
+            etc: "/r/etc".into(),
             etc_binds: vec![],
             shared: Shared::default(),
         };
@@ -930,6 +943,7 @@ mod tests {
             root: "/r".into(),
             network: NetworkPolicy::Deny,
             mounts: vec![],
+            etc: "/r/etc".into(),
             etc_binds: vec![],
             shared: Shared {
                 net: true,
@@ -963,6 +977,7 @@ mod tests {
                 host: "/opt/tools".into(),
                 guest: "/tools".into(),
             }],
+            etc: "/r/etc".into(),
             etc_binds: vec!["/etc/ssl/certs".into()],
             shared: Shared {
                 net: true,

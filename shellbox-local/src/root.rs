@@ -43,12 +43,11 @@ fn io(op: &str, path: &Path, e: std::io::Error) -> Error {
 }
 
 /// Creates a private root `shellbox-local-*/root` in the host temp dir (the outer directory
-/// mode 0700, the root itself 0755) with `etc` (copies of
-/// [`ETC_COPIES`], empty mount points for the [`ETC_BOUND_DIRS`] that are directories),
-/// empty `sys` and `opt`, `tmp` and `home/shellbox` (mode 1777), the
+/// mode 0700, the root itself 0755) with empty `etc` (the mount point of the factory's
+/// [`SharedEtc`]), `sys` and `opt`, `tmp` and `home/shellbox` (mode 1777), the
 /// merged-`/usr` symlinks of the host, mount points for the system directories, `/dev`,
-/// `/proc` and every mount, and the workdir. Returns the root and the host directories to
-/// bind read-only over the private `/etc`. On error the partial root is removed.
+/// `/proc` and every mount, and the workdir. Returns the root. On error the partial root
+/// is removed.
 ///
 /// With `storage_mb`, the root is a file system of its own bounded to that many MiB (see
 /// [`mount_root_fs`]) mounted on the empty root directory before anything is put in it,
@@ -62,7 +61,7 @@ pub fn create_root(
     mounts: &[ReadOnlyMount],
     workdir: &str,
     storage_mb: Option<u64>,
-) -> Result<(PathBuf, Vec<PathBuf>), Error> {
+) -> Result<PathBuf, Error> {
     // The root lives inside a 0700 directory of its own, so no other host user can reach
     // into a running machine (plant files in its /tmp, or run a setuid file a command made
     // there), while `/` inside the sandbox stays 0755 for any `user` a command runs as.
@@ -90,7 +89,7 @@ pub fn create_root(
         }
     }
     match fill_root(&root, facts, mounts, workdir) {
-        Ok(etc_binds) => Ok((root, etc_binds)),
+        Ok(()) => Ok(root),
         Err(e) => {
             if let Err(re) = remove_root(&root) {
                 tracing::warn!("removing partial machine root {}: {re}", root.display());
@@ -105,7 +104,7 @@ fn fill_root(
     facts: &HostFacts,
     mounts: &[ReadOnlyMount],
     workdir: &str,
-) -> Result<Vec<PathBuf>, Error> {
+) -> Result<(), Error> {
     fs::set_permissions(root, fs::Permissions::from_mode(0o755))
         .map_err(|e| io("chmod", root, e))?;
     let mut builder = fs::DirBuilder::new();
@@ -119,23 +118,6 @@ fn fill_root(
         builder.create(&p).map_err(|e| io("mkdir", &p, e))?;
         fs::set_permissions(&p, fs::Permissions::from_mode(0o1777))
             .map_err(|e| io("chmod", &p, e))?;
-    }
-    let mut etc_binds = Vec::new();
-    for src in ETC_COPIES {
-        let src = Path::new(src);
-        let Ok(meta) = fs::symlink_metadata(src) else {
-            continue;
-        };
-        let dst = root.join(src.strip_prefix("/").unwrap_or(src));
-        if meta.is_dir() && ETC_BOUND_DIRS.iter().any(|d| Path::new(d) == src) {
-            builder.create(&dst).map_err(|e| io("mkdir", &dst, e))?;
-            etc_binds.push(src.to_path_buf());
-            continue;
-        }
-        if let Some(parent) = dst.parent() {
-            builder.create(parent).map_err(|e| io("mkdir", parent, e))?;
-        }
-        fsops::copy_host_path(src, &dst)?;
     }
     for (dir, kind) in &facts.system_dirs {
         let p = root.join(&dir[1..]);
@@ -159,6 +141,98 @@ fn fill_root(
     if workdir != "/" {
         let p = root.join(&workdir[1..]);
         builder.create(&p).map_err(|e| io("mkdir", &p, e))?;
+    }
+    Ok(())
+}
+
+/// A factory's private `/etc`, made once and bound read-only at `/etc` in every machine
+/// of the factory (it is read-only in every machine, so one copy serves them all): copies
+/// of [`ETC_COPIES`] and empty mount points for the [`ETC_BOUND_DIRS`] that are
+/// directories on the host. It lives in a `shellbox-local-*` private directory of its
+/// own (mode 0700, with an owner marker, so `gc` removes it when its owner was killed),
+/// as `root/etc`; dropping it removes the directory.
+///
+/// Copying these files per machine cost about ten file creations and removals per
+/// machine (with `discard` on ext4, most of `create_close`).
+#[derive(Debug)]
+pub struct SharedEtc {
+    /// `shellbox-local-*/root`.
+    root: PathBuf,
+    /// `shellbox-local-*/root/etc`.
+    etc: PathBuf,
+    /// The host directories bound read-only at their own path over it.
+    binds: Vec<PathBuf>,
+}
+
+impl SharedEtc {
+    /// Makes the copy in the host temp dir.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the host refuses a step (the partial directory is removed).
+    pub fn create() -> Result<SharedEtc, Error> {
+        let dir = tempfile::Builder::new()
+            .prefix(ROOT_PREFIX)
+            .permissions(fs::Permissions::from_mode(0o700))
+            .tempdir()
+            .map_err(|e| Error::io("create the machines' /etc in the host temp dir", e))?;
+        let private = dir.keep();
+        if let Err(e) = crate::gc::write_marker(&private) {
+            let _ = fs::remove_dir_all(&private);
+            return Err(e);
+        }
+        let root = private.join(ROOT_DIR_NAME);
+        let etc = root.join("etc");
+        let made = fill_etc(&root, &etc);
+        match made {
+            Ok(binds) => Ok(SharedEtc { root, etc, binds }),
+            Err(e) => {
+                let _ = fs::remove_dir_all(&private);
+                Err(e)
+            }
+        }
+    }
+
+    /// The directory shown read-only at `/etc`.
+    pub fn dir(&self) -> &Path {
+        &self.etc
+    }
+
+    /// The host directories bound read-only at their own path over `/etc`.
+    pub fn binds(&self) -> &[PathBuf] {
+        &self.binds
+    }
+}
+
+impl Drop for SharedEtc {
+    fn drop(&mut self) {
+        if let Err(e) = remove_root(&self.root) {
+            tracing::warn!("removing the machines' shared /etc: {e}");
+        }
+    }
+}
+
+fn fill_etc(root: &Path, etc: &Path) -> Result<Vec<PathBuf>, Error> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true).mode(0o755);
+    builder.create(etc).map_err(|e| io("mkdir", etc, e))?;
+    fs::set_permissions(root, fs::Permissions::from_mode(0o755))
+        .map_err(|e| io("chmod", root, e))?;
+    let mut etc_binds = Vec::new();
+    for src in ETC_COPIES {
+        let src = Path::new(src);
+        let Ok(meta) = fs::symlink_metadata(src) else {
+            continue;
+        };
+        let dst = root.join(src.strip_prefix("/").unwrap_or(src));
+        if meta.is_dir() && ETC_BOUND_DIRS.iter().any(|d| Path::new(d) == src) {
+            builder.create(&dst).map_err(|e| io("mkdir", &dst, e))?;
+            etc_binds.push(src.to_path_buf());
+            continue;
+        }
+        if let Some(parent) = dst.parent() {
+            builder.create(parent).map_err(|e| io("mkdir", parent, e))?;
+        }
+        fsops::copy_host_path(src, &dst)?;
     }
     Ok(etc_binds)
 }

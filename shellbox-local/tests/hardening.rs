@@ -521,6 +521,12 @@ async fn gc_removes_roots_of_dead_owners_only() {
         .expect("marker");
     assert_eq!(owner.pid, dead.id());
     kill_and_wait(&mut dead);
+    let dead_dirs = owned_by(base.path(), owner.pid);
+    assert_eq!(
+        dead_dirs.len(),
+        2,
+        "a machine and its factory's /etc: {dead_dirs:?}"
+    );
     // The killed owner left its machine behind.
     assert_eq!(
         std::fs::read_to_string(dead_root.join("workspace/f")).unwrap(),
@@ -533,11 +539,13 @@ async fn gc_removes_roots_of_dead_owners_only() {
     .await
     .unwrap()
     .unwrap();
-    assert_eq!(
-        report.removed,
-        vec![dead_root.parent().unwrap().to_path_buf()]
-    );
-    assert_eq!((report.kept, report.failed.len()), (1, 0), "{report:?}");
+    // The killed owner's machine and its factory's shared /etc (a private directory of
+    // its own with the same owner marker), nothing of the live owner's.
+    assert!(dead_dirs.contains(&dead_root.parent().unwrap().to_path_buf()));
+    let mut removed = report.removed.clone();
+    removed.sort();
+    assert_eq!(removed, dead_dirs);
+    assert_eq!((report.kept, report.failed.len()), (2, 0), "{report:?}");
     assert!(!dead_root.parent().unwrap().exists());
     assert!(mount_of(&dead_root).is_some_and(|(p, _)| p != dead_root));
     if let Some(cgroup) = dead_cgroup {
@@ -548,13 +556,31 @@ async fn gc_removes_roots_of_dead_owners_only() {
     if nix::unistd::geteuid().is_root() {
         assert_eq!(mount_of(&live_root).map(|m| m.0), Some(live_root.clone()));
     }
+    let live_dirs = owned_by(base.path(), live.id());
+    assert!(live_dirs.contains(&live_root.parent().unwrap().to_path_buf()));
     kill_and_wait(&mut live);
     let report = shellbox_local::gc_in(base.path()).unwrap();
-    assert_eq!(
-        report.removed,
-        vec![live_root.parent().unwrap().to_path_buf()]
-    );
+    let mut removed = report.removed.clone();
+    removed.sort();
+    assert_eq!(removed, live_dirs);
     assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0);
+}
+
+/// The `shellbox-local-*` directories in `dir` whose owner marker names `pid`, sorted.
+fn owned_by(dir: &Path, pid: u32) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            std::fs::read_to_string(p.join(shellbox_local::OWNER_FILE))
+                .ok()
+                .and_then(|t| shellbox_local::Owner::from_json(&t))
+                .is_some_and(|o| o.pid == pid)
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 /// The file system type and mount point of the mount holding `path` (from mountinfo).
