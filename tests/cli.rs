@@ -365,7 +365,17 @@ fn local_sigterm_closes_the_machine() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let (mut child, _stdout) = spawn_local("echo up; sleep 3600", tmp.path(), "up\n");
-    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
+    // One machine root (`shellbox-local-*`) beside the factory's shared /etc.
+    let roots = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("shellbox-local-")
+        })
+        .count();
+    assert_eq!(roots, 1);
     let status = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

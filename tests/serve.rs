@@ -205,6 +205,16 @@ fn machine_roots(tmp: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Everything of shellbox's left in `tmp` (machine roots and the local factories' shared
+/// `/etc`, `shellbox-etc-*`).
+fn leftovers(tmp: &Path) -> Vec<String> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("shellbox-"))
+        .collect()
+}
+
 /// Host processes whose command line contains `needle`.
 fn processes_with(needle: &str) -> Vec<String> {
     let mut found = Vec::new();
@@ -930,7 +940,7 @@ fn local_cancel_kills_the_command() {
     );
     assert_eq!(unb64(&r["stdout"]), b"up\n");
     assert!(s.finish().success());
-    assert_eq!(machine_roots(tmp.path()), Vec::<String>::new());
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
 }
 
 #[test]
@@ -973,7 +983,7 @@ fn local_requests_on_one_machine_run_concurrently_and_answer_out_of_order() {
         "{slow}"
     );
     assert!(s.finish().success());
-    assert_eq!(machine_roots(tmp.path()), Vec::<String>::new());
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
 }
 
 #[test]
@@ -1001,13 +1011,14 @@ fn local_end_of_input_closes_every_machine() {
         json!({"machine": machines[2], "command": shell(needle)}),
     );
     wait_for_process(needle);
-    // gc keeps the roots of a live owner (this server).
+    // gc keeps the directories of a live owner (this server): two machine roots and the
+    // factory's shared /etc.
     let report = s.ok("gc", "gc", json!({"factory": f}));
-    assert_eq!(report["kept"], 2, "{report}");
+    assert_eq!(report["kept"], 3, "{report}");
     assert_eq!(report["removed"], json!([]), "{report}");
     let status = s.finish();
     assert!(status.success(), "{status:?}");
-    assert_eq!(machine_roots(tmp.path()), Vec::<String>::new());
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
     assert_no_process(needle);
 }
 
@@ -1036,7 +1047,7 @@ fn local_sigterm_closes_every_machine() {
     let status = wait_bounded(&mut s.child);
     use std::os::unix::process::ExitStatusExt;
     assert_eq!((status.code(), status.signal()), (Some(128 + 15), None));
-    assert_eq!(machine_roots(tmp.path()), Vec::<String>::new());
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
     assert_no_process("sleep 735.5");
 }
 

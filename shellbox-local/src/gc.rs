@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use shellbox_core::Error;
 
-use crate::root::{ROOT_DIR_NAME, ROOT_PREFIX};
+use crate::root::{ETC_PREFIX, ROOT_DIR_NAME, ROOT_PREFIX};
 
 /// The owner marker's file name inside a machine's private directory.
 pub const OWNER_FILE: &str = "owner.json";
@@ -130,7 +130,8 @@ pub fn gc() -> Result<GcReport, Error> {
     gc_in(&std::env::temp_dir())
 }
 
-/// Removes every `shellbox-local-*` machine directory directly in `dir` whose
+/// Removes every `shellbox-local-*` machine directory (and every `shellbox-etc-*`
+/// directory of a factory's shared `/etc`) directly in `dir` whose
 /// [`OWNER_FILE`] names a process of this host that no longer exists: first its pids
 /// cgroup (every process in it killed), then its size-limited root filesystem (unmounted),
 /// then the directory. Blocks (file system work).
@@ -146,7 +147,8 @@ pub fn gc_in(dir: &Path) -> Result<GcReport, Error> {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if !name.starts_with(ROOT_PREFIX) {
+        let machine = name.starts_with(ROOT_PREFIX);
+        if !machine && !name.starts_with(ETC_PREFIX) {
             continue;
         }
         let private = entry.path();
@@ -171,7 +173,7 @@ pub fn gc_in(dir: &Path) -> Result<GcReport, Error> {
             report.kept += 1;
             continue;
         }
-        match remove_machine_dir(&private, name) {
+        match remove_machine_dir(&private, name, machine) {
             Ok(()) => {
                 tracing::info!(dir = %private.display(), owner_pid = owner.pid, "gc removed a leaked local machine");
                 report.removed.push(private);
@@ -182,9 +184,13 @@ pub fn gc_in(dir: &Path) -> Result<GcReport, Error> {
     Ok(report)
 }
 
-fn remove_machine_dir(private: &Path, name: &str) -> Result<(), Error> {
-    crate::cgroup::remove_leaked(name, Duration::from_secs(5))
-        .map_err(|e| Error::io(format!("remove the pids cgroup of {name}"), e))?;
+/// Removes a dead owner's directory: a machine's (`machine`: its pids cgroup and its root
+/// filesystem first) or a factory's shared `/etc` (plain files).
+fn remove_machine_dir(private: &Path, name: &str, machine: bool) -> Result<(), Error> {
+    if machine {
+        crate::cgroup::remove_leaked(name, Duration::from_secs(5))
+            .map_err(|e| Error::io(format!("remove the pids cgroup of {name}"), e))?;
+    }
     let root = private.join(ROOT_DIR_NAME);
     crate::root::unmount_root_fs(&root)?;
     crate::root::remove_root(&root)?;

@@ -132,5 +132,5 @@ pub use machine::{
     largest_storage_mb, machine_bwrap_args, LocalMachine, LocalMachineFactory, LocalOptions,
     PROBE_TIMEOUT, SANDBOX_REQUIREMENTS,
 };
-pub use root::{ETC_BOUND_DIRS, ETC_COPIES, ROOT_DIR_NAME, ROOT_PREFIX};
+pub use root::{ETC_BOUND_DIRS, ETC_COPIES, ETC_PREFIX, ROOT_DIR_NAME, ROOT_PREFIX};
 pub use session::{LocalSession, INTERRUPT_BOUND, SESSION_BUFFER_BYTES, TERMINAL_SIZE};

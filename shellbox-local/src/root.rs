@@ -35,6 +35,11 @@ pub const ETC_BOUND_DIRS: [&str; 2] = ["/etc/alternatives", "/etc/ssl/certs"];
 /// root is [`ROOT_DIR_NAME`] inside it.
 pub const ROOT_PREFIX: &str = "shellbox-local-";
 
+/// Prefix of a factory's private directory for its shared `/etc` ([`SharedEtc`]) in the
+/// host temp dir (mode 0700, with an owner marker like a machine's). It differs from
+/// [`ROOT_PREFIX`] so that `shellbox-local-*` names machines only (one per live machine).
+pub const ETC_PREFIX: &str = "shellbox-etc-";
+
 /// Name of the machine root inside its private `shellbox-local-*` directory.
 pub const ROOT_DIR_NAME: &str = "root";
 
@@ -148,7 +153,7 @@ fn fill_root(
 /// A factory's private `/etc`, made once and bound read-only at `/etc` in every machine
 /// of the factory (it is read-only in every machine, so one copy serves them all): copies
 /// of [`ETC_COPIES`] and empty mount points for the [`ETC_BOUND_DIRS`] that are
-/// directories on the host. It lives in a `shellbox-local-*` private directory of its
+/// directories on the host. It lives in a `shellbox-etc-*` ([`ETC_PREFIX`]) private directory of its
 /// own (mode 0700, with an owner marker, so `gc` removes it when its owner was killed),
 /// as `root/etc`; dropping it removes the directory.
 ///
@@ -156,9 +161,9 @@ fn fill_root(
 /// machine (with `discard` on ext4, most of `create_close`).
 #[derive(Debug)]
 pub struct SharedEtc {
-    /// `shellbox-local-*/root`.
+    /// `shellbox-etc-*/root`.
     root: PathBuf,
-    /// `shellbox-local-*/root/etc`.
+    /// `shellbox-etc-*/root/etc`.
     etc: PathBuf,
     /// The host directories bound read-only at their own path over it.
     binds: Vec<PathBuf>,
@@ -171,7 +176,7 @@ impl SharedEtc {
     /// [`Error::Io`] when the host refuses a step (the partial directory is removed).
     pub fn create() -> Result<SharedEtc, Error> {
         let dir = tempfile::Builder::new()
-            .prefix(ROOT_PREFIX)
+            .prefix(ETC_PREFIX)
             .permissions(fs::Permissions::from_mode(0o700))
             .tempdir()
             .map_err(|e| Error::io("create the machines' /etc in the host temp dir", e))?;
@@ -375,9 +380,10 @@ pub fn remove_root(root: &Path) -> Result<(), Error> {
     let target = match root.parent() {
         Some(parent)
             if root.file_name() == Some(std::ffi::OsStr::new(ROOT_DIR_NAME))
-                && parent
-                    .file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with(ROOT_PREFIX)) =>
+                && parent.file_name().is_some_and(|n| {
+                    let n = n.to_string_lossy();
+                    n.starts_with(ROOT_PREFIX) || n.starts_with(ETC_PREFIX)
+                }) =>
         {
             parent
         }

@@ -527,6 +527,19 @@ async fn gc_removes_roots_of_dead_owners_only() {
         2,
         "a machine and its factory's /etc: {dead_dirs:?}"
     );
+    let names: Vec<String> = dead_dirs
+        .iter()
+        .map(|d| d.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with(shellbox_local::ROOT_PREFIX))
+            && names
+                .iter()
+                .any(|n| n.starts_with(shellbox_local::ETC_PREFIX)),
+        "{names:?}"
+    );
     // The killed owner left its machine behind.
     assert_eq!(
         std::fs::read_to_string(dead_root.join("workspace/f")).unwrap(),
@@ -566,7 +579,8 @@ async fn gc_removes_roots_of_dead_owners_only() {
     assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0);
 }
 
-/// The `shellbox-local-*` directories in `dir` whose owner marker names `pid`, sorted.
+/// The directories in `dir` (machines' and factories' `/etc`) whose owner marker names
+/// `pid`, sorted.
 fn owned_by(dir: &Path, pid: u32) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
