@@ -103,7 +103,8 @@ fn wait_for_cooked_mode(p: &OsSession) {
 }
 
 /// Types at `shellbox shell` through a pseudo-terminal: a command and its output, Ctrl-C
-/// of `long` (which prints `started` first where output streams) and a command after it,
+/// of `long` (which prints `st0arted` first where output streams: the line editor's echo of
+/// the typed line, `st$((0))arted`, cannot match it) and a command after it,
 /// then Ctrl-D, which must exit 0. `tmp` is the child's TMPDIR.
 fn drive_pty(backend_args: &[&str], tmp: &Path, long: &str, prompt: &str) {
     let mut cmd = shellbox();
@@ -121,7 +122,7 @@ fn drive_pty(backend_args: &[&str], tmp: &Path, long: &str, prompt: &str) {
     wait_for_cooked_mode(&p);
     if !long.starts_with("while") {
         // Output streams on this backend: the command is running once it printed.
-        p.expect("st-arted").unwrap();
+        p.expect("st0arted").unwrap();
     }
     p.send([3u8]).unwrap();
     let interrupted = format!("{} [130]$ ", prompt.trim_end_matches("$ "));
@@ -146,7 +147,12 @@ fn docker_shell_through_a_terminal() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    drive_pty(&args, tmp.path(), "echo st-arted; sleep 30", "docker$ ");
+    drive_pty(
+        &args,
+        tmp.path(),
+        "echo st$((0))arted; sleep 30",
+        "docker$ ",
+    );
 }
 
 /// `shellbox shell --json` on a pipe, talked to a line at a time.
@@ -274,7 +280,7 @@ fn local_shell_through_a_terminal_leaves_no_root() {
     drive_pty(
         &["--backend", "local"],
         tmp.path(),
-        "echo st-arted; sleep 30",
+        "echo st$((0))arted; sleep 30",
         "local$ ",
     );
     assert_eq!(
