@@ -2092,7 +2092,9 @@ impl Interp<'_> {
                 match p {
                     P::StringExactlyMatchesPattern | P::StringDoesNotExactlyMatchPattern => {
                         let pat = self.expand_pattern(sh, &r.value)?.unwrap_or_default();
-                        let m = crate::glob::matches(&pat, &ls, true);
+                        let m = crate::pattern::matches_whole(&ls, &pat, true, &mut || {
+                            self.check_time()
+                        })?;
                         m == matches!(p, P::StringExactlyMatchesPattern)
                     }
                     P::StringMatchesRegex => {

@@ -2,20 +2,73 @@
 //! expressions with ranges and POSIX classes, backslash escapes, and the extended
 //! `@( )`, `!( )`, `+( )`, `*( )`, `?( )` groups.
 
-/// Whether `s` matches the whole pattern `p`.
+/// Whether `s` matches the whole pattern `p`. Gives up (no match) after [`MAX_STEPS`];
+/// [`matches_checked`] also looks at the caller's clock.
 pub fn matches(p: &str, s: &str, extglob: bool) -> bool {
+    let mut never = || Ok::<(), std::convert::Infallible>(());
+    matches_checked(p, s, extglob, &mut never).unwrap_or(false)
+}
+
+/// [`matches`], calling `check` every [`CHECK_STEPS`] matcher steps: an extended pattern
+/// can backtrack for a long time on a long subject, and `check` (the command's deadline
+/// and budgets) stops it with its error.
+///
+/// # Errors
+/// The first error `check` returns.
+pub fn matches_checked<E>(
+    p: &str,
+    s: &str,
+    extglob: bool,
+    check: &mut dyn FnMut() -> Result<(), E>,
+) -> Result<bool, E> {
     let p: Vec<char> = p.chars().collect();
     let s: Vec<char> = s.chars().collect();
-    STEPS.with(|c| c.set(0));
-    m(&p, &s, extglob, 0)
+    let mut w = Walk {
+        ext: extglob,
+        steps: 0,
+        check,
+        stopped: None,
+    };
+    let hit = m(&p, &s, &mut w, 0);
+    match w.stopped {
+        Some(e) => Err(e),
+        None => Ok(hit),
+    }
 }
 
 /// Most matcher steps one match may take: extended patterns can backtrack exponentially,
 /// and a runaway match counts as no match instead of hanging the machine.
 const MAX_STEPS: u64 = 5_000_000;
 
-thread_local! {
-    static STEPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+/// Matcher steps between two calls of the caller's check.
+pub const CHECK_STEPS: u64 = 4096;
+
+/// One match's state: the step count, the caller's check and its error once it failed.
+struct Walk<'a, E> {
+    ext: bool,
+    steps: u64,
+    check: &'a mut dyn FnMut() -> Result<(), E>,
+    stopped: Option<E>,
+}
+
+impl<E> Walk<'_, E> {
+    /// Counts a step; false once the match must end (step cap, or the check failed).
+    fn step(&mut self) -> bool {
+        if self.stopped.is_some() {
+            return false;
+        }
+        self.steps += 1;
+        if self.steps > MAX_STEPS {
+            return false;
+        }
+        if self.steps.is_multiple_of(CHECK_STEPS) {
+            if let Err(e) = (self.check)() {
+                self.stopped = Some(e);
+                return false;
+            }
+        }
+        true
+    }
 }
 
 /// Whether a pattern has unescaped glob metacharacters.
@@ -200,34 +253,30 @@ fn group_end(p: &[char], open: usize) -> Option<(usize, Vec<Vec<char>>)> {
     None
 }
 
-fn any_alt(alts: &[Vec<char>], s: &[char], ext: bool, d: u32) -> bool {
-    alts.iter().any(|a| m(a, s, ext, d + 1))
+fn any_alt<E>(alts: &[Vec<char>], s: &[char], w: &mut Walk<'_, E>, d: u32) -> bool {
+    alts.iter().any(|a| m(a, s, w, d + 1))
 }
 
-fn plus(alts: &[Vec<char>], s: &[char], ext: bool, d: u32) -> bool {
+fn plus<E>(alts: &[Vec<char>], s: &[char], w: &mut Walk<'_, E>, d: u32) -> bool {
     if s.is_empty() {
         return false;
     }
     for j in 1..=s.len() {
-        if any_alt(alts, &s[..j], ext, d) && (j == s.len() || plus(alts, &s[j..], ext, d)) {
+        if !w.step() {
+            return false;
+        }
+        if any_alt(alts, &s[..j], w, d) && (j == s.len() || plus(alts, &s[j..], w, d)) {
             return true;
         }
     }
     false
 }
 
-fn m(p: &[char], s: &[char], ext: bool, d: u32) -> bool {
-    if d > 64 {
+fn m<E>(p: &[char], s: &[char], w: &mut Walk<'_, E>, d: u32) -> bool {
+    if d > 64 || !w.step() {
         return false;
     }
-    let steps = STEPS.with(|c| {
-        let n = c.get() + 1;
-        c.set(n);
-        n
-    });
-    if steps > MAX_STEPS {
-        return false;
-    }
+    let ext = w.ext;
     let (mut pi, mut si) = (0usize, 0usize);
     let mut star: Option<(usize, usize)> = None;
     loop {
@@ -238,15 +287,18 @@ fn m(p: &[char], s: &[char], ext: bool, d: u32) -> bool {
                     let rest = &p[end + 1..];
                     let tail = &s[si..];
                     for k in 0..=tail.len() {
+                        if !w.step() {
+                            return false;
+                        }
                         let seg = &tail[..k];
                         let ok = match c {
-                            '@' => any_alt(&alts, seg, ext, d),
-                            '?' => k == 0 || any_alt(&alts, seg, ext, d),
-                            '+' => plus(&alts, seg, ext, d),
-                            '*' => k == 0 || plus(&alts, seg, ext, d),
-                            _ => !any_alt(&alts, seg, ext, d),
+                            '@' => any_alt(&alts, seg, w, d),
+                            '?' => k == 0 || any_alt(&alts, seg, w, d),
+                            '+' => plus(&alts, seg, w, d),
+                            '*' => k == 0 || plus(&alts, seg, w, d),
+                            _ => !any_alt(&alts, seg, w, d) && w.stopped.is_none(),
                         };
-                        if ok && m(rest, &tail[k..], ext, d + 1) {
+                        if ok && m(rest, &tail[k..], w, d + 1) {
                             return true;
                         }
                     }
@@ -308,6 +360,9 @@ fn m(p: &[char], s: &[char], ext: bool, d: u32) -> bool {
         }
         match star {
             Some((sp, ss)) if ss < s.len() => {
+                if !w.step() {
+                    return false;
+                }
                 pi = sp + 1;
                 si = ss + 1;
                 star = Some((sp, ss + 1));

@@ -183,6 +183,23 @@ fn boundaries(s: &str) -> impl DoubleEndedIterator<Item = usize> + '_ {
         .chain(std::iter::once(s.len()))
 }
 
+/// Whether `s` matches the whole pattern (`[[ s == pat ]]`, `case`): a literal compares,
+/// a pattern a regular expression can say walks its DFA once (linear time, `check` every
+/// [`CHECK_EVERY`] bytes), `!(...)` backtracks with `check` every
+/// [`glob::CHECK_STEPS`] steps.
+///
+/// # Errors
+/// The first error `check` returns (the command's deadline or budgets).
+pub fn matches_whole(s: &str, pat: &str, ext: bool, check: &mut dyn FnMut() -> R<()>) -> R<bool> {
+    match &*compile(pat, ext) {
+        Pat::Literal(lit) => Ok(s == lit),
+        Pat::Dfa(c) => Ok(c
+            .ends_from(s.as_bytes(), 0, check)?
+            .is_some_and(|(_, longest)| longest == s.len())),
+        Pat::Backtrack(pat, ext) => glob::matches_checked(pat, s, *ext, check),
+    }
+}
+
 /// `${s#pat}` (`largest`: `##`), `${s%pat}` (`suffix`), `${s%%pat}`.
 pub fn remove(
     s: &str,
@@ -224,7 +241,7 @@ pub fn remove(
             for &i in order {
                 check()?;
                 let part = if suffix { &s[i..] } else { &s[..i] };
-                if glob::matches(pat, part, *ext) {
+                if glob::matches_checked(pat, part, *ext, check)? {
                     return Ok(if suffix { &s[..i] } else { &s[i..] }.to_string());
                 }
             }
@@ -284,7 +301,7 @@ pub fn replace(
                         } else {
                             &s[i..]
                         };
-                        if glob::matches(pat, part, *ext) {
+                        if glob::matches_checked(pat, part, *ext, check)? {
                             hit = Some(i);
                             break;
                         }
@@ -342,7 +359,7 @@ pub fn replace(
                             let ends: Vec<usize> = boundaries(&s[pos..]).skip(1).collect();
                             for &j in ends.iter().rev() {
                                 check()?;
-                                if glob::matches(pat, &s[pos..pos + j], *ext) {
+                                if glob::matches_checked(pat, &s[pos..pos + j], *ext, check)? {
                                     end = Some(pos + j);
                                     break;
                                 }

@@ -1828,7 +1828,9 @@ impl<'a> Interp<'a> {
                                 Ok(p) => p,
                                 Err(st) => return Ok(st),
                             };
-                            if crate::glob::matches(&pat, &word, true) {
+                            if crate::pattern::matches_whole(&word, &pat, true, &mut || {
+                                self.check_time()
+                            })? {
                                 hit = true;
                                 break;
                             }

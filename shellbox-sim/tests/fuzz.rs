@@ -422,6 +422,12 @@ const CORPUS: &[&str] = &[
     // a 200 ms deadline for 65,536 names)
     "type {1..300000}",
     "hash {1..300000}",
+    // the hour run, seed 20261201, case 9358, minimised and made heavier: `[[ x == pat ]]`
+    // and `case` ran the backtracking matcher (up to 5 million steps, ~0.3 s) without
+    // looking at the clock: 101 ms of CPU after a 200 ms deadline, 326-421 ms for 8,000
+    // spaces against +(a|b); they now walk the pattern's DFA, `!(...)` checks the clock
+    "x=$(printf '%8000s'); [[ \"$x\" == +(a|b) ]]; case $x in *(a|b)) ;; esac",
+    "x=$(printf '%3000s'); while :; do [[ \"$x\" == !(a)!(b)x ]]; done",
     // the hour run, seed 20261201, case 26860, minimised: a million 400-byte words
     // (brace expansion counted neither bytes nor the clock)
     ": {1..1000}{1..1000}xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
