@@ -678,6 +678,10 @@ pub async fn run_stream_matches_run(h: &Harness) {
 const SESSION_WAIT: Duration = Duration::from_secs(30);
 const SESSION_LIMIT: u64 = 1 << 20;
 
+/// What a non-interactive session's interrupt and close cases stop: a loop that runs until
+/// stopped in real time (its `sleep` may be virtual).
+const BUSY_LOOP: &str = "while :; do :; done";
+
 /// A machine and its session when the backend declares sessions.
 async fn open_session(
     h: &Harness,
@@ -928,8 +932,8 @@ pub async fn session_write_feeds_read(h: &Harness) {
     m.close().await.unwrap();
 }
 
-/// `interrupt` of `sleep 1000` ends it promptly with 130 and the session keeps working, its
-/// state intact.
+/// `interrupt` of `sleep 1000` (non-interactive: of [`BUSY_LOOP`]) ends it promptly with 130
+/// and the session keeps working, its state intact.
 pub async fn session_interrupt(h: &Harness) {
     let Some((m, s, kind)) = open_session(h).await else {
         return;
@@ -945,9 +949,12 @@ pub async fn session_interrupt(h: &Harness) {
         s.interrupt().await.unwrap();
         read_until_done(&*s, u).await
     } else {
+        // A non-interactive backend may run `sleep` on a virtual clock (the simulator's
+        // `sleep 1000` returns at once): what it interrupts is a loop only an interrupt
+        // ends.
         let running = {
             let s = s.clone();
-            tokio::spawn(async move { s.execute("sleep 1000", SESSION_WAIT, SESSION_LIMIT).await })
+            tokio::spawn(async move { s.execute(BUSY_LOOP, SESSION_WAIT, SESSION_LIMIT).await })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
         s.interrupt().await.unwrap();
@@ -1132,7 +1139,7 @@ pub async fn session_close(h: &Harness) {
     } else {
         let s = s.clone();
         Some(tokio::spawn(async move {
-            s.execute("sleep 1000", SESSION_WAIT, SESSION_LIMIT).await
+            s.execute(BUSY_LOOP, SESSION_WAIT, SESSION_LIMIT).await
         }))
     };
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -26,6 +26,11 @@
 //! loops tick, and long single steps (building or splitting a big word, pattern matching,
 //! copying a tree) look at the clock at least once per MiB.
 //!
+//! A machine's one persistent shell session ([`SimMachine::open_shell_sync`], the contract's
+//! `Machine::open_shell`) is non-interactive (REFERENCE.md section 2): each `execute` runs
+//! its command line to completion in a shell whose state persists across calls, its
+//! stdout and stderr merged in write order; `interrupt` stops the running line (130).
+//!
 //! What the simulator cannot do fails visibly: an unsupported option or syntax exits 2 with
 //! a diagnostic naming it, and is recorded in [`SimMachine::unsupported`] (so are syntax
 //! errors and commands that were not found).
@@ -79,6 +84,7 @@ mod glob;
 mod mem;
 mod pattern;
 mod programs;
+mod session;
 mod shell;
 mod tar;
 mod utils;
@@ -86,12 +92,14 @@ mod vfs;
 
 /// What the simulator offers ([`MachineFactory::capabilities`]): shell-simulator semantics,
 /// `shell` and `filesystem` (no Python, processes, network or git); the `sim` source; it
-/// bounds `memory_mb` and `storage_mb` (its own budgets) but not `cpus` or `gpus`.
+/// bounds `memory_mb` and `storage_mb` (its own budgets) but not `cpus` or `gpus`; snapshots;
+/// non-interactive shell sessions ([`SimMachine::open_shell_sync`]).
 pub const SIM_CAPABILITIES: shellbox_core::Capabilities =
     shellbox_core::Capabilities::shell_simulator()
         .with_sources(&["sim"])
         .with_limits(true, false, true, false)
-        .with_snapshots();
+        .with_snapshots()
+        .with_shell_sessions(shellbox_core::SessionKind::NonInteractive);
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -106,7 +114,7 @@ use shellbox_core::transfer::{DownloadKind, StagedDownload};
 use shellbox_core::validate::validate_guest_path;
 use shellbox_core::{
     async_trait, Command, CommandResult, Error, ExitReason, ImageSource, Machine, MachineFactory,
-    MachineSpec, NetworkPolicy, Snapshot, SnapshotHandle,
+    MachineSpec, NetworkPolicy, ShellSession, Snapshot, SnapshotHandle,
 };
 
 use crate::shell::{Ctl, Interp, Shell, Stream, Var, World, CANCELLED};
@@ -209,6 +217,7 @@ impl SimMachineFactory {
             output_left: self.options.output_bytes,
             memory_limit: memory,
             memory_base: 0,
+            session_held: 0,
             unsupported: Vec::new(),
             rng: 42,
             closing: Arc::new(AtomicBool::new(false)),
@@ -238,6 +247,7 @@ impl SimMachineFactory {
                 workdir,
                 env: spec.env,
                 unsupported: Mutex::new(Vec::new()),
+                session: Mutex::new(None),
             }),
         })
     }
@@ -347,11 +357,47 @@ struct Inner {
     workdir: String,
     env: BTreeMap<String, String>,
     unsupported: Mutex<Vec<String>>,
+    /// The machine's shell session, once opened (a closed one is replaced by the next
+    /// `open_shell`).
+    session: Mutex<Option<Arc<session::SimSession>>>,
+}
+
+impl Inner {
+    /// Closes the machine's session, if one was opened.
+    fn close_session(&self) {
+        if let Some(s) = lock(&self.session).take() {
+            s.shutdown();
+        }
+    }
+
+    /// Moves what the last command recorded as unsupported into the machine's list.
+    fn take_unsupported(&self, world: &mut World) {
+        let new_unsupported = std::mem::take(&mut world.unsupported);
+        if !new_unsupported.is_empty() {
+            let mut u = lock(&self.unsupported);
+            for x in new_unsupported {
+                if !u.contains(&x) {
+                    u.push(x);
+                }
+            }
+        }
+    }
+}
+
+/// What a command reports when the interpreter panicked: one line naming the panic.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    let msg = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    format!("shellbox-sim: internal error (simulator panicked): {msg}\n")
 }
 
 impl Drop for Inner {
     /// Frees what a timed-out command left buried on this thread (see [`mem::bury`]).
     fn drop(&mut self) {
+        self.close_session();
         mem::reap();
     }
 }
@@ -453,13 +499,7 @@ impl SimMachine {
             execute(world, &self.inner.workdir, &self.inner.env, &command)
         }))
         .unwrap_or_else(|panic| {
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            let mut stderr =
-                format!("shellbox-sim: internal error (simulator panicked): {msg}\n").into_bytes();
+            let mut stderr = panic_text(&*panic).into_bytes();
             let limit = usize::try_from(command.output_limit_bytes).unwrap_or(usize::MAX);
             let truncated = stderr.len() > limit;
             stderr.truncate(limit);
@@ -473,15 +513,7 @@ impl SimMachine {
             })
         });
         world.cancel = None;
-        let new_unsupported = std::mem::take(&mut world.unsupported);
-        if !new_unsupported.is_empty() {
-            let mut u = lock(&self.inner.unsupported);
-            for x in new_unsupported {
-                if !u.contains(&x) {
-                    u.push(x);
-                }
-            }
-        }
+        self.inner.take_unsupported(world);
         match outcome {
             Ok(r) => Ok(r),
             Err(reason) => {
@@ -609,10 +641,44 @@ impl SimMachine {
         staged.commit()
     }
 
+    /// The machine's one persistent shell session (what [`Machine::open_shell`] returns):
+    /// the first call starts it, later ones return the same session until it is closed
+    /// (the next call then starts a new one). Non-interactive (REFERENCE.md section 2):
+    /// `execute` runs each command line to completion in one shell whose cwd, variables,
+    /// exports, functions, options and traps persist across calls; it starts in the
+    /// workdir with the spec's env exported, and a `run` never sees its state (nor it a
+    /// `run`'s). Its commands are serialized with the machine's others and under its
+    /// budgets (CPU fuel, memory, disk, cumulative output); `read` and `write` are
+    /// [`Error::Unsupported`]; `interrupt` stops its running command (130). The machine's
+    /// close closes it.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] after close or an exhausted budget; [`Error::Io`] when the
+    /// session's thread cannot be started.
+    pub fn open_shell_sync(&self) -> Result<Arc<dyn ShellSession>, Error> {
+        let mut slot = lock(&self.inner.session);
+        // under the slot's lock: a close that set `closing` after this check waits for the
+        // slot and closes what is put there
+        if self.inner.closing.load(Ordering::Relaxed)
+            || self.try_world().is_some_and(|w| w.is_none())
+        {
+            return Err(Error::Closed);
+        }
+        if let Some(s) = &*slot {
+            if !s.is_closed() {
+                return Ok(s.clone());
+            }
+        }
+        let s = session::SimSession::start(Arc::downgrade(&self.inner))?;
+        *slot = Some(s.clone());
+        Ok(s)
+    }
+
     /// Closes the machine; idempotent. A running command is cancelled (it stops at its
     /// next fuel check) and this waits for it.
     pub fn close_sync(&self) {
         self.inner.closing.store(true, Ordering::Relaxed);
+        self.inner.close_session();
         *lock(&self.inner.world) = None;
     }
 }
@@ -927,21 +993,14 @@ fn put_node(
     Ok(())
 }
 
-/// Runs one command over the world; `Err(reason)` when a budget ran out.
-fn execute(
-    world: &mut World,
-    workdir: &str,
-    spec_env: &BTreeMap<String, String>,
-    cmd: &Command,
-) -> Result<CommandResult, String> {
-    // what the last command on this thread left when its timeout fired is freed now,
-    // before this command's clock starts and before the meter is read
-    shell::set_ending(false);
-    mem::reap();
-    let limit = usize::try_from(cmd.output_limit_bytes).unwrap_or(usize::MAX);
-    let pid = world.new_pid();
-    let cwd = cmd.cwd.clone().unwrap_or_else(|| workdir.to_string());
-    let mut sh = Shell::new(pid, cwd.clone());
+/// The machine's outermost shell process (what starts `sh -c` for a `run`, or the session's
+/// shell): the login variables exported, `PWD` = `cwd`, then `env` exported in order.
+pub(crate) fn base_shell<'e>(
+    pid: u32,
+    cwd: &str,
+    env: impl Iterator<Item = (&'e String, &'e String)>,
+) -> Shell {
+    let mut sh = Shell::new(pid, cwd.to_string());
     let export = |sh: &mut Shell, k: &str, v: &str| {
         let mut var = Var::s(v);
         var.exported = true;
@@ -959,12 +1018,28 @@ fn execute(
     ] {
         export(&mut sh, k, v);
     }
-    export(&mut sh, "PWD", &cwd);
-    for (k, v) in spec_env.iter().chain(cmd.env.iter()) {
+    export(&mut sh, "PWD", cwd);
+    for (k, v) in env {
         export(&mut sh, k, v);
     }
-    let out = Arc::new(());
-    drop(out);
+    sh
+}
+
+/// Runs one command over the world; `Err(reason)` when a budget ran out.
+fn execute(
+    world: &mut World,
+    workdir: &str,
+    spec_env: &BTreeMap<String, String>,
+    cmd: &Command,
+) -> Result<CommandResult, String> {
+    // what the last command on this thread left when its timeout fired is freed now,
+    // before this command's clock starts and before the meter is read
+    shell::set_ending(false);
+    mem::reap();
+    let limit = usize::try_from(cmd.output_limit_bytes).unwrap_or(usize::MAX);
+    let pid = world.new_pid();
+    let cwd = cmd.cwd.clone().unwrap_or_else(|| workdir.to_string());
+    let mut sh = base_shell(pid, &cwd, spec_env.iter().chain(cmd.env.iter()));
     let stdout = std::rc::Rc::new(std::cell::RefCell::new(Stream::Cap {
         data: mem::MBytes::default(),
         limit,
@@ -1092,6 +1167,11 @@ impl Machine for SimMachine {
         self.upload_sync(source, target)
     }
 
+    /// The machine's one shell session (see [`SimMachine::open_shell_sync`]).
+    async fn open_shell(&self) -> Result<Arc<dyn ShellSession>, Error> {
+        Ok(self.open_shell_sync()?)
+    }
+
     async fn download(&self, source: &str, target: &Path) -> Result<(), Error> {
         self.download_sync(source, target)
     }
@@ -1106,6 +1186,7 @@ impl Machine for SimMachine {
 
     async fn close(&self) -> Result<(), Error> {
         self.inner.closing.store(true, Ordering::Relaxed);
+        self.inner.close_session();
         if tokio::runtime::Handle::try_current().is_err() {
             self.close_sync();
             return Ok(());

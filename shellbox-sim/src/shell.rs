@@ -479,6 +479,10 @@ pub struct World {
     pub memory_limit: u64,
     /// What this thread's meter held when the running command started.
     pub memory_base: u64,
+    /// What the machine's shell session holds between its commands (metered on the
+    /// session's own thread, so a `run` on another thread adds it here); zero while the
+    /// session's own command runs, whose thread's meter counts it.
+    pub session_held: u64,
     pub unsupported: Vec<String>,
     pub rng: u32,
     /// Set by `close`: the running command stops at its next check.
@@ -751,6 +755,7 @@ impl<'a> Interp<'a> {
     pub fn memory_used(&self) -> u64 {
         crate::mem::held()
             .saturating_sub(self.w.memory_base)
+            .saturating_add(self.w.session_held)
             .saturating_add(self.w.vfs.used_bytes)
     }
 
