@@ -31,6 +31,10 @@
 //! its command line to completion in a shell whose state persists across calls, its
 //! stdout and stderr merged in write order; `interrupt` stops the running line (130).
 //!
+//! `Machine::run_stream` is live: a command's output leaves as it is written, in chunks
+//! of at most 16 KiB through a bounded pipe (the interpreter waits while the consumer
+//! lags, its deadline still counting); dropping the stream cancels the command.
+//!
 //! What the simulator cannot do fails visibly: an unsupported option or syntax exits 2 with
 //! a diagnostic naming it, and is recorded in [`SimMachine::unsupported`] (so are syntax
 //! errors and commands that were not found).
@@ -81,6 +85,7 @@
 mod builtins;
 mod expand;
 mod glob;
+mod live;
 mod mem;
 mod pattern;
 mod programs;
@@ -117,8 +122,13 @@ use shellbox_core::{
     MachineSpec, NetworkPolicy, ShellSession, Snapshot, SnapshotHandle,
 };
 
+use crate::live::{LiveSink, LiveStream, Pipe};
 use crate::shell::{Ctl, Interp, Shell, Stream, Var, World, CANCELLED};
 use crate::vfs::{Errno, Kind, Vfs};
+use shellbox_core::capture::OutputKind;
+use shellbox_core::{Event, ExitStatus};
+use std::cell::RefCell;
+use std::rc::Rc;
 
 /// The `PATH` of a fresh machine (Debian's root default).
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -445,15 +455,18 @@ impl SimMachine {
     pub fn run_sync(&self, command: Command) -> Result<CommandResult, Error> {
         check_command(&command)?;
         let guard = lock(&self.inner.world);
-        self.run_locked(guard, command, Duration::ZERO, None)
+        self.run_locked(guard, command, Duration::ZERO, None, None)
     }
 
-    /// Waits for the machine on a blocking thread, then runs; `cancel` stops both.
+    /// Waits for the machine on a blocking thread, then runs; `cancel` stops both. With
+    /// `live`, the output goes there as it is written (the result's stdout and stderr are
+    /// then empty but for a panic's message, and its truncation flags are the sink's).
     fn run_blocking(
         &self,
         command: Command,
         cancel: Arc<AtomicBool>,
         started: Instant,
+        live: Option<&Rc<RefCell<LiveSink>>>,
     ) -> Result<CommandResult, Error> {
         let guard = loop {
             if let Some(g) = self.try_world() {
@@ -470,7 +483,50 @@ impl SimMachine {
         if cancel.load(Ordering::Relaxed) {
             return Err(Error::Closed);
         }
-        self.run_locked(guard, command, started.elapsed(), Some(cancel))
+        self.run_locked(guard, command, started.elapsed(), Some(cancel), live)
+    }
+
+    /// Runs `command` for [`Machine::run_stream`] on a blocking thread: its output goes to
+    /// `pipe` as it is written, then the rest once the machine's lock is released, then the
+    /// terminal item.
+    fn run_live(
+        &self,
+        command: Command,
+        cancel: Arc<AtomicBool>,
+        started: Instant,
+        pipe: Arc<Pipe>,
+    ) {
+        let limit = usize::try_from(command.output_limit_bytes).unwrap_or(usize::MAX);
+        let sink = Rc::new(RefCell::new(LiveSink::new(pipe.clone(), limit)));
+        let r = self.run_blocking(command, cancel, started, Some(&sink));
+        let mut rest: Vec<Event> = Vec::new();
+        {
+            let mut s = sink.borrow_mut();
+            while let Some(ev) = s.next_event() {
+                rest.push(ev);
+            }
+        }
+        let terminal = r.map(|res| {
+            // a panic's message is in the result, not the sink
+            if !res.stdout.is_empty() {
+                rest.push(Event::Stdout(res.stdout));
+            }
+            if !res.stderr.is_empty() {
+                rest.push(Event::Stderr(res.stderr));
+            }
+            Event::Exit(ExitStatus {
+                exit_code: res.exit_code,
+                reason: res.reason,
+                stdout_truncated: res.stdout_truncated,
+                stderr_truncated: res.stderr_truncated,
+            })
+        });
+        for ev in rest {
+            if pipe.push(Ok(ev), || Ok::<(), ()>(())).is_err() {
+                return;
+            }
+        }
+        pipe.finish(terminal);
     }
 
     /// Runs `command` holding the machine's lock; `queued` is how long it waited for it
@@ -481,6 +537,7 @@ impl SimMachine {
         mut command: Command,
         queued: Duration,
         cancel: Option<Arc<AtomicBool>>,
+        live: Option<&Rc<RefCell<LiveSink>>>,
     ) -> Result<CommandResult, Error> {
         if self.inner.closing.load(Ordering::Relaxed) {
             return Err(Error::Closed);
@@ -496,7 +553,7 @@ impl SimMachine {
             }
         }
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            execute(world, &self.inner.workdir, &self.inner.env, &command)
+            execute(world, &self.inner.workdir, &self.inner.env, &command, live)
         }))
         .unwrap_or_else(|panic| {
             let mut stderr = panic_text(&*panic).into_bytes();
@@ -1031,6 +1088,7 @@ fn execute(
     workdir: &str,
     spec_env: &BTreeMap<String, String>,
     cmd: &Command,
+    live: Option<&Rc<RefCell<LiveSink>>>,
 ) -> Result<CommandResult, String> {
     // what the last command on this thread left when its timeout fired is freed now,
     // before this command's clock starts and before the meter is read
@@ -1040,22 +1098,25 @@ fn execute(
     let pid = world.new_pid();
     let cwd = cmd.cwd.clone().unwrap_or_else(|| workdir.to_string());
     let mut sh = base_shell(pid, &cwd, spec_env.iter().chain(cmd.env.iter()));
-    let stdout = std::rc::Rc::new(std::cell::RefCell::new(Stream::Cap {
-        data: mem::MBytes::default(),
-        limit,
-        total: 0,
-    }));
-    let stderr = std::rc::Rc::new(std::cell::RefCell::new(Stream::Cap {
-        data: mem::MBytes::default(),
-        limit,
-        total: 0,
-    }));
+    let stream = |kind: OutputKind| {
+        Rc::new(RefCell::new(match live {
+            Some(sink) => Stream::Live(sink.clone(), kind),
+            None => Stream::Cap {
+                data: mem::MBytes::default(),
+                limit,
+                total: 0,
+            },
+        }))
+    };
+    let stdout = stream(OutputKind::Stdout);
+    let stderr = stream(OutputKind::Stderr);
     sh.set_fd(0, Some(shell::buf_fd(cmd.stdin.to_vec())));
     sh.set_fd(1, Some(stdout.clone()));
     sh.set_fd(2, Some(stderr.clone()));
     world.sync_time();
     world.memory_base = mem::held();
     let mut it = Interp::new(world);
+    it.live = live.cloned();
     let mut top = None;
     if let Some(t) = cmd.timeout {
         let ns = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
@@ -1094,22 +1155,30 @@ fn execute(
         }
         Err(Ctl::Budget(reason)) => return Err(reason),
     };
+    // what background jobs left is queued, not handed on: the caller delivers a live
+    // command's rest once the machine's lock is released
+    it.live = None;
     if let Err(Ctl::Budget(reason)) = it.flush_final() {
         return Err(reason);
     }
     drop(it);
     world.sync_time();
-    let take = |s: &std::rc::Rc<std::cell::RefCell<Stream>>| -> (Bytes, bool) {
+    let take = |s: &Rc<RefCell<Stream>>, kind: OutputKind| -> (Bytes, bool) {
         match &mut *s.borrow_mut() {
             Stream::Cap { data, total, .. } => {
                 let truncated = *total > data.len() as u64;
                 (Bytes::from(data.take()), truncated)
             }
+            Stream::Live(sink, _) => {
+                let s = sink.borrow();
+                let i = LiveSink::index(kind);
+                (Bytes::new(), s.total[i] > s.kept[i] as u64)
+            }
             _ => (Bytes::new(), false),
         }
     };
-    let (so, st) = take(&stdout);
-    let (se, et) = take(&stderr);
+    let (so, st) = take(&stdout, OutputKind::Stdout);
+    let (se, et) = take(&stderr, OutputKind::Stderr);
     Ok(CommandResult {
         exit_code: code,
         stdout: so,
@@ -1138,7 +1207,7 @@ impl Machine for SimMachine {
                 }
                 yield_once().await;
             };
-            return self.run_locked(guard, command, started.elapsed(), None);
+            return self.run_locked(guard, command, started.elapsed(), None, None);
         }
         let Ok(handle) = handle else {
             return Err(Error::Closed);
@@ -1149,7 +1218,7 @@ impl Machine for SimMachine {
         let _on_drop = CancelOnDrop(cancel.clone());
         let me = self.clone();
         match handle
-            .spawn_blocking(move || me.run_blocking(command, cancel, started))
+            .spawn_blocking(move || me.run_blocking(command, cancel, started, None))
             .await
         {
             Ok(r) => r,
@@ -1158,9 +1227,33 @@ impl Machine for SimMachine {
         }
     }
 
+    /// Live: the command's output leaves as it writes it, through a bounded pipe (see
+    /// the `live` module); dropping the stream cancels it. A command that finishes in
+    /// time bounded by its argv (`echo`, `true`, ...), or any command outside a tokio
+    /// runtime, runs to completion first and its result is streamed.
     async fn run_stream(&self, command: Command) -> Result<EventStream, Error> {
-        let r = self.run(command).await?;
-        Ok(result_stream(r))
+        check_command(&command)?;
+        let handle = tokio::runtime::Handle::try_current();
+        let Ok(handle) = handle.as_ref().map_err(|_| ()).and_then(|h| {
+            if is_bounded_trivially(&command) {
+                Err(())
+            } else {
+                Ok(h)
+            }
+        }) else {
+            let r = self.run(command).await?;
+            return Ok(result_stream(r));
+        };
+        if self.inner.closing.load(Ordering::Relaxed) {
+            return Err(Error::Closed);
+        }
+        let started = Instant::now();
+        let pipe = Arc::new(Pipe::default());
+        let cancel = Arc::new(AtomicBool::new(false));
+        let stream = LiveStream::new(pipe.clone(), cancel.clone());
+        let me = self.clone();
+        drop(handle.spawn_blocking(move || me.run_live(command, cancel, started, pipe)));
+        Ok(Box::pin(stream))
     }
 
     async fn upload(&self, source: &Path, target: &str) -> Result<(), Error> {

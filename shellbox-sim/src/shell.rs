@@ -9,8 +9,10 @@ use std::time::Instant;
 
 use brush_parser::ast;
 
+use crate::live::LiveSink;
 use crate::mem::{MBytes, MStr};
 use crate::vfs::{Dev, Errno, Kind, Vfs};
+use shellbox_core::capture::OutputKind;
 
 /// Non-local control flow and aborts.
 #[derive(Debug, Clone)]
@@ -58,6 +60,8 @@ pub enum Stream {
         lines: usize,
         need: HeadNeed,
     },
+    /// A `run_stream`'s stdout or stderr: writes leave as events (see [`crate::live`]).
+    Live(Rc<RefCell<LiveSink>>, OutputKind),
 }
 
 /// What a `head` reading a pipe consumes before it exits.
@@ -577,6 +581,8 @@ pub struct Interp<'a> {
     pub tilde_after_colon: bool,
     /// Bytes written since the clock was last looked at for writing.
     pub written: u64,
+    /// A `run_stream`'s output, handed on as the command writes (see [`crate::live`]).
+    pub live: Option<Rc<RefCell<LiveSink>>>,
 }
 
 /// Ticks between two looks at the wall clock in [`Interp::tick`] (a look costs tens of
@@ -733,6 +739,7 @@ impl<'a> Interp<'a> {
             depth: 0,
             tilde_after_colon: false,
             written: 0,
+            live: None,
         }
     }
 
@@ -746,6 +753,9 @@ impl<'a> Interp<'a> {
         self.w.fuel_left -= 1;
         if self.ticks.is_multiple_of(TICKS_PER_CHECK) || self.wall_passed.get() {
             self.check_time()?;
+            if self.live.as_ref().is_some_and(|l| l.borrow().due()) {
+                self.live_flush()?;
+            }
         }
         self.check_memory()?;
         self.check_deadline()
@@ -924,7 +934,11 @@ impl<'a> Interp<'a> {
         for (_, _, f, data) in &all {
             let seen = matches!(
                 *f.borrow(),
-                Stream::Cap { .. } | Stream::File { .. } | Stream::Null | Stream::Timed(_)
+                Stream::Cap { .. }
+                    | Stream::File { .. }
+                    | Stream::Null
+                    | Stream::Timed(_)
+                    | Stream::Live(..)
             );
             if seen {
                 if let Err(e) = self.write_fd(f, data) {
@@ -1023,12 +1037,76 @@ impl<'a> Interp<'a> {
                     Err(_) => return Ok(false),
                 }
             }
+            Stream::Live(sink, kind) => {
+                let (sink, kind) = (sink.clone(), *kind);
+                drop(st);
+                return self.live_write(&sink, kind, data);
+            }
             Stream::Null => {}
             Stream::Zero | Stream::Random => return Ok(false),
         }
         drop(st);
         self.check_memory()?;
         Ok(true)
+    }
+
+    /// A write to a live stream: the part within the command's limit is queued (and
+    /// charged to the machine's output budget), the rest counted as truncation and paid
+    /// for in CPU fuel, as a captured stream's; the queue goes to the consumer when due.
+    fn live_write(
+        &mut self,
+        sink: &Rc<RefCell<LiveSink>>,
+        kind: OutputKind,
+        data: &[u8],
+    ) -> R<bool> {
+        let i = LiveSink::index(kind);
+        let kept = {
+            let s = sink.borrow();
+            s.limit.saturating_sub(s.kept[i]).min(data.len())
+        };
+        if self.w.output_left < kept as u64 {
+            return Err(Ctl::Budget("output limit exceeded".into()));
+        }
+        self.w.output_left -= kept as u64;
+        {
+            let mut s = sink.borrow_mut();
+            s.kept[i] += kept;
+            s.total[i] = s.total[i].saturating_add(data.len() as u64);
+        }
+        for piece in data[..kept].chunks(crate::live::LIVE_CHUNK) {
+            sink.borrow_mut().enqueue(kind, piece);
+            if sink.borrow().due() {
+                self.live_flush()?;
+            }
+        }
+        let dropped = data.len() - kept;
+        for _ in 0..dropped.div_ceil(PIPE_CAPACITY) {
+            self.tick()?;
+        }
+        Ok(true)
+    }
+
+    /// Hands every queued live chunk to the consumer, waiting while it lags (looking at
+    /// the deadline and cancellation between waits); a consumer that dropped the stream
+    /// cancels the command.
+    pub fn live_flush(&mut self) -> R<()> {
+        let Some(sink) = self.live.clone() else {
+            return Ok(());
+        };
+        let pipe = sink.borrow().pipe.clone();
+        loop {
+            let Some(event) = sink.borrow_mut().next_event() else {
+                return Ok(());
+            };
+            match pipe.push(Ok(event), || self.check_time()) {
+                Ok(()) => {}
+                Err(Ok(crate::live::Gone)) => {
+                    set_ending(true);
+                    return Err(Ctl::Timeout(CANCELLED));
+                }
+                Err(Err(ctl)) => return Err(ctl),
+            }
+        }
     }
 
     pub fn out(&mut self, sh: &Shell, s: &str) -> R<bool> {
