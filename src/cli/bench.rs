@@ -135,6 +135,7 @@ fn case_names(backend: Backend) -> Vec<(&'static str, bool)> {
             ("floor_bash_true", false),
             ("floor_bash_loop_1000", false),
             ("floor_bash_pipeline_seq_grep_wc", false),
+            ("session_execute_true", false),
         ]),
     }
     names
