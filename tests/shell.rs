@@ -298,3 +298,64 @@ fn local_shell_json_lines() {
     }
     check_interactive_json(&["--backend", "local"]);
 }
+
+#[cfg(feature = "sim")]
+#[test]
+fn sim_shell_through_a_terminal() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The simulator's `sleep` is virtual (it returns at once): what Ctrl-C stops while its
+    // execute is out is a loop that runs until interrupted.
+    drive_pty(
+        &["--backend", "sim"],
+        tmp.path(),
+        "while :; do :; done",
+        "sim$ ",
+    );
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "the simulator leaves nothing on the host"
+    );
+}
+
+#[cfg(feature = "sim")]
+#[test]
+fn sim_shell_json_lines() {
+    let mut sh = JsonShell::start(&["--backend", "sim"]);
+    let a = sh.ask(r#"{"execute": "cd /tmp && x=5; printf 'a\\377b'", "wait": 30}"#);
+    completed(&a, 0);
+    assert_eq!(a["output_base64"], "Yf9i", "bytes exactly: {a}");
+    let a = sh.ask(r#"{"execute": "echo $x $PWD; echo err >&2", "wait": 30}"#);
+    assert_eq!(
+        a["output"], "5 /tmp\nerr\n",
+        "stdout and stderr merged: {a}"
+    );
+    // Non-interactive: execute runs to completion whatever its wait (sleep is virtual).
+    let a = sh.ask(r#"{"execute": "sleep 30; echo slept", "wait": 0}"#);
+    completed(&a, 0);
+    assert_eq!(a["output"], "slept\n", "{a}");
+    for request in [r#"{"read": true}"#, r#"{"write": "x\n"}"#] {
+        let a = sh.ask(request);
+        assert_eq!(a["error"]["kind"], "unsupported", "{request}: {a}");
+    }
+    let a = sh.ask(r#"{"interrupt": true}"#);
+    assert_eq!(a["error"]["kind"], "shell_state", "nothing runs: {a}");
+    // An interrupt stops the execute before it, whose answer comes first.
+    sh.send(r#"{"execute": "while :; do :; done", "wait": 30}"#);
+    sh.send(r#"{"interrupt": true}"#);
+    completed(&sh.answer(), 130);
+    assert_eq!(sh.answer(), serde_json::json!({}));
+    let a = sh.ask(r#"{"execute": "echo $? $x", "wait": 30}"#);
+    assert_eq!(a["output"], "130 5\n", "the shell goes on: {a}");
+    let bad = sh.ask("{\"execute\": oops");
+    assert_eq!(bad["error"]["kind"], "invalid_input", "{bad}");
+    let a = sh.ask(r#"{"execute": "echo bye; exit 3", "wait": 30}"#);
+    assert_eq!(
+        (&a["status"], &a["exit_code"], &a["output"]),
+        (&"reset".into(), &serde_json::Value::Null, &"bye\n".into()),
+        "{a}"
+    );
+    let a = sh.ask(r#"{"execute": "echo ${x-unset}; ls -d /tmp", "wait": 30}"#);
+    assert_eq!(a["output"], "unset\n/tmp\n", "a fresh shell: {a}");
+    assert_eq!(sh.finish(), 0);
+}
