@@ -526,7 +526,7 @@ pub fn upload(view: &GuestView, source: &Path, target: &str) -> Result<(), Error
     {
         return Err(Error::transfer(label, SPECIAL_FILE_REFUSAL));
     }
-    let check = |p: &str| view.check_writable(p);
+    let check = |p: &str| view.check_entry(p);
     match resolve(view, target, true)? {
         Resolved::Missing { parent, rest } => {
             let mut guest = parent.guest.clone();
@@ -849,13 +849,14 @@ mod tests {
             etc: root.join("etc"),
             etc_binds: Vec::new(),
             shared: Shared::default(),
+            layers: None,
         };
         let facts = HostFacts {
             system_dirs: Vec::new(),
             masked_proc: Vec::new(),
             setpriv: None,
         };
-        GuestView::new(&layout, &facts)
+        GuestView::new(&layout, &facts, &[])
     }
 
     fn view(root: &Path) -> GuestView {

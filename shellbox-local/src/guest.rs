@@ -31,6 +31,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, readlinkat, AtFlags, OFlag, AT_FDCWD};
@@ -59,14 +60,28 @@ pub enum Backing {
     /// A read-only host path (a system directory, the private `/etc`, a mount); the text
     /// says which, for the upload refusal.
     ReadOnly(String),
+    /// A copy-on-write layer (an overlaid system directory or `/etc`): uploads may write
+    /// here, and what they write lands in the machine's upper layer.
+    Layer,
+}
+
+/// What is mounted at a guest mount point.
+#[derive(Debug, Clone)]
+enum Source {
+    /// A host path, opened by its path as bwrap binds it.
+    Host(PathBuf),
+    /// A copy-on-write layer's top directory, open in the machine's mount namespace (the
+    /// overlay exists nowhere else).
+    Layer(Arc<OwnedFd>),
+    /// A kernel-provided directory.
+    Kernel,
 }
 
 /// One mount point of the machine's guest namespace.
 #[derive(Debug, Clone)]
 struct GuestMount {
     guest: String,
-    /// The host path bound there; `None` for a kernel-provided directory.
-    host: Option<PathBuf>,
+    source: Source,
     backing: Backing,
 }
 
@@ -95,21 +110,38 @@ pub fn refuse_kernel_path(guest: &str) -> Result<(), Error> {
 impl GuestView {
     /// The view of a machine with this layout on a host with these facts: the private
     /// root, then (bwrap's order) the system directories with the private `/etc` and its
-    /// binds, the kernel directories, and the spec's mounts.
-    pub fn new(layout: &Layout, facts: &HostFacts) -> Self {
+    /// binds, the kernel directories, and the spec's mounts. A copy-on-write machine's
+    /// overlaid directories are its `layers` (guest directory, fd of the overlay's top
+    /// directory in the machine's mount namespace), with the host mounts nested in them
+    /// read-only on top.
+    pub fn new(layout: &Layout, facts: &HostFacts, layers: &[(String, Arc<OwnedFd>)]) -> Self {
         let mut mounts = Vec::new();
+        let layer = |dir: &str| {
+            layers
+                .iter()
+                .find(|(g, _)| g == dir)
+                .map(|(g, fd)| GuestMount {
+                    guest: g.clone(),
+                    source: Source::Layer(fd.clone()),
+                    backing: Backing::Layer,
+                })
+        };
         for dir in plan::SYSTEM_DIRS {
             let read_only = Backing::ReadOnly(format!("system directory {dir}"));
+            if let Some(m) = layer(dir) {
+                mounts.push(m);
+                continue;
+            }
             if dir == "/etc" {
                 mounts.push(GuestMount {
                     guest: dir.to_string(),
-                    host: Some(layout.etc.clone()),
+                    source: Source::Host(layout.etc.clone()),
                     backing: read_only.clone(),
                 });
                 for bind in &layout.etc_binds {
                     mounts.push(GuestMount {
                         guest: bind.to_string_lossy().into_owned(),
-                        host: Some(bind.clone()),
+                        source: Source::Host(bind.clone()),
                         backing: read_only.clone(),
                     });
                 }
@@ -122,22 +154,29 @@ impl GuestView {
             if let Some((_, HostDir::Dir)) = kind {
                 mounts.push(GuestMount {
                     guest: dir.to_string(),
-                    host: Some(PathBuf::from(dir)),
+                    source: Source::Host(PathBuf::from(dir)),
                     backing: read_only,
                 });
             }
         }
+        for nested in layout.layers.iter().flat_map(|l| &l.nested) {
+            mounts.push(GuestMount {
+                guest: nested.to_string_lossy().into_owned(),
+                source: Source::Host(nested.clone()),
+                backing: Backing::ReadOnly(format!("host mount {}", nested.display())),
+            });
+        }
         for dir in KERNEL_DIRS {
             mounts.push(GuestMount {
                 guest: dir.to_string(),
-                host: None,
+                source: Source::Kernel,
                 backing: Backing::ReadOnly(format!("kernel-provided directory {dir}")),
             });
         }
         for m in &layout.mounts {
             mounts.push(GuestMount {
                 guest: m.guest.clone(),
-                host: Some(m.host.clone()),
+                source: Source::Host(m.host.clone()),
                 backing: Backing::ReadOnly(format!("mounted from {}", m.host.display())),
             });
         }
@@ -155,9 +194,12 @@ impl GuestView {
     /// (a kernel-provided directory is [`Error::Unsupported`]).
     pub fn mount_object(&self, guest: &str) -> Option<Result<Object, Error>> {
         let m = self.mount_at(guest)?;
-        Some(match &m.host {
-            Some(host) => open_host(host, guest),
-            None => refuse_kernel_path(guest).map(|()| Object::Other),
+        Some(match &m.source {
+            Source::Host(host) => open_host(host, guest),
+            Source::Layer(fd) => openat(fd, ".", DIR_FLAGS, Mode::empty())
+                .map(Object::Dir)
+                .map_err(|e| io_err("open", guest, e)),
+            Source::Kernel => refuse_kernel_path(guest).map(|()| Object::Other),
         })
     }
 
@@ -177,10 +219,25 @@ impl GuestView {
     pub fn check_writable(&self, guest: &str) -> Result<(), Error> {
         refuse_kernel_path(guest)?;
         match self.backing_of(guest) {
-            Backing::Root => Ok(()),
+            Backing::Root | Backing::Layer => Ok(()),
             Backing::ReadOnly(why) => Err(Error::unsupported(format!(
                 "cannot upload to {guest}: read-only host path ({why})"
             ))),
+        }
+    }
+
+    /// [`check_writable`](Self::check_writable) for an entry of a directory upload, which
+    /// is written through its parent: also [`Error::Unsupported`] when it is a mount point
+    /// (a copy-on-write layer's top, say `/usr` in an upload to `/`), since writing it
+    /// through its parent would miss what is mounted there.
+    pub fn check_entry(&self, guest: &str) -> Result<(), Error> {
+        self.check_writable(guest)?;
+        match self.mount_at(guest) {
+            Some(_) => Err(Error::unsupported(format!(
+                "cannot upload {guest} as part of a directory upload to its parent: it is a \
+                 mount point of the machine; upload to {guest} itself"
+            ))),
+            None => Ok(()),
         }
     }
 

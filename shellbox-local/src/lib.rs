@@ -130,7 +130,10 @@ pub use gc::{gc, gc_in, GcReport, Owner, OWNER_FILE};
 pub use launch::{parse_exit_code, CONTROL_ENV};
 pub use machine::{
     largest_storage_mb, machine_bwrap_args, LocalMachine, LocalMachineFactory, LocalOptions,
-    PROBE_TIMEOUT, SANDBOX_REQUIREMENTS,
+    COPY_ON_WRITE_REQUIREMENTS, PROBE_TIMEOUT, SANDBOX_REQUIREMENTS,
 };
-pub use root::{ETC_BOUND_DIRS, ETC_COPIES, ETC_PREFIX, ROOT_DIR_NAME, ROOT_PREFIX};
+pub use plan::SystemDirectories;
+pub use root::{
+    ETC_BOUND_DIRS, ETC_COPIES, ETC_PREFIX, LAYERS_DIR_NAME, ROOT_DIR_NAME, ROOT_PREFIX,
+};
 pub use session::{LocalSession, INTERRUPT_BOUND, SESSION_BUFFER_BYTES, TERMINAL_SIZE};

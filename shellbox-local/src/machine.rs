@@ -16,7 +16,7 @@ use shellbox_core::{
 use tokio::sync::{watch, RwLock};
 
 use crate::launch::{self, DriveParams, Drivers};
-use crate::plan::{self, HostFacts, Launch, Layout, ReadOnlyMount};
+use crate::plan::{self, HostFacts, Launch, Layout, ReadOnlyMount, SystemDirectories};
 use crate::root;
 use crate::seccomp::SeccompSetup;
 
@@ -26,7 +26,7 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 /// What bwrap needs to sandbox here, added to the reason of a candidate that ran and failed.
 pub const SANDBOX_REQUIREMENTS: &str = "bwrap needs, when run as root, CAP_SYS_ADMIN and CAP_NET_ADMIN, no AppArmor confinement and a seccomp policy allowing pivot_root; when run as another user, unprivileged user namespaces";
 
-/// Options of a [`LocalMachineFactory`] (REFERENCE 4.1, read-only mode).
+/// Options of a [`LocalMachineFactory`] (REFERENCE 4.1).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LocalOptions {
     /// Host directories mounted read-only at their own path in every machine. Made
@@ -39,6 +39,11 @@ pub struct LocalOptions {
     pub bwrap: Option<PathBuf>,
     /// `PYTHONHASHSEED` given to every command when set.
     pub hash_seed: Option<String>,
+    /// How machines show the host's system directories and their private `/etc`:
+    /// read-only (the default) or through a copy-on-write layer of each machine's own
+    /// ([`SystemDirectories::CopyOnWrite`], which needs a root host process and overlayfs;
+    /// [`LocalMachineFactory::new`] checks both).
+    pub system_directories: SystemDirectories,
 }
 
 struct FactoryInner {
@@ -57,8 +62,71 @@ struct FactoryInner {
     /// The supervisor program ([`shellbox_supervisor::SUPERVISOR_PROGRAM`]) in a sealed
     /// memfd, which each machine's launcher re-opens for bwrap's `--ro-bind-data`.
     program: Arc<std::os::fd::OwnedFd>,
-    /// The private `/etc` every machine of the factory shows read-only (made once).
+    /// The private `/etc` every machine of the factory shows read-only (made once), or
+    /// the lower layer of its writable `/etc` (copy-on-write).
     etc: Arc<root::SharedEtc>,
+    /// Copy-on-write only: the overlaid directories with their lower's owner and mode, in
+    /// mount order; empty for a read-only factory.
+    layers: Vec<root::LayerDir>,
+    /// Copy-on-write only: host mount points nested in the overlaid directories, bound
+    /// read-only over the overlays (read when the factory was made).
+    nested: Vec<PathBuf>,
+}
+
+impl FactoryInner {
+    /// The overlaid guest directories (empty for a read-only factory).
+    fn overlaid(&self) -> Vec<String> {
+        self.layers.iter().map(|l| l.guest.clone()).collect()
+    }
+
+    /// The [`plan::Layers`] of a machine whose root is `root` (`None`: read-only).
+    fn machine_layers(&self, root: &Path) -> Option<plan::Layers> {
+        (!self.layers.is_empty()).then(|| plan::Layers {
+            dir: root::layers_dir(root),
+            nested: self.nested.clone(),
+        })
+    }
+}
+
+/// What copy-on-write machines need of this host, in the factory's error when it lacks it.
+pub const COPY_ON_WRITE_REQUIREMENTS: &str = "copy-on-write system directories need a root host process (CAP_SYS_ADMIN, to mount overlayfs in each machine's mount namespace), overlayfs in the kernel (/proc/filesystems; modprobe overlay) and a host temp dir (TMPDIR) that is not itself on overlayfs";
+
+/// Checks what copy-on-write machines need before any is made: a root host process that
+/// can make mount namespaces (`share_ns`), overlayfs in `/proc/filesystems`, and a temp
+/// dir not on overlayfs (an upper layer cannot live there).
+///
+/// # Errors
+/// [`Error::SandboxUnavailable`] naming what is missing and [`COPY_ON_WRITE_REQUIREMENTS`].
+fn check_copy_on_write(share_ns: bool) -> Result<(), Error> {
+    let mut missing = Vec::new();
+    if !share_ns {
+        missing.push(format!(
+            "this process (UID {}) cannot make mount namespaces",
+            nix::unistd::geteuid()
+        ));
+    }
+    let filesystems = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
+    if !filesystems
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some("overlay"))
+    {
+        missing.push("overlayfs is not in /proc/filesystems".to_string());
+    }
+    let tmp = std::env::temp_dir();
+    if let Ok(st) = nix::sys::statfs::statfs(&tmp) {
+        if st.filesystem_type() == nix::sys::statfs::OVERLAYFS_SUPER_MAGIC {
+            missing.push(format!("the temp dir {} is on overlayfs", tmp.display()));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::SandboxUnavailable {
+        reasons: vec![format!(
+            "copy-on-write: {} ({COPY_ON_WRITE_REQUIREMENTS})",
+            missing.join("; ")
+        )],
+    })
 }
 
 /// Creates [`LocalMachine`]s: commands on this host in bubblewrap sandboxes, each machine
@@ -187,7 +255,37 @@ impl LocalMachineFactory {
         } else {
             None
         };
-        let etc = Arc::new(root::SharedEtc::create()?);
+        let cow = options.system_directories == SystemDirectories::CopyOnWrite;
+        if cow {
+            check_copy_on_write(share_ns)?;
+        }
+        let etc = Arc::new(root::SharedEtc::create(cow)?);
+        let (layers, nested) = if cow {
+            let overlaid = plan::overlaid_dirs(&facts);
+            let layers = overlaid
+                .iter()
+                .map(|guest| {
+                    let lower = if guest == "/etc" {
+                        etc.dir().to_path_buf()
+                    } else {
+                        PathBuf::from(guest)
+                    };
+                    root::LayerDir::of(guest, &lower)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let points: Vec<String> = root::mounts_below(Path::new("/"))
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect();
+            let host_dirs: Vec<String> = overlaid.into_iter().filter(|d| d != "/etc").collect();
+            let nested = plan::nested_mounts(&points, &host_dirs)
+                .into_iter()
+                .map(PathBuf::from)
+                .collect();
+            (layers, nested)
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let candidates = bwrap_candidates(options.bwrap.as_deref());
         if candidates.is_empty() {
             return Err(Error::SandboxUnavailable {
@@ -209,6 +307,8 @@ impl LocalMachineFactory {
                 cgroups: cgroups.clone(),
                 program: program.clone(),
                 etc: etc.clone(),
+                layers: layers.clone(),
+                nested: nested.clone(),
             };
             match probe(&inner) {
                 Ok(()) => {
@@ -302,7 +402,7 @@ impl LocalMachineFactory {
             &|p| p.exists(),
             &|p| p.is_dir(),
         )?;
-        let workdir = plan::plan_workdir(&spec.workdir, &mounts)?;
+        let workdir = plan::plan_workdir_in(&spec.workdir, &mounts, &self.inner.overlaid())?;
         let mut bin_dirs = image
             .bin_dirs
             .iter()
@@ -317,8 +417,17 @@ impl LocalMachineFactory {
             spec.storage_mb,
         );
         let (layout, namespaces, cgroup) = tokio::task::spawn_blocking(move || {
-            let root = root::create_root(&inner.facts, &mounts, &w, storage_mb)?;
+            let in_layer = inner.overlaid().iter().any(|d| plan::is_within(&w, d));
+            let root_workdir = if in_layer { "/" } else { w.as_str() };
+            let root = root::create_root(
+                &inner.facts,
+                &mounts,
+                root_workdir,
+                storage_mb,
+                &inner.layers,
+            )?;
             let mut layout = Layout {
+                layers: inner.machine_layers(&root),
                 root,
                 network,
                 mounts,
@@ -326,7 +435,8 @@ impl LocalMachineFactory {
                 etc_binds: inner.etc.binds().to_vec(),
                 shared: plan::Shared::default(),
             };
-            let made = make_namespaces(&inner, &layout).and_then(|namespaces| {
+            let mkdir = in_layer.then(|| layout.root.join(w.trim_start_matches('/')));
+            let made = make_namespaces(&inner, &layout, mkdir).and_then(|namespaces| {
                 let cgroup = match &inner.cgroups {
                     Some(base) => Some(machine_cgroup(base, &layout.root, pids_limit)?),
                     None => None,
@@ -397,13 +507,15 @@ fn machine_cgroup(
 fn make_namespaces(
     inner: &FactoryInner,
     layout: &Layout,
+    mkdir: Option<PathBuf>,
 ) -> Result<crate::ns::MachineNamespaces, Error> {
     let mut namespaces = crate::ns::MachineNamespaces::default();
     if !inner.share_ns {
         return Ok(namespaces);
     }
     let mounts = crate::ns::MountPlan {
-        binds: plan::root_binds(layout, &inner.facts),
+        mounts: plan::root_mounts(layout, &inner.facts),
+        mkdir,
     };
     let (net, mnt) = crate::ns::machine_namespaces(
         layout.network == shellbox_core::NetworkPolicy::Deny,
@@ -412,7 +524,21 @@ fn make_namespaces(
     .map_err(|e| Error::io("create the machine's network namespace", e))?;
     namespaces.net = net;
     match mnt {
-        Ok(fd) => namespaces.mnt = fd,
+        Ok(Some((fd, layers))) => {
+            namespaces.mnt = Some(fd);
+            namespaces.layers = layers
+                .into_iter()
+                .map(|(guest, fd)| (guest, Arc::new(fd)))
+                .collect();
+        }
+        Ok(None) => {}
+        // A copy-on-write machine's layers exist only in its mount namespace.
+        Err(e) if layout.layers.is_some() => {
+            return Err(Error::io(
+                "set up the machine's copy-on-write layers",
+                std::io::Error::new(e.kind(), format!("{e} ({COPY_ON_WRITE_REQUIREMENTS})")),
+            ))
+        }
         Err(e) => tracing::debug!(
             "machine mount namespace for {}: {e}; bwrap binds per command",
             layout.root.display()
@@ -431,8 +557,10 @@ fn probe(inner: &FactoryInner) -> Result<(), String> {
             guest: p.to_string_lossy().into_owned(),
         })
         .collect();
-    let root = root::create_root(&inner.facts, &mounts, "/", None).map_err(|e| e.to_string())?;
+    let root = root::create_root(&inner.facts, &mounts, "/", None, &inner.layers)
+        .map_err(|e| e.to_string())?;
     let mut layout = Layout {
+        layers: inner.machine_layers(&root),
         root: root.clone(),
         network: shellbox_core::NetworkPolicy::Deny,
         mounts,
@@ -440,7 +568,7 @@ fn probe(inner: &FactoryInner) -> Result<(), String> {
         etc_binds: inner.etc.binds().to_vec(),
         shared: plan::Shared::default(),
     };
-    let namespaces = match make_namespaces(inner, &layout) {
+    let namespaces = match make_namespaces(inner, &layout, None) {
         Ok(n) => n,
         Err(e) => {
             let _ = root::remove_root(&root);
@@ -1232,7 +1360,11 @@ impl Machine for LocalMachine {
         validate_guest_path(target)?;
         let _gate = self.gate.read().await;
         self.check_open()?;
-        let view = crate::guest::GuestView::new(&self.layout, &self.factory.facts);
+        let view = crate::guest::GuestView::new(
+            &self.layout,
+            &self.factory.facts,
+            &self.namespaces()?.layers,
+        );
         let source = source.to_path_buf();
         let target = target.to_string();
         tokio::task::spawn_blocking(move || crate::fsops::upload(&view, &source, &target))
@@ -1244,7 +1376,11 @@ impl Machine for LocalMachine {
         validate_guest_path(source)?;
         let _gate = self.gate.read().await;
         self.check_open()?;
-        let view = crate::guest::GuestView::new(&self.layout, &self.factory.facts);
+        let view = crate::guest::GuestView::new(
+            &self.layout,
+            &self.factory.facts,
+            &self.namespaces()?.layers,
+        );
         let source = source.to_string();
         let target = target.to_path_buf();
         tokio::task::spawn_blocking(move || crate::fsops::download(&view, &source, &target))

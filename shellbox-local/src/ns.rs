@@ -159,28 +159,36 @@ fn ro_bind(src: &std::path::Path, dst: &std::path::Path) -> std::io::Result<()> 
     Ok(())
 }
 
-/// What a machine's own mount namespace holds besides the host's mounts: the read-only
-/// `binds` (in order).
+/// What a machine's own mount namespace holds besides the host's mounts: `mounts` (in
+/// order: read-only binds and, for a copy-on-write machine, its overlays), then `mkdir`
+/// (a workdir inside an overlay, made in its layer).
 ///
 /// The host's other mounts are not detached from it: only the launcher of the machine's
 /// one bwrap runs in it, and bwrap pivots into the root and detaches the old one (all of
 /// them) in one step, while each detach here waited for an RCU grace period (four of
 /// them took 2-6 ms each on a loaded host: most of a machine's creation time).
 pub(crate) struct MountPlan {
-    pub binds: Vec<(PathBuf, PathBuf)>,
+    pub mounts: Vec<crate::plan::RootMount>,
+    pub mkdir: Option<PathBuf>,
 }
+
+/// A machine's mount namespace and, for each overlay in it, the guest directory it shows
+/// and an fd of its top directory. Through those fds the machine's transfers see (and
+/// write) the layers as its commands do, though the overlays exist in no other namespace.
+pub(crate) type MountNamespace = (OwnedFd, Vec<(String, OwnedFd)>);
 
 /// A machine's namespaces, made on one short-lived thread of their own: the loopback-only
 /// network namespace when `net` is set ([`loopback_netns`]), then the mount namespace of
 /// `mounts` ([`machine_mountns_here`]). The second value is the mount namespace or why it could
-/// not be made (the caller falls back to binds per command).
+/// not be made (the caller falls back to binds per command, or fails a copy-on-write machine).
 ///
 /// # Errors
 /// The network namespace's error.
+#[allow(clippy::type_complexity)]
 pub(crate) fn machine_namespaces(
     net: bool,
     mounts: Option<MountPlan>,
-) -> std::io::Result<(Option<OwnedFd>, std::io::Result<Option<OwnedFd>>)> {
+) -> std::io::Result<(Option<OwnedFd>, std::io::Result<Option<MountNamespace>>)> {
     on_own_thread(move || {
         // SAFETY: both change only this thread's namespaces; the thread ends next.
         let net = if net {
@@ -196,19 +204,77 @@ pub(crate) fn machine_namespaces(
     })
 }
 
+/// Mounts an overlayfs of `lower` and `upper` (work directory `work`) at `target`, `nosuid`
+/// and `nodev`, with [`crate::plan::overlay_options`].
+fn overlay(
+    lower: &std::path::Path,
+    upper: &std::path::Path,
+    work: &std::path::Path,
+    target: &std::path::Path,
+) -> std::io::Result<()> {
+    let options = crate::plan::overlay_options(lower, upper, work)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    let options = CString::new(options).map_err(|_| std::io::Error::other("NUL in a path"))?;
+    let ctarget = cstring(target)?;
+    // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+    let r = unsafe {
+        libc::mount(
+            c"shellbox-layer".as_ptr(),
+            ctarget.as_ptr(),
+            c"overlay".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            options.as_ptr().cast(),
+        )
+    };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!(
+                "mount overlayfs at {} (lower {}, upper {}): {e}",
+                target.display(),
+                lower.display(),
+                upper.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn open_dir(path: &std::path::Path) -> std::io::Result<OwnedFd> {
+    let c = cstring(path)?;
+    // SAFETY: a plain open of a NUL-terminated path; the fd is owned by the result.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+        )
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!("open {}: {e}", path.display()),
+        ));
+    }
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Makes the calling thread's own mount namespace for a machine and returns an fd to it: a
 /// slave of the host's (host mount events propagate in, none propagate out), in which each
-/// `(source, target)` of `plan.binds` is bound read-only in order (see [`MountPlan`] for
-/// why the host's other mounts stay).
+/// of `plan.mounts` is mounted in order (see [`MountPlan`] for why the host's other mounts
+/// stay), then `plan.mkdir` is made (with its parents, mode 0755). Returns too an fd of each
+/// overlay's top directory ([`MountNamespace`]).
 ///
 /// # Errors
 /// The failing `unshare(2)`, `mount(2)` or `mount_setattr(2)` (kernels before 5.12 lack
-/// it), or opening the namespace file.
+/// it), `mkdir(2)`, or opening the namespace file.
 ///
 /// # Safety
 /// Only on a thread of our own that ends right after.
-unsafe fn machine_mountns_here(plan: &MountPlan) -> std::io::Result<OwnedFd> {
-    let MountPlan { binds } = plan;
+unsafe fn machine_mountns_here(plan: &MountPlan) -> std::io::Result<MountNamespace> {
+    use crate::plan::RootMount;
     if libc::unshare(libc::CLONE_NEWNS) != 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -222,10 +288,31 @@ unsafe fn machine_mountns_here(plan: &MountPlan) -> std::io::Result<OwnedFd> {
     {
         return Err(std::io::Error::last_os_error());
     }
-    for (src, dst) in binds {
-        ro_bind(src, dst)?;
+    let mut layers = Vec::new();
+    for mount in &plan.mounts {
+        match mount {
+            RootMount::ReadOnly { source, target } => ro_bind(source, target)?,
+            RootMount::Overlay {
+                guest,
+                lower,
+                upper,
+                work,
+                target,
+            } => {
+                overlay(lower, upper, work, target)?;
+                layers.push((guest.clone(), open_dir(target)?));
+            }
+        }
     }
-    open_cloexec(c"/proc/thread-self/ns/mnt")
+    if let Some(dir) = &plan.mkdir {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("mkdir {}: {e}", dir.display())))?;
+    }
+    Ok((open_cloexec(c"/proc/thread-self/ns/mnt")?, layers))
 }
 
 /// The namespaces a machine made once; each command's launcher joins them (`setns(2)`)
@@ -235,8 +322,11 @@ unsafe fn machine_mountns_here(plan: &MountPlan) -> std::io::Result<OwnedFd> {
 pub(crate) struct MachineNamespaces {
     /// The loopback-only network namespace of a machine whose network is denied.
     pub net: Option<OwnedFd>,
-    /// The mount namespace with the root's read-only binds in place.
+    /// The mount namespace with the root's read-only binds (and overlays) in place.
     pub mnt: Option<OwnedFd>,
+    /// A copy-on-write machine's overlays: each guest directory and an fd of its top
+    /// directory in the mount namespace (what transfers read and write there).
+    pub layers: Vec<(String, std::sync::Arc<OwnedFd>)>,
 }
 
 impl MachineNamespaces {

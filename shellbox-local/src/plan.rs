@@ -147,6 +147,93 @@ pub fn is_private_system_dir(dir: &str) -> bool {
     dir == "/etc" || dir == "/sys"
 }
 
+/// How a machine shows the host's system directories (`/bin /lib /lib32 /lib64 /libx32
+/// /sbin /usr`) and its private `/etc` (REFERENCE 4.1-4.3; `LocalOptions::system_directories`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum SystemDirectories {
+    /// Bound read-only: a write to `/usr/...` or `/etc/...` fails inside the machine and an
+    /// upload there is [`Error::Unsupported`]. The default.
+    #[default]
+    ReadOnly,
+    /// Each real host directory among them (not the merged-`/usr` symlinks, which stay
+    /// symlinks) and the private `/etc` is shown through an overlayfs of the machine's own:
+    /// the host directory (or the factory's `/etc` copy) is the read-only lower layer, the
+    /// upper layer is a directory in the machine's private directory on the host. Writes
+    /// (`apt-get install`, `pip install --system`, `echo x > /usr/local/bin/tool`) land in
+    /// the machine only, persist across its commands, and vanish when it closes; the host's
+    /// files and other machines never change. Host mounts nested inside those directories
+    /// are bound read-only on top. Needs a root host process and overlayfs (the factory's
+    /// probe checks both).
+    CopyOnWrite,
+}
+
+/// The guest directories a copy-on-write machine overlays, in mount order: `/etc` (over
+/// the factory's private copy), then each of the host's [`SYSTEM_DIRS`] that is a real
+/// directory (`/usr`, `/lib64`, ... — a merged-`/usr` symlink stays a symlink).
+pub fn overlaid_dirs(facts: &HostFacts) -> Vec<String> {
+    let mut dirs = vec!["/etc".to_string()];
+    for dir in SYSTEM_DIRS {
+        if facts
+            .system_dirs
+            .iter()
+            .any(|(d, k)| d == dir && *k == HostDir::Dir)
+        {
+            dirs.push(dir.to_string());
+        }
+    }
+    dirs
+}
+
+/// Host mount points strictly inside the directories `dirs` (from `mount_points`, field 5
+/// of `/proc/self/mountinfo`, already decoded), deduplicated and sorted by depth then path
+/// (REFERENCE 4.2): what a copy-on-write machine binds read-only over its overlays, since an
+/// overlay shows its lower directory without the mounts below it.
+pub fn nested_mounts(mount_points: &[String], dirs: &[String]) -> Vec<String> {
+    let mut found: Vec<String> = mount_points
+        .iter()
+        .filter(|m| {
+            dirs.iter()
+                .any(|d| m.as_str() != d && is_within(m, d) && d != "/")
+        })
+        .cloned()
+        .collect();
+    found.sort_by(|a, b| {
+        let depth = |p: &str| p.matches('/').count();
+        depth(a).cmp(&depth(b)).then_with(|| a.cmp(b))
+    });
+    found.dedup();
+    found
+}
+
+/// The overlayfs mount options of one layer: `lowerdir`, `upperdir`, `workdir`, and the
+/// features that would make the kernel trust metadata in the layers turned off —
+/// `redirect_dir=off` (a renamed directory is never looked up elsewhere in the lower
+/// layer), `metacopy=off` (every copy-up copies the data; no upper file points at a lower
+/// one), `index=off`, `xino=off`, `uuid=off`. Writes only ever reach the upper directory;
+/// overlayfs never writes a lower layer.
+///
+/// # Errors
+/// [`Error::InvalidInput`] when a path holds a character overlayfs's option syntax gives a
+/// meaning (`,`, `:`, `\`) or is not UTF-8 (set `TMPDIR` to a plain path).
+pub fn overlay_options(lower: &Path, upper: &Path, work: &Path) -> Result<String, Error> {
+    let text = |p: &Path| -> Result<String, Error> {
+        match p.to_str() {
+            Some(s) if !s.contains([',', ':', '\\']) => Ok(s.to_string()),
+            _ => Err(Error::invalid(format!(
+                "overlayfs cannot take the path {} (a comma, colon or backslash, or not UTF-8); \
+                 set TMPDIR to a plain path",
+                p.display()
+            ))),
+        }
+    };
+    Ok(format!(
+        "lowerdir={},upperdir={},workdir={},redirect_dir=off,metacopy=off,index=off,xino=off,uuid=off",
+        text(lower)?,
+        text(upper)?,
+        text(work)?
+    ))
+}
+
 /// True when the guest path `path` is `dir` or lies inside it (both absolute, normalised).
 pub fn is_within(path: &str, dir: &str) -> bool {
     dir == "/"
@@ -264,8 +351,22 @@ pub fn plan_mounts(
 /// # Errors
 /// [`Error::Unsupported`] when it lies inside a system directory or a read-only mount.
 pub fn plan_workdir(workdir: &str, mounts: &[ReadOnlyMount]) -> Result<String, Error> {
+    plan_workdir_in(workdir, mounts, &[])
+}
+
+/// [`plan_workdir`] for a machine whose `overlaid` directories ([`overlaid_dirs`]) are
+/// copy-on-write: a workdir inside one of them is allowed (it is made in the layer).
+///
+/// # Errors
+/// As [`plan_workdir`].
+pub fn plan_workdir_in(
+    workdir: &str,
+    mounts: &[ReadOnlyMount],
+    overlaid: &[String],
+) -> Result<String, Error> {
     let workdir = if workdir.is_empty() { "/" } else { workdir };
-    if let Some(dir) = system_dir_of(workdir) {
+    let in_layer = overlaid.iter().any(|d| is_within(workdir, d));
+    if let Some(dir) = system_dir_of(workdir).filter(|_| !in_layer) {
         return Err(Error::unsupported(format!(
             "workdir {workdir} lies inside the read-only system directory {dir}"
         )));
@@ -368,6 +469,90 @@ pub struct Layout {
     pub etc_binds: Vec<PathBuf>,
     /// What the machine prepared once and every command joins instead.
     pub shared: Shared,
+    /// The machine's copy-on-write layers (`None`: [`SystemDirectories::ReadOnly`]).
+    pub layers: Option<Layers>,
+}
+
+/// Where a copy-on-write machine's layers live and what is bound over them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layers {
+    /// The machine's `layers` directory on the host (mode 0700, inside its 0700 private
+    /// directory): for each overlaid guest directory `/NAME` ([`overlaid_dirs`]) the upper
+    /// layer `NAME` and overlayfs's work directory `NAME.work` ([`layer_dirs`]).
+    pub dir: PathBuf,
+    /// Host mount points nested in the overlaid directories ([`nested_mounts`]), bound
+    /// read-only at their own path over the overlays, in order.
+    pub nested: Vec<PathBuf>,
+}
+
+/// The upper and work directories of the overlaid guest directory `guest` in `layers`.
+pub fn layer_dirs(layers: &Path, guest: &str) -> (PathBuf, PathBuf) {
+    let name = guest.trim_start_matches('/');
+    (layers.join(name), layers.join(format!("{name}.work")))
+}
+
+/// One mount a machine's own mount namespace holds in its root (see [`root_mounts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootMount {
+    /// `source` bound read-only (recursively, `nosuid`, `nodev`) at `target`.
+    ReadOnly {
+        /// The host path.
+        source: PathBuf,
+        /// Where inside the root on the host.
+        target: PathBuf,
+    },
+    /// A copy-on-write layer: overlayfs of `lower` (read-only) and `upper` at `target`
+    /// (`nosuid`, `nodev`, [`overlay_options`]).
+    Overlay {
+        /// The guest directory it shows.
+        guest: String,
+        /// The host directory shown read-only under the layer.
+        lower: PathBuf,
+        /// Where the machine's writes go.
+        upper: PathBuf,
+        /// overlayfs's work directory (same file system as `upper`).
+        work: PathBuf,
+        /// Where inside the root on the host.
+        target: PathBuf,
+    },
+}
+
+/// The mounts of a machine's own mount namespace, in order: [`root_binds`] for a read-only
+/// machine; for a copy-on-write one the same with each overlaid directory's bind replaced
+/// by its overlay ([`RootMount::Overlay`]; `/etc` over [`Layout::etc`]), then the
+/// [`Layers::nested`] host mounts bound read-only on top.
+pub fn root_mounts(layout: &Layout, facts: &HostFacts) -> Vec<RootMount> {
+    let inside = |guest: &str| layout.root.join(guest.trim_start_matches('/'));
+    let Some(layers) = &layout.layers else {
+        return root_binds(layout, facts)
+            .into_iter()
+            .map(|(source, target)| RootMount::ReadOnly { source, target })
+            .collect();
+    };
+    let overlaid = overlaid_dirs(facts);
+    let mut mounts = Vec::new();
+    for (source, target) in root_binds(layout, facts) {
+        match overlaid.iter().find(|g| inside(g) == target) {
+            Some(guest) => {
+                let (upper, work) = layer_dirs(&layers.dir, guest);
+                mounts.push(RootMount::Overlay {
+                    guest: guest.clone(),
+                    lower: source,
+                    upper,
+                    work,
+                    target,
+                });
+            }
+            None => mounts.push(RootMount::ReadOnly { source, target }),
+        }
+    }
+    for nested in &layers.nested {
+        mounts.push(RootMount::ReadOnly {
+            source: nested.clone(),
+            target: inside(&nested.to_string_lossy()),
+        });
+    }
+    mounts
 }
 
 /// Namespaces a machine prepared once (when it was created) that every command's launcher
@@ -759,6 +944,7 @@ mod tests {
             etc: "/tmp/shellbox-local-e/root/etc".into(),
             etc_binds: vec!["/etc/ssl/certs".into()],
             shared: Shared::default(),
+            layers: None,
         };
         let launch = Launch {
             argv: vec!["echo".into(), "hi there".into()],
@@ -851,6 +1037,7 @@ mod tests {
             etc: "/r/etc".into(),
             etc_binds: vec![],
             shared: Shared::default(),
+            layers: None,
         };
         let launch = Launch {
             argv: vec!["id".into()],
@@ -949,6 +1136,7 @@ mod tests {
                 net: true,
                 system: false,
             },
+            layers: None,
         };
         let launch = Launch {
             argv: vec!["true".into()],
@@ -983,6 +1171,7 @@ mod tests {
                 net: true,
                 system: true,
             },
+            layers: None,
         };
         let launch = Launch {
             argv: vec!["true".into()],
@@ -1218,5 +1407,100 @@ mod tests {
             .is_unsupported());
         assert!(is_within("/a/b", "/a") && !is_within("/ab", "/a") && is_within("/a", "/a"));
         assert!(is_within("/x", "/"));
+    }
+
+    #[test]
+    fn copy_on_write_plan() {
+        // REFERENCE 4.2's example: strictly inside, decoded, deduplicated, by depth then path.
+        let points: Vec<String> = [
+            "/etc/resolv.conf",
+            "/etc/host name",
+            "/usr/lib/modules",
+            "/usr",
+            "/usrlocal/data",
+            "/app",
+            "/etc/resolv.conf",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let dirs = vec!["/etc".to_string(), "/usr".to_string()];
+        assert_eq!(
+            nested_mounts(&points, &dirs),
+            ["/etc/host name", "/etc/resolv.conf", "/usr/lib/modules"]
+        );
+        assert_eq!(overlaid_dirs(&facts()), ["/etc", "/lib64", "/usr"]);
+
+        let options = overlay_options(
+            "/usr".as_ref(),
+            "/t/l/usr".as_ref(),
+            "/t/l/usr.work".as_ref(),
+        )
+        .unwrap();
+        assert_eq!(
+            options,
+            "lowerdir=/usr,upperdir=/t/l/usr,workdir=/t/l/usr.work,redirect_dir=off,\
+             metacopy=off,index=off,xino=off,uuid=off"
+        );
+        for bad in ["/t,x", "/t:x", "/t\\x"] {
+            let e = overlay_options("/usr".as_ref(), bad.as_ref(), "/w".as_ref()).unwrap_err();
+            assert!(matches!(e, Error::InvalidInput(_)), "{bad}");
+        }
+
+        let layout = Layout {
+            root: "/p/root".into(),
+            network: NetworkPolicy::Deny,
+            mounts: vec![],
+            etc: "/e/root/etc".into(),
+            etc_binds: vec![],
+            shared: Shared {
+                net: true,
+                system: true,
+            },
+            layers: Some(Layers {
+                dir: "/p/layers".into(),
+                nested: vec!["/usr/lib/modules".into()],
+            }),
+        };
+        let overlay = |guest: &str, lower: &str| RootMount::Overlay {
+            guest: guest.into(),
+            lower: lower.into(),
+            upper: format!("/p/layers{guest}").into(),
+            work: format!("/p/layers{guest}.work").into(),
+            target: format!("/p/root{guest}").into(),
+        };
+        let ro = |source: &str, target: &str| RootMount::ReadOnly {
+            source: source.into(),
+            target: target.into(),
+        };
+        assert_eq!(
+            root_mounts(&layout, &facts()),
+            [
+                overlay("/etc", "/e/root/etc"),
+                overlay("/lib64", "/lib64"),
+                ro("/p/root/sys", "/p/root/sys"),
+                overlay("/usr", "/usr"),
+                ro("/usr/lib/modules", "/p/root/usr/lib/modules"),
+            ]
+        );
+        let read_only = Layout {
+            layers: None,
+            ..layout
+        };
+        assert!(root_mounts(&read_only, &facts())
+            .iter()
+            .all(|m| matches!(m, RootMount::ReadOnly { .. })));
+
+        let layered = overlaid_dirs(&facts());
+        assert_eq!(
+            plan_workdir_in("/usr/local/src", &[], &layered).unwrap(),
+            "/usr/local/src"
+        );
+        assert!(plan_workdir_in("/sys/x", &[], &layered)
+            .unwrap_err()
+            .is_unsupported());
+        assert!(plan_workdir_in("/sbin/x", &[], &layered)
+            .unwrap_err()
+            .is_unsupported());
     }
 }

@@ -35,7 +35,7 @@ pub const ETC_BOUND_DIRS: [&str; 2] = ["/etc/alternatives", "/etc/ssl/certs"];
 /// root is [`ROOT_DIR_NAME`] inside it.
 pub const ROOT_PREFIX: &str = "shellbox-local-";
 
-/// Prefix of a factory's private directory for its shared `/etc` ([`SharedEtc`]) in the
+/// Prefix of a factory's private directory for its shared `/etc` (`SharedEtc`) in the
 /// host temp dir (mode 0700, with an owner marker like a machine's). It differs from
 /// [`ROOT_PREFIX`] so that `shellbox-local-*` names machines only (one per live machine).
 pub const ETC_PREFIX: &str = "shellbox-etc-";
@@ -66,6 +66,7 @@ pub fn create_root(
     mounts: &[ReadOnlyMount],
     workdir: &str,
     storage_mb: Option<u64>,
+    layers: &[LayerDir],
 ) -> Result<PathBuf, Error> {
     // The root lives inside a 0700 directory of its own, so no other host user can reach
     // into a running machine (plant files in its /tmp, or run a setuid file a command made
@@ -93,7 +94,14 @@ pub fn create_root(
             return Err(e);
         }
     }
-    match fill_root(&root, facts, mounts, workdir) {
+    let filled = fill_root(&root, facts, mounts, workdir).and_then(|()| {
+        if layers.is_empty() {
+            Ok(())
+        } else {
+            create_layers(&private.join(LAYERS_DIR_NAME), layers, storage_mb)
+        }
+    });
+    match filled {
         Ok(()) => Ok(root),
         Err(e) => {
             if let Err(re) = remove_root(&root) {
@@ -150,6 +158,85 @@ fn fill_root(
     Ok(())
 }
 
+/// Name of a copy-on-write machine's layers directory inside its private
+/// `shellbox-local-*` directory (beside [`ROOT_DIR_NAME`]; see `plan::Layers`).
+pub const LAYERS_DIR_NAME: &str = "layers";
+
+/// The layers directory of the machine whose root is `root`.
+pub fn layers_dir(root: &Path) -> PathBuf {
+    root.parent().unwrap_or(root).join(LAYERS_DIR_NAME)
+}
+
+/// One overlaid guest directory of a copy-on-write machine, with the owner and mode of
+/// its lower directory: the top directory of an overlay shows its upper directory's, so
+/// the upper directory gets them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerDir {
+    /// The guest directory (`/usr`, `/etc`, ...).
+    pub guest: String,
+    /// The lower directory's permission bits.
+    pub mode: u32,
+    /// The lower directory's owner.
+    pub uid: u32,
+    /// The lower directory's group.
+    pub gid: u32,
+}
+
+impl LayerDir {
+    /// `guest` shown over the host directory `lower`, with its owner and mode.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when `lower` cannot be stat'ed.
+    pub fn of(guest: &str, lower: &Path) -> Result<LayerDir, Error> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = fs::metadata(lower).map_err(|e| io("stat", lower, e))?;
+        Ok(LayerDir {
+            guest: guest.to_string(),
+            mode: meta.mode() & 0o7777,
+            uid: meta.uid(),
+            gid: meta.gid(),
+        })
+    }
+}
+
+/// Makes a copy-on-write machine's layers directory `dir` (mode 0700; with `storage_mb`, a
+/// `tmpfs` of that size mounted on it, as the root gets, so writes to the system
+/// directories are bounded too and never reach the host disk) with an upper directory
+/// (its lower's owner and mode) and an empty work directory (0700) per layer.
+///
+/// # Errors
+/// [`Error::Io`] when the host refuses a step (the caller removes the private directory).
+fn create_layers(dir: &Path, layers: &[LayerDir], storage_mb: Option<u64>) -> Result<(), Error> {
+    let mut builder = fs::DirBuilder::new();
+    builder.mode(0o700);
+    builder.create(dir).map_err(|e| io("mkdir", dir, e))?;
+    if let Some(mb) = storage_mb {
+        mount_root_fs(dir, mb)?;
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| io("chmod", dir, e))?;
+    }
+    for layer in layers {
+        let (upper, work) = crate::plan::layer_dirs(dir, &layer.guest);
+        builder.create(&work).map_err(|e| io("mkdir", &work, e))?;
+        fs::DirBuilder::new()
+            .mode(layer.mode)
+            .create(&upper)
+            .map_err(|e| io("mkdir", &upper, e))?;
+        // The umask may have taken bits away.
+        fs::set_permissions(&upper, fs::Permissions::from_mode(layer.mode))
+            .map_err(|e| io("chmod", &upper, e))?;
+        let (uid, gid) = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
+        if (layer.uid, layer.gid) != (uid, gid) {
+            std::os::unix::fs::chown(&upper, Some(layer.uid), Some(layer.gid))
+                .map_err(|e| io("chown", &upper, e))?;
+        }
+    }
+    Ok(())
+}
+
 /// A factory's private `/etc`, made once and bound read-only at `/etc` in every machine
 /// of the factory (it is read-only in every machine, so one copy serves them all): copies
 /// of [`ETC_COPIES`] and empty mount points for the [`ETC_BOUND_DIRS`] that are
@@ -174,7 +261,11 @@ impl SharedEtc {
     ///
     /// # Errors
     /// [`Error::Io`] when the host refuses a step (the partial directory is removed).
-    pub fn create() -> Result<SharedEtc, Error> {
+    /// With `copy_dirs` (a copy-on-write factory, whose machines overlay a writable `/etc`
+    /// on this copy), the [`ETC_BOUND_DIRS`] are copied too (their links as links, once per
+    /// factory), so the one overlay shows their content and a machine may change them
+    /// (`update-alternatives`, `update-ca-certificates`).
+    pub fn create(copy_dirs: bool) -> Result<SharedEtc, Error> {
         let dir = tempfile::Builder::new()
             .prefix(ETC_PREFIX)
             .permissions(fs::Permissions::from_mode(0o700))
@@ -187,7 +278,7 @@ impl SharedEtc {
         }
         let root = private.join(ROOT_DIR_NAME);
         let etc = root.join("etc");
-        let made = fill_etc(&root, &etc);
+        let made = fill_etc(&root, &etc, copy_dirs);
         match made {
             Ok(binds) => Ok(SharedEtc { root, etc, binds }),
             Err(e) => {
@@ -216,7 +307,7 @@ impl Drop for SharedEtc {
     }
 }
 
-fn fill_etc(root: &Path, etc: &Path) -> Result<Vec<PathBuf>, Error> {
+fn fill_etc(root: &Path, etc: &Path, copy_dirs: bool) -> Result<Vec<PathBuf>, Error> {
     let mut builder = fs::DirBuilder::new();
     builder.recursive(true).mode(0o755);
     builder.create(etc).map_err(|e| io("mkdir", etc, e))?;
@@ -229,7 +320,7 @@ fn fill_etc(root: &Path, etc: &Path) -> Result<Vec<PathBuf>, Error> {
             continue;
         };
         let dst = root.join(src.strip_prefix("/").unwrap_or(src));
-        if meta.is_dir() && ETC_BOUND_DIRS.iter().any(|d| Path::new(d) == src) {
+        if !copy_dirs && meta.is_dir() && ETC_BOUND_DIRS.iter().any(|d| Path::new(d) == src) {
             builder.create(&dst).map_err(|e| io("mkdir", &dst, e))?;
             etc_binds.push(src.to_path_buf());
             continue;
@@ -360,8 +451,13 @@ pub fn decode_mountinfo(field: &str) -> String {
 /// # Errors
 /// [`Error::Io`] when the directory cannot be removed.
 pub fn remove_root(root: &Path) -> Result<(), Error> {
-    // The machine's own size-limited root file system goes first (its processes are dead).
+    // The machine's own size-limited root file system goes first (its processes are dead),
+    // then a copy-on-write machine's size-limited layers (its overlays lived only in its
+    // own mount namespace, gone with its processes and fds).
     unmount_root_fs(root)?;
+    if root.file_name() == Some(std::ffi::OsStr::new(ROOT_DIR_NAME)) {
+        unmount_root_fs(&layers_dir(root))?;
+    }
     let mounted = mounts_below(root);
     if !mounted.is_empty() {
         return Err(Error::io(

@@ -1,0 +1,274 @@
+//! Copy-on-write system directories (issue 12) against real bwrap sandboxes: each machine
+//! writes `/usr`, `/etc` and `/opt` in layers of its own, the host and other machines never
+//! see it, transfers go through the layers, and nothing is left on the host after close,
+//! drop or (through `gc`) a killed owner.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use shellbox_core::{Command, CommandResult, Machine, MachineSpec};
+use shellbox_local::{LocalMachine, LocalMachineFactory, LocalOptions, SystemDirectories};
+
+fn cow_options() -> LocalOptions {
+    LocalOptions {
+        system_directories: SystemDirectories::CopyOnWrite,
+        ..LocalOptions::default()
+    }
+}
+
+/// A copy-on-write factory, or `None` (with the SKIP line) where this host cannot give one:
+/// not root (overlayfs in each machine's mount namespace needs `CAP_SYS_ADMIN`), or no
+/// sandbox at all.
+fn cow_factory(test: &str) -> Option<LocalMachineFactory> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIP {test}: copy-on-write machines need a root host process");
+        return None;
+    }
+    common::factory_with(test, cow_options())
+}
+
+async fn run(m: &dyn Machine, script: &str) -> CommandResult {
+    m.run(Command::shell(script).timeout(Duration::from_secs(60)))
+        .await
+        .unwrap_or_else(|e| panic!("{script}: {e}"))
+}
+
+async fn sh(m: &dyn Machine, script: &str) -> String {
+    let r = run(m, script).await;
+    assert_eq!(r.exit_code, Some(0), "{script}: {r:?}");
+    String::from_utf8_lossy(&r.stdout).into_owned()
+}
+
+/// A name no other test run uses, for files written in system directories.
+fn unique(tag: &str) -> String {
+    format!("shellbox-cow-{tag}-{}", std::process::id())
+}
+
+/// Mount points of this process's mount namespace whose path or source mentions `needle`.
+fn host_mounts_mentioning(needle: &Path) -> Vec<String> {
+    let needle = needle.to_string_lossy().into_owned();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_machines_write_the_same_paths_and_see_only_their_own() {
+    let Some(factory) = cow_factory("two_machines_write_the_same_paths_and_see_only_their_own")
+    else {
+        return;
+    };
+    let name = unique("same");
+    let a = factory.create_local(MachineSpec::host()).await.unwrap();
+    let b = factory.create_local(MachineSpec::host()).await.unwrap();
+    for (m, who) in [(&a, "a"), (&b, "b")] {
+        sh(
+            m,
+            &format!(
+                "printf '#!/bin/sh\\necho tool {who}\\n' > /usr/local/bin/{name} && \
+                 chmod 755 /usr/local/bin/{name} && echo {who} > /etc/{name} && \
+                 echo {who} > /opt/{name}"
+            ),
+        )
+        .await;
+    }
+    for (m, who) in [(&a, "a"), (&b, "b")] {
+        let out = sh(m, &format!("{name}; cat /etc/{name} /opt/{name}")).await;
+        assert_eq!(out, format!("tool {who}\n{who}\n{who}\n"));
+    }
+    // The host never saw any of it.
+    for dir in ["/usr/local/bin", "/etc", "/opt"] {
+        assert!(
+            !Path::new(dir).join(&name).exists(),
+            "{dir}/{name} on the host"
+        );
+    }
+    // A third machine starts from the host's directories again.
+    let c = factory.create_local(MachineSpec::host()).await.unwrap();
+    let r = run(&c, &format!("ls /usr/local/bin/{name} /etc/{name}")).await;
+    assert_ne!(r.exit_code, Some(0), "{r:?}");
+    for m in [a, b, c] {
+        m.close().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn package_manager_like_writes_stay_in_the_machine() {
+    let Some(factory) = cow_factory("package_manager_like_writes_stay_in_the_machine") else {
+        return;
+    };
+    let name = unique("pkg");
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    // The layers show the host's directories with their owners and modes.
+    let host_mode = |p: &str| {
+        use std::os::unix::fs::MetadataExt;
+        format!("{:o}", std::fs::metadata(p).unwrap().mode() & 0o7777)
+    };
+    let modes = sh(&m, "stat -c %a /usr /etc").await;
+    assert_eq!(modes, format!("{}\n755\n", host_mode("/usr")));
+    // What dpkg does: new files under /usr/lib, a changed file, a removed file, a
+    // renamed directory, alternatives and a changed /etc file.
+    let script = format!(
+        "set -e; mkdir -p /usr/lib/{name}/sub && echo lib > /usr/lib/{name}/sub/f.so && \
+         mv /usr/lib/{name}/sub /usr/lib/{name}/moved && cat /usr/lib/{name}/moved/f.so && \
+         cp /usr/bin/env /usr/bin/{name} && /usr/bin/{name} true && \
+         rm /usr/bin/{name} && echo 'x:x:4242:4242::/:/bin/sh' >> /etc/passwd && \
+         grep -c ^x: /etc/passwd && ln -sf /usr/bin/true /etc/alternatives/{name} && \
+         /etc/alternatives/{name} && echo ok"
+    );
+    assert_eq!(sh(&m, &script).await, "lib\n1\nok\n");
+    // /etc/ssl/certs and /etc/alternatives show the host's entries.
+    for dir in ["/etc/ssl/certs", "/etc/alternatives"] {
+        if Path::new(dir).is_dir() {
+            let host = std::fs::read_dir(dir).unwrap().count();
+            let inside = sh(&m, &format!("ls -A {dir} | grep -v {name} | wc -l")).await;
+            assert_eq!(inside.trim(), host.to_string(), "{dir}");
+        }
+    }
+    // Nothing of it on the host.
+    assert!(!Path::new(&format!("/usr/lib/{name}")).exists());
+    assert!(!Path::new(&format!("/etc/alternatives/{name}")).exists());
+    assert!(!std::fs::read_to_string("/etc/passwd")
+        .unwrap()
+        .contains("x:x:4242"));
+    // A command cannot write the host's files through the layer's lower directory.
+    let r = run(&m, "mount -t tmpfs x /mnt 2>&1; echo $?").await;
+    assert_ne!(String::from_utf8_lossy(&r.stdout).trim(), "0");
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfers_go_through_the_layers() {
+    let Some(factory) = cow_factory("transfers_go_through_the_layers") else {
+        return;
+    };
+    let name = unique("xfer");
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    let host = tempfile::tempdir().unwrap();
+    let tool = host.path().join("tool");
+    std::fs::write(&tool, "#!/bin/sh\necho uploaded tool\n").unwrap();
+    std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // Upload before any command ran, into a directory of the lower layer.
+    m.upload(&tool, &format!("/usr/local/bin/{name}"))
+        .await
+        .unwrap();
+    m.upload(&tool, &format!("/etc/{name}/deep/tool"))
+        .await
+        .unwrap();
+    assert_eq!(sh(&m, &name).await, "uploaded tool\n");
+    assert!(!Path::new(&format!("/usr/local/bin/{name}")).exists());
+    assert!(!Path::new(&format!("/etc/{name}")).exists());
+    // Download what a command wrote in the layers, and host files as the machine shows
+    // them.
+    sh(
+        &m,
+        &format!("echo from the machine > /etc/{name}.conf && echo changed > /usr/share/{name}"),
+    )
+    .await;
+    let got = host.path().join("got");
+    m.download(&format!("/etc/{name}.conf"), &got)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "from the machine\n");
+    m.download("/etc/passwd", &host.path().join("passwd"))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(host.path().join("passwd")).unwrap(),
+        std::fs::read("/etc/passwd").unwrap()
+    );
+    let dir = host.path().join("dir");
+    m.download(&format!("/etc/{name}"), &dir).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.join("deep/tool")).unwrap(),
+        "#!/bin/sh\necho uploaded tool\n"
+    );
+    let changed = host.path().join("changed");
+    m.download(&format!("/usr/share/{name}"), &changed)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&changed).unwrap(), "changed\n");
+    // A whole directory upload that would write a layer's mount point through its parent is
+    // refused, nothing written.
+    let tree = host.path().join("tree");
+    std::fs::create_dir_all(tree.join("usr")).unwrap();
+    std::fs::write(tree.join("usr").join(&name), "x").unwrap();
+    let e = m.upload(&tree, "/").await.unwrap_err();
+    assert!(e.is_unsupported(), "{e}");
+    assert!(
+        run(&m, &format!("test -e /usr/{name}")).await.exit_code != Some(0),
+        "partial upload"
+    );
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_left_on_the_host_after_close_or_drop() {
+    let Some(factory) = cow_factory("nothing_is_left_on_the_host_after_close_or_drop") else {
+        return;
+    };
+    for close in [true, false] {
+        for storage in [None, Some(32)] {
+            let spec = match storage {
+                Some(mb) => MachineSpec::host().storage_mb(mb),
+                None => MachineSpec::host(),
+            };
+            let m = factory.create_local(spec).await.unwrap();
+            let private: PathBuf = m.root().parent().unwrap().to_path_buf();
+            sh(&m, "echo x > /usr/local/bin/left && echo y > /etc/left").await;
+            assert!(private.join("layers").is_dir());
+            if close {
+                m.close().await.unwrap();
+            } else {
+                drop(m);
+            }
+            assert!(!private.exists(), "{} left", private.display());
+            let mounts = host_mounts_mentioning(&private);
+            assert!(mounts.is_empty(), "mounts left: {mounts:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workdir_inside_a_layer_is_made_there() {
+    let Some(factory) = cow_factory("a_workdir_inside_a_layer_is_made_there") else {
+        return;
+    };
+    let dir = format!("/usr/local/src/{}", unique("wd"));
+    let m = factory
+        .create_local(MachineSpec::host().workdir(&dir))
+        .await
+        .unwrap();
+    assert_eq!(
+        sh(&m, "pwd && echo f > f && cat f").await,
+        format!("{dir}\nf\n")
+    );
+    assert!(!Path::new(&dir).exists());
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_machine_still_refuses_writes() {
+    let Some(factory) = common::factory("a_read_only_machine_still_refuses_writes") else {
+        return;
+    };
+    let name = unique("ro");
+    let m: LocalMachine = factory.create_local(MachineSpec::host()).await.unwrap();
+    for path in ["/usr/local/bin", "/etc", "/usr/lib"] {
+        let r = run(&m, &format!("echo x > {path}/{name}")).await;
+        assert_ne!(r.exit_code, Some(0), "{path}: {r:?}");
+    }
+    let host = tempfile::tempdir().unwrap();
+    let f = host.path().join("f");
+    std::fs::write(&f, "x").unwrap();
+    for target in ["/usr/local/bin/x", "/etc/x"] {
+        let e = m.upload(&f, target).await.unwrap_err();
+        assert!(e.is_unsupported(), "{target}: {e}");
+    }
+    m.close().await.unwrap();
+}
