@@ -272,3 +272,93 @@ async fn a_read_only_machine_still_refuses_writes() {
     }
     m.close().await.unwrap();
 }
+
+/// Not a test of its own: the owner process of `gc_removes_a_killed_owners_layers`, which
+/// runs this test binary again with `SHELLBOX_LOCAL_COW_GC_CHILD=1` (and `TMPDIR` set to a
+/// private directory): it makes two copy-on-write machines (one with `storage_mb`, whose
+/// layers are a tmpfs mounted on the host), writes into their layers, prints
+/// `ROOTS <root> <root>` and waits to be killed. Without the variable it returns at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cow_gc_owner_child() {
+    if std::env::var_os("SHELLBOX_LOCAL_COW_GC_CHILD").is_none() {
+        return;
+    }
+    let factory = LocalMachineFactory::new(cow_options()).unwrap();
+    let mut roots = Vec::new();
+    let mut machines = Vec::new();
+    for spec in [MachineSpec::host(), MachineSpec::host().storage_mb(16)] {
+        let m = factory.create_local(spec).await.unwrap();
+        sh(
+            &m,
+            "echo kept > /usr/local/bin/kept && echo kept > /etc/kept",
+        )
+        .await;
+        roots.push(m.root().display().to_string());
+        machines.push(m);
+    }
+    println!("ROOTS {}", roots.join(" "));
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_removes_a_killed_owners_layers() {
+    use std::io::BufRead;
+    if cow_factory("gc_removes_a_killed_owners_layers").is_none() {
+        return;
+    }
+    let base = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "cow_gc_owner_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("SHELLBOX_LOCAL_COW_GC_CHILD", "1")
+        .env("TMPDIR", base.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut roots: Vec<PathBuf> = Vec::new();
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if let Some((_, rest)) = line.split_once("ROOTS ") {
+            roots = rest.split(' ').map(PathBuf::from).collect();
+            break;
+        }
+    }
+    assert_eq!(roots.len(), 2, "the owner printed no ROOTS line");
+    // SIGKILL: the owner gets no chance to clean up.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let privates: Vec<PathBuf> = roots
+        .iter()
+        .map(|r| r.parent().unwrap().to_path_buf())
+        .collect();
+    for p in &privates {
+        assert!(
+            p.join("layers/usr/local/bin/kept").is_file(),
+            "{}",
+            p.display()
+        );
+    }
+    // The size-limited layers are a tmpfs on the host until gc unmounts them.
+    assert!(!host_mounts_mentioning(&privates[1]).is_empty());
+    let report = tokio::task::spawn_blocking({
+        let dir = base.path().to_path_buf();
+        move || shellbox_local::gc_in(&dir)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(report.failed.is_empty(), "{report:?}");
+    for p in &privates {
+        assert!(report.removed.contains(p), "{report:?}");
+        assert!(!p.exists(), "{} left", p.display());
+    }
+    let mounts = host_mounts_mentioning(base.path());
+    assert!(mounts.is_empty(), "mounts left: {mounts:?}");
+    assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0);
+}
