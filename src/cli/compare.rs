@@ -103,7 +103,7 @@ pub(crate) async fn compare(args: CompareArgs) -> Result<ExitCode, Error> {
     let mut details = Vec::new();
     let (mut passed, mut failed) = (0usize, 0usize);
     for case in &cases {
-        let created = create(backend, spec.clone()).await?;
+        let created = create(backend, spec.clone(), &args.machine).await?;
         let command = Command::from_argv(["bash", "-c", case.script.as_str()])
             .cwd("/work")
             .envs(CORPUS_ENV.iter().copied())

@@ -155,6 +155,11 @@ pub(crate) struct MachineArgs {
     /// local: a host path shown read-only at a machine path, HOST:GUEST (repeatable).
     #[arg(long = "mount", value_name = "HOST:GUEST", value_parser = parse_host_guest)]
     pub(crate) mounts: Vec<HostGuest>,
+    /// local: how the machine shows /usr, /bin, /lib*, /sbin and /etc: read-only (default),
+    /// or copy-on-write (writes such as apt-get install land in a layer of the machine's
+    /// own, removed with it; needs root and overlayfs).
+    #[arg(long, value_name = "MODE", value_parser = ["read-only", "copy-on-write"])]
+    pub(crate) system_directories: Option<String>,
     /// Memory limit in MiB (docker: the container's limit; sim: the machine's memory
     /// budget; local: not supported).
     #[arg(long, value_name = "MIB", allow_hyphen_values = true)]
@@ -173,6 +178,36 @@ pub(crate) struct MachineArgs {
 }
 
 impl MachineArgs {
+    /// Whether `--system-directories copy-on-write` was given (local only; [`Self::spec`]
+    /// refuses it for another backend).
+    pub(crate) fn copy_on_write(&self) -> bool {
+        self.system_directories.as_deref() == Some("copy-on-write")
+    }
+
+    /// A factory for `backend` with these options: the backend's defaults, but a local
+    /// factory with copy-on-write system directories when they were asked for.
+    ///
+    /// # Errors
+    /// As [`shellbox::factory`]; a local factory's [`Error::SandboxUnavailable`] naming
+    /// what copy-on-write needs when this host lacks it.
+    pub(crate) async fn factory(&self, backend: Backend) -> Result<Arc<dyn MachineFactory>, Error> {
+        #[cfg(feature = "local")]
+        if backend == Backend::Local && self.copy_on_write() {
+            let options = shellbox::local::LocalOptions {
+                system_directories: shellbox::local::SystemDirectories::CopyOnWrite,
+                ..Default::default()
+            };
+            // Probing bwrap blocks for a moment: keep it off the runtime's workers.
+            let factory = tokio::task::spawn_blocking(move || {
+                shellbox::local::LocalMachineFactory::new(options)
+            })
+            .await
+            .map_err(|e| Error::backend("start the local factory", e.to_string()))??;
+            return Ok(Arc::new(factory));
+        }
+        shellbox::factory(backend).await
+    }
+
     /// The backend `--backend` names, else sim, else the first this build has.
     pub(crate) fn backend(&self) -> Result<Backend, Error> {
         match &self.backend {
@@ -198,6 +233,11 @@ impl MachineArgs {
         {
             return Err(Error::unsupported(format!(
                 "--read-only, --bin-dir and --mount need --backend local, not {backend}"
+            )));
+        }
+        if name != "local" && self.system_directories.is_some() {
+            return Err(Error::unsupported(format!(
+                "--system-directories needs --backend local, not {backend}"
             )));
         }
         if name != "docker"
@@ -617,7 +657,11 @@ struct Created {
     sim: Option<Arc<shellbox::sim::SimMachine>>,
 }
 
-async fn create(backend: Backend, spec: MachineSpec) -> Result<Created, Error> {
+async fn create(
+    backend: Backend,
+    spec: MachineSpec,
+    options: &MachineArgs,
+) -> Result<Created, Error> {
     #[cfg(feature = "sim")]
     if backend == Backend::Sim {
         let machine = Arc::new(shellbox::sim::SimMachineFactory::default().create_sim(spec)?);
@@ -626,7 +670,7 @@ async fn create(backend: Backend, spec: MachineSpec) -> Result<Created, Error> {
             sim: Some(machine),
         });
     }
-    let factory: Arc<dyn MachineFactory> = match shellbox::factory(backend).await {
+    let factory: Arc<dyn MachineFactory> = match options.factory(backend).await {
         Ok(factory) => factory,
         #[cfg(feature = "docker")]
         Err(e) if backend == Backend::Docker => return Err(docker_connect_error(e)),
@@ -776,7 +820,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     // behind), then exit 128 + N as a shell reports a signalled process.
     let signal = termination_signal();
     tokio::pin!(signal);
-    let creating = create(backend, spec);
+    let creating = create(backend, spec, &args.machine);
     tokio::pin!(creating);
     let created = tokio::select! {
         created = &mut creating => created?,
@@ -837,7 +881,7 @@ async fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
     })?;
     let backend = args.machine.backend()?;
     let spec = args.machine.spec()?;
-    let created = create(backend, spec).await?;
+    let created = create(backend, spec, &args.machine).await?;
     let report = shellbox::replay(&transcript, &*created.machine).await;
     let closed = created.machine.close().await;
     let report = report?;

@@ -64,7 +64,7 @@ pub(crate) async fn shell(args: ShellArgs) -> Result<ExitCode, Failure> {
     }
     spec.validate()?;
     // SIGINT, SIGTERM and SIGHUP while the machine is being made: stop, remove what was made.
-    let creating = create(backend, spec);
+    let creating = create(backend, spec, &args.machine);
     tokio::pin!(creating);
     let created = tokio::select! {
         created = &mut creating => created?,

@@ -798,6 +798,7 @@ async fn local_factory(o: LocalFactoryOptions) -> Result<FactoryEntry, Failure> 
             bin_dirs: o.bin_dirs.into_iter().map(Into::into).collect(),
             bwrap: o.bwrap.map(Into::into),
             hash_seed: o.hash_seed,
+            ..Default::default()
         };
         // Probing bwrap blocks for a moment: keep it off the runtime's workers.
         let factory =
