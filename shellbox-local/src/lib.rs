@@ -40,6 +40,13 @@
 //!   from the timeout, default signal dispositions, the command's account, its working
 //!   directory and an `execvp`-like `PATH` search (127 for a missing program, 126 for a
 //!   non-executable one);
+//! - with [`SystemDirectories::CopyOnWrite`] (a root host process, overlayfs), each real
+//!   system directory and the private `/etc` is an overlayfs of the machine's own, made in
+//!   its mount namespace (the host never sees it): the host directory (or the factory's
+//!   `/etc` copy) below, the machine's upper layer in `layers/` of its private directory
+//!   (a `tmpfs` with `storage_mb`), host mounts nested there bound read-only on top; writes
+//!   stay in the machine and go with it; transfers read and write the layers through fds
+//!   of the overlays;
 //! - processes a command leaves in the background keep running until the machine closes;
 //!   a timeout or a dropped stream SIGKILLs everything the command started (`setsid` and
 //!   double-fork escapees included) and nothing else; output written before the kill is
@@ -51,7 +58,7 @@
 //! gone, as `shellbox gc --backend local` does.
 //!
 //! The sandbox line is built by the pure [`plan::bwrap_args`]; the behaviour follows the
-//! reference library's local backend (REFERENCE.md section 4) in its read-only mode.
+//! reference library's local backend (REFERENCE.md section 4).
 //! It isolates trusted commands; it is not a security boundary against hostile code.
 //!
 //! Where this backend differs from the reference:
@@ -79,6 +86,14 @@
 //!   machine's mounts (the reference resolves host real paths first, then copies, and reads
 //!   host files the machine cannot see); downloads are written by core's shared staged
 //!   writer and uploads are staged inside the machine, both all or nothing;
+//! - copy-on-write layers live in the machine's own mount namespace and its private
+//!   directory (`layers/`), not in a `shellbox-layers-*` directory of the host's mount
+//!   table, so a killed owner leaves no mount (only the directory, which `gc` removes);
+//!   transfers into and out of them go through fds of the overlays (the machine's view)
+//!   rather than a `tar` inside the sandbox, and a directory upload that would write a
+//!   layer's top through its parent (`usr/` in an upload to `/`) is refused; a
+//!   copy-on-write factory copies `/etc/alternatives` and `/etc/ssl/certs` into its shared
+//!   `/etc` once, so one overlay shows (and lets a machine change) them;
 //! - host fds left inheritable by the calling program are not passed into sandboxes;
 //! - a mount at `/`, or in `/dev` or `/proc`, is refused like one in a system directory,
 //!   and uploads into `/dev` and `/proc` are refused like uploads into `/usr`.

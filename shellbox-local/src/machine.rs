@@ -1475,3 +1475,24 @@ pub fn machine_bwrap_args(
         },
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_on_write_check_says_what_is_missing() {
+        let Err(Error::SandboxUnavailable { reasons }) = check_copy_on_write(false) else {
+            panic!("a process that cannot make mount namespaces passed");
+        };
+        let text = reasons.join("\n");
+        assert!(text.contains("cannot make mount namespaces"), "{text}");
+        assert!(text.contains(COPY_ON_WRITE_REQUIREMENTS), "{text}");
+        if std::fs::read_to_string("/proc/filesystems")
+            .unwrap_or_default()
+            .contains("overlay")
+        {
+            assert!(!text.contains("not in /proc/filesystems"), "{text}");
+        }
+    }
+}

@@ -210,7 +210,10 @@ pub fn nested_mounts(mount_points: &[String], dirs: &[String]) -> Vec<String> {
 /// `redirect_dir=off` (a renamed directory is never looked up elsewhere in the lower
 /// layer), `metacopy=off` (every copy-up copies the data; no upper file points at a lower
 /// one), `index=off`, `xino=off`, `uuid=off`. Writes only ever reach the upper directory;
-/// overlayfs never writes a lower layer.
+/// overlayfs never writes a lower layer. And `volatile`: the layer is thrown away with the
+/// machine, so no `sync`/`fsync` inside it, and not its unmount either, reaches the upper
+/// file system (without it every machine's close ran a `syncfs` of the host's temp-dir
+/// file system).
 ///
 /// # Errors
 /// [`Error::InvalidInput`] when a path holds a character overlayfs's option syntax gives a
@@ -227,7 +230,7 @@ pub fn overlay_options(lower: &Path, upper: &Path, work: &Path) -> Result<String
         }
     };
     Ok(format!(
-        "lowerdir={},upperdir={},workdir={},redirect_dir=off,metacopy=off,index=off,xino=off,uuid=off",
+        "lowerdir={},upperdir={},workdir={},redirect_dir=off,metacopy=off,index=off,xino=off,uuid=off,volatile",
         text(lower)?,
         text(upper)?,
         text(work)?
@@ -1440,7 +1443,7 @@ mod tests {
         assert_eq!(
             options,
             "lowerdir=/usr,upperdir=/t/l/usr,workdir=/t/l/usr.work,redirect_dir=off,\
-             metacopy=off,index=off,xino=off,uuid=off"
+             metacopy=off,index=off,xino=off,uuid=off,volatile"
         );
         for bad in ["/t,x", "/t:x", "/t\\x"] {
             let e = overlay_options("/usr".as_ref(), bad.as_ref(), "/w".as_ref()).unwrap_err();

@@ -283,28 +283,60 @@ async fn run_case(
     };
     match case {
         // Issue 12's bar: a copy-on-write machine (its overlays, their layer directories)
-        // costs at most 3 ms more than create_close, measured in the same run.
+        // costs at most 3 ms more than create_close. Each run is paired with one on this
+        // bench's own factory (read-only unless --system-directories says otherwise), in
+        // alternating order, so host load drifting during the case weighs on both alike;
+        // `read_only_median_us` is the paired runs' median, `extra_us` the difference.
         #[cfg(feature = "local")]
         "create_close_copy_on_write" | "create_run_close_copy_on_write" => {
             let options = shellbox::local::LocalOptions {
                 system_directories: shellbox::local::SystemDirectories::CopyOnWrite,
                 ..Default::default()
             };
-            let cow = tokio::task::spawn_blocking(move || {
-                shellbox::local::LocalMachineFactory::new(options)
-            })
-            .await
-            .map_err(|e| Error::backend("start the local factory", e.to_string()))??;
-            let cow = &cow;
+            let cow: Arc<dyn MachineFactory> = Arc::new(
+                tokio::task::spawn_blocking(move || {
+                    shellbox::local::LocalMachineFactory::new(options)
+                })
+                .await
+                .map_err(|e| Error::backend("start the local factory", e.to_string()))??,
+            );
             let run = case == "create_run_close_copy_on_write";
-            time_runs(case, many, || async move {
-                let m = cow.create(spec.clone()).await?;
-                if run {
-                    check(&m.run(Command::new("true")).await?, case)?;
+            let once = |f: &Arc<dyn MachineFactory>| {
+                let f = f.clone();
+                let spec = spec.clone();
+                async move {
+                    let start = Instant::now();
+                    let m = f.create(spec).await?;
+                    if run {
+                        check(&m.run(Command::new("true")).await?, case)?;
+                    }
+                    m.close().await?;
+                    Ok::<_, Error>(start.elapsed())
                 }
-                m.close().await
-            })
-            .await
+            };
+            once(&cow).await?;
+            once(factory).await?;
+            let (mut layered, mut plain) = (Vec::new(), Vec::new());
+            for i in 0..many {
+                if i % 2 == 0 {
+                    layered.push(once(&cow).await?);
+                    plain.push(once(factory).await?);
+                } else {
+                    plain.push(once(factory).await?);
+                    layered.push(once(&cow).await?);
+                }
+            }
+            let baseline = stats(case, plain);
+            let mut measured = stats(case, layered);
+            let round = |v: f64| (v * 10.0).round() / 10.0;
+            measured
+                .extra
+                .push(("read_only_median_us", round(baseline.median_us).into()));
+            measured.extra.push((
+                "extra_us",
+                round(measured.median_us - baseline.median_us).into(),
+            ));
+            Ok(measured)
         }
         "create_close" => {
             time_runs(case, many, || async {
