@@ -362,3 +362,110 @@ async fn gc_removes_a_killed_owners_layers() {
     assert!(mounts.is_empty(), "mounts left: {mounts:?}");
     assert_eq!(std::fs::read_dir(base.path()).unwrap().count(), 0);
 }
+
+/// The directory under `/usr` that [`cow_nested_child`] mounts a tmpfs on, in a mount
+/// namespace of its own.
+const NESTED_CANDIDATES: [&str; 3] = ["/usr/local/games", "/usr/local/include", "/usr/local/src"];
+
+/// Not a test of its own: run by `host_mounts_nested_in_layers_stay_read_only` inside
+/// `unshare -m --propagation private` with `SHELLBOX_LOCAL_COW_NESTED_CHILD=1`. It mounts a
+/// tmpfs (holding `marker`) on a directory under `/usr` in that private mount namespace (the
+/// host's never changes), makes a copy-on-write machine and prints `NESTED <line>` for each
+/// finding.
+#[test]
+fn cow_nested_child() {
+    if std::env::var_os("SHELLBOX_LOCAL_COW_NESTED_CHILD").is_none() {
+        return;
+    }
+    let dir = NESTED_CANDIDATES
+        .iter()
+        .find(|d| Path::new(d).is_dir())
+        .expect("a directory to mount on");
+    let c = std::ffi::CString::new(*dir).unwrap();
+    // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+    let r = unsafe {
+        libc::mount(
+            c"shellbox-nested".as_ptr(),
+            c.as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(r, 0, "mount: {}", std::io::Error::last_os_error());
+    std::fs::write(Path::new(dir).join("marker"), "nested\n").unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let factory = LocalMachineFactory::new(cow_options()).unwrap();
+        let m = factory.create_local(MachineSpec::host()).await.unwrap();
+        let out = run(
+            &m,
+            &format!(
+                "cat {dir}/marker; (echo x > {dir}/new) 2>/dev/null && echo wrote || echo refused; \
+                 echo y > /usr/local/ok && cat /usr/local/ok"
+            ),
+        )
+        .await;
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            println!("NESTED {line}");
+        }
+        let host = tempfile::tempdir().unwrap();
+        let got = host.path().join("marker");
+        m.download(&format!("{dir}/marker"), &got).await.unwrap();
+        println!(
+            "NESTED download {}",
+            std::fs::read_to_string(&got).unwrap().trim()
+        );
+        let e = m.upload(&got, &format!("{dir}/up")).await.unwrap_err();
+        println!("NESTED upload unsupported={}", e.is_unsupported());
+        m.close().await.unwrap();
+    });
+}
+
+#[test]
+fn host_mounts_nested_in_layers_stay_read_only() {
+    if cow_factory("host_mounts_nested_in_layers_stay_read_only").is_none() {
+        return;
+    }
+    if !NESTED_CANDIDATES.iter().any(|d| Path::new(d).is_dir()) {
+        eprintln!(
+            "SKIP host_mounts_nested_in_layers_stay_read_only: none of {NESTED_CANDIDATES:?} exists"
+        );
+        return;
+    }
+    let output = match std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "cow_nested_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("SHELLBOX_LOCAL_COW_NESTED_CHILD", "1")
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("SKIP host_mounts_nested_in_layers_stay_read_only: unshare(1): {e}");
+            return;
+        }
+    };
+    let text = String::from_utf8_lossy(&output.stdout);
+    let found: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_once("NESTED ").map(|(_, r)| r))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "nested",
+            "refused",
+            "y",
+            "download nested",
+            "upload unsupported=true"
+        ],
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
