@@ -488,7 +488,9 @@ fn merge_staged(
 ///
 /// # Errors
 /// [`Error::NotFound`] for a missing source; [`Error::Unsupported`] when any written path
-/// lies in a system directory, a mount or `/dev`, `/proc`, `/sys`; [`Error::Transfer`] when
+/// lies in a system directory (unless it is a copy-on-write layer, written through the
+/// overlay), a mount or `/dev`, `/proc`, `/sys`, or when an entry of a directory upload
+/// is a mount point (a layer's top, written through its parent); [`Error::Transfer`] when
 /// a directory is in the way of a file or the reverse, or a source entry is a special file
 /// (FIFO, socket, device); [`Error::Io`].
 pub fn upload(view: &GuestView, source: &Path, target: &str) -> Result<(), Error> {

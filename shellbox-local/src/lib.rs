@@ -43,8 +43,10 @@
 //! - with [`SystemDirectories::CopyOnWrite`] (a root host process, overlayfs), each real
 //!   system directory and the private `/etc` is an overlayfs of the machine's own, made in
 //!   its mount namespace (the host never sees it): the host directory (or the factory's
-//!   `/etc` copy) below, the machine's upper layer in `layers/` of its private directory
-//!   (a `tmpfs` with `storage_mb`), host mounts nested there bound read-only on top; writes
+//!   `/etc` copy) below, the machine's upper layer in a `tmpfs` of that namespace mounted
+//!   on `layers/` of its private directory (held in memory: bounded by `storage_mb`, else
+//!   the kernel's default of half the host's memory), host mounts nested there bound
+//!   read-only on top; writes
 //!   stay in the machine and go with it; transfers read and write the layers through fds
 //!   of the overlays;
 //! - processes a command leaves in the background keep running until the machine closes;

@@ -203,6 +203,12 @@ impl LocalMachineFactory {
     /// directories, or a non-UTF-8 `bin_dirs` entry; [`Error::SandboxUnavailable`] with
     /// `"<candidate>: <bwrap's stderr | exit status | spawn error>"` for every candidate
     /// when none can sandbox (or `"bwrap: not found ..."` when there is none).
+    ///
+    /// With [`SystemDirectories::CopyOnWrite`], [`Error::SandboxUnavailable`] naming what
+    /// is missing ([`COPY_ON_WRITE_REQUIREMENTS`]: a root host process, overlayfs in
+    /// `/proc/filesystems`, a temp dir not on overlayfs) before any probe; and the probe
+    /// machine is built with its layers, so a kernel refusing the overlay mount fails the
+    /// candidate with the mount's error.
     pub fn new(options: LocalOptions) -> Result<Self, Error> {
         let read_only = options
             .read_only
@@ -338,8 +344,10 @@ impl LocalMachineFactory {
     /// bound is a `tmpfs` mounted on the machine root; `storage_mb` over 2^44 - 1 MiB is
     /// [`Error::InvalidInput`]) or above [`largest_storage_mb`] (half the host's memory:
     /// the tmpfs is held in RAM), a mount inside a system directory or another mount,
-    /// a workdir inside a system directory or mount; [`Error::Io`] when the root, its
-    /// file system or its pids cgroup cannot be made. Nothing is left behind on error.
+    /// a workdir inside a system directory (outside the layers of a copy-on-write machine,
+    /// where it is made) or mount; [`Error::Io`] when the root, its
+    /// file system, its copy-on-write layers or its pids cgroup cannot be made. Nothing is
+    /// left behind on error.
     ///
     /// Returns before the machine's sandbox runs: bwrap and the supervisor start on a
     /// task of their own begun by the first command, which waits for them (DESIGN.md
@@ -436,7 +444,7 @@ impl LocalMachineFactory {
                 shared: plan::Shared::default(),
             };
             let mkdir = in_layer.then(|| layout.root.join(w.trim_start_matches('/')));
-            let made = make_namespaces(&inner, &layout, mkdir).and_then(|namespaces| {
+            let made = make_namespaces(&inner, &layout, mkdir, storage_mb).and_then(|namespaces| {
                 let cgroup = match &inner.cgroups {
                     Some(base) => Some(machine_cgroup(base, &layout.root, pids_limit)?),
                     None => None,
@@ -508,6 +516,7 @@ fn make_namespaces(
     inner: &FactoryInner,
     layout: &Layout,
     mkdir: Option<PathBuf>,
+    storage_mb: Option<u64>,
 ) -> Result<crate::ns::MachineNamespaces, Error> {
     let mut namespaces = crate::ns::MachineNamespaces::default();
     if !inner.share_ns {
@@ -516,6 +525,13 @@ fn make_namespaces(
     let mounts = crate::ns::MountPlan {
         mounts: plan::root_mounts(layout, &inner.facts),
         mkdir,
+        layers: layout.layers.as_ref().map(|l| {
+            (
+                l.dir.clone(),
+                root::layers_fs_options(storage_mb),
+                inner.layers.clone(),
+            )
+        }),
     };
     let (net, mnt) = crate::ns::machine_namespaces(
         layout.network == shellbox_core::NetworkPolicy::Deny,
@@ -568,7 +584,7 @@ fn probe(inner: &FactoryInner) -> Result<(), String> {
         etc_binds: inner.etc.binds().to_vec(),
         shared: plan::Shared::default(),
     };
-    let namespaces = match make_namespaces(inner, &layout, None) {
+    let namespaces = match make_namespaces(inner, &layout, None, None) {
         Ok(n) => n,
         Err(e) => {
             let _ = root::remove_root(&root);

@@ -158,7 +158,12 @@ pub enum SystemDirectories {
     /// Each real host directory among them (not the merged-`/usr` symlinks, which stay
     /// symlinks) and the private `/etc` is shown through an overlayfs of the machine's own:
     /// the host directory (or the factory's `/etc` copy) is the read-only lower layer, the
-    /// upper layer is a directory in the machine's private directory on the host. Writes
+    /// upper layer is a `tmpfs` of the machine's own mount namespace, mounted on `layers/`
+    /// of its private directory on the host (so what a machine writes there is held in
+    /// memory or swap, bounded by `storage_mb` when set, else by the kernel's `tmpfs`
+    /// default, half the host's memory; on disk, the layer directories' creation and
+    /// removal cost each machine about 35 ms on this loaded ext4-with-`discard` host, the
+    /// `tmpfs` under 1 ms). Writes
     /// (`apt-get install`, `pip install --system`, `echo x > /usr/local/bin/tool`) land in
     /// the machine only, persist across its commands, and vanish when it closes; the host's
     /// files and other machines never change. Host mounts nested inside those directories

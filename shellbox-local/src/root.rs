@@ -98,7 +98,7 @@ pub fn create_root(
         if layers.is_empty() {
             Ok(())
         } else {
-            create_layers(&private.join(LAYERS_DIR_NAME), layers, storage_mb)
+            create_layers(&private.join(LAYERS_DIR_NAME))
         }
     });
     match filled {
@@ -199,39 +199,58 @@ impl LayerDir {
     }
 }
 
-/// Makes a copy-on-write machine's layers directory `dir` (mode 0700; with `storage_mb`, a
-/// `tmpfs` of that size mounted on it, as the root gets, so writes to the system
-/// directories are bounded too and never reach the host disk) with an upper directory
-/// (its lower's owner and mode) and an empty work directory (0700) per layer.
+/// Makes a copy-on-write machine's layers directory `dir` (mode 0700), the mount point of
+/// its layers' `tmpfs` in the machine's mount namespace ([`fill_layers`]).
 ///
 /// # Errors
-/// [`Error::Io`] when the host refuses a step (the caller removes the private directory).
-fn create_layers(dir: &Path, layers: &[LayerDir], storage_mb: Option<u64>) -> Result<(), Error> {
-    let mut builder = fs::DirBuilder::new();
-    builder.mode(0o700);
-    builder.create(dir).map_err(|e| io("mkdir", dir, e))?;
-    if let Some(mb) = storage_mb {
-        mount_root_fs(dir, mb)?;
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .map_err(|e| io("chmod", dir, e))?;
+/// [`Error::Io`] when the host refuses (the caller removes the private directory).
+fn create_layers(dir: &Path) -> Result<(), Error> {
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| io("mkdir", dir, e))
+}
+
+/// The `tmpfs` options of a copy-on-write machine's layers: mode 0700 and, with
+/// `storage_mb`, the size and inodes of [`root_fs_options`] (without it, the kernel's
+/// default bound, half the host's memory).
+pub fn layers_fs_options(storage_mb: Option<u64>) -> String {
+    match storage_mb {
+        Some(mb) => root_fs_options(mb).replace("mode=0755", "mode=0700"),
+        None => "mode=0700".to_string(),
     }
+}
+
+/// Fills the layers `tmpfs` at `dir` (already mounted, in the machine's mount namespace):
+/// an upper directory (its lower's owner and mode) and an empty work directory (0700) per
+/// layer.
+///
+/// # Errors
+/// The failing `mkdir(2)`, `chmod(2)` or `chown(2)`.
+pub(crate) fn fill_layers(dir: &Path, layers: &[LayerDir]) -> std::io::Result<()> {
+    let with = |e: std::io::Error, op: &str, p: &Path| {
+        std::io::Error::new(e.kind(), format!("{op} {}: {e}", p.display()))
+    };
     for layer in layers {
         let (upper, work) = crate::plan::layer_dirs(dir, &layer.guest);
-        builder.create(&work).map_err(|e| io("mkdir", &work, e))?;
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&work)
+            .map_err(|e| with(e, "mkdir", &work))?;
         fs::DirBuilder::new()
             .mode(layer.mode)
             .create(&upper)
-            .map_err(|e| io("mkdir", &upper, e))?;
+            .map_err(|e| with(e, "mkdir", &upper))?;
         // The umask may have taken bits away.
         fs::set_permissions(&upper, fs::Permissions::from_mode(layer.mode))
-            .map_err(|e| io("chmod", &upper, e))?;
+            .map_err(|e| with(e, "chmod", &upper))?;
         let (uid, gid) = (
             nix::unistd::geteuid().as_raw(),
             nix::unistd::getegid().as_raw(),
         );
         if (layer.uid, layer.gid) != (uid, gid) {
             std::os::unix::fs::chown(&upper, Some(layer.uid), Some(layer.gid))
-                .map_err(|e| io("chown", &upper, e))?;
+                .map_err(|e| with(e, "chown", &upper))?;
         }
     }
     Ok(())
@@ -452,8 +471,9 @@ pub fn decode_mountinfo(field: &str) -> String {
 /// [`Error::Io`] when the directory cannot be removed.
 pub fn remove_root(root: &Path) -> Result<(), Error> {
     // The machine's own size-limited root file system goes first (its processes are dead),
-    // then a copy-on-write machine's size-limited layers (its overlays lived only in its
-    // own mount namespace, gone with its processes and fds).
+    // then anything mounted on a copy-on-write machine's layers directory here (its layers
+    // tmpfs and overlays live only in its own mount namespace, gone with its processes and
+    // fds, so normally nothing).
     unmount_root_fs(root)?;
     if root.file_name() == Some(std::ffi::OsStr::new(ROOT_DIR_NAME)) {
         unmount_root_fs(&layers_dir(root))?;
