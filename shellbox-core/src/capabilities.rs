@@ -212,14 +212,21 @@ impl Capabilities {
     ///
     /// # Errors
     /// What [`MachineSpec::validate`] returns; [`Error::Unsupported`] naming the source
-    /// kind, `network allow` on a backend without network, or the field (`cpus`,
+    /// kind (for a `packages` source on a backend that builds Dockerfiles, pointing at
+    /// `ImageSource::Dockerfile`), `network allow` on a backend without network, or the field (`cpus`,
     /// `memory_mb`, `storage_mb`, `gpus`).
     pub fn check_spec(&self, backend: &str, spec: &MachineSpec) -> Result<(), Error> {
         spec.validate()?;
         let kind = spec.source.kind();
         if !self.sources.contains(&kind) {
+            let hint = if kind == "packages" && self.sources.contains(&"dockerfile") {
+                "; to get software by name, build an image that installs it \
+                 (ImageSource::Dockerfile)"
+            } else {
+                ""
+            };
             return Err(Error::unsupported(format!(
-                "the {backend} backend does not run a {kind} image source (it runs: {})",
+                "the {backend} backend does not run a {kind} image source (it runs: {}){hint}",
                 self.sources.join(", ")
             )));
         }

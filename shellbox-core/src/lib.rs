@@ -51,8 +51,8 @@ pub use session::{ShellSession, ShellStatus, ShellUpdate, DEFAULT_EXECUTE_WAIT};
 pub use snapshot::{Snapshot, SnapshotHandle};
 pub use spec::{
     DockerImage, DockerfileSource, HostImage, ImageArchive, ImageSource, MachineSpec, Mount,
-    NetworkPolicy, RegistryCredentials, RegistryImage, SimBuiltins, DEFAULT_PIDS_LIMIT,
-    DEFAULT_WORKDIR,
+    NetworkPolicy, PackageSpec, RegistryCredentials, RegistryImage, SimBuiltins,
+    DEFAULT_PIDS_LIMIT, DEFAULT_WORKDIR,
 };
 
 /// Re-exported so backends and users name the same `async_trait`.

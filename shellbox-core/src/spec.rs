@@ -106,6 +106,96 @@ pub struct ImageArchive {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SimBuiltins {}
 
+/// Software by name (REFERENCE.md 1.2): what a machine needs, not where it lives. The
+/// backend finds or builds it.
+///
+/// - `pypi_packages`: `None` gives a shell only (the host's or the simulator's programs);
+///   `Some(vec![])` gives CPython only; `Some(requirements)` gives CPython with these PyPI
+///   requirements (e.g. `six==1.17.0`), locked with hashes and installed from binary wheels
+///   only (the local backend, through `shellbox-pyenv`'s `resolve_python_environment`).
+/// - `tools`: program names (or absolute paths) that must be executable on the machine's
+///   `PATH`; a backend that cannot provide one refuses the spec with
+///   [`Error::Unsupported`] naming it.
+///
+/// Local accepts it (Python through uv), sim accepts it with `pypi_packages: None` and
+/// tools from its command table, docker refuses it (build an image with
+/// [`ImageSource::Dockerfile`] instead).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PackageSpec {
+    /// PyPI requirements; `None` = no Python, `Some(vec![])` = CPython only.
+    pub pypi_packages: Option<Vec<String>>,
+    /// Programs that must be executable on the machine's `PATH`.
+    pub tools: Vec<String>,
+}
+
+impl PackageSpec {
+    /// A shell only (`pypi_packages: None`), no required tools.
+    pub fn shell() -> Self {
+        Self::default()
+    }
+
+    /// CPython with these PyPI requirements (none: CPython only).
+    pub fn python<I, S>(requirements: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            pypi_packages: Some(requirements.into_iter().map(Into::into).collect()),
+            tools: Vec::new(),
+        }
+    }
+
+    /// Adds one required tool.
+    pub fn tool(mut self, tool: impl Into<String>) -> Self {
+        self.tools.push(tool.into());
+        self
+    }
+
+    /// Why `requirement` is not an acceptable PyPI requirement line, or `None` when it is:
+    /// it must be non-empty (after trimming), must not start with `-` (no option such as
+    /// `--index-url` or `-e` can be smuggled into the requirements file) and must hold no
+    /// CR, LF or NUL (one requirement per line). The rule of the reference library's
+    /// `resolve_python_environment`.
+    pub fn requirement_problem(requirement: &str) -> Option<&'static str> {
+        let trimmed = requirement.trim();
+        if trimmed.is_empty() {
+            Some("a requirement must not be empty")
+        } else if trimmed.starts_with('-') {
+            Some("a requirement must not start with '-' (options are not accepted)")
+        } else if requirement.contains(['\r', '\n', '\0']) {
+            Some("a requirement must not contain CR, LF or NUL")
+        } else {
+            None
+        }
+    }
+
+    /// Checks every requirement ([`PackageSpec::requirement_problem`]) and tool (non-empty,
+    /// no CR, LF or NUL, no leading `-`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming the first bad requirement or tool.
+    pub fn validate(&self) -> Result<(), Error> {
+        for requirement in self.pypi_packages.iter().flatten() {
+            if let Some(problem) = Self::requirement_problem(requirement) {
+                return Err(Error::invalid(format!(
+                    "pypi_packages: {problem}: {requirement:?}"
+                )));
+            }
+        }
+        for tool in &self.tools {
+            if tool.is_empty() || tool.starts_with('-') || tool.contains(['\r', '\n', '\0']) {
+                return Err(Error::invalid(format!(
+                    "tools: a tool must be a program name or path (non-empty, no leading '-', \
+                     no CR, LF or NUL): {tool:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Where a machine's programs come from. Each backend accepts the variants it can run and
 /// answers the rest with [`Error::Unsupported`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,6 +214,8 @@ pub enum ImageSource {
     Archive(ImageArchive),
     /// The simulator's built-in commands.
     Sim(SimBuiltins),
+    /// Software by name: Python packages and tools the backend provides (local, sim).
+    Packages(PackageSpec),
 }
 
 impl ImageSource {
@@ -136,6 +228,7 @@ impl ImageSource {
             ImageSource::Dockerfile(_) => "dockerfile",
             ImageSource::Archive(_) => "archive",
             ImageSource::Sim(_) => "sim",
+            ImageSource::Packages(_) => "packages",
         }
     }
 }
@@ -224,6 +317,12 @@ impl MachineSpec {
         }))
     }
 
+    /// A spec for software by name ([`ImageSource::Packages`]), e.g.
+    /// `MachineSpec::packages(PackageSpec::python(["six==1.17.0"]).tool("python3"))`.
+    pub fn packages(packages: PackageSpec) -> Self {
+        Self::new(ImageSource::Packages(packages))
+    }
+
     /// Sets the working directory (absolute and normalised, or empty).
     pub fn workdir(mut self, workdir: impl Into<String>) -> Self {
         self.workdir = workdir.into();
@@ -284,7 +383,8 @@ impl MachineSpec {
     /// [`Error::InvalidInput`] when `workdir` is neither empty nor an absolute normalised
     /// path, an env name is not `[A-Za-z_][A-Za-z0-9_]*` or a key or value holds NUL,
     /// `cpus`, `memory_mb`, `storage_mb` or `pids_limit` is 0, or a mount's guest path is
-    /// not absolute and normalised. [`Error::Unsupported`] when `workdir` is inside `/proc`,
+    /// not absolute and normalised, or a [`PackageSpec`] has a bad requirement or tool
+    /// ([`PackageSpec::validate`]). [`Error::Unsupported`] when `workdir` is inside `/proc`,
     /// `/sys` or `/dev` ([`validate_not_kernel_dir`](crate::validate::validate_not_kernel_dir)).
     pub fn validate(&self) -> Result<(), Error> {
         if !self.workdir.is_empty() {
@@ -307,10 +407,14 @@ impl MachineSpec {
         if self.pids_limit == 0 {
             return Err(Error::invalid("pids_limit must be > 0"));
         }
-        if let ImageSource::Host(image) = &self.source {
-            for mount in &image.mounts {
-                validate_guest_path(&mount.guest)?;
+        match &self.source {
+            ImageSource::Host(image) => {
+                for mount in &image.mounts {
+                    validate_guest_path(&mount.guest)?;
+                }
             }
+            ImageSource::Packages(packages) => packages.validate()?,
+            _ => {}
         }
         Ok(())
     }
@@ -373,6 +477,9 @@ mod tests {
                 path: "/img.tar".into(),
             }),
             ImageSource::Sim(SimBuiltins::default()),
+            ImageSource::Packages(PackageSpec::default()),
+            ImageSource::Packages(PackageSpec::python(Vec::<String>::new())),
+            ImageSource::Packages(PackageSpec::python(["six==1.17.0"]).tool("python3")),
         ];
         for source in sources {
             let mut spec = MachineSpec::new(source)
@@ -389,6 +496,51 @@ mod tests {
         assert_eq!(minimal, MachineSpec::sim());
         let json = serde_json::to_string(&MachineSpec::sim()).unwrap();
         assert!(json.contains(r#""network":"deny""#), "{json}");
+    }
+
+    #[test]
+    fn package_specs() {
+        let json =
+            r#"{"source":{"kind":"packages","pypi_packages":["six==1.17.0"],"tools":["python3"]}}"#;
+        let spec: MachineSpec = serde_json::from_str(json).unwrap();
+        assert_eq!(
+            spec,
+            MachineSpec::packages(PackageSpec::python(["six==1.17.0"]).tool("python3"))
+        );
+        assert_eq!(spec.source.kind(), "packages");
+        let shell: MachineSpec = serde_json::from_str(r#"{"source":{"kind":"packages"}}"#).unwrap();
+        assert_eq!(shell, MachineSpec::packages(PackageSpec::shell()));
+        let cpython: MachineSpec =
+            serde_json::from_str(r#"{"source":{"kind":"packages","pypi_packages":[]}}"#).unwrap();
+        assert_eq!(
+            cpython.source,
+            ImageSource::Packages(PackageSpec::python(Vec::<String>::new()))
+        );
+        spec.validate().unwrap();
+        for bad in [
+            "",
+            "  ",
+            "-e .",
+            "--index-url=http://x",
+            "six\nfoo",
+            "six\r",
+            "a\0b",
+        ] {
+            let e = MachineSpec::packages(PackageSpec::python([bad]))
+                .validate()
+                .unwrap_err();
+            assert!(matches!(e, Error::InvalidInput(_)), "{bad:?}: {e:?}");
+            assert!(e.to_string().contains("pypi_packages"), "{e}");
+        }
+        for bad in ["", "-x", "a\nb", "a\0"] {
+            let e = MachineSpec::packages(PackageSpec::shell().tool(bad))
+                .validate()
+                .unwrap_err();
+            assert!(e.to_string().contains("tools"), "{bad:?}: {e}");
+        }
+        MachineSpec::packages(PackageSpec::shell().tool("/usr/bin/env"))
+            .validate()
+            .unwrap();
     }
 
     #[test]

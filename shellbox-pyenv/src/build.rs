@@ -243,6 +243,7 @@ fn build_locked(
             StepKind::SyncPackages => {
                 info!(lock = %lock_copy.display(), "pyenv: installing the locked packages")
             }
+            StepKind::CompileLock => {}
         }
         run_step(&step, version)?;
     }
@@ -300,7 +301,10 @@ fn lock_file_path(root: &Path) -> PathBuf {
 /// How often a builder with a [`BuildOptions::lock_timeout`] retries the lock.
 const LOCK_POLL: Duration = Duration::from_millis(50);
 
-fn lock_exclusive(path: &Path, timeout: Option<Duration>) -> Result<Flock<File>, PyenvError> {
+pub(crate) fn lock_exclusive(
+    path: &Path,
+    timeout: Option<Duration>,
+) -> Result<Flock<File>, PyenvError> {
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -345,7 +349,7 @@ fn lock_exclusive(path: &Path, timeout: Option<Duration>) -> Result<Flock<File>,
 
 /// Asks the interpreter for its `sys.base_prefix` (isolated mode: `PYTHON*` variables and
 /// user site ignored) and resolves it.
-fn interpreter_base_prefix(python: &Path) -> Result<PathBuf, PyenvError> {
+pub(crate) fn interpreter_base_prefix(python: &Path) -> Result<PathBuf, PyenvError> {
     let unusable = |reason: String| PyenvError::InterpreterUnusable {
         path: python.to_path_buf(),
         reason,
@@ -440,7 +444,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), PyenvError> {
     Ok(())
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
         .map(|b| format!("{b:02x}"))

@@ -80,6 +80,32 @@ pub enum PyenvError {
         stderr: String,
     },
 
+    /// A requirement given to
+    /// [`resolve_python_environment`](crate::resolve_python_environment) is empty, starts
+    /// with `-` or holds CR, LF or NUL.
+    #[error("invalid requirement {requirement:?}: {reason}")]
+    InvalidRequirement {
+        /// The requirement as given.
+        requirement: String,
+        /// Why it was refused.
+        reason: String,
+    },
+
+    /// uv could not download the CPython version a resolve asked for and no local
+    /// interpreter was named (`python_interpreter`), so neither way to get a Python works.
+    #[error(
+        "no CPython {version} to build from: uv could not download it and no \
+         python_interpreter was given; name a local CPython {version} with the \
+         python_interpreter option (`shellbox run --python-interpreter PATH`), e.g. \
+         /usr/bin/python3.X, or ask for the version of one this host has. {source}"
+    )]
+    InterpreterUnavailable {
+        /// The requested version.
+        version: String,
+        /// The [`PyenvError::DownloadUnavailable`] of `uv python install`.
+        source: Box<PyenvError>,
+    },
+
     /// The lock file could not be read.
     #[error("cannot read lock file {}: {source}", path.display())]
     LockUnreadable {
@@ -197,10 +223,14 @@ pub enum PyenvError {
 }
 
 impl PyenvError {
-    /// Whether this is [`PyenvError::DownloadUnavailable`]: the host cannot download
+    /// Whether this is [`PyenvError::DownloadUnavailable`] (or the
+    /// [`PyenvError::InterpreterUnavailable`] wrapping it): the host cannot download
     /// interpreters, so only the interpreter-path form of `python` can work here.
     pub fn is_download_unavailable(&self) -> bool {
-        matches!(self, PyenvError::DownloadUnavailable { .. })
+        matches!(
+            self,
+            PyenvError::DownloadUnavailable { .. } | PyenvError::InterpreterUnavailable { .. }
+        )
     }
 
     pub(crate) fn io(

@@ -14,6 +14,12 @@
 //! # let _ = spec; Ok(()) }
 //! ```
 //!
+//! [`resolve_python_environment`] starts from requirement names instead of a lock: it locks
+//! them once per host cache (`uv pip compile --generate-hashes --no-build`, one directory per
+//! SHA-256 of the version and the sorted requirements) and builds from that lock with binary
+//! wheels only, so no package's build hook runs on the host; the local backend uses it for
+//! `ImageSource::Packages`.
+//!
 //! Layout of a root (after REFERENCE.md section 7, the reference library's builder):
 //!
 //! ```text
@@ -36,6 +42,7 @@ mod build;
 mod environment;
 mod error;
 mod marker;
+mod resolve;
 mod source;
 mod uv;
 
@@ -44,6 +51,11 @@ pub use build::{
 };
 pub use environment::{in_system_directories, PythonEnvironment};
 pub use error::{DifferingInput, PyenvError};
+pub use resolve::{
+    cache_key, lock_path, normalize_requirements, resolve_python_environment,
+    resolve_python_environment_with, ResolveOptions, ENVIRONMENT_NAME, REQUIREMENTS_IN_NAME,
+    REQUIREMENTS_LOCK_NAME, REQUIREMENTS_PENDING_NAME, RESOLVE_LOCK_NAME,
+};
 pub use source::PythonSource;
 pub use uv::{is_download_failure, uv_steps, StepKind, UvStep};
 

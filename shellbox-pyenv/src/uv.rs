@@ -20,6 +20,9 @@ pub enum StepKind {
     CreateVenv,
     /// `uv pip sync`: install exactly the locked packages into the venv.
     SyncPackages,
+    /// `uv pip compile --generate-hashes --no-build`: lock a set of requirements
+    /// ([`resolve_python_environment`](crate::resolve_python_environment) only).
+    CompileLock,
 }
 
 /// One uv invocation of a build: its argv (starting with the uv executable) and the
@@ -244,10 +247,23 @@ fn is_executable_file(path: &Path) -> bool {
 
 /// Runs one step, capturing stdout (logged at debug level) and stderr (kept for errors).
 pub(crate) fn run_step(step: &UvStep, version: Option<&str>) -> Result<(), PyenvError> {
+    run_step_in(step, version, None)
+}
+
+/// [`run_step`] in the working directory `cwd` (the process's own when `None`).
+pub(crate) fn run_step_in(
+    step: &UvStep,
+    version: Option<&str>,
+    cwd: Option<&Path>,
+) -> Result<(), PyenvError> {
     let command_line = step.command_line();
     let env_line = step.env_line();
     tracing::debug!(command = %command_line, env = %env_line, "running uv");
-    let output = std::process::Command::new(&step.argv[0])
+    let mut command = std::process::Command::new(&step.argv[0]);
+    if let Some(cwd) = cwd {
+        command.current_dir(cwd);
+    }
+    let output = command
         .args(&step.argv[1..])
         .envs(step.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())

@@ -1,0 +1,412 @@
+//! Environments by requirement: lock a set of PyPI requirements once per host cache, then
+//! build from that lock with binary wheels only (REFERENCE.md section 7,
+//! `resolve_python_environment`).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use shellbox_core::PackageSpec;
+use tracing::info;
+
+use crate::build::{interpreter_base_prefix, lock_exclusive, sha256_hex};
+use crate::uv::{locate_uv, run_step_in, StepKind, UvStep};
+use crate::PythonSource;
+use crate::{build_python_environment_with, BuildOptions, PyenvError, PythonEnvironment};
+
+/// The file of a cache directory every resolver of it locks (`flock`, exclusive).
+pub const RESOLVE_LOCK_NAME: &str = "resolve.lock";
+/// The requirements, one per line, as given to `uv pip compile`.
+pub const REQUIREMENTS_IN_NAME: &str = "requirements.in";
+/// The lock `uv pip compile` wrote once; every later resolve reuses it.
+pub const REQUIREMENTS_LOCK_NAME: &str = "requirements.lock";
+/// Where `uv pip compile` writes before the lock is renamed into place.
+pub const REQUIREMENTS_PENDING_NAME: &str = "requirements.pending";
+/// The environment built from a uv-managed CPython, inside the cache directory.
+pub const ENVIRONMENT_NAME: &str = "environment";
+
+/// How [`resolve_python_environment_with`] runs uv and which interpreter it builds from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResolveOptions {
+    /// How uv is found and run (see [`BuildOptions`]); `only_binary` is always set.
+    pub build: BuildOptions,
+    /// A local CPython of the requested version to build from instead of one uv downloads
+    /// (for hosts where `uv python install` cannot reach its download host). `None`: uv
+    /// installs the version under the environment's root.
+    pub python_interpreter: Option<PathBuf>,
+}
+
+impl ResolveOptions {
+    /// Builds from this local interpreter (see [`ResolveOptions::python_interpreter`]).
+    pub fn python_interpreter(mut self, python: impl Into<PathBuf>) -> Self {
+        self.python_interpreter = Some(python.into());
+        self
+    }
+
+    /// Runs uv as `build` says (see [`ResolveOptions::build`]).
+    pub fn build(mut self, build: BuildOptions) -> Self {
+        self.build = build;
+        self
+    }
+}
+
+/// [`resolve_python_environment_with`] with uv on `PATH` and a uv-managed CPython.
+///
+/// # Errors
+/// As [`resolve_python_environment_with`].
+pub fn resolve_python_environment<S: AsRef<str>>(
+    cache: impl AsRef<Path>,
+    requirements: &[S],
+    python_version: &str,
+) -> Result<PythonEnvironment, PyenvError> {
+    resolve_python_environment_with(
+        cache,
+        requirements,
+        python_version,
+        &ResolveOptions::default(),
+    )
+}
+
+/// The cache directory name of a resolve: the SHA-256 hex of the JSON text
+/// `["<version>", ["<req>", ...]]` as Python's `json.dumps` writes it (separators `, `,
+/// non-ASCII escaped), so the reference library and this crate share cache directories.
+/// `requirements` must already be sorted and deduplicated ([`normalize_requirements`]).
+pub fn cache_key(python_version: &str, requirements: &[String]) -> String {
+    let mut text = String::from("[");
+    text.push_str(&python_json_string(python_version));
+    text.push_str(", [");
+    let quoted: Vec<String> = requirements.iter().map(|r| python_json_string(r)).collect();
+    text.push_str(&quoted.join(", "));
+    text.push_str("]]");
+    sha256_hex(text.as_bytes())
+}
+
+/// Checks, trims, sorts and deduplicates requirement lines.
+///
+/// # Errors
+/// [`PyenvError::InvalidRequirement`] for an empty one, one starting with `-` (an option
+/// such as `--index-url` or `-e`), or one holding CR, LF or NUL
+/// ([`PackageSpec::requirement_problem`]).
+pub fn normalize_requirements<S: AsRef<str>>(
+    requirements: &[S],
+) -> Result<Vec<String>, PyenvError> {
+    let mut out = Vec::with_capacity(requirements.len());
+    for requirement in requirements {
+        let requirement = requirement.as_ref();
+        if let Some(reason) = PackageSpec::requirement_problem(requirement) {
+            return Err(PyenvError::InvalidRequirement {
+                requirement: requirement.to_string(),
+                reason: reason.to_string(),
+            });
+        }
+        out.push(requirement.trim().to_string());
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// Resolves PyPI `requirements` for CPython `python_version` into an environment under
+/// `cache`, once per host: the lock is compiled the first time and reused after that (so a
+/// later resolve needs no network: it works with `UV_OFFLINE=1`), and the environment is
+/// built once from it with binary wheels only, so no package's build hook ever runs on the
+/// host. Blocking; call it from `tokio::task::spawn_blocking` in async code.
+///
+/// - `cache`: a directory (created when missing); each distinct (version, requirements)
+///   gets `cache/<`[`cache_key`]`>/`.
+/// - `requirements`: requirement lines such as `six==1.17.0`; trimmed, sorted and
+///   deduplicated ([`normalize_requirements`]). Empty: CPython only.
+/// - `python_version`: a full CPython version (`3.12.12`), the target of the lock.
+///
+/// Steps, under an exclusive `flock` on `cache/<key>/resolve.lock` (blocking until free):
+///
+/// 1. when `requirements.lock` is absent: write `requirements.in` (one per line) and run
+///    `uv pip compile --no-config --generate-hashes --no-build --python-version V
+///    --output-file requirements.pending requirements.in` in that directory, then rename
+///    the pending file to `requirements.lock`; the pending file is removed in every case;
+/// 2. [`build_python_environment_with`] with [`BuildOptions::only_binary`] on
+///    `cache/<key>/environment` and version `V` (uv downloads that CPython), or, with
+///    [`ResolveOptions::python_interpreter`], on `cache/<key>/environment-<hash of the
+///    interpreter path>` from that interpreter, after checking it is CPython `V`.
+///
+/// # Errors
+/// [`PyenvError::InvalidPython`] for a `python_version` that is not `X.Y.Z`;
+/// [`PyenvError::InvalidRequirement`]; [`PyenvError::UvMissing`]; [`PyenvError::UvFailed`]
+/// when `uv pip compile` fails (an unknown package, no network and no lock yet, or a
+/// requirement with no wheel: `--no-build` refuses sdists) or a build step fails;
+/// [`PyenvError::InterpreterUnavailable`] when uv cannot download `V` and no interpreter
+/// was given; [`PyenvError::InterpreterUnusable`] when the given interpreter cannot run or
+/// is not CPython `V`; [`PyenvError::Io`] for the cache's own files; and the other errors
+/// of [`build_python_environment_with`].
+pub fn resolve_python_environment_with<S: AsRef<str>>(
+    cache: impl AsRef<Path>,
+    requirements: &[S],
+    python_version: &str,
+    options: &ResolveOptions,
+) -> Result<PythonEnvironment, PyenvError> {
+    if !matches!(
+        PythonSource::parse(python_version),
+        Ok(PythonSource::Managed(_))
+    ) {
+        return Err(PyenvError::InvalidPython {
+            value: python_version.to_string(),
+            reason: "python_version must be a full CPython version such as 3.12.12".into(),
+        });
+    }
+    let requirements = normalize_requirements(requirements)?;
+    // The interpreter is checked first: a wrong one fails before any network or cache work.
+    let interpreter = match &options.python_interpreter {
+        Some(interpreter) => {
+            let interpreter =
+                std::path::absolute(interpreter).map_err(|e| PyenvError::InterpreterUnusable {
+                    path: interpreter.clone(),
+                    reason: format!("cannot make the path absolute: {e}"),
+                })?;
+            let text = interpreter
+                .to_str()
+                .ok_or_else(|| PyenvError::InterpreterUnusable {
+                    path: interpreter.clone(),
+                    reason: "its path is not UTF-8".into(),
+                })?
+                .to_string();
+            check_interpreter_version(&interpreter, python_version)?;
+            Some(text)
+        }
+        None => None,
+    };
+    let cache = cache.as_ref();
+    std::fs::create_dir_all(cache).map_err(|e| PyenvError::io("create directory", cache, e))?;
+    let cache = cache
+        .canonicalize()
+        .map_err(|e| PyenvError::io("resolve directory", cache, e))?;
+    let directory = cache.join(cache_key(python_version, &requirements));
+    std::fs::create_dir_all(&directory)
+        .map_err(|e| PyenvError::io("create directory", &directory, e))?;
+    let _guard = lock_exclusive(
+        &directory.join(RESOLVE_LOCK_NAME),
+        options.build.lock_timeout,
+    )?;
+    info!(directory = %directory.display(), "pyenv: holding the resolve lock");
+
+    let lock = directory.join(REQUIREMENTS_LOCK_NAME);
+    if lock.is_file() {
+        info!(lock = %lock.display(), "pyenv: reusing the lock");
+    } else {
+        compile_lock(&directory, &requirements, python_version, &options.build)?;
+    }
+
+    let build = BuildOptions {
+        only_binary: true,
+        ..options.build.clone()
+    };
+    match interpreter {
+        Some(text) => {
+            let name = format!("{ENVIRONMENT_NAME}-{}", &sha256_hex(text.as_bytes())[..16]);
+            build_python_environment_with(directory.join(name), &lock, &text, &build)
+        }
+        None => build_python_environment_with(
+            directory.join(ENVIRONMENT_NAME),
+            &lock,
+            python_version,
+            &build,
+        )
+        .map_err(|e| match e {
+            PyenvError::DownloadUnavailable { .. } => PyenvError::InterpreterUnavailable {
+                version: python_version.to_string(),
+                source: Box::new(e),
+            },
+            other => other,
+        }),
+    }
+}
+
+/// Step 1 of [`resolve_python_environment_with`]: writes `requirements.in` and compiles
+/// the lock through a pending file.
+fn compile_lock(
+    directory: &Path,
+    requirements: &[String],
+    python_version: &str,
+    options: &BuildOptions,
+) -> Result<(), PyenvError> {
+    let uv = locate_uv(options)?;
+    let input = directory.join(REQUIREMENTS_IN_NAME);
+    let mut text = requirements.join("\n");
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    std::fs::write(&input, text).map_err(|e| PyenvError::io("write", &input, e))?;
+    let pending = directory.join(REQUIREMENTS_PENDING_NAME);
+    let step = compile_step(&uv, python_version);
+    info!(
+        directory = %directory.display(),
+        requirements = requirements.len(),
+        "pyenv: locking the requirements with uv pip compile"
+    );
+    let result = run_step_in(&step, Some(python_version), Some(directory)).and_then(|()| {
+        std::fs::rename(&pending, directory.join(REQUIREMENTS_LOCK_NAME))
+            .map_err(|e| PyenvError::io("rename", &pending, e))
+    });
+    match std::fs::remove_file(&pending) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(pending = %pending.display(), error = %e, "pyenv: cannot remove"),
+    }
+    result
+}
+
+/// The `uv pip compile` step, run in the cache directory with relative file names (so the
+/// lock's header names no host path).
+pub(crate) fn compile_step(uv: &Path, python_version: &str) -> UvStep {
+    let args = [
+        "pip",
+        "compile",
+        "--no-config",
+        "--generate-hashes",
+        "--no-build",
+        "--python-version",
+        python_version,
+        "--output-file",
+        REQUIREMENTS_PENDING_NAME,
+        REQUIREMENTS_IN_NAME,
+    ];
+    UvStep {
+        kind: StepKind::CompileLock,
+        argv: std::iter::once(uv.as_os_str().to_owned())
+            .chain(args.iter().map(OsString::from))
+            .collect(),
+        env: Vec::new(),
+    }
+}
+
+/// Checks that `python` runs and is CPython `version`.
+fn check_interpreter_version(python: &Path, version: &str) -> Result<(), PyenvError> {
+    let unusable = |reason: String| PyenvError::InterpreterUnusable {
+        path: python.to_path_buf(),
+        reason,
+    };
+    let output = std::process::Command::new(python)
+        .args([
+            "-I",
+            "-c",
+            "import platform, sys; sys.stdout.write(platform.python_implementation() + ' ' + '%d.%d.%d' % sys.version_info[:3])",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| unusable(format!("cannot run it: {e}")))?;
+    if !output.status.success() {
+        return Err(unusable(format!(
+            "it failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    let found = String::from_utf8_lossy(&output.stdout).into_owned();
+    let wanted = format!("CPython {version}");
+    if found != wanted {
+        return Err(unusable(format!(
+            "it is {found}, not {wanted}: name a CPython {version} interpreter, or ask for \
+             python_version {}",
+            found.rsplit(' ').next().unwrap_or_default()
+        )));
+    }
+    // Its prefix must be resolvable too (the builder asks again; this fails early).
+    interpreter_base_prefix(python)?;
+    Ok(())
+}
+
+/// `s` as Python's `json.dumps` writes a string with its defaults (`ensure_ascii=True`):
+/// `"` and `\` escaped, `\n \r \t \b \f` by name, other control characters and every
+/// non-ASCII character as `\uXXXX` (UTF-16, surrogate pairs above U+FFFF).
+fn python_json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The lock a finished resolve installed (`cache/<key>/requirements.lock`); the copy the
+/// builder keeps inside the environment is [`LOCK_COPY_NAME`](crate::LOCK_COPY_NAME).
+pub fn lock_path(env: &PythonEnvironment) -> Option<PathBuf> {
+    let lock = env.root().parent()?.join(REQUIREMENTS_LOCK_NAME);
+    lock.is_file().then_some(lock)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_match_python_json() {
+        // The expected values are Python's: json.dumps(...) and
+        // hashlib.sha256(json.dumps([version, requirements]).encode()).hexdigest().
+        assert_eq!(
+            python_json_string("a\"b\\c\n\u{1}é😀"),
+            "\"a\\\"b\\\\c\\n\\u0001\\u00e9\\ud83d\\ude00\""
+        );
+        let reqs = normalize_requirements(&["six==1.17.0", " six==1.17.0 ", "attrs"]).unwrap();
+        assert_eq!(reqs, ["attrs", "six==1.17.0"]);
+        assert_eq!(
+            normalize_requirements::<&str>(&[]).unwrap(),
+            Vec::<String>::new()
+        );
+        for bad in [
+            "",
+            " ",
+            "-r x.txt",
+            "--index-url=http://evil",
+            "a\nb",
+            "a\rb",
+        ] {
+            assert!(
+                matches!(
+                    normalize_requirements(&[bad]),
+                    Err(PyenvError::InvalidRequirement { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            cache_key("3.12.12", &["six==1.17.0".to_string()]),
+            "c188b6dbfd961e6afce7d0bb9955ef7ce9f8e2f45b23ef67b76ff0a2e43457de"
+        );
+        assert_eq!(
+            cache_key("3.11.2", &[]),
+            "1fbe8fcda61a4178ff30997a3e6d688231544e555d45b4c67dd3c072a6520e18"
+        );
+        assert_eq!(
+            cache_key(
+                "3.12.12",
+                &[
+                    "attrs".to_string(),
+                    "six==1.17.0".to_string(),
+                    "é".to_string()
+                ]
+            ),
+            "848da5dd8511fa5a6aaa9cb9047248372efb7c0a46a0599c0697e7c1428b4f76"
+        );
+        let step = compile_step(Path::new("/bin/uv"), "3.12.12");
+        assert_eq!(
+            step.command_line(),
+            "/bin/uv pip compile --no-config --generate-hashes --no-build --python-version \
+             3.12.12 --output-file requirements.pending requirements.in"
+        );
+    }
+}
