@@ -121,6 +121,7 @@ mod guest;
 mod launch;
 mod machine;
 mod ns;
+mod packages;
 pub mod plan;
 mod root;
 pub mod seccomp;
@@ -128,12 +129,12 @@ mod session;
 
 /// What the local backend offers ([`shellbox_core::MachineFactory::capabilities`]): Linux
 /// processes with every task capability of the reference (`shell`, `filesystem`, `python`,
-/// `process`, `network`, `git_repository`); the `host` source; no memory, CPU or GPU
+/// `process`, `network`, `git_repository`); the `host` and `packages` sources; no memory, CPU or GPU
 /// limit. A factory in a root host process also enforces `storage_mb`
 /// ([`LOCAL_ROOT_CAPABILITIES`]).
 pub const LOCAL_CAPABILITIES: shellbox_core::Capabilities =
     shellbox_core::Capabilities::linux_process()
-        .with_sources(&["host"])
+        .with_sources(&["host", "packages"])
         .with_process_model()
         .with_shell_sessions(shellbox_core::SessionKind::Interactive);
 
@@ -153,4 +154,5 @@ pub use plan::SystemDirectories;
 pub use root::{
     ETC_BOUND_DIRS, ETC_COPIES, ETC_PREFIX, LAYERS_DIR_NAME, ROOT_DIR_NAME, ROOT_PREFIX,
 };
+pub use packages::{DEFAULT_PYTHON_VERSION, TOOLS_REFUSAL};
 pub use session::{LocalSession, INTERRUPT_BOUND, SESSION_BUFFER_BYTES, TERMINAL_SIZE};

@@ -44,6 +44,19 @@ pub struct LocalOptions {
     /// ([`SystemDirectories::CopyOnWrite`], which needs a root host process and overlayfs;
     /// [`LocalMachineFactory::new`] checks both).
     pub system_directories: SystemDirectories,
+    /// Where `ImageSource::Packages` Python environments are locked and built (one
+    /// directory per version and requirement set, shared by every factory of the host);
+    /// `None` is `$HOME/.cache/shellbox/python`.
+    pub package_cache: Option<PathBuf>,
+    /// The CPython version (`X.Y.Z`) of those environments; `None` is the
+    /// `python_interpreter`'s own version when one is set, else
+    /// [`DEFAULT_PYTHON_VERSION`](crate::DEFAULT_PYTHON_VERSION).
+    pub python_version: Option<String>,
+    /// A local CPython (of `python_version`) to build those environments from, for hosts
+    /// where `uv python install` cannot download one; `None` lets uv download it.
+    pub python_interpreter: Option<PathBuf>,
+    /// The uv program for those environments; `None` is `uv` on `PATH`.
+    pub uv: Option<PathBuf>,
 }
 
 struct FactoryInner {
@@ -71,6 +84,8 @@ struct FactoryInner {
     /// Copy-on-write only: host mount points nested in the overlaid directories, bound
     /// read-only over the overlays (read when the factory was made).
     nested: Vec<PathBuf>,
+    /// How `ImageSource::Packages` environments are resolved (see `packages`).
+    packages: crate::packages::PackageSettings,
 }
 
 impl FactoryInner {
@@ -315,6 +330,12 @@ impl LocalMachineFactory {
                 etc: etc.clone(),
                 layers: layers.clone(),
                 nested: nested.clone(),
+                packages: crate::packages::PackageSettings {
+                    cache: options.package_cache.clone(),
+                    python_version: options.python_version.clone(),
+                    python_interpreter: options.python_interpreter.clone(),
+                    uv: options.uv.clone(),
+                },
             };
             match probe(&inner) {
                 Ok(()) => {
@@ -336,6 +357,12 @@ impl LocalMachineFactory {
     /// [`MachineFactory::create`] with the concrete type, for callers that want the
     /// local-only methods of [`LocalMachine`].
     ///
+    /// An [`ImageSource::Packages`] source is resolved first (the `packages` module: its
+    /// Python environment through `shellbox-pyenv`, mounted like a `HostImage`), and its
+    /// tools are checked in the new machine: [`Error::Unsupported`] beginning with
+    /// [`TOOLS_REFUSAL`](crate::TOOLS_REFUSAL), the machine closed, when one is not
+    /// executable on the `PATH`; [`Error::Backend`] when the environment cannot be built.
+    ///
     /// # Errors
     /// [`Error::InvalidInput`] for a spec failing [`MachineSpec::validate`] or a missing
     /// read-only host path; [`Error::Unsupported`] for a source other than
@@ -355,10 +382,13 @@ impl LocalMachineFactory {
     /// [`Error::Backend`].
     /// Must be called within a tokio runtime.
     pub async fn create_local(&self, spec: MachineSpec) -> Result<LocalMachine, Error> {
+        let (spec, tools) =
+            crate::packages::host_spec(&self.inner.packages, self.capabilities(), spec).await?;
         spec.validate()?;
         let ImageSource::Host(image) = &spec.source else {
             return Err(Error::unsupported(format!(
-                "the local backend runs host programs only (ImageSource::Host), not a {} source",
+                "the local backend runs host programs (ImageSource::Host) and software by name \
+                 (ImageSource::Packages), not a {} source",
                 spec.source.kind()
             )));
         };
@@ -482,7 +512,7 @@ impl LocalMachineFactory {
             slot: Arc::new(SandboxSlot::default()),
             session: std::sync::Mutex::new(None),
         };
-        Ok(machine)
+        crate::packages::check_tools(machine, &tools).await
     }
 }
 

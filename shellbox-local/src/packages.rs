@@ -1,0 +1,223 @@
+//! [`ImageSource::Packages`] on the local backend (REFERENCE.md 4.6): software by name.
+//!
+//! `pypi_packages` resolve through [`shellbox_pyenv::resolve_python_environment_with`] (a
+//! lock compiled once per host cache, binary wheels only) and the environment is mounted
+//! exactly like a [`HostImage`] with `read_only = [root]` (plus an external interpreter's
+//! prefix outside the system directories) and `bin_dirs = [root/venv/bin]`; `None` is the
+//! host's programs only. Then every requested tool must be executable on the machine's
+//! `PATH`, checked by one command in the machine; otherwise the machine is closed and the
+//! create fails with [`Error::Unsupported`] ([`TOOLS_REFUSAL`]).
+
+use std::path::{Path, PathBuf};
+
+use shellbox_core::{
+    Capabilities, Command, Error, HostImage, ImageSource, Machine, MachineSpec, PackageSpec,
+};
+use shellbox_pyenv::{BuildOptions, PyenvError, ResolveOptions};
+
+use crate::LocalMachine;
+
+/// The CPython version of `ImageSource::Packages` environments when the factory names
+/// neither [`LocalOptions::python_version`](crate::LocalOptions::python_version) nor an
+/// interpreter (the reference library's default).
+pub const DEFAULT_PYTHON_VERSION: &str = "3.12.12";
+
+/// How the refusal of a spec whose tools are not all executable begins (the reference
+/// library's words); the missing tools and the `PATH` follow.
+pub const TOOLS_REFUSAL: &str = "Requested tools must be executable in the sandbox PATH";
+
+/// The factory's settings for `ImageSource::Packages`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PackageSettings {
+    pub(crate) cache: Option<PathBuf>,
+    pub(crate) python_version: Option<String>,
+    pub(crate) python_interpreter: Option<PathBuf>,
+    pub(crate) uv: Option<PathBuf>,
+}
+
+impl PackageSettings {
+    /// The package cache: the option, else `$HOME/.cache/shellbox/python`.
+    fn cache(&self) -> Result<PathBuf, Error> {
+        if let Some(cache) = &self.cache {
+            return Ok(cache.clone());
+        }
+        match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+            Some(home) => Ok(Path::new(&home).join(".cache/shellbox/python")),
+            None => Err(Error::invalid(
+                "ImageSource::Packages needs a package cache: HOME is not set, so set \
+                 LocalOptions::package_cache (CLI --package-cache)",
+            )),
+        }
+    }
+
+    /// The CPython version: the option, else the interpreter's own `X.Y.Z`, else
+    /// [`DEFAULT_PYTHON_VERSION`]. Blocking (it may run the interpreter).
+    fn python_version(&self) -> Result<String, Error> {
+        if let Some(version) = &self.python_version {
+            return Ok(version.clone());
+        }
+        let Some(python) = &self.python_interpreter else {
+            return Ok(DEFAULT_PYTHON_VERSION.to_string());
+        };
+        let output = std::process::Command::new(python)
+            .args([
+                "-I",
+                "-c",
+                "import sys; sys.stdout.write('%d.%d.%d' % sys.version_info[:3])",
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| {
+                Error::invalid(format!(
+                    "python_interpreter {} cannot run: {e}",
+                    python.display()
+                ))
+            })?;
+        if !output.status.success() {
+            return Err(Error::invalid(format!(
+                "python_interpreter {} failed ({}): {}",
+                python.display(),
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+}
+
+/// Turns a spec with an [`ImageSource::Packages`] source into the [`ImageSource::Host`] spec
+/// that runs it, and returns the tools to check once the machine exists; any other spec is
+/// returned as it is with no tools. The cheap checks (`capabilities.check_spec`: the spec's
+/// validation, resources, network) come before the environment is resolved.
+///
+/// # Errors
+/// Those of [`Capabilities::check_spec`]; [`Error::InvalidInput`] for a bad requirement,
+/// `python_version` or `python_interpreter`, or no package cache; [`Error::Backend`] when
+/// the environment cannot be resolved or built (uv missing, an unknown package, a
+/// requirement with no wheel, no interpreter: the message is `shellbox-pyenv`'s).
+pub(crate) async fn host_spec(
+    settings: &PackageSettings,
+    capabilities: Capabilities,
+    spec: MachineSpec,
+) -> Result<(MachineSpec, Vec<String>), Error> {
+    let ImageSource::Packages(PackageSpec {
+        pypi_packages,
+        tools,
+    }) = &spec.source
+    else {
+        return Ok((spec, Vec::new()));
+    };
+    capabilities.check_spec("local", &spec)?;
+    let image = match pypi_packages.clone() {
+        None => HostImage::default(),
+        Some(requirements) => {
+            let settings = settings.clone();
+            tokio::task::spawn_blocking(move || resolve(&settings, &requirements))
+                .await
+                .map_err(|e| Error::backend("resolve the Python environment", e.to_string()))??
+        }
+    };
+    let tools = tools.clone();
+    Ok((
+        MachineSpec {
+            source: ImageSource::Host(image),
+            ..spec
+        },
+        tools,
+    ))
+}
+
+/// Resolves the requirements into an environment and the image that mounts it. Blocking.
+fn resolve(settings: &PackageSettings, requirements: &[String]) -> Result<HostImage, Error> {
+    let cache = settings.cache()?;
+    let version = settings.python_version()?;
+    let options = ResolveOptions {
+        build: BuildOptions {
+            uv: settings.uv.clone(),
+            ..BuildOptions::default()
+        },
+        python_interpreter: settings.python_interpreter.clone(),
+    };
+    tracing::info!(
+        cache = %cache.display(),
+        version = %version,
+        requirements = ?requirements,
+        "local: resolving the Python environment of ImageSource::Packages"
+    );
+    let env =
+        shellbox_pyenv::resolve_python_environment_with(&cache, requirements, &version, &options)
+            .map_err(|e| match e {
+            PyenvError::InvalidRequirement { .. }
+            | PyenvError::InvalidPython { .. }
+            | PyenvError::InterpreterUnusable { .. } => Error::invalid(e.to_string()),
+            other => Error::backend(
+                "resolve the Python environment of ImageSource::Packages",
+                other,
+            ),
+        })?;
+    Ok(env.host_image())
+}
+
+/// The check of [`TOOLS_REFUSAL`]: prints each argument that is not an executable regular
+/// file (a name: in some directory of `PATH`; a path: itself), then `PATH` on stderr.
+const TOOLS_SCRIPT: &str = r#"for t do
+  found=
+  case $t in
+    */*) [ -f "$t" ] && [ -x "$t" ] && found=1 ;;
+    *) saved=$IFS; IFS=:
+       for d in $PATH; do
+         [ -n "$d" ] && [ -f "$d/$t" ] && [ -x "$d/$t" ] && { found=1; break; }
+       done
+       IFS=$saved ;;
+  esac
+  [ -n "$found" ] || printf '%s\n' "$t"
+done
+printf '%s' "$PATH" >&2"#;
+
+/// Checks that every tool is executable on the machine's `PATH` with one command in the
+/// machine, and returns the machine; with no tools it is returned at once.
+///
+/// # Errors
+/// [`Error::Unsupported`] beginning with [`TOOLS_REFUSAL`] and naming the missing tools,
+/// or the error of the check's command; the machine is closed first in both cases.
+pub(crate) async fn check_tools(
+    machine: LocalMachine,
+    tools: &[String],
+) -> Result<LocalMachine, Error> {
+    if tools.is_empty() {
+        return Ok(machine);
+    }
+    let mut argv = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        TOOLS_SCRIPT.to_string(),
+        "sh".to_string(),
+    ];
+    argv.extend(tools.iter().cloned());
+    let outcome = machine.run(Command::from_argv(argv)).await;
+    let refusal = match outcome {
+        Ok(result) if result.exit_code == Some(0) && result.stdout.is_empty() => {
+            return Ok(machine)
+        }
+        Ok(result) => {
+            let missing: Vec<String> = String::from_utf8_lossy(&result.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect();
+            let what = if missing.is_empty() {
+                format!("the check exited with {:?}", result.exit_code)
+            } else {
+                format!("{} not found", missing.join(", "))
+            };
+            Error::unsupported(format!(
+                "{TOOLS_REFUSAL}: {what} (PATH={})",
+                String::from_utf8_lossy(&result.stderr)
+            ))
+        }
+        Err(e) => e,
+    };
+    if let Err(e) = machine.close().await {
+        tracing::warn!("closing the machine refused for its tools: {e}");
+    }
+    Err(refusal)
+}
