@@ -73,6 +73,11 @@ pub(crate) async fn resolve(docker: &Docker, source: &ImageSource) -> Result<Str
         ImageSource::Registry(image) => pull(docker, image).await,
         ImageSource::Dockerfile(source) => build(docker, source).await,
         ImageSource::Archive(archive) => load(docker, archive).await,
+        ImageSource::Packages(_) => Err(Error::unsupported(
+            "the docker backend does not install software by name (ImageSource::Packages) yet: \
+             build an image that installs it with ImageSource::Dockerfile (or use the local \
+             backend, which resolves PyPI packages with uv)",
+        )),
         other => Err(Error::unsupported(format!(
             "the docker backend cannot run a {} image source (it runs docker, registry, \
              dockerfile and archive sources)",

@@ -96,12 +96,13 @@ mod utils;
 mod vfs;
 
 /// What the simulator offers ([`MachineFactory::capabilities`]): shell-simulator semantics,
-/// `shell` and `filesystem` (no Python, processes, network or git); the `sim` source; it
+/// `shell` and `filesystem` (no Python, processes, network or git); the `sim` and
+/// `packages` sources (no Python, tools from its command table: [`check_source`]); it
 /// bounds `memory_mb` and `storage_mb` (its own budgets) but not `cpus` or `gpus`; snapshots;
 /// non-interactive shell sessions ([`SimMachine::open_shell_sync`]).
 pub const SIM_CAPABILITIES: shellbox_core::Capabilities =
     shellbox_core::Capabilities::shell_simulator()
-        .with_sources(&["sim"])
+        .with_sources(&["sim", "packages"])
         .with_limits(true, false, true, false)
         .with_snapshots()
         .with_shell_sessions(shellbox_core::SessionKind::NonInteractive);
@@ -189,16 +190,12 @@ impl SimMachineFactory {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a spec that fails [`MachineSpec::validate`];
-    /// [`Error::Unsupported`] when the source is not [`ImageSource::Sim`], `cpus` is set,
+    /// [`Error::Unsupported`] when the source is neither [`ImageSource::Sim`] nor an
+    /// [`ImageSource::Packages`] this simulator can give ([`check_source`]), `cpus` is set,
     /// `gpus > 0` or the network is [`NetworkPolicy::Allow`].
     pub fn create_sim(&self, spec: MachineSpec) -> Result<SimMachine, Error> {
         spec.validate()?;
-        if !matches!(spec.source, ImageSource::Sim(_)) {
-            return Err(Error::unsupported(format!(
-                "the sim backend runs only ImageSource::Sim, not {}",
-                spec.source.kind()
-            )));
-        }
+        check_source(&spec.source)?;
         if spec.cpus.is_some() {
             return Err(Error::unsupported("the sim backend cannot limit cpus"));
         }
@@ -263,6 +260,54 @@ impl SimMachineFactory {
     }
 }
 
+/// Whether the simulator runs machines from `source`: [`ImageSource::Sim`], or an
+/// [`ImageSource::Packages`] without Python (`pypi_packages: None`; this simulator runs no
+/// Python) whose tools are all programs of its command table (what `/bin` lists, e.g.
+/// `sh`, `cat`, `sed`, `awk`; a tool may also be named `/bin/<name>` or `/usr/bin/<name>`).
+///
+/// # Errors
+/// [`Error::Unsupported`] for another source, for `pypi_packages: Some(_)`, or naming
+/// (comma-separated, in the spec's order) every tool the simulator does not have.
+pub fn check_source(source: &ImageSource) -> Result<(), Error> {
+    match source {
+        ImageSource::Sim(_) => Ok(()),
+        ImageSource::Packages(packages) => {
+            if packages.pypi_packages.is_some() {
+                return Err(Error::unsupported(
+                    "the sim backend runs no Python: ImageSource::Packages with pypi_packages \
+                     (even an empty list, CPython only) needs the local backend",
+                ));
+            }
+            let names = programs::names();
+            let missing: Vec<&str> = packages
+                .tools
+                .iter()
+                .map(String::as_str)
+                .filter(|tool| {
+                    let name = tool
+                        .strip_prefix("/usr/bin/")
+                        .or_else(|| tool.strip_prefix("/bin/"))
+                        .unwrap_or(tool);
+                    !names.contains(&name)
+                })
+                .collect();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(Error::unsupported(format!(
+                    "the sim backend has no program {} (its programs: {})",
+                    missing.join(", "),
+                    names.join(" ")
+                )))
+            }
+        }
+        other => Err(Error::unsupported(format!(
+            "the sim backend runs only ImageSource::Sim and ImageSource::Packages, not {}",
+            other.kind()
+        ))),
+    }
+}
+
 #[async_trait]
 impl MachineFactory for SimMachineFactory {
     fn backend(&self) -> &'static str {
@@ -275,6 +320,19 @@ impl MachineFactory for SimMachineFactory {
 
     async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {
         Ok(Box::new(self.create_sim(spec)?))
+    }
+
+    /// The default check (REFERENCE.md 1.7) after [`check_source`], so a
+    /// [`PackageSpec`](shellbox_core::PackageSpec) the simulator cannot give is refused here
+    /// as `create` refuses it.
+    async fn check_environment(
+        &self,
+        requirements: &shellbox_core::ExecutionRequirements,
+        spec: &MachineSpec,
+    ) -> Result<(), Error> {
+        SIM_CAPABILITIES.check_spec(self.backend(), spec)?;
+        check_source(&spec.source)?;
+        shellbox_core::check_execution_requirements(&SIM_CAPABILITIES, requirements, spec, None)
     }
 
     /// Creates a machine whose filesystem is a copy of the snapshot's (see
