@@ -304,6 +304,8 @@ fn wire_forms_match_the_core_serde_forms() {
             path: "/img.tar".into(),
         }),
         ImageSource::Sim(SimBuiltins::default()),
+        ImageSource::Packages(PackageSpec::default()),
+        ImageSource::Packages(PackageSpec::python(["six==1.17.0"]).tool("python3")),
     ];
     for source in sources {
         let mut spec = MachineSpec::new(source)

@@ -150,9 +150,9 @@ pub use machine::{
     largest_storage_mb, machine_bwrap_args, LocalMachine, LocalMachineFactory, LocalOptions,
     COPY_ON_WRITE_REQUIREMENTS, PROBE_TIMEOUT, SANDBOX_REQUIREMENTS,
 };
+pub use packages::{DEFAULT_PYTHON_VERSION, TOOLS_REFUSAL};
 pub use plan::SystemDirectories;
 pub use root::{
     ETC_BOUND_DIRS, ETC_COPIES, ETC_PREFIX, LAYERS_DIR_NAME, ROOT_DIR_NAME, ROOT_PREFIX,
 };
-pub use packages::{DEFAULT_PYTHON_VERSION, TOOLS_REFUSAL};
 pub use session::{LocalSession, INTERRUPT_BOUND, SESSION_BUFFER_BYTES, TERMINAL_SIZE};

@@ -175,6 +175,29 @@ pub(crate) struct MachineArgs {
     /// docker: the container's pids limit; sim: not enforced).
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub(crate) pids_limit: Option<u32>,
+    /// Software by name: a PyPI requirement such as six==1.17.0, locked with hashes and
+    /// installed from wheels into a cached Python environment (local; repeatable).
+    #[arg(long = "package", value_name = "REQUIREMENT")]
+    pub(crate) packages: Vec<String>,
+    /// Software by name: CPython without packages when no --package is given (local).
+    #[arg(long)]
+    pub(crate) python: bool,
+    /// Software by name: a program that must be executable on the machine's PATH, else the
+    /// machine is refused (local, sim; repeatable).
+    #[arg(long = "tool", value_name = "NAME")]
+    pub(crate) tools: Vec<String>,
+    /// local: the CPython version (X.Y.Z) of --package environments (default: the
+    /// --python-interpreter's, else 3.12.12).
+    #[arg(long, value_name = "X.Y.Z")]
+    pub(crate) python_version: Option<String>,
+    /// local: a local CPython to build --package environments from, where uv cannot
+    /// download one (e.g. /usr/bin/python3.11).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) python_interpreter: Option<PathBuf>,
+    /// local: where --package environments are locked and built (default
+    /// $HOME/.cache/shellbox/python).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) package_cache: Option<PathBuf>,
 }
 
 impl MachineArgs {
@@ -185,18 +208,16 @@ impl MachineArgs {
     }
 
     /// A factory for `backend` with these options: the backend's defaults, but a local
-    /// factory with copy-on-write system directories when they were asked for.
+    /// factory made from [`Self::local_options`] (system directories and the package
+    /// settings).
     ///
     /// # Errors
     /// As [`shellbox::factory`]; a local factory's [`Error::SandboxUnavailable`] naming
     /// what copy-on-write needs when this host lacks it.
     pub(crate) async fn factory(&self, backend: Backend) -> Result<Arc<dyn MachineFactory>, Error> {
         #[cfg(feature = "local")]
-        if backend == Backend::Local && self.copy_on_write() {
-            let options = shellbox::local::LocalOptions {
-                system_directories: shellbox::local::SystemDirectories::CopyOnWrite,
-                ..Default::default()
-            };
+        if backend == Backend::Local {
+            let options = self.local_options();
             // Probing bwrap blocks for a moment: keep it off the runtime's workers.
             let factory = tokio::task::spawn_blocking(move || {
                 shellbox::local::LocalMachineFactory::new(options)
@@ -225,9 +246,52 @@ impl MachineArgs {
     ///
     /// Options the chosen backend does not take are refused here, naming the option (the
     /// backends' own refusals name `MachineSpec` fields).
+    /// Whether software by name was asked for (`--package`, `--python`, `--tool`).
+    fn wants_packages(&self) -> bool {
+        !self.packages.is_empty() || self.python || !self.tools.is_empty()
+    }
+
+    /// The options of the local factory these options describe.
+    #[cfg(feature = "local")]
+    pub(crate) fn local_options(&self) -> shellbox::local::LocalOptions {
+        shellbox::local::LocalOptions {
+            package_cache: self.package_cache.clone(),
+            python_version: self.python_version.clone(),
+            python_interpreter: self.python_interpreter.clone(),
+            system_directories: if self.copy_on_write() {
+                shellbox::local::SystemDirectories::CopyOnWrite
+            } else {
+                shellbox::local::SystemDirectories::ReadOnly
+            },
+            ..shellbox::local::LocalOptions::default()
+        }
+    }
+
     pub(crate) fn spec(&self) -> Result<MachineSpec, Error> {
         let backend = self.backend()?;
         let name = backend.name();
+        if name != "local"
+            && (self.python_version.is_some()
+                || self.python_interpreter.is_some()
+                || self.package_cache.is_some())
+        {
+            return Err(Error::unsupported(format!(
+                "--python-version, --python-interpreter and --package-cache need --backend \
+                 local, not {backend}"
+            )));
+        }
+        if self.wants_packages()
+            && (!(self.read_only.is_empty() && self.bin_dirs.is_empty() && self.mounts.is_empty())
+                || self.image.is_some()
+                || self.registry_image.is_some()
+                || self.dockerfile.is_some()
+                || self.image_archive.is_some())
+        {
+            return Err(Error::invalid(
+                "--package, --python and --tool describe the machine's software by name; \
+                 they cannot be combined with --read-only, --bin-dir, --mount or an image",
+            ));
+        }
         if name != "local"
             && !(self.read_only.is_empty() && self.bin_dirs.is_empty() && self.mounts.is_empty())
         {
@@ -262,6 +326,19 @@ impl MachineArgs {
             ));
         }
         let mut spec: MachineSpec = match backend {
+            _ if self.wants_packages() => {
+                // Every backend gets the spec; those that cannot give it refuse it
+                // (sim: Python, tools it lacks; docker: all, pointing at --dockerfile).
+                let pypi_packages = if self.packages.is_empty() && !self.python {
+                    None
+                } else {
+                    Some(self.packages.clone())
+                };
+                MachineSpec::packages(shellbox::PackageSpec {
+                    pypi_packages,
+                    tools: self.tools.clone(),
+                })
+            }
             #[cfg(feature = "docker")]
             Backend::Docker => {
                 let source = if let Some(image) = &self.image {

@@ -798,7 +798,10 @@ async fn local_factory(o: LocalFactoryOptions) -> Result<FactoryEntry, Failure> 
             bin_dirs: o.bin_dirs.into_iter().map(Into::into).collect(),
             bwrap: o.bwrap.map(Into::into),
             hash_seed: o.hash_seed,
-            ..Default::default()
+            package_cache: o.package_cache.map(Into::into),
+            python_version: o.python_version,
+            python_interpreter: o.python_interpreter.map(Into::into),
+            ..crate::local::LocalOptions::default()
         };
         // Probing bwrap blocks for a moment: keep it off the runtime's workers.
         let factory =

@@ -131,6 +131,16 @@ pub struct ImageArchive {
 #[serde(deny_unknown_fields)]
 pub struct SimBuiltins {}
 
+/// [`crate::PackageSpec`]: software by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct PackageSpec {
+    /// PyPI requirements (e.g. `six==1.17.0`); `null` = no Python, `[]` = CPython only.
+    pub pypi_packages: Option<Vec<String>>,
+    /// Programs that must be executable on the machine's `PATH`.
+    pub tools: Vec<String>,
+}
+
 /// [`ImageSource`], tagged by `kind`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -147,6 +157,8 @@ pub enum Source {
     Archive(ImageArchive),
     /// The simulator's built-in commands.
     Sim(SimBuiltins),
+    /// Software by name (local; sim without Python).
+    Packages(PackageSpec),
 }
 
 fn default_workdir() -> String {
@@ -249,6 +261,13 @@ impl Spec {
                 ImageSource::Archive(crate::ImageArchive { path: path.into() })
             }
             Source::Sim(SimBuiltins {}) => ImageSource::Sim(crate::SimBuiltins {}),
+            Source::Packages(PackageSpec {
+                pypi_packages,
+                tools,
+            }) => ImageSource::Packages(crate::PackageSpec {
+                pypi_packages,
+                tools,
+            }),
         };
         let network = match network {
             Network::Deny => NetworkPolicy::Deny,
@@ -330,6 +349,13 @@ impl Spec {
                 Source::Archive(ImageArchive { path: path(p) })
             }
             ImageSource::Sim(crate::SimBuiltins {}) => Source::Sim(SimBuiltins {}),
+            ImageSource::Packages(crate::PackageSpec {
+                pypi_packages,
+                tools,
+            }) => Source::Packages(PackageSpec {
+                pypi_packages,
+                tools,
+            }),
             #[allow(unreachable_patterns)]
             other => {
                 return Err(Error::unsupported(format!(
@@ -660,6 +686,16 @@ pub struct LocalFactoryOptions {
     /// `PYTHONHASHSEED` of every command when set.
     #[serde(default)]
     pub hash_seed: Option<String>,
+    /// Where `packages` sources' Python environments are built; `null` is
+    /// `$HOME/.cache/shellbox/python`.
+    #[serde(default)]
+    pub package_cache: Option<String>,
+    /// Their CPython version (`X.Y.Z`); `null` is the interpreter's, else `3.12.12`.
+    #[serde(default)]
+    pub python_version: Option<String>,
+    /// A local CPython to build them from; `null` lets uv download one.
+    #[serde(default)]
+    pub python_interpreter: Option<String>,
 }
 
 /// Options of a `docker` factory.
