@@ -486,6 +486,7 @@ pub async fn check_environment_follows_capabilities(h: &Harness) {
         MachineSpec::sim(),
         MachineSpec::host(),
         MachineSpec::docker("shellbox-conformance/none:0"),
+        MachineSpec::packages(crate::PackageSpec::shell()),
     ];
     for spec in variants {
         let Err(refusal) = h
@@ -502,6 +503,75 @@ pub async fn check_environment_follows_capabilities(h: &Harness) {
                 panic!("check_environment refused {spec:?} ({refusal}) but create accepted it");
             }
             Err(e) => assert!(e.is_unsupported(), "create of {spec:?}: {e:?}"),
+        }
+    }
+}
+
+/// [`ImageSource::Packages`](crate::ImageSource::Packages) (REFERENCE.md 1.2), where the
+/// declared sources include `packages`: a shell-only spec whose tool (`sh`) is present is
+/// accepted and runs commands; one with a missing tool is refused with
+/// [`Error::Unsupported`] naming it (by `create`, and, where `check_environment` refuses
+/// it too, consistently); without the `python` capability, `pypi_packages: Some(_)` is
+/// refused by both `check_environment` and `create`. Where `packages` is not declared,
+/// both refuse every package spec. Python packages themselves need uv and PyPI, so they
+/// are tested by the backends that resolve them (local's `packages_python` tests).
+pub async fn packages_source(h: &Harness) {
+    use crate::{ExecutionRequirements, ImageSource, PackageSpec};
+    let caps = h.factory.capabilities();
+    let with = |packages: PackageSpec| MachineSpec {
+        source: ImageSource::Packages(packages),
+        ..h.spec.clone()
+    };
+    let none = ExecutionRequirements::default();
+    if !caps.sources.contains(&"packages") {
+        let spec = with(PackageSpec::shell());
+        let e = h.factory.check_environment(&none, &spec).await.unwrap_err();
+        assert!(e.is_unsupported(), "{e:?}");
+        let e = h
+            .factory
+            .create(spec)
+            .await
+            .err()
+            .expect("packages refused");
+        assert!(e.is_unsupported(), "{e:?}");
+        return;
+    }
+    let present = with(PackageSpec::shell().tool("sh"));
+    h.factory
+        .check_environment(&none, &present)
+        .await
+        .unwrap_or_else(|e| panic!("a present tool refused: {e}"));
+    let m = h.factory.create(present).await.unwrap();
+    let r = sh(&*m, "echo ok").await;
+    assert_eq!(text(&r.stdout), "ok\n");
+    m.close().await.unwrap();
+
+    let missing = with(
+        PackageSpec::shell()
+            .tool("sh")
+            .tool("shellbox-conformance-absent"),
+    );
+    let e = h
+        .factory
+        .create(missing.clone())
+        .await
+        .err()
+        .expect("a missing tool must be refused");
+    assert!(e.is_unsupported(), "{e:?}");
+    assert!(e.to_string().contains("shellbox-conformance-absent"), "{e}");
+    if let Err(e) = h.factory.check_environment(&none, &missing).await {
+        assert!(e.is_unsupported(), "{e:?}");
+    }
+    if !caps.python {
+        for pypi in [vec![], vec!["six==1.17.0".to_string()]] {
+            let spec = with(PackageSpec {
+                pypi_packages: Some(pypi),
+                tools: vec![],
+            });
+            let e = h.factory.check_environment(&none, &spec).await.unwrap_err();
+            assert!(e.is_unsupported(), "{e:?}");
+            let e = h.factory.create(spec).await.err().expect("python refused");
+            assert!(e.is_unsupported(), "{e:?}");
         }
     }
 }
@@ -1609,6 +1679,7 @@ macro_rules! conformance_tests {
             transfer_errors,
             bad_program_and_kernel_dirs_refused,
             check_environment_follows_capabilities,
+            packages_source,
             bounded_file_download,
             closed_machine_errors,
             concurrent_commands,
