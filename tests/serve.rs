@@ -1053,25 +1053,35 @@ fn local_sigterm_closes_every_machine() {
     assert_no_process("sleep 735.5");
 }
 
-/// The persistent shell methods: a backend without sessions answers `unsupported`; a
-/// docker machine's session keeps state across calls, is fed with `write` and stopped with
-/// `interrupt`.
+/// The persistent shell methods on the simulator's session: state across calls, `write`
+/// unsupported, malformed parameters refused (docker's session: `docker_shell_session`).
 #[test]
 fn shell_sessions() {
     let mut s = Server::start(None);
     let f = s.factory("sim");
     let m = s.create(&f, sim_spec());
-    for (i, (method, params)) in [
-        ("open_shell", json!({"machine": m})),
-        ("execute", json!({"machine": m, "command": "echo hi"})),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let r = s.call(i as u64, method, params);
-        let kind = error_kind(&r).0.to_string();
-        assert!(kind == "unsupported" || r.get("result").is_some(), "{r}");
-    }
+    // The simulator's session is non-interactive (issue 11): execute runs to completion,
+    // state persists across calls, write is unsupported.
+    let r = s.ok(1, "open_shell", json!({"machine": m}));
+    assert_eq!(r, json!({"interactive": false}));
+    let r = s.ok(
+        2,
+        "execute",
+        json!({"machine": m, "command": "cd /tmp; x=1", "wait": 10.0}),
+    );
+    assert_eq!(
+        (&r["status"], &r["exit_code"]),
+        (&json!("completed"), &json!(0)),
+        "{r}"
+    );
+    let r = s.ok(
+        3,
+        "execute",
+        json!({"machine": m, "command": "echo $x $PWD", "wait": 10.0}),
+    );
+    assert_eq!(unb64(&r["output"]), b"1 /tmp\n", "{r}");
+    let r = s.call(4, "write", json!({"machine": m, "data": b64(b"typed\n")}));
+    assert_eq!(error_kind(&r).0, "unsupported", "{r}");
     let r = s.call(9, "write", json!({"machine": m, "data": "%%"}));
     assert_eq!(error_kind(&r).0, "invalid_input", "{r}");
     let r = s.call(

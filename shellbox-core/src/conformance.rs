@@ -1002,7 +1002,7 @@ pub async fn session_write_feeds_read(h: &Harness) {
     m.close().await.unwrap();
 }
 
-/// `interrupt` of `sleep 1000` (non-interactive: of [`BUSY_LOOP`]) ends it promptly with 130
+/// `interrupt` of `sleep 1000` (non-interactive: of `BUSY_LOOP`, a busy loop) ends it promptly with 130
 /// and the session keeps working, its state intact.
 pub async fn session_interrupt(h: &Harness) {
     let Some((m, s, kind)) = open_session(h).await else {
