@@ -88,15 +88,14 @@ pub fn has_meta(p: &str, extglob: bool) -> bool {
     false
 }
 
-/// Removes pattern backslash escapes.
+/// Removes pattern backslash escapes; a trailing lone backslash stays (it matches
+/// itself, as in bash and [`matches`]).
 pub fn unescape(p: &str) -> String {
     let mut out = String::with_capacity(p.len());
     let mut it = p.chars();
     while let Some(c) = it.next() {
         if c == '\\' {
-            if let Some(n) = it.next() {
-                out.push(n);
-            }
+            out.push(it.next().unwrap_or('\\'));
         } else {
             out.push(c);
         }

@@ -1911,9 +1911,12 @@ impl<'a> Interp<'a> {
                                 Ok(p) => p,
                                 Err(st) => return Ok(st),
                             };
-                            if crate::pattern::matches_whole(&word, &pat, true, &mut || {
-                                self.check_time()
-                            })? {
+                            if crate::pattern::matches_whole(
+                                &word,
+                                &pat,
+                                sh.opts.extglob,
+                                &mut || self.check_time(),
+                            )? {
                                 hit = true;
                                 break;
                             }

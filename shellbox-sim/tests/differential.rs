@@ -42,6 +42,9 @@ const SCRIPTS: &[&str] = &[
     // pattern operations (issue 16 finding 5: compiled once, matched in one pass)
     r#"s=aXbXcXd.tar.gz; echo ${s#*X} ${s##*X} ${s%X*} ${s%%X*} ${s#?} ${s%?} ${s#[a-c]} ${s%.*} ${s%%.*} ${s#"*"} ${s#\a}"#,
     r#"s='a b  c/d//e'; echo "${s// /_}" "${s//\//|}" "${s/b*/Z}" "${s/#a/A}" "${s/%e/E}" "${s/#x/Y}" "${s/%/!}" "${s//?/.}""#,
+    // [[ == ]] and case through the pattern DFA (f1a46f3): a trailing lone backslash is
+    // literal, extended groups against subjects that need backtracking
+    r#"p='a\'; [[ 'a\' == $p ]] && echo m1; [[ a == $p ]] || echo n2; case 'a\' in $p) echo c1;; esac; for s in '' a ab aab ba 'a b' x.txt y.gz; do r=; for p in '+(a|b)' '*(a)b' '!(a*)' '*.@(txt|gz)' 'a+(b|c)' '[!a]*' '*(a|b|" ")'; do [[ $s == $p ]] && r+=1 || r+=0; case $s in $p) r+=1;; *) r+=0;; esac; done; echo "$s:$r"; done"#,
     r#"shopt -s extglob; s=foo.bar.baz; echo ${s%%+(.ba?)} ${s##@(f|o)*(o)} ${s//@(a|ba)/_} ${s/?(x)b/Q} ${s%!(z)} ${s//!(.)/-}"#,
     r#"s='éaé€𝄞b'; echo ${s#?} ${s%?} ${s//é/e} ${s//[[:alpha:]]/_} ${s/€*/} ${#s}; t=aaaa; echo ${t//a/bb} ${t//*(a)/x} ${t/#*/y}"#,
     r#"s=abcabc; echo ${s/[!a]/_} ${s//[!a]/_} ${s//[a-b]} ${s//[]a]/-} ${s/bc*/} ${s//\*/x} ${s%%[c]} ${s##*[[:alpha:]]}"#,
