@@ -2006,8 +2006,12 @@ async fn killing_keepers_or_the_supervisor_never_fakes_a_result() {
     let m = f.create_machine(common::spec()).await.unwrap();
     let r = m
         .run(
-            Command::shell(format!("kill -STOP $({FIND_SUPERVISOR}); exit 0"))
-                .timeout(Duration::from_secs(1)),
+            // The pause lets the stop land before the exit (a CI run on Podman under load
+            // saw the exit reported by a supervisor not yet stopped).
+            Command::shell(format!(
+                "kill -STOP $({FIND_SUPERVISOR}); sleep 0.2; exit 0"
+            ))
+            .timeout(Duration::from_secs(1)),
         )
         .await;
     assert!(matches!(r, Err(Error::Terminated(_))), "{r:?}");
