@@ -295,18 +295,7 @@ impl SessionShell {
     /// the interpreter panicked): function frames unwound, loop and trap nesting cleared.
     fn sanitize(&mut self) {
         let sh = &mut self.sh;
-        while let Some(frame) = sh.locals.pop() {
-            for (n, old) in frame.into_iter().rev() {
-                match old {
-                    Some(v) => {
-                        sh.vars.insert(n, v);
-                    }
-                    None => {
-                        sh.vars.remove(&n);
-                    }
-                }
-            }
-        }
+        while sh.pop_local_frame() {}
         sh.funcdepth = 0;
         sh.funcnames.clear();
         sh.loops = 0;

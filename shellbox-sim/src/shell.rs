@@ -324,6 +324,25 @@ impl Drop for Shell {
 }
 
 impl Shell {
+    /// Ends the innermost function's `local` frame: each variable it shadowed gets its
+    /// old value back (or goes, if it had none). False when no frame was open.
+    pub(crate) fn pop_local_frame(&mut self) -> bool {
+        let Some(frame) = self.locals.pop() else {
+            return false;
+        };
+        for (n, old) in frame.into_iter().rev() {
+            match old {
+                Some(v) => {
+                    self.vars.insert(n, v);
+                }
+                None => {
+                    self.vars.remove(&n);
+                }
+            }
+        }
+        true
+    }
+
     pub fn new(pid: u32, cwd: String) -> Self {
         Shell {
             vars: VarMap::new(),
@@ -2685,18 +2704,7 @@ impl<'a> Interp<'a> {
         sh.fds = saved_fds;
         sh.funcdepth -= 1;
         sh.funcnames.pop();
-        if let Some(frame) = sh.locals.pop() {
-            for (n, old) in frame.into_iter().rev() {
-                match old {
-                    Some(v) => {
-                        sh.vars.insert(n, v);
-                    }
-                    None => {
-                        sh.vars.remove(&n);
-                    }
-                }
-            }
-        }
+        sh.pop_local_frame();
         sh.pos = saved_pos;
         match r {
             Ok(s) => Ok(s),
