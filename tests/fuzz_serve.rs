@@ -388,7 +388,13 @@ fn gen_request(rng: &mut Rng, host_dir: &str, earlier: &[Value]) -> (String, Val
             // Host paths only inside this session's directory.
             let host = format!("{host_dir}/{}", rng.pick(&["in", "in/f", "out", "nope"]));
             let guest = rng.pick(&["/workspace/x", "/tmp", "rel", "/", "/a/../b"]);
-            if rng.chance(50) {
+            if rng.chance(25) {
+                (
+                    "download_file",
+                    json!({"machine": machine(rng), "source": guest, "target": host, "max_bytes": odd_number(rng)}),
+                    shape("download_file"),
+                )
+            } else if rng.chance(50) {
                 (
                     "upload",
                     json!({"machine": machine(rng), "source": host, "target": guest}),
@@ -614,6 +620,7 @@ fn check_shape(method: &str, result: &Value) -> Result<(), String> {
         "run_stream" => is::<wire::WireExitStatus>(result),
         "cancel" => is::<wire::CancelResult>(result),
         "download_files" => is::<wire::DownloadFilesResult>(result),
+        "download_file" => is::<wire::DownloadFileResult>(result),
         "open_shell" => is::<wire::OpenShellResult>(result),
         "execute" | "read" => is::<wire::WireShellUpdate>(result),
         "gc" => is::<wire::GcResult>(result),

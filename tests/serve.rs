@@ -1236,3 +1236,129 @@ fn docker_end_of_input_removes_every_container() {
     assert!(s.finish().success());
     assert_eq!(count(factory.docker()), 0);
 }
+
+/// Names in `dir` that start with the bounded download's staging prefix.
+fn staging_left(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".shellbox-download-"))
+        .collect()
+}
+
+/// `download_file` on machine `m`, whose `/tmp/bd/f` holds 100,000 bytes and whose
+/// `not_regular` paths exist and are no regular files: exactly `max_bytes` arrives whole and
+/// answers its size; one byte more is `download_limit_exceeded` with the old target intact;
+/// each of `not_regular` is `unsupported` mentioning "regular file"; a missing source is
+/// `not_found`; bad params are `invalid_params`; no staging directory is ever left.
+fn check_download_file(s: &mut Server, m: &Value, not_regular: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("out.bin");
+    let r = s.ok(
+        "df1",
+        "download_file",
+        json!({"machine": m, "source": "/tmp/bd/f", "target": target, "max_bytes": 100_000}),
+    );
+    assert_eq!(r, json!({"bytes": 100_000}));
+    assert_eq!(std::fs::read(&target).unwrap(), vec![b'x'; 100_000]);
+
+    std::fs::write(&target, b"old").unwrap();
+    let r = s.call(
+        "df2",
+        "download_file",
+        json!({"machine": m, "source": "/tmp/bd/f", "target": target, "max_bytes": 99_999}),
+    );
+    assert_eq!(error_kind(&r), ("download_limit_exceeded", ""), "{r}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"old");
+    assert_eq!(staging_left(dir.path()), Vec::<String>::new());
+
+    for bad in not_regular {
+        let r = s.call(
+            "df3",
+            "download_file",
+            json!({"machine": m, "source": bad, "target": target, "max_bytes": 1 << 20}),
+        );
+        assert_eq!(error_kind(&r), ("unsupported", ""), "{bad}: {r}");
+        let message = r["error"]["message"].as_str().unwrap();
+        assert!(message.contains("regular file"), "{bad}: {r}");
+        assert_eq!(std::fs::read(&target).unwrap(), b"old", "{bad}");
+    }
+    let r = s.call(
+        "df4",
+        "download_file",
+        json!({"machine": m, "source": "/tmp/bd/missing", "target": target, "max_bytes": 10}),
+    );
+    assert_eq!(error_kind(&r).0, "not_found", "{r}");
+    let r = s.call(
+        "df5",
+        "download_file",
+        json!({"machine": m, "source": "/tmp/bd/f", "target": target}),
+    );
+    assert_eq!(error_kind(&r), ("invalid_input", "invalid_params"), "{r}");
+    let r = s.call(
+        "df6",
+        "download_file",
+        json!({"machine": m, "source": "tmp/bd/f", "target": target, "max_bytes": 10}),
+    );
+    assert_eq!(error_kind(&r), ("invalid_input", ""), "{r}");
+    // A target directory that does not exist: an `io` error, nothing created.
+    let r = s.call(
+        "df7",
+        "download_file",
+        json!({"machine": m, "source": "/tmp/bd/f", "target": dir.path().join("no/such"), "max_bytes": 1 << 20}),
+    );
+    assert_eq!(error_kind(&r).0, "io", "{r}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"old");
+    assert_eq!(staging_left(dir.path()), Vec::<String>::new());
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["out.bin"], "only the target is there");
+}
+
+const DOWNLOAD_SETUP: &str =
+    "mkdir -p /tmp/bd/dir && head -c 100000 /dev/zero | tr '\\0' x > /tmp/bd/f && echo ok";
+
+#[test]
+fn sim_download_file_is_bounded_and_refuses_what_is_no_regular_file() {
+    let mut s = Server::start(None);
+    let f = s.factory("sim");
+    let m = s.create(&f, sim_spec());
+    let r = s.ok(
+        1,
+        "run",
+        json!({"machine": m, "command": shell(DOWNLOAD_SETUP)}),
+    );
+    assert_eq!(unb64(&r["stdout"]), b"ok\n", "{r}");
+    check_download_file(&mut s, &m, &["/tmp/bd/dir", "/dev/zero"]);
+    s.ok(2, "close", json!({"machine": m}));
+    let r = s.call(
+        3,
+        "download_file",
+        json!({"machine": m, "source": "/tmp/bd/f", "target": "/tmp/never", "max_bytes": 1}),
+    );
+    assert_eq!(error_kind(&r), ("closed", ""), "{r}");
+    assert!(s.finish().success());
+}
+
+#[test]
+fn local_download_file_is_bounded_and_refuses_a_directory_and_a_fifo() {
+    let test = "local_download_file_is_bounded_and_refuses_a_directory_and_a_fifo";
+    if !local_available(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = Server::start(Some(tmp.path()));
+    let f = s.factory("local");
+    let m = s.create(&f, host_spec());
+    let r = s.ok(
+        1,
+        "run",
+        json!({"machine": m, "command": shell(&format!("{DOWNLOAD_SETUP} && mkfifo /tmp/bd/fifo"))}),
+    );
+    assert_eq!(unb64(&r["stdout"]), b"ok\n", "{r}");
+    check_download_file(&mut s, &m, &["/tmp/bd/dir", "/tmp/bd/fifo", "/dev/zero"]);
+    assert!(s.finish().success());
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+}

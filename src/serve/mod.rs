@@ -15,7 +15,7 @@
 //!   `run_stream` forwards chunks as the backend yields them and waits while the client is
 //!   not reading (the output queue holds [`OUTPUT_QUEUE_LINES`] lines), so nothing grows
 //!   without bound when a client reads slowly; `download_files` holds at most its
-//!   `max_bytes`.
+//!   `max_bytes`; `download_file` streams to its host file and holds a chunk at a time.
 //!
 //! End of input, a write error on the output (the client is gone), SIGTERM, SIGINT or
 //! SIGHUP end the server: requests in flight are cancelled (their commands killed), every
@@ -208,7 +208,7 @@ struct Envelope {
     params: Option<Value>,
 }
 
-const METHODS: [&str; 17] = [
+const METHODS: [&str; 18] = [
     "factory",
     "check_environment",
     "create",
@@ -217,6 +217,7 @@ const METHODS: [&str; 17] = [
     "cancel",
     "upload",
     "download",
+    "download_file",
     "download_files",
     "close",
     "gc",
@@ -652,6 +653,19 @@ async fn dispatch(state: &Arc<State>, id: &Value, method: &str, p: Value) -> Ans
             let machine = state.machine(p.machine)?;
             machine.download(&p.source, Path::new(&p.target)).await?;
             to_value(&Empty {})
+        }
+        "download_file" => {
+            let p: DownloadFileParams = params(method, p)?;
+            let machine = state.machine(p.machine)?;
+            let target = Path::new(&p.target);
+            machine
+                .download_file(&p.source, target, p.max_bytes)
+                .await?;
+            // The file just renamed into place; its size is what was written.
+            let bytes = std::fs::symlink_metadata(target)
+                .map_err(|e| Error::io(format!("stat {}", target.display()), e))?
+                .len();
+            to_value(&DownloadFileResult { bytes })
         }
         "download_files" => {
             let p: DownloadFilesParams = params(method, p)?;

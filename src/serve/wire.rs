@@ -844,6 +844,28 @@ pub struct DownloadParams {
     pub target: String,
 }
 
+/// Params of `download_file`: one regular guest file to a host file, at most `max_bytes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DownloadFileParams {
+    /// A machine handle.
+    pub machine: u64,
+    /// The absolute guest path of a regular file.
+    pub source: String,
+    /// The host file to write (replaced whole, or left as it was on any error).
+    pub target: String,
+    /// The most bytes the file may hold; one more is `download_limit_exceeded`.
+    pub max_bytes: u64,
+}
+
+/// Result of `download_file`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DownloadFileResult {
+    /// The size in bytes of the file written at `target`.
+    pub bytes: u64,
+}
+
 /// Params of `download_files`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -1020,7 +1042,7 @@ pub struct GcResult {
     pub failed: Vec<(String, String)>,
 }
 
-/// An empty result (`{}`) of `upload`, `download` and `close`.
+/// An empty result (`{}`) of `upload`, `download`, `close` and the shell calls.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Empty {}
@@ -1060,6 +1082,7 @@ pub fn schema() -> serde_json::Value {
         "cancel": method(generator.subschema_for::<CancelParams>(), generator.subschema_for::<CancelResult>(), false),
         "upload": method(generator.subschema_for::<UploadParams>(), generator.subschema_for::<Empty>(), false),
         "download": method(generator.subschema_for::<DownloadParams>(), generator.subschema_for::<Empty>(), false),
+        "download_file": method(generator.subschema_for::<DownloadFileParams>(), generator.subschema_for::<DownloadFileResult>(), false),
         "download_files": method(generator.subschema_for::<DownloadFilesParams>(), generator.subschema_for::<DownloadFilesResult>(), false),
         "close": method(generator.subschema_for::<MachineParams>(), generator.subschema_for::<Empty>(), false),
         "gc": method(generator.subschema_for::<GcParams>(), generator.subschema_for::<GcResult>(), false),
