@@ -855,3 +855,99 @@ fn usage_errors_point_at_the_subcommand_help() {
     let err = one_line(&run(&["serve"]));
     assert!(err.contains("(see shellbox serve --help)"), "{err}");
 }
+
+/// `run --download GUEST:HOST --download-limit SIZE` on `backend`: a file of exactly SIZE
+/// arrives; one byte over, a directory, or (with `fifo`) a fifo exit 125 naming the cause,
+/// with HOST as it was and no staging directory beside it; a bad SIZE is refused by the
+/// size parser before any machine is made.
+fn check_download_limit(backend: &str, fifo: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("got.bin");
+    let spec = |guest: &str| format!("{guest}:{}", target.display());
+    let setup = "mkdir -p /tmp/d/dir && head -c 2048 /dev/zero | tr '\\0' y > /tmp/d/f";
+    let setup = if fifo {
+        format!("{setup} && mkfifo /tmp/d/fifo")
+    } else {
+        setup.to_string()
+    };
+    let run_with = |guest: &str, limit: &str| {
+        run(&[
+            "run",
+            "--backend",
+            backend,
+            "--download",
+            &spec(guest),
+            "--download-limit",
+            limit,
+            "--",
+            "sh",
+            "-c",
+            &setup,
+        ])
+    };
+    let out = run_with("/tmp/d/f", "2KiB");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read(&target).unwrap(), vec![b'y'; 2048]);
+
+    std::fs::write(&target, b"old").unwrap();
+    let out = run_with("/tmp/d/f", "2047");
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("more than 2047 bytes") && stderr.contains("--download-limit"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), b"old");
+    let mut refused = vec!["/tmp/d/dir"];
+    if fifo {
+        refused.push("/tmp/d/fifo");
+    }
+    for guest in refused {
+        let out = run_with(guest, "1MiB");
+        assert_eq!(
+            out.status.code(),
+            Some(125),
+            "{guest}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains("regular file"),
+            "{guest}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(std::fs::read(&target).unwrap(), b"old", "{guest}");
+    }
+    let out = run_with("/tmp/d/f", "lots");
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--download-limit"),
+        "{}",
+        text(&out.stderr)
+    );
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["got.bin"], "no staging directory is left");
+    // The limit bounds downloads: alone it is a usage error.
+    let out = run(&["run", "--download-limit", "1", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--download"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn sim_download_limit_bounds_each_download() {
+    check_download_limit("sim", false);
+}
+
+#[test]
+fn local_download_limit_bounds_each_download() {
+    if !local_available("local_download_limit_bounds_each_download") {
+        return;
+    }
+    check_download_limit("local", true);
+}

@@ -445,6 +445,12 @@ struct RunArgs {
     /// Copy a machine path to the host after running, MACHINE_PATH:HOST_PATH (repeatable).
     #[arg(long, value_name = "MACHINE_PATH:HOST_PATH", value_parser = parse_guest_host)]
     download: Vec<HostGuest>,
+    /// Bound every --download: each must then be one regular file of at most SIZE bytes
+    /// (bytes, or with KiB, MiB, GiB), streamed to a staging file beside HOST_PATH and
+    /// renamed over it, so a larger file, a directory or a fifo fails (exit 125) and leaves
+    /// HOST_PATH as it was.
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes, requires = "download", allow_hyphen_values = true)]
+    download_limit: Option<u64>,
     /// Print one JSON object with the result instead of streaming the output: exit_code,
     /// reason, stdout, stderr (also as base64), *_truncated, and unsupported: what the
     /// backend could not do as real Bash would (the simulator's refusals, syntax errors and
@@ -1147,15 +1153,25 @@ async fn run_in(
         (code, None)
     };
     for down in &args.download {
-        machine
-            .download(&down.guest, &down.host)
-            .await
-            .map_err(|e| {
-                Failure::context(
-                    &format!("--download {}:{}", down.guest, down.host.display()),
-                    e,
-                )
-            })?;
+        let downloaded = match args.download_limit {
+            Some(max_bytes) => {
+                machine
+                    .download_file(&down.guest, &down.host, max_bytes)
+                    .await
+            }
+            None => machine.download(&down.guest, &down.host).await,
+        };
+        downloaded.map_err(|e| {
+            let over = matches!(e, Error::DownloadLimitExceeded(_));
+            let mut failure = Failure::context(
+                &format!("--download {}:{}", down.guest, down.host.display()),
+                e,
+            );
+            if over {
+                failure.message.push_str(" (--download-limit)");
+            }
+            failure
+        })?;
     }
     Ok((code, json))
 }
