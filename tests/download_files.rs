@@ -141,3 +141,75 @@ async fn limits_near_u64_max_do_not_overflow() {
         );
     }
 }
+
+/// Names in `dir` that start with the bounded download's staging prefix, and the bytes
+/// staged in them so far.
+fn staged(dir: &std::path::Path) -> (Vec<String>, u64) {
+    let mut names = Vec::new();
+    let mut bytes = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(shellbox::STAGING_PREFIX) {
+            // The staging directory may go at any moment (the download ends): count what
+            // can be read.
+            for file in std::fs::read_dir(entry.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                bytes += file.metadata().map(|m| m.len()).unwrap_or(0);
+            }
+            names.push(name);
+        }
+    }
+    (names, bytes)
+}
+
+/// Issue 12: dropping a `download_file` future part way (a 1 GiB sparse file on local, the
+/// most a local command may write, dropped once bytes have reached the staging file) leaves
+/// no staging directory, the old target as it was, and the machine usable (the guest `cat`
+/// is killed with the stream).
+#[tokio::test(flavor = "multi_thread")]
+async fn dropping_download_file_mid_transfer_leaves_no_staging_and_the_old_target() {
+    let test = "dropping_download_file_mid_transfer_leaves_no_staging_and_the_old_target";
+    let Some(m) = machine(test).await else {
+        return;
+    };
+    let r = m
+        .run(Command::shell("truncate -s 1G /tmp/big && echo ok"))
+        .await
+        .unwrap();
+    assert_eq!(r.stdout_lossy(), "ok\n", "{r:?}");
+    let host = tempfile::tempdir().unwrap();
+    let target = host.path().join("result.bin");
+    std::fs::write(&target, b"old").unwrap();
+
+    let mut download = Box::pin(m.download_file("/tmp/big", &target, u64::MAX));
+    let mut seen = 0;
+    while seen == 0 {
+        tokio::select! {
+            result = &mut download => panic!(
+                "the 1 GiB download ended before it could be dropped: {result:?}"
+            ),
+            _ = tokio::time::sleep(Duration::from_millis(1)) => {
+                seen = staged(host.path()).1;
+            }
+        }
+    }
+    drop(download);
+    assert_eq!(
+        staged(host.path()),
+        (Vec::new(), 0),
+        "the staging directory is removed when the future is dropped ({seen} bytes staged)"
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), b"old");
+    let names: Vec<String> = std::fs::read_dir(host.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["result.bin"]);
+    let r = m.run(Command::shell("echo still")).await.unwrap();
+    assert_eq!(r.stdout_lossy(), "still\n", "{r:?}");
+    m.close().await.unwrap();
+}
