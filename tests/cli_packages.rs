@@ -30,6 +30,21 @@ fn interpreter() -> Option<PathBuf> {
         .then(|| PathBuf::from(text(&o.stdout).trim()))
 }
 
+/// `shellbox run ARGS -- true` is refused by shellbox itself: exit status 125 and `needle`
+/// in its stderr.
+fn refused(args: &[&str], needle: &str) {
+    let mut argv = vec!["run"];
+    argv.extend_from_slice(args);
+    argv.extend(["--", "true"]);
+    let out = shellbox(&argv, &[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains(needle),
+        "{args:?}: {needle:?} not in {stderr}"
+    );
+}
+
 fn has_uv() -> bool {
     Command::new("uv")
         .arg("--version")
@@ -55,70 +70,19 @@ fn sim_takes_tools_it_has_and_refuses_python() {
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "ok\n");
-    let out = shellbox(
-        &[
-            "run",
-            "--backend",
-            "sim",
-            "--tool",
-            "sed",
-            "--tool",
-            "gcc",
-            "--",
-            "true",
-        ],
-        &[],
+    refused(
+        &["--backend", "sim", "--tool", "sed", "--tool", "gcc"],
+        "no program gcc",
     );
-    assert_eq!(out.status.code(), Some(125));
-    assert!(
-        text(&out.stderr).contains("no program gcc"),
-        "{}",
-        text(&out.stderr)
+    refused(
+        &["--backend", "sim", "--package", "six==1.17.0"],
+        "no Python",
     );
-    let out = shellbox(
-        &[
-            "run",
-            "--backend",
-            "sim",
-            "--package",
-            "six==1.17.0",
-            "--",
-            "true",
-        ],
-        &[],
+    refused(
+        &["--backend", "sim", "--python-version", "3.12.12"],
+        "need --backend local",
     );
-    assert_eq!(out.status.code(), Some(125));
-    assert!(
-        text(&out.stderr).contains("no Python"),
-        "{}",
-        text(&out.stderr)
-    );
-    let out = shellbox(
-        &[
-            "run",
-            "--backend",
-            "sim",
-            "--python-version",
-            "3.12.12",
-            "--",
-            "true",
-        ],
-        &[],
-    );
-    assert!(
-        text(&out.stderr).contains("need --backend local"),
-        "{}",
-        text(&out.stderr)
-    );
-    let out = shellbox(
-        &["run", "--backend", "sim", "--package=-e .", "--", "true"],
-        &[],
-    );
-    assert!(
-        text(&out.stderr).contains("pypi_packages"),
-        "{}",
-        text(&out.stderr)
-    );
+    refused(&["--backend", "sim", "--package=-e ."], "pypi_packages");
 }
 
 #[test]
@@ -170,22 +134,8 @@ fn local_package_and_tool() {
     let out = shellbox(&args, &[("UV_OFFLINE", "1")]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "1.17.0\n");
-    let out = shellbox(
-        &[
-            "run",
-            "--backend",
-            "local",
-            "--tool",
-            "shellbox-absent-tool",
-            "--",
-            "true",
-        ],
-        &[],
-    );
-    assert_eq!(out.status.code(), Some(125));
-    assert!(
-        text(&out.stderr).contains("Requested tools must be executable in the sandbox PATH"),
-        "{}",
-        text(&out.stderr)
+    refused(
+        &["--backend", "local", "--tool", "shellbox-absent-tool"],
+        "Requested tools must be executable in the sandbox PATH",
     );
 }

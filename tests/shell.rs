@@ -241,6 +241,16 @@ fn check_interactive_json(backend_args: &[&str]) {
     assert_eq!(a["status"], "running", "{a}");
     let bad = sh.ask("{\"execute\": oops");
     assert_eq!(bad["error"]["kind"], "invalid_input", "{bad}");
+    for empty in ["", "   "] {
+        let bad = sh.ask(empty);
+        assert_eq!(bad["error"]["kind"], "invalid_input", "{empty:?}: {bad}");
+        assert!(
+            bad["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("empty line")),
+            "{empty:?}: {bad}"
+        );
+    }
     assert_eq!(sh.ask(r#"{"interrupt": true}"#), serde_json::json!({}));
     let b = sh.ask(r#"{"read": true, "wait": 30}"#);
     completed(&b, 130);
@@ -349,6 +359,16 @@ fn sim_shell_json_lines() {
     assert_eq!(a["output"], "130 5\n", "the shell goes on: {a}");
     let bad = sh.ask("{\"execute\": oops");
     assert_eq!(bad["error"]["kind"], "invalid_input", "{bad}");
+    for empty in ["", "   "] {
+        let bad = sh.ask(empty);
+        assert_eq!(bad["error"]["kind"], "invalid_input", "{empty:?}: {bad}");
+        assert!(
+            bad["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("empty line")),
+            "{empty:?}: {bad}"
+        );
+    }
     let a = sh.ask(r#"{"execute": "echo bye; exit 3", "wait": 30}"#);
     assert_eq!(
         (&a["status"], &a["exit_code"], &a["output"]),

@@ -47,8 +47,8 @@ pub(crate) struct ShellArgs {
     /// of the one before, except interrupt, which stops the command an earlier execute or
     /// read is still waiting for. execute and read answer a shell
     /// update {"output", "output_base64", "status": running|completed|reset, "exit_code",
-    /// "truncated"}; write and interrupt answer {}; a failed or malformed request answers
-    /// {"error": {"kind", "message"}} and the session goes on. End of input closes the
+    /// "truncated"}; write and interrupt answer {}; a failed, malformed or empty request line
+    /// answers {"error": {"kind", "message"}} and the session goes on. End of input closes the
     /// machine (exit 0).
     #[arg(long)]
     pub(crate) json: bool,
@@ -532,7 +532,19 @@ enum Op {
 /// Parses one request line: exactly one of `execute`, `read`, `write`, `write_base64`,
 /// `interrupt`; `wait` (seconds; execute's default 120, read's 0) and `output_limit_bytes`
 /// only with execute and read.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for an empty (or blank) line, a line that is not such an
+/// object, or one whose fields do not fit together.
 fn parse_request(line: &str, default_limit: u64) -> Result<Op, Error> {
+    if line.trim().is_empty() {
+        // Answered like any other bad line: a client that sends one still gets one answer
+        // per line, and its answers stay in step with its requests.
+        return Err(Error::invalid(
+            "an empty line is not a request: a request is one JSON object per line, e.g. \
+             {\"execute\": \"ls\"}",
+        ));
+    }
     let request: Request = serde_json::from_str(line)
         .map_err(|e| Error::invalid(format!("malformed request line: {e}")))?;
     let given = [
@@ -743,11 +755,6 @@ async fn json_lines(
                     continue;
                 }
             };
-            if line.trim().is_empty() {
-                // Not a request: no answer.
-                drop(tx);
-                continue;
-            }
             match parse_request(&line, output_limit_bytes) {
                 Err(e) => {
                     let _ = tx.send(error_json(e));
