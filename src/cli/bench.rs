@@ -117,6 +117,7 @@ fn case_names(backend: Backend) -> Vec<(&'static str, bool)> {
             ("create_close_copy_on_write", false),
             ("create_run_close_copy_on_write", false),
             ("flood_200mb_1mib", true),
+            ("download_file_1gib", true),
             ("floor_spawn_true", false),
             ("floor_fork_exec_true", false),
             ("floor_bwrap_true", false),
@@ -258,7 +259,13 @@ fn in_child(case: &str) -> Result<Measured, Error> {
         p90_us: value["p90_us"].as_f64().unwrap_or(0.0),
         extra: Vec::new(),
     };
-    for key in ["peak_rss_kib", "rss_kib", "commands_per_s"] {
+    for key in [
+        "peak_rss_kib",
+        "rss_kib",
+        "commands_per_s",
+        "peak_rss_growth_kib",
+        "floor_dd_median_us",
+    ] {
         if let Some(v) = value.get(key) {
             m.extra.push((key, v.clone()));
         }
@@ -447,6 +454,8 @@ async fn run_case(
             }
             Ok(measured)
         }
+        #[cfg(feature = "local")]
+        "download_file_1gib" => download_file_1gib(factory, spec, case).await,
         "upload_1000_files" | "download_1000_files" => {
             transfers(factory, spec, case, case == "upload_1000_files").await
         }
@@ -566,6 +575,106 @@ async fn run_case(
         }
         other => Err(Error::invalid(format!("unknown bench case {other}"))),
     }
+}
+
+/// Bytes of `download_file_1gib`'s file.
+#[cfg(feature = "local")]
+const GIB: u64 = 1 << 30;
+
+/// Issue 12's bar for `Machine::download_file`: a 1 GiB file streams out of the machine with
+/// peak memory under 8 MiB. The guest file is sparse (`truncate`), so reading it costs
+/// little and the host side writes every byte; `peak_rss_growth_kib` is how far this
+/// process's peak RSS (VmHWM, reset to the current RSS through `/proc/self/clear_refs` just
+/// before) rose above its RSS before the first download. `floor_dd_median_us` is `dd bs=1M
+/// conv=fsync` of a sparse 1 GiB host file into the same host directory, in the same run:
+/// what writing every byte and syncing it (as `download_file` does before its rename) costs
+/// without a machine (`cp` would not sync, so it would not be a floor).
+#[cfg(feature = "local")]
+async fn download_file_1gib(
+    factory: &Arc<dyn MachineFactory>,
+    spec: &MachineSpec,
+    case: &str,
+) -> Result<Measured, Error> {
+    let host = tempfile::tempdir().map_err(|e| Error::io("create a temp dir", e))?;
+    let m = factory.create(spec.clone()).await?;
+    let setup = m
+        .run(Command::from_argv([
+            "truncate",
+            "-s",
+            &GIB.to_string(),
+            "/tmp/bench-1gib",
+        ]))
+        .await;
+    if let Err(e) = setup.and_then(|r| check(&r, case)) {
+        let _ = m.close().await;
+        return Err(e);
+    }
+    let target = host.path().join("downloaded");
+    let size_of = |path: &Path| {
+        std::fs::metadata(path)
+            .map(|m| m.len())
+            .map_err(|e| Error::io(format!("stat {}", path.display()), e))
+    };
+    let check_size = |path: &Path| {
+        let got = size_of(path)?;
+        if got == GIB {
+            Ok(())
+        } else {
+            Err(Error::backend(
+                format!("bench {case}"),
+                format!("{} holds {got} bytes, expected {GIB}", path.display()),
+            ))
+        }
+    };
+    let before = proc_status_kib("VmRSS:").unwrap_or(0);
+    // "5" resets VmHWM to the current RSS (Linux 4.0); where it cannot, the peak since
+    // start stands, which only overstates the growth.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let measured = time_runs(case, 3, || async {
+        m.download_file("/tmp/bench-1gib", &target, GIB).await?;
+        check_size(&target)
+    })
+    .await;
+    let peak = proc_status_kib("VmHWM:");
+    m.close().await?;
+    let mut measured = measured?;
+    if let Some(peak) = peak {
+        measured.extra.push((
+            "peak_rss_growth_kib",
+            serde_json::json!(peak.saturating_sub(before)),
+        ));
+        measured
+            .extra
+            .push(("peak_rss_kib", serde_json::json!(peak)));
+    }
+    // The floor, in the same run and the same host directory.
+    let source = host.path().join("sparse-1gib");
+    std::fs::File::create(&source)
+        .and_then(|f| f.set_len(GIB))
+        .map_err(|e| Error::io(format!("create {}", source.display()), e))?;
+    let copy = host.path().join("copied");
+    let floor = time_runs("floor_dd_1gib", 3, || async {
+        let status = tokio::process::Command::new("dd")
+            .arg(format!("if={}", source.display()))
+            .arg(format!("of={}", copy.display()))
+            .args(["bs=1M", "conv=fsync", "status=none"])
+            .status()
+            .await
+            .map_err(|e| Error::io("spawn dd", e))?;
+        if !status.success() {
+            return Err(Error::backend(
+                "floor dd",
+                format!("dd exited with {status}"),
+            ));
+        }
+        check_size(&copy)
+    })
+    .await?;
+    measured.extra.push((
+        "floor_dd_median_us",
+        serde_json::json!((floor.median_us * 10.0).round() / 10.0),
+    ));
+    Ok(measured)
 }
 
 async fn transfers(
