@@ -874,6 +874,8 @@ mod tests {
             ),
             (r#"{"execute": "ls", "wait": -1}"#, "wait"),
             (r#"{"write_base64": "!"}"#, "not base64"),
+            ("", "empty line"),
+            (" \t ", "empty line"),
         ] {
             let err = parse_request(bad, 7).unwrap_err();
             assert!(
