@@ -1047,6 +1047,103 @@ pub async fn session_interrupt(h: &Harness) {
     m.close().await.unwrap();
 }
 
+/// (Interactive) A command cannot end its own call early by replaying the shell's prompt
+/// machinery: `eval "$PROMPT_COMMAND"` and `PS1` expanded print the session's real
+/// completion marker, yet the call goes on until the command really ends, with its own
+/// status and all its output, and the next call sees none of it.
+pub async fn session_prompt_cannot_be_faked(h: &Harness) {
+    let Some((m, s, kind)) = open_session(h).await else {
+        return;
+    };
+    if kind != SessionKind::Interactive {
+        m.close().await.unwrap();
+        return;
+    }
+    let replay = r#"eval "${PROMPT_COMMAND-}"; eval "printf '%s' \"$PS1\"""#;
+    for pause in ["sleep 1; ", ""] {
+        let command = format!("{replay}; {pause}echo LEAKED; (exit 7)");
+        let (out, code) = complete(&*s, &command).await;
+        assert_eq!(code, 7, "{command:?} ended early: {out:?}");
+        assert!(out.ends_with("LEAKED\n"), "{command:?}: {out:?}");
+        assert_eq!(complete(&*s, "echo next").await, ("next\n".into(), 0));
+    }
+    m.close().await.unwrap();
+}
+
+/// (Interactive) An interrupt sent right after `execute` returns (the command line may not
+/// even be read yet, or the shell may be forking the job) still ends the command with 130,
+/// every time, and the shell's state survives; so does one for a built-in loop.
+pub async fn session_interrupt_races_the_command(h: &Harness) {
+    let Some((m, s, kind)) = open_session(h).await else {
+        return;
+    };
+    if kind != SessionKind::Interactive {
+        m.close().await.unwrap();
+        return;
+    }
+    complete(&*s, "SB_KEEP=kept").await;
+    for (i, command) in std::iter::repeat_n("sleep 1000", 8)
+        .chain(["while :; do :; done", "read -r line"])
+        .enumerate()
+    {
+        let started = Instant::now();
+        let u = s
+            .execute(command, Duration::ZERO, SESSION_LIMIT)
+            .await
+            .unwrap();
+        assert_eq!(u.status, ShellStatus::Running, "{command:?}: {u:?}");
+        s.interrupt().await.unwrap();
+        let done = read_until_done(&*s, u).await;
+        assert_eq!(
+            (done.status, done.exit_code),
+            (ShellStatus::Completed, Some(130)),
+            "round {i}, {command:?}, after {:?}: {done:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            complete(&*s, "echo \"$SB_KEEP\"").await,
+            ("kept\n".into(), 0),
+            "round {i}"
+        );
+    }
+    m.close().await.unwrap();
+}
+
+/// (Interactive) An interrupt that arrives after the command already ended changes
+/// nothing: the call completes with the command's own status and the next command's
+/// output is exactly its own (no stray newline or prompt).
+pub async fn session_late_interrupt_is_harmless(h: &Harness) {
+    let Some((m, s, kind)) = open_session(h).await else {
+        return;
+    };
+    if kind != SessionKind::Interactive {
+        m.close().await.unwrap();
+        return;
+    }
+    for i in 0..6 {
+        let u = s
+            .execute("(exit 3)", Duration::ZERO, SESSION_LIMIT)
+            .await
+            .unwrap();
+        if u.status == ShellStatus::Running {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            s.interrupt().await.unwrap();
+        }
+        let done = read_until_done(&*s, u).await;
+        assert_eq!(
+            (done.status, done.exit_code, text(&done.output)),
+            (ShellStatus::Completed, Some(3), String::new()),
+            "round {i}"
+        );
+        assert_eq!(
+            complete(&*s, "echo x").await,
+            ("x\n".into(), 0),
+            "round {i}"
+        );
+    }
+    m.close().await.unwrap();
+}
+
 /// A shell that exits gives Reset (no exit code); the next `execute` runs in a fresh shell
 /// started in the workdir, files kept, variables gone. (Interactive: a shell killed by a
 /// signal is a Reset too.)
@@ -1689,6 +1786,9 @@ macro_rules! conformance_tests {
             session_running_then_read,
             session_write_feeds_read,
             session_interrupt,
+            session_prompt_cannot_be_faked,
+            session_interrupt_races_the_command,
+            session_late_interrupt_is_harmless,
             session_reset_after_exit,
             session_output_is_exact,
             session_output_limit,

@@ -322,6 +322,7 @@ impl DockerMachineFactory {
                         closed: AtomicBool::new(false),
                         removed: AtomicBool::new(false),
                         close_lock: tokio::sync::Mutex::new(()),
+                        relay_session: std::sync::Mutex::new(None),
                     }),
                     session: std::sync::Mutex::new(None),
                 })

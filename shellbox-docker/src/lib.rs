@@ -37,7 +37,7 @@
 //!   spec's env as container env; the workdir created at start.
 //! - **Commands** (the fast path, [`CommandPath::Auto`]): the embedded
 //!   `shellbox-supervisor` is copied into the container at create (`/.shellbox/`, root,
-//!   `0500`, over the archive endpoint) and started once with one attached exec; every
+//!   `0511`, the program `0555`, over the archive endpoint) and started once with one attached exec; every
 //!   command is a fork and exec inside the container under its own keeper (a subreaper:
 //!   its kill scope), with its user (resolved in the image's `/etc/passwd` and
 //!   `/etc/group`), cwd, env, stdin, timeout and output limit (applied inside the
@@ -77,15 +77,19 @@
 //!   the endpoints' reach) are [`Error::Unsupported`](shellbox_core::Error::Unsupported).
 //!
 //! - **Shell sessions** ([`Machine::open_shell`](shellbox_core::Machine::open_shell),
-//!   interactive): one exec on a terminal (24×80, echo and output processing off) running
-//!   `bash --noprofile --norc --noediting -i`, or `sh -i` where the image has no bash;
-//!   completion is a per-session random nonce and per-command number printed by
-//!   `PROMPT_COMMAND` (bash) or `PS1` (ash), stripped from the output; `interrupt` writes
-//!   the terminal's `^C`. See [`DockerSession`] for the rules.
+//!   interactive): on the fast path, the supervisor's terminal relay
+//!   ([`PtySession`](shellbox_supervisor::session::PtySession), the same session as the
+//!   local backend's) runs `bash --noprofile --norc --noediting -i`, or `sh -i` where the
+//!   image has no bash, on a pseudo-terminal of the container as the image's user; a
+//!   completion is confirmed by the relay from the shell's state, so a command cannot fake
+//!   one, and `interrupt` signals the command once it runs. On the exec path, one Engine
+//!   exec on a terminal ([`DockerSession`]): completion is a per-session nonce and
+//!   per-command number printed by `PROMPT_COMMAND` (bash) or `PS1` (ash), which a command
+//!   that reads those variables can print itself; `interrupt` writes the terminal's `^C`.
 //!
 //! Requirements on the image: `/bin/sh` (and `cat` for the fast path's environment; without
 //! it the container's configured one is used); a `setsid` program on `PATH` for the exec
-//! path (busybox has all); `stty` for shell sessions.
+//! path (busybox has all); `stty` for shell sessions on the exec path.
 //!
 //! # Podman
 //!

@@ -65,7 +65,31 @@ const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
 pub struct DockerMachine {
     pub(crate) inner: Arc<Inner>,
     /// The machine's one shell session, made by the first `open_shell`.
-    pub(crate) session: std::sync::Mutex<Option<Arc<crate::session::DockerSession>>>,
+    pub(crate) session: std::sync::Mutex<Option<Session>>,
+}
+
+/// A machine's shell session: over its supervisor's terminal relay, or (without a
+/// supervisor) one Engine exec on a terminal.
+#[derive(Clone)]
+pub(crate) enum Session {
+    Relay(Arc<shellbox_supervisor::session::PtySession>),
+    Exec(Arc<crate::session::DockerSession>),
+}
+
+impl Session {
+    fn is_closed(&self) -> bool {
+        match self {
+            Session::Relay(s) => s.is_closed(),
+            Session::Exec(s) => s.is_closed(),
+        }
+    }
+
+    fn shared(&self) -> Arc<dyn shellbox_core::ShellSession> {
+        match self {
+            Session::Relay(s) => s.clone(),
+            Session::Exec(s) => s.clone(),
+        }
+    }
 }
 
 impl std::fmt::Debug for DockerMachine {
@@ -93,6 +117,8 @@ pub(crate) struct Inner {
     pub closed: AtomicBool,
     pub removed: AtomicBool,
     pub close_lock: tokio::sync::Mutex<()>,
+    /// The session over the supervisor, if one was opened: closed with the machine.
+    pub relay_session: std::sync::Mutex<Option<Arc<shellbox_supervisor::session::PtySession>>>,
 }
 
 impl DockerMachine {
@@ -398,6 +424,14 @@ impl Inner {
     pub(crate) async fn close(&self) -> Result<(), Error> {
         self.closed.store(true, Ordering::SeqCst);
         self.shutdown.send_replace(true);
+        let session = self
+            .relay_session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(session) = session {
+            session.shut();
+        }
         let _guard = self.close_lock.lock().await;
         if self.removed.load(Ordering::SeqCst) {
             return Ok(());
@@ -607,21 +641,73 @@ impl Machine for DockerMachine {
         crate::transfer::download(&self.inner, source, target).await
     }
 
-    /// The machine's persistent shell ([`DockerSession`](crate::DockerSession)):
-    /// one exec on a terminal, started by the first `execute`. A second call returns the
-    /// same session; after the session was closed, a new one.
+    /// The machine's persistent shell. With the machine's supervisor (the fast path), a
+    /// [`PtySession`](shellbox_supervisor::session::PtySession): the supervisor's terminal
+    /// relay runs the shell as an ordinary command of the image's user, in the spec's
+    /// workdir (else the image's), with the container's environment plus `TERM=xterm`
+    /// unless one is set. Without it, a [`DockerSession`](crate::DockerSession): one Engine
+    /// exec on a terminal. Either starts with the first `execute`. A second call returns
+    /// the same session; after the session was closed, a new one.
     ///
     /// # Errors
-    /// [`Error::Closed`] after the machine closed.
+    /// [`Error::Closed`] after the machine closed; [`Error::Unsupported`] when the image's
+    /// configured user has no account.
     async fn open_shell(&self) -> Result<Arc<dyn shellbox_core::ShellSession>, Error> {
         self.inner.check_open()?;
-        let mut slot = self.session.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(session) = slot.as_ref().filter(|s| !s.is_closed()) {
-            return Ok(session.clone());
+        if let Some(session) = self
+            .session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .filter(|s| !s.is_closed())
+        {
+            return Ok(session.shared());
         }
-        let session = Arc::new(crate::session::DockerSession::new(self.inner.clone()));
+        let session = match &self.inner.supervisor {
+            Some(sup) => {
+                let account = if sup.default_user.is_empty() {
+                    sup.default_account.clone()
+                } else {
+                    Some(sup.lookup(&sup.default_user).await?)
+                };
+                let mut command = Command::from_argv(Vec::<String>::new());
+                let term_set = self.inner.spec.env.contains_key("TERM")
+                    || sup.env.iter().any(|(k, _)| k == "TERM");
+                if !term_set {
+                    command.env.insert("TERM".into(), "xterm".into());
+                }
+                let start = crate::supervised::start_request(
+                    sup,
+                    &self.inner.spec,
+                    &command,
+                    account.as_ref(),
+                );
+                let pty = Arc::new(shellbox_supervisor::session::PtySession::new(
+                    sup.client.clone(),
+                    start,
+                    crate::supervised::SUPERVISOR_PATH,
+                ));
+                *self
+                    .inner
+                    .relay_session
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(pty.clone());
+                Session::Relay(pty)
+            }
+            None => Session::Exec(Arc::new(crate::session::DockerSession::new(
+                self.inner.clone(),
+            ))),
+        };
+        let mut slot = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        self.inner.check_open()?;
+        if let Some(existing) = slot.as_ref().filter(|s| !s.is_closed()) {
+            if let Session::Relay(pty) = &session {
+                pty.shut();
+            }
+            return Ok(existing.shared());
+        }
         *slot = Some(session.clone());
-        Ok(session)
+        Ok(session.shared())
     }
 
     async fn close(&self) -> Result<(), Error> {

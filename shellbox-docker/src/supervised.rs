@@ -1,8 +1,9 @@
 //! The fast path: commands through `shellbox-supervisor` inside the container.
 //!
 //! At create the factory copies [`shellbox_supervisor::SUPERVISOR_PROGRAM`] into the
-//! container over the archive endpoint (`PUT /containers/{id}/archive`, a root-owned `0500`
-//! directory `/.shellbox`) and starts it with one attached exec as root: the exec's
+//! container over the archive endpoint (`PUT /containers/{id}/archive`, root-owned: the
+//! directory `/.shellbox` `0511`, the program `0555`, so any account can run it — the shell
+//! session's terminal relay runs as the session's user — and none can change or list it) and starts it with one attached exec as root: the exec's
 //! stdin and stdout are the supervisor's framed control channel, so a command costs a fork
 //! and an exec inside the container and no Engine API request. The supervisor runs under
 //! its own account (`--own-account`), each command under a keeper (its kill scope). A
@@ -35,7 +36,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::mpsc;
 
 /// The supervisor program's path inside the container (in `/.shellbox`, root-owned,
-/// mode `0500`).
+/// mode `0555` in a `0511` directory).
 pub(crate) const SUPERVISOR_PATH: &str = "/.shellbox/supervisor";
 
 /// The capabilities a command's bounding set keeps (`--keep-caps`): all, so it is the
@@ -195,12 +196,12 @@ pub(crate) struct Supervised {
     pub podman: bool,
 }
 
-/// A tar holding [`SUPERVISOR_DIR`] (root, `0500`) and the program in it (root, `0500`).
+/// A tar holding `/.shellbox` (root, `0511`) and the program in it (root, `0555`).
 fn supervisor_tar() -> std::io::Result<Vec<u8>> {
     let mut b = tar::Builder::new(Vec::new());
     let mut dir = tar::Header::new_gnu();
     dir.set_entry_type(tar::EntryType::Directory);
-    dir.set_mode(0o500);
+    dir.set_mode(0o511);
     dir.set_uid(0);
     dir.set_gid(0);
     dir.set_size(0);
@@ -209,7 +210,7 @@ fn supervisor_tar() -> std::io::Result<Vec<u8>> {
     let program = shellbox_supervisor::SUPERVISOR_PROGRAM;
     let mut file = tar::Header::new_gnu();
     file.set_entry_type(tar::EntryType::Regular);
-    file.set_mode(0o500);
+    file.set_mode(0o555);
     file.set_uid(0);
     file.set_gid(0);
     file.set_size(program.len() as u64);
@@ -643,8 +644,8 @@ mod tests {
         assert_eq!(
             entries,
             vec![
-                (".shellbox/".to_string(), 0o500, 0),
-                (".shellbox/supervisor".to_string(), 0o500, 0)
+                (".shellbox/".to_string(), 0o511, 0),
+                (".shellbox/supervisor".to_string(), 0o555, 0)
             ]
         );
     }

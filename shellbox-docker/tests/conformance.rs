@@ -56,6 +56,38 @@ mod bash {
         session_running_then_read,
         session_write_feeds_read,
         session_interrupt,
+        session_prompt_cannot_be_faked,
+        session_interrupt_races_the_command,
+        session_late_interrupt_is_harmless,
+        session_reset_after_exit,
+        session_output_is_exact,
+        session_output_limit,
+        session_close
+    );
+}
+
+/// The session cases on the exec path ([`shellbox_docker::CommandPath::Exec`]: no
+/// supervisor in the container), where the session is one Engine exec on a terminal
+/// ([`shellbox_docker::DockerSession`]). The cases the supervisor's relay adds (a faked
+/// prompt, racing and late interrupts) are not claimed there.
+mod exec_path {
+    use super::*;
+
+    async fn harness(test: &str) -> Option<Harness> {
+        let factory = common::setup(test)
+            .await?
+            .command_path(shellbox_docker::CommandPath::Exec);
+        Some(Harness {
+            factory: Arc::new(factory),
+            spec: common::spec(),
+        })
+    }
+
+    shellbox_core::conformance_tests!(@cases harness;
+        session_state_persists,
+        session_running_then_read,
+        session_write_feeds_read,
+        session_interrupt,
         session_reset_after_exit,
         session_output_is_exact,
         session_output_limit,

@@ -125,7 +125,6 @@ mod packages;
 pub mod plan;
 mod root;
 pub mod seccomp;
-mod session;
 
 /// What the local backend offers ([`shellbox_core::MachineFactory::capabilities`]): Linux
 /// processes with every task capability of the reference (`shell`, `filesystem`, `python`,
@@ -155,4 +154,7 @@ pub use plan::SystemDirectories;
 pub use root::{
     ETC_BOUND_DIRS, ETC_COPIES, ETC_PREFIX, LAYERS_DIR_NAME, ROOT_DIR_NAME, ROOT_PREFIX,
 };
-pub use session::{LocalSession, INTERRUPT_BOUND, SESSION_BUFFER_BYTES, TERMINAL_SIZE};
+/// The local machine's persistent shell session: the supervisor's
+/// [`PtySession`](shellbox_supervisor::session::PtySession) (see there for how it works).
+pub use shellbox_supervisor::session::PtySession as LocalSession;
+pub use shellbox_supervisor::session::{INTERRUPT_BOUND, SESSION_BUFFER_BYTES, TERMINAL_SIZE};

@@ -763,7 +763,7 @@ pub struct LocalMachine {
     /// The machine's sandbox as it starts (begun by the first command), then runs.
     slot: Arc<SandboxSlot>,
     /// The machine's persistent shell session, once opened.
-    session: std::sync::Mutex<Option<Arc<crate::session::LocalSession>>>,
+    session: std::sync::Mutex<Option<Arc<crate::LocalSession>>>,
 }
 
 /// A machine's running sandbox: the supervisor's client.
@@ -1151,7 +1151,7 @@ impl LocalMachine {
         Some(s)
     }
 
-    fn take_session(&self) -> Option<Arc<crate::session::LocalSession>> {
+    fn take_session(&self) -> Option<Arc<crate::LocalSession>> {
         self.session
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -1393,7 +1393,7 @@ impl Machine for LocalMachine {
         if let Some(s) = slot.as_ref().filter(|s| !s.is_closed()) {
             return Ok(s.clone());
         }
-        let s = Arc::new(crate::session::LocalSession::new(
+        let s = Arc::new(crate::LocalSession::new(
             sandbox.client.clone(),
             start,
             plan::SUPERVISOR_PATH,

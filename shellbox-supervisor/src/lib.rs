@@ -19,6 +19,8 @@
 #![warn(missing_docs)]
 
 pub mod proto;
+#[cfg(feature = "session")]
+pub mod session;
 
 use std::collections::HashMap;
 use std::io;

@@ -55,17 +55,35 @@ pub const FAIL_INVALID_INPUT: u8 = 1;
 /// killed keeper).
 pub const FAIL_SYSTEM: u8 = 2;
 
-/// `--pty-relay` input frame: bytes for the terminal.
+/// `--pty-relay` frame, both ways: terminal bytes (input for the terminal on stdin, what
+/// the terminal printed on stdout).
 pub const PTY_DATA: u8 = 1;
 /// `--pty-relay` input frame: a little-endian `u64`, how many more terminal bytes the host
 /// takes; the relay reads the terminal only within the credit granted.
 pub const PTY_CREDIT: u8 = 2;
-/// `--pty-relay` input frame (empty): SIGINT to the terminal's foreground process group,
-/// input not yet delivered dropped.
+/// `--pty-relay` input frame (empty): interrupt the command the shell runs. The relay sends
+/// SIGINT to the terminal's foreground process group once the command has started (its
+/// line written and read), again to each new foreground group (a job the shell forked after
+/// the first signal), and every [`PTY_INTERRUPT_REPEAT_MS`] to the shell itself while it
+/// runs a built-in; input the shell has not read is flushed as the line discipline does
+/// for `^C`. An interrupt that arrives when the shell is back at its prompt (the command
+/// ended first) is dropped: nothing is signalled.
 pub const PTY_INTERRUPT: u8 = 3;
+/// `--pty-relay` input frame: the completion marker's prefix (see [`MarkerScanner`]). Sent
+/// once, first; without it the relay passes the terminal's bytes through and reports no
+/// completions.
+pub const PTY_MARKER: u8 = 4;
+/// `--pty-relay` output frame: the shell is back at its prompt; payload a little-endian
+/// `u64` command number and `i32` status from the marker it printed there. Sent only when
+/// the relay has seen, after the marker, that the shell waits for terminal input with no
+/// job in the foreground and no unread input (so a command that prints a marker, even the
+/// real one, and goes on running does not end its call).
+pub const PTY_DONE: u8 = 5;
+/// How often the relay repeats an interrupt to a shell running a built-in, milliseconds.
+pub const PTY_INTERRUPT_REPEAT_MS: u64 = 500;
 
-/// One frame of a `--pty-relay` process's stdin (carried in [`STDIN`] frames): kind, `u32`
-/// little-endian length, payload.
+/// One frame of a `--pty-relay` process's stdin (carried in [`STDIN`] frames) or stdout:
+/// kind, `u32` little-endian length, payload.
 pub fn pty_frame(kind: u8, payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(5 + payload.len());
     v.push(kind);
@@ -412,5 +430,189 @@ mod tests {
         };
         assert_eq!(Fail::decode(&fail.encode()), Some(fail));
         assert_eq!(Fail::decode(&[]), None);
+    }
+}
+
+/// What [`MarkerScanner::scan`] found next in the terminal's output.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Scan {
+    /// Bytes that are not a marker.
+    Output(Vec<u8>),
+    /// A marker `<prefix><seq>:<status>;`: the command number, the status and the marker's
+    /// own bytes.
+    Marker(u64, i32, Vec<u8>),
+    /// Nothing more until more bytes are pushed.
+    NeedMore,
+}
+
+/// Finds completion markers `<prefix><digits>:<digits>;` in a terminal's byte stream,
+/// holding back only what may be the start of one. The shell of a session prints one at
+/// every prompt (its command number and `$?`).
+#[derive(Debug)]
+pub struct MarkerScanner {
+    prefix: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+/// The longest marker body after the prefix (`<u64>:<i32>;`).
+const MARKER_BODY_MAX: usize = 20 + 1 + 11 + 1;
+
+enum Body {
+    Complete(u64, i32, usize),
+    Incomplete,
+    Invalid,
+}
+
+impl MarkerScanner {
+    /// A scanner for markers starting with `prefix` (not empty).
+    pub fn new(prefix: Vec<u8>) -> Self {
+        MarkerScanner {
+            prefix,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Adds terminal bytes.
+    pub fn push(&mut self, chunk: &[u8]) {
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// As [`MarkerScanner::scan`], at the end of the stream: whatever is held is output.
+    pub fn scan_end(&mut self) -> Scan {
+        match self.scan() {
+            Scan::NeedMore if !self.buf.is_empty() => Scan::Output(std::mem::take(&mut self.buf)),
+            other => other,
+        }
+    }
+
+    /// The next piece of the stream.
+    pub fn scan(&mut self) -> Scan {
+        if self.buf.is_empty() || self.prefix.is_empty() {
+            return if self.buf.is_empty() {
+                Scan::NeedMore
+            } else {
+                Scan::Output(std::mem::take(&mut self.buf))
+            };
+        }
+        let plen = self.prefix.len();
+        match find(&self.buf, &self.prefix) {
+            Some(0) => match parse_body(&self.buf[plen..]) {
+                Body::Complete(seq, status, used) => {
+                    let rest = self.buf.split_off(plen + used);
+                    let raw = std::mem::replace(&mut self.buf, rest);
+                    Scan::Marker(seq, status, raw)
+                }
+                Body::Incomplete => Scan::NeedMore,
+                Body::Invalid => Scan::Output(self.take(plen)),
+            },
+            Some(i) => Scan::Output(self.take(i)),
+            None => {
+                let keep = (1..plen.min(self.buf.len() + 1))
+                    .rev()
+                    .find(|&k| self.buf.ends_with(&self.prefix[..k]))
+                    .unwrap_or(0);
+                let emit = self.buf.len() - keep;
+                if emit == 0 {
+                    Scan::NeedMore
+                } else {
+                    Scan::Output(self.take(emit))
+                }
+            }
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Vec<u8> {
+        let rest = self.buf.split_off(n);
+        std::mem::replace(&mut self.buf, rest)
+    }
+}
+
+fn parse_body(body: &[u8]) -> Body {
+    let mut fields = [0u64; 2];
+    let mut field = 0;
+    let mut digits = 0;
+    for (i, &b) in body.iter().enumerate() {
+        if i > MARKER_BODY_MAX {
+            return Body::Invalid;
+        }
+        match b {
+            b'0'..=b'9' => {
+                digits += 1;
+                fields[field] = match fields[field]
+                    .checked_mul(10)
+                    .and_then(|v| v.checked_add(u64::from(b - b'0')))
+                {
+                    Some(v) => v,
+                    None => return Body::Invalid,
+                };
+            }
+            b':' if field == 0 && digits > 0 => {
+                field = 1;
+                digits = 0;
+            }
+            b';' if field == 1 && digits > 0 => {
+                let Ok(status) = i32::try_from(fields[1]) else {
+                    return Body::Invalid;
+                };
+                return Body::Complete(fields[0], status, i + 1);
+            }
+            _ => return Body::Invalid,
+        }
+    }
+    Body::Incomplete
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod scanner_tests {
+    use super::*;
+
+    #[test]
+    fn scanner_finds_markers_split_anywhere() {
+        let stream = b"out SBab:1:0 SBabc:x SBabc:7:13;rest SBab".to_vec();
+        for split in 0..stream.len() {
+            let mut s = MarkerScanner::new(b"SBabc:".to_vec());
+            let mut found = Vec::new();
+            let mut text = Vec::new();
+            for part in [&stream[..split], &stream[split..]] {
+                s.push(part);
+                loop {
+                    match s.scan() {
+                        Scan::Output(b) => text.extend_from_slice(&b),
+                        Scan::Marker(n, st, raw) => {
+                            assert_eq!(raw, b"SBabc:7:13;");
+                            found.push((n, st, text.len()))
+                        }
+                        Scan::NeedMore => break,
+                    }
+                }
+            }
+            assert_eq!(found, [(7, 13, 21)], "split at {split}");
+            assert_eq!(text, b"out SBab:1:0 SBabc:x rest ".to_vec());
+            assert_eq!(s.scan_end(), Scan::Output(b"SBab".to_vec()));
+        }
+    }
+
+    #[test]
+    fn scanner_refuses_overlong_and_overflowing_bodies() {
+        let mut s = MarkerScanner::new(b"SB:".to_vec());
+        s.push(b"SB:99999999999999999999999:0;SB:1:99999999999;SB:1:2;");
+        let mut markers = Vec::new();
+        let mut text = Vec::new();
+        loop {
+            match s.scan_end() {
+                Scan::Output(b) => text.extend_from_slice(&b),
+                Scan::Marker(n, st, _) => markers.push((n, st)),
+                Scan::NeedMore => break,
+            }
+        }
+        assert_eq!(markers, [(1, 2)]);
+        assert_eq!(
+            text,
+            b"SB:99999999999999999999999:0;SB:1:99999999999;".to_vec()
+        );
     }
 }

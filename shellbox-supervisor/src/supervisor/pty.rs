@@ -11,11 +11,23 @@
 //!   stdin, stdout and stderr (one merged stream).
 //! - Input (stdin of this process) is frames ([`proto::pty_frame`]): `PTY_DATA` bytes for the
 //!   terminal, `PTY_CREDIT` (u64: how many more terminal bytes the host will take),
-//!   `PTY_INTERRUPT` (SIGINT to the terminal's foreground process group, pending input
-//!   dropped, as the line discipline does for `^C`).
-//! - Output (stdout) is the terminal's bytes, never more than the credit granted: without
-//!   credit the terminal is not read, so a program writing more blocks on it, as on any
-//!   terminal nobody reads.
+//!   `PTY_INTERRUPT` (see [`proto::PTY_INTERRUPT`]), `PTY_MARKER` (the completion marker's
+//!   prefix).
+//! - Output (stdout) is frames too: `PTY_DATA` with the terminal's bytes, never more than the
+//!   credit granted (without credit the terminal is not read, so a program writing more
+//!   blocks on it, as on any terminal nobody reads), and `PTY_DONE` when the shell is back
+//!   at its prompt. The shell prints a marker `<prefix><k>:<status>;` at each prompt; the
+//!   relay takes it out of the output and holds it (and what follows it, up to 64 KiB)
+//!   until it sees from outside the shell that the shell really waits at a prompt: the
+//!   terminal's foreground process group is the shell's, no written input is unread, and
+//!   `/proc/PID/syscall` shows the shell blocked reading fd 0. Then it sends `PTY_DONE`
+//!   (k, status) followed by what it held. A marker printed by a command that then goes on
+//!   running is never confirmed, so it passes on as output; the one way left to fake a
+//!   prompt is a command that prints the marker and then itself blocks reading the
+//!   terminal in the foreground (the shell's `read`), which only stalls its own session.
+//!   Checks back off from 50 µs to 10 ms while a marker waits.
+//! - The relay keeps a descriptor of the terminal (not as its controlling terminal) for
+//!   those checks, and is not dumpable, so commands cannot read its memory.
 //! - This process is a child subreaper: when PROGRAM exits (or stdin ends), every process
 //!   left on the session (background jobs, `setsid` and double-fork escapees, which all
 //!   reparent here) is SIGKILLed and reaped; then it exits with PROGRAM's status (128+N for
@@ -31,12 +43,19 @@ extern "C" {
     fn ioctl(fd: c_int, req: u64, ...) -> c_int;
     fn execv(path: *const i8, argv: *const *const i8) -> c_int;
     fn getpid() -> c_int;
+    fn ppoll(fds: *mut PollFd, n: u64, timeout: *const Timespec, sigmask: *const u64) -> c_int;
+}
+
+#[repr(C)]
+struct Timespec {
+    sec: i64,
+    nsec: i64,
 }
 
 use super::{
-    close, dup2, errno, fcntl, fork, kill, open, pipe2, poll, prctl, raw_write_all, read, setsid,
+    close, dup2, errno, fcntl, fork, kill, open, pipe2, prctl, raw_write_all, read, setsid,
     signal, waitpid, write, PollFd, _exit, EAGAIN, EINTR, F_GETFL, F_SETFL, O_CLOEXEC,
-    O_NONBLOCK, O_RDWR, POLLIN, POLLOUT, PR_SET_CHILD_SUBREAPER, SIGKILL,
+    O_NONBLOCK, O_RDWR, POLLIN, POLLOUT, PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, SIGKILL,
 };
 
 const O_NOCTTY: c_int = 0o400;
@@ -48,6 +67,9 @@ const TIOCSWINSZ: u64 = 0x5414;
 const TIOCGPTN: u64 = 0x8004_5430;
 const TIOCSPTLCK: u64 = 0x4004_5431;
 const TIOCGPTPEER: u64 = 0x5441;
+const TIOCINQ: u64 = 0x541B;
+const TCFLSH: u64 = 0x540B;
+const TCIFLUSH: u64 = 0;
 const ECHO: u32 = 0o10;
 const ECHOE: u32 = 0o20;
 const ECHOK: u32 = 0o40;
@@ -238,132 +260,464 @@ pub(crate) fn main() -> ! {
             execv(argv[0], argv.as_ptr());
             fail("exec");
         }
-        close(slave);
+        // The relay keeps its own descriptor of the terminal (not as its controlling
+        // terminal) to see how much input waits unread and to flush it on an interrupt.
         let fl = fcntl(master, F_GETFL);
         fcntl(master, F_SETFL, fl | O_NONBLOCK);
-        relay(master, chld[0], pid)
+        // Nothing of this process is for a command to read (its memory holds the marker).
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        Relay::new(master, slave, pid).run(chld[0])
     }
 }
 
-/// The relay loop (see the module docs); never returns.
-fn relay(master: c_int, chld_r: c_int, main: c_int) -> ! {
-    let mut credit: u64 = 0;
-    let mut input: Vec<u8> = Vec::new();
-    let mut frames: Vec<u8> = Vec::new();
-    let mut master_open = true;
-    let mut status: Option<c_int> = None;
-    let mut buf = vec![0u8; proto::CHUNK_BYTES];
-    while status.is_none() {
-        let mut fds = [
-            PollFd {
-                fd: 0,
-                events: POLLIN,
-                revents: 0,
-            },
-            PollFd {
-                fd: if master_open { master } else { -1 },
-                events: (if credit > 0 { POLLIN } else { 0 })
-                    | (if input.is_empty() { 0 } else { POLLOUT }),
-                revents: 0,
-            },
-            PollFd {
-                fd: chld_r,
-                events: POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: poll over a live array.
-        let r = unsafe { poll(fds.as_mut_ptr(), fds.len() as u64, 1000) };
-        if r < 0 && errno() != EINTR {
-            break;
+
+/// The system calls a shell waits for its next input line in: `read` (then only from fd
+/// 0), or one of the polling calls line editors use.
+#[cfg(target_arch = "x86_64")]
+const READ_NR: i64 = 0;
+#[cfg(target_arch = "x86_64")]
+const POLL_NRS: &[i64] = &[7, 23, 270, 271];
+#[cfg(target_arch = "aarch64")]
+const READ_NR: i64 = 63;
+#[cfg(target_arch = "aarch64")]
+const POLL_NRS: &[i64] = &[72, 73];
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const READ_NR: i64 = -1;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const POLL_NRS: &[i64] = &[];
+
+/// Whether process `pid` is blocked waiting for terminal input: `/proc/PID/syscall` names
+/// a `read` of fd 0 (or a poll) it sleeps in ("running" while it runs).
+fn waits_for_input(pid: c_int) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) else {
+        return false;
+    };
+    let mut fields = text.split_whitespace();
+    let Some(Ok(nr)) = fields.next().map(|f| f.parse::<i64>()) else {
+        return false;
+    };
+    if nr == READ_NR {
+        return fields.next() == Some("0x0");
+    }
+    POLL_NRS.contains(&nr)
+}
+
+/// Whether the leader of process group `group` runs another program than the shell `main`
+/// (it has exec'd; a forked copy of the shell has not). A leader that is gone counts as
+/// exec'd (the group's other members run on).
+fn execed(group: c_int, main: c_int) -> bool {
+    match (
+        std::fs::read_link(format!("/proc/{group}/exe")),
+        std::fs::read_link(format!("/proc/{main}/exe")),
+    ) {
+        (Ok(a), Ok(b)) => a != b,
+        _ => true,
+    }
+}
+
+/// A completion marker seen in the output, not yet confirmed by the shell's state.
+struct Pending {
+    seq: u64,
+    status: i32,
+    raw: Vec<u8>,
+    /// Output that came after it, held until it is confirmed (then it follows
+    /// [`proto::PTY_DONE`]) or found to be text (then it follows `raw` as output).
+    held: Vec<u8>,
+    /// When the next check of the shell's state is due, and the wait after that one.
+    next_check: std::time::Instant,
+    backoff: std::time::Duration,
+}
+
+/// Output held behind an unconfirmed marker at most; past it the marker is taken as text.
+const HELD_MAX: usize = 64 * 1024;
+/// How long after writing input the relay takes a shell that waits for input with none
+/// queued to have read it (the terminal hands written bytes on asynchronously).
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// An interrupt the host asked for, not yet resolved by the shell's prompt.
+struct Interrupt {
+    /// The process group signalled last (0: none yet) and when.
+    signalled: c_int,
+    sent_at: std::time::Instant,
+    /// Whether that group's leader ran its own program when it was signalled.
+    after_exec: bool,
+}
+
+/// The relay's state (see the module docs).
+struct Relay {
+    master: c_int,
+    slave: c_int,
+    main: c_int,
+    credit: u64,
+    input: Vec<u8>,
+    frames: Vec<u8>,
+    scanner: Option<proto::MarkerScanner>,
+    pending: Option<Pending>,
+    /// The shell is at its prompt: a marker was confirmed and no input came since.
+    idle: bool,
+    last_write: std::time::Instant,
+    interrupt: Option<Interrupt>,
+    /// Since when an interrupt has seen the shell reading the terminal, uninterrupted.
+    reading_since: Option<std::time::Instant>,
+}
+
+impl Relay {
+    fn new(master: c_int, slave: c_int, main: c_int) -> Self {
+        Relay {
+            master,
+            slave,
+            main,
+            credit: 0,
+            input: Vec::new(),
+            frames: Vec::new(),
+            scanner: None,
+            pending: None,
+            idle: false,
+            last_write: std::time::Instant::now(),
+            interrupt: None,
+            reading_since: None,
         }
-        if fds[2].revents != 0 {
-            let mut junk = [0u8; 64];
-            // SAFETY: reading into a live buffer.
-            unsafe { read(chld_r, junk.as_mut_ptr(), junk.len()) };
+    }
+
+    fn emit(kind: u8, payload: &[u8]) {
+        if kind == proto::PTY_DATA && payload.is_empty() {
+            return;
         }
-        reap(main, &mut status);
-        if fds[0].revents != 0 {
-            // SAFETY: reading into a live buffer.
-            let n = unsafe { read(0, buf.as_mut_ptr(), buf.len()) };
-            if n > 0 {
-                frames.extend_from_slice(&buf[..n as usize]);
-                let mut at = 0;
-                while let Some((kind, payload, used)) = proto::parse_pty_frame(&frames[at..]) {
-                    match kind {
-                        proto::PTY_DATA => input.extend_from_slice(payload),
-                        proto::PTY_CREDIT => {
-                            let mut a = [0u8; 8];
-                            if payload.len() == 8 {
-                                a.copy_from_slice(payload);
-                                credit = credit.saturating_add(u64::from_le_bytes(a));
-                            }
-                        }
-                        proto::PTY_INTERRUPT => {
-                            input.clear();
-                            let mut pgrp: c_int = 0;
-                            // SAFETY: ioctl into a local; kill(2) of the terminal's
-                            // foreground group (processes of this session).
-                            unsafe {
-                                if ioctl(master, TIOCGPGRP, &mut pgrp as *mut c_int) == 0 && pgrp > 0 {
-                                    kill(-pgrp, SIGINT);
-                                }
-                            }
-                        }
-                        _ => {}
-                    }
-                    at += used;
+        raw_write_all(1, &proto::pty_frame(kind, payload));
+    }
+
+    /// Output that is not a marker: behind a pending marker it is held.
+    fn text(&mut self, b: Vec<u8>) {
+        match &mut self.pending {
+            Some(p) => {
+                p.held.extend_from_slice(&b);
+                if p.held.len() > HELD_MAX {
+                    self.drop_pending();
                 }
-                frames.drain(..at);
-            } else if n == 0 || (errno() != EINTR && errno() != EAGAIN) {
-                // The host is gone: end the session.
+            }
+            None => Self::emit(proto::PTY_DATA, &b),
+        }
+    }
+
+    /// The pending marker was text: out it goes, with what followed it.
+    fn drop_pending(&mut self) {
+        if let Some(p) = self.pending.take() {
+            Self::emit(proto::PTY_DATA, &p.raw);
+            Self::emit(proto::PTY_DATA, &p.held);
+        }
+    }
+
+    /// Terminal bytes read from the master.
+    fn output(&mut self, b: &[u8], end: bool) {
+        let Some(mut scanner) = self.scanner.take() else {
+            Self::emit(proto::PTY_DATA, b);
+            return;
+        };
+        scanner.push(b);
+        loop {
+            let scan = if end {
+                scanner.scan_end()
+            } else {
+                scanner.scan()
+            };
+            match scan {
+                proto::Scan::Output(b) => self.text(b),
+                proto::Scan::Marker(seq, status, raw) => {
+                    self.drop_pending();
+                    self.pending = Some(Pending {
+                        seq,
+                        status,
+                        raw,
+                        held: Vec::new(),
+                        next_check: std::time::Instant::now(),
+                        backoff: std::time::Duration::from_micros(50),
+                    });
+                }
+                proto::Scan::NeedMore => break,
+            }
+        }
+        self.scanner = Some(scanner);
+    }
+
+    fn foreground(&self) -> c_int {
+        let mut pgrp: c_int = 0;
+        // SAFETY: ioctl into a local.
+        if unsafe { ioctl(self.master, TIOCGPGRP, &mut pgrp as *mut c_int) } == 0 {
+            pgrp
+        } else {
+            0
+        }
+    }
+
+    fn unread_input(&self) -> c_int {
+        let mut n: c_int = 0;
+        // SAFETY: ioctl into a local.
+        if unsafe { ioctl(self.slave, TIOCINQ, &mut n as *mut c_int) } == 0 {
+            n
+        } else {
+            0
+        }
+    }
+
+    /// The shell waits at a prompt: it is in the foreground, blocked reading the terminal,
+    /// with nothing written to it unread.
+    fn at_prompt(&self) -> bool {
+        self.input.is_empty()
+            && self.foreground() == self.main
+            && self.unread_input() == 0
+            && waits_for_input(self.main)
+    }
+
+    /// Confirms a pending marker when its check is due and the shell is at its prompt.
+    fn check_pending(&mut self) {
+        let now = std::time::Instant::now();
+        let Some(p) = &mut self.pending else {
+            return;
+        };
+        if now < p.next_check {
+            return;
+        }
+        p.next_check = now + p.backoff;
+        p.backoff = (p.backoff * 2).min(std::time::Duration::from_millis(10));
+        if !self.at_prompt() {
+                return;
+        }
+        let Some(p) = self.pending.take() else {
+            return;
+        };
+        let mut done = p.seq.to_le_bytes().to_vec();
+        done.extend_from_slice(&p.status.to_le_bytes());
+        Self::emit(proto::PTY_DONE, &done);
+        Self::emit(proto::PTY_DATA, &p.held);
+        self.idle = true;
+        self.interrupt = None;
+    }
+
+    /// Carries out a requested interrupt (see [`proto::PTY_INTERRUPT`]).
+    fn check_interrupt(&mut self) {
+        if self.interrupt.is_none() {
+            return;
+        }
+        if self.idle {
+            self.interrupt = None;
+            return;
+        }
+        if !self.input.is_empty() || self.pending.is_some() {
+            // The command line is not in the terminal yet, or the shell may be back.
+            return;
+        }
+        let now = std::time::Instant::now();
+        let fg = self.foreground();
+        let target = if fg > 0 && fg != self.main {
+            Some(fg)
+        } else if self.unread_input() > 0 || now.duration_since(self.last_write) < SETTLE {
+            // The shell has not read all of its command line yet (it reads a byte at a
+            // time; a signal now would cut the line).
+            None
+        } else if waits_for_input(self.main) {
+            // The shell reads the terminal with its line read: a built-in reading input
+            // (`read`), or its prompt with the marker still on its way; only the first
+            // stays so.
+            let since = *self.reading_since.get_or_insert(now);
+            (now.duration_since(since) >= SETTLE).then_some(self.main)
+        } else {
+            self.reading_since = None;
+            Some(self.main)
+        };
+        let Some(group) = target else {
+            return;
+        };
+        let Some(int) = &mut self.interrupt else {
+            return;
+        };
+        let repeat = std::time::Duration::from_millis(proto::PTY_INTERRUPT_REPEAT_MS);
+        let again = if int.signalled == 0 {
+            true
+        } else if group != self.main {
+            if group != int.signalled {
+                // A job the shell started after the last signal (it was still forking it).
+                true
+            } else if !int.after_exec {
+                // A job signalled between its fork and its exec may have swallowed the
+                // signal in the shell's handler: again once it runs its program (and
+                // now and then while it stays a copy of the shell, a subshell).
+                execed(group, self.main)
+                    || now >= int.sent_at + std::time::Duration::from_millis(100)
+            } else {
+                false
+            }
+        } else {
+            // The shell itself runs a built-in: again, now and then; but not when it just
+            // took the terminal back from a job that was signalled.
+            int.signalled == self.main && now >= int.sent_at + repeat
+        };
+        if again {
+            // SAFETY: ioctl on our own descriptor; kill(2) of the terminal's foreground
+            // group (processes of this session).
+            unsafe {
+                ioctl(self.slave, TCFLSH, TCIFLUSH);
+                kill(-group, SIGINT);
+            }
+            int.after_exec = group != self.main && execed(group, self.main);
+            int.signalled = group;
+            int.sent_at = now;
+        }
+    }
+
+    /// Handles the host's frames in `self.frames`; `false` when the host is gone.
+    fn host_frames(&mut self) {
+        let mut at = 0;
+        while let Some((kind, payload, used)) = proto::parse_pty_frame(&self.frames[at..]) {
+            match kind {
+                proto::PTY_DATA => {
+                    self.input.extend_from_slice(payload);
+                    if !payload.is_empty() {
+                        self.idle = false;
+                    }
+                }
+                proto::PTY_CREDIT => {
+                    let mut a = [0u8; 8];
+                    if payload.len() == 8 {
+                        a.copy_from_slice(payload);
+                        self.credit = self.credit.saturating_add(u64::from_le_bytes(a));
+                    }
+                }
+                proto::PTY_INTERRUPT => {
+                    self.reading_since = None;
+                    if self.interrupt.is_none() {
+                        self.interrupt = Some(Interrupt {
+                            signalled: 0,
+                            sent_at: std::time::Instant::now(),
+                            after_exec: false,
+                        });
+                    }
+                }
+                proto::PTY_MARKER if !payload.is_empty() && self.scanner.is_none() => {
+                    self.scanner = Some(proto::MarkerScanner::new(payload.to_vec()));
+                }
+                _ => {}
+            }
+            at += used;
+        }
+        self.frames.drain(..at);
+    }
+
+    /// How long the next poll may sleep.
+    fn poll_wait(&self) -> Timespec {
+        let mut wait = std::time::Duration::from_secs(1);
+        if let Some(p) = &self.pending {
+            wait = wait.min(p.next_check.saturating_duration_since(std::time::Instant::now()));
+        }
+        if self.interrupt.is_some() {
+            wait = wait.min(std::time::Duration::from_millis(1));
+        }
+        Timespec {
+            sec: wait.as_secs() as i64,
+            nsec: i64::from(wait.subsec_nanos()),
+        }
+    }
+
+    /// The relay loop (see the module docs); never returns.
+    fn run(mut self, chld_r: c_int) -> ! {
+        let mut master_open = true;
+        let mut status: Option<c_int> = None;
+        let mut buf = vec![0u8; proto::CHUNK_BYTES];
+        while status.is_none() {
+            let mut fds = [
+                PollFd {
+                    fd: 0,
+                    events: POLLIN,
+                    revents: 0,
+                },
+                PollFd {
+                    fd: if master_open { self.master } else { -1 },
+                    events: (if self.credit > 0 { POLLIN } else { 0 })
+                        | (if self.input.is_empty() { 0 } else { POLLOUT }),
+                    revents: 0,
+                },
+                PollFd {
+                    fd: chld_r,
+                    events: POLLIN,
+                    revents: 0,
+                },
+            ];
+            let wait = self.poll_wait();
+            // SAFETY: ppoll over a live array with a live timeout, no mask change.
+            let r = unsafe { ppoll(fds.as_mut_ptr(), fds.len() as u64, &wait, std::ptr::null()) };
+            if r < 0 && errno() != EINTR {
                 break;
             }
-        }
-        if master_open && fds[1].revents != 0 {
-            if !input.is_empty() {
-                match write_some(master, &input) {
-                    Ok(n) => {
-                        input.drain(..n);
-                    }
-                    Err(e) if e == EAGAIN || e == EINTR => {}
-                    Err(_) => input.clear(),
+            if fds[2].revents != 0 {
+                let mut junk = [0u8; 64];
+                // SAFETY: reading into a live buffer.
+                unsafe { read(chld_r, junk.as_mut_ptr(), junk.len()) };
+            }
+            reap(self.main, &mut status);
+            if fds[0].revents != 0 {
+                // SAFETY: reading into a live buffer.
+                let n = unsafe { read(0, buf.as_mut_ptr(), buf.len()) };
+                if n > 0 {
+                    self.frames.extend_from_slice(&buf[..n as usize]);
+                    self.host_frames();
+                } else if n == 0 || (errno() != EINTR && errno() != EAGAIN) {
+                    // The host is gone: end the session.
+                    break;
                 }
             }
-            if credit > 0 {
-                let want = (credit.min(buf.len() as u64)) as usize;
-                // SAFETY: reading into a live buffer.
-                let n = unsafe { read(master, buf.as_mut_ptr(), want) };
-                if n > 0 {
-                    credit -= n as u64;
-                    raw_write_all(1, &buf[..n as usize]);
-                } else if n == 0 || (errno() != EINTR && errno() != EAGAIN) {
-                    // EIO: no process holds the terminal any more.
+            if master_open && fds[1].revents != 0 {
+                if !self.input.is_empty() {
+                    match write_some(self.master, &self.input) {
+                        Ok(n) => {
+                            self.input.drain(..n);
+                            if n > 0 {
+                                self.last_write = std::time::Instant::now();
+                            }
+                        }
+                        Err(e) if e == EAGAIN || e == EINTR => {}
+                        Err(_) => self.input.clear(),
+                    }
+                }
+                if self.credit > 0 {
+                    let want = (self.credit.min(buf.len() as u64)) as usize;
+                    // SAFETY: reading into a live buffer.
+                    let n = unsafe { read(self.master, buf.as_mut_ptr(), want) };
+                    if n > 0 {
+                        self.credit -= n as u64;
+                        let chunk = buf[..n as usize].to_vec();
+                        self.output(&chunk, false);
+                    } else if n == 0 || (errno() != EINTR && errno() != EAGAIN) {
+                        // EIO: the terminal was hung up.
+                        master_open = false;
+                    }
+                } else if fds[1].revents & (POLLIN | POLLOUT) == 0 {
+                    // Hang-up with no credit to read: nothing holds the terminal.
                     master_open = false;
                 }
-            } else if fds[1].revents & (POLLIN | POLLOUT) == 0 {
-                // Hang-up with no credit to read: nothing holds the terminal.
-                master_open = false;
+            }
+            self.check_pending();
+            self.check_interrupt();
+        }
+        // The program ended (or the host went away): what it wrote last is in the terminal.
+        if master_open && status.is_some() {
+            let mut budget = 1usize << 20;
+            while self.credit > 0 && budget > 0 {
+                let want = (self.credit.min(buf.len() as u64)) as usize;
+                // SAFETY: reading into a live buffer.
+                let n = unsafe { read(self.master, buf.as_mut_ptr(), want) };
+                if n <= 0 {
+                    break;
+                }
+                self.credit -= n as u64;
+                budget = budget.saturating_sub(n as usize);
+                let chunk = buf[..n as usize].to_vec();
+                self.output(&chunk, false);
             }
         }
+        self.output(&[], true);
+        self.drop_pending();
+        kill_all(self.main, &mut status);
+        let code = status.map(exit_code).unwrap_or(1);
+        // SAFETY: _exit ends the process.
+        unsafe { _exit(code) }
     }
-    // The program ended (or the host went away): what it wrote last is in the terminal.
-    if master_open && status.is_some() {
-        let mut budget = 1usize << 20;
-        while credit > 0 && budget > 0 {
-            let want = (credit.min(buf.len() as u64)) as usize;
-            // SAFETY: reading into a live buffer.
-            let n = unsafe { read(master, buf.as_mut_ptr(), want) };
-            if n <= 0 {
-                break;
-            }
-            credit -= n as u64;
-            budget = budget.saturating_sub(n as usize);
-            raw_write_all(1, &buf[..n as usize]);
-        }
-    }
-    kill_all(main, &mut status);
-    let code = status.map(exit_code).unwrap_or(1);
-    // SAFETY: _exit ends the process.
-    unsafe { _exit(code) }
 }

@@ -1,15 +1,17 @@
-//! The persistent shell session of a local machine: one shell on a pseudo-terminal of the
-//! machine, started by the machine's supervisor as an ordinary command.
+//! A persistent, interactive shell session over a machine's supervisor: one shell on a
+//! pseudo-terminal of the machine, run by the supervisor's `--pty-relay` mode as an ordinary
+//! command (the local and docker backends' [`ShellSession`]). Built with the `session`
+//! feature.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::proto::{self, pty_frame, PTY_CREDIT, PTY_DATA, PTY_DONE, PTY_INTERRUPT, PTY_MARKER};
+use crate::{Client, Input, Reply, Running};
 use bytes::{Bytes, BytesMut};
 use shellbox_core::{async_trait, Error, OutputLimiter, ShellSession, ShellStatus, ShellUpdate};
-use shellbox_supervisor::proto::{self, pty_frame, PTY_CREDIT, PTY_DATA, PTY_INTERRUPT};
-use shellbox_supervisor::{Client, Input, Reply, Running};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -125,35 +127,42 @@ enum Phase {
     Closed,
 }
 
-/// The persistent shell of a [`LocalMachine`](crate::LocalMachine)
-/// ([`Machine::open_shell`](shellbox_core::Machine::open_shell)), interactive
-/// (REFERENCE.md section 2).
+/// A persistent interactive shell of a machine whose commands run over a supervisor
+/// ([`Machine::open_shell`](shellbox_core::Machine::open_shell) of the local and docker
+/// backends; REFERENCE.md section 2).
 ///
 /// # How it works
 ///
-/// The machine's supervisor starts, as an ordinary command of the machine (its account,
-/// environment with `TERM=xterm` unless the spec sets one, the workdir, no capabilities,
-/// `no_new_privs`, its seccomp filter, namespaces and pids cgroup, the per-command rlimits
-/// without a CPU limit), its own program in `--pty-relay` mode: it opens a
+/// The machine's supervisor starts, as an ordinary command of the machine (the `start`
+/// request the backend gives: its account, environment, working directory and whatever
+/// confinement its commands get), its own program in `--pty-relay` mode: it opens a
 /// pseudo-terminal of the machine's `devpts` (24×80, echo off, output processing off so
 /// `\n` stays `\n`, flow control off; canonical input, signals on) and runs
 /// `bash --noprofile --norc --noediting -i` (or `sh -i` where there is no bash) on it as a
 /// new session with the terminal as its controlling terminal and its stdin, stdout and
-/// stderr (merged, as on any terminal). The relay's stdin carries framed input (terminal
-/// bytes, read credit, interrupt) and its stdout the terminal's bytes.
+/// stderr (merged, as on any terminal). The relay's stdin and stdout carry frames
+/// ([`proto::PTY_DATA`] and the others): terminal bytes, read credit, interrupt, the
+/// marker prefix; terminal bytes and completions.
 ///
-/// - **Completion** (as on docker): each command gets a sequence number `k`; the shell
-///   prints `SB<nonce>:<k>:<$?>;` whenever it is back at its prompt (`PROMPT_COMMAND` in
-///   bash, `PS1` in sh), the nonce 32 random hex digits per session, in no output or file,
-///   so printing look-alikes cannot end a command. The first marker of the current `k` is
-///   removed from the output and ends the call `Completed` with its status.
+/// - **Completion**: each command gets a sequence number `k`; the shell prints
+///   `SB<nonce>:<k>:<$?>;` whenever it is back at its prompt (`PROMPT_COMMAND` in bash,
+///   `PS1` in sh), the nonce 32 random hex digits per session. The relay takes the marker
+///   out of the output and reports it ([`proto::PTY_DONE`]) only once it has seen from
+///   outside the shell that the shell waits at its prompt (foreground, blocked reading the
+///   terminal, no unread input). Printed look-alikes cannot end a command, nor can a command
+///   that prints the real marker (read from `$PROMPT_COMMAND`) and goes on running: that
+///   marker is passed on as output. The `PTY_DONE` of the current `k` ends the call
+///   `Completed` with its status; others (a prompt for stray input) are dropped.
 /// - **Sending a command**: one line `__shellbox_seq=k; eval '<command>'` (heredocs and
 ///   several lines are one `eval`; a syntax error is one failed command with 2), as octal
 ///   escapes through `printf` when it holds control bytes or lines over 1000 bytes.
-/// - **Interrupt**: the relay sends SIGINT to the terminal's foreground process group and
-///   drops input not yet delivered (what the line discipline does for `^C`); a shell not
-///   back at its prompt within [`INTERRUPT_BOUND`] is killed with everything it started,
-///   and the call reports `Reset`.
+/// - **Interrupt**: the relay sends SIGINT to the terminal's foreground process group once
+///   the command line was read, to each new foreground group after that (a job the shell
+///   was still forking), and repeatedly to the shell itself while it runs a built-in,
+///   flushing unread input as `^C` does; an interrupt that meets the shell already back at
+///   its prompt signals nothing (the call then completes with the command's own status).
+///   A shell not back at its prompt within [`INTERRUPT_BOUND`] is killed with everything it
+///   started, and the call reports `Reset`.
 /// - **Reset**: when the shell exits (`exit`, killed), the relay kills every process left
 ///   on the session (it is their child subreaper, so `setsid` and double-fork escapees
 ///   are found too); the call reports `Reset` and the next `execute` starts a fresh shell
@@ -163,8 +172,8 @@ enum Phase {
 ///   between calls blocks until the next call; within a call, bytes past its
 ///   `output_limit_bytes` are read and dropped (`truncated`).
 /// - **Close**: the session's processes are killed (the supervisor kills the relay's
-///   whole subtree); closing the machine kills its cgroup, the session in it.
-pub struct LocalSession {
+///   whole subtree).
+pub struct PtySession {
     /// The machine's supervisor; `None` once closed.
     client: Mutex<Option<Client>>,
     start: proto::Start,
@@ -178,9 +187,9 @@ pub struct LocalSession {
     calls: tokio::sync::Mutex<()>,
 }
 
-impl std::fmt::Debug for LocalSession {
+impl std::fmt::Debug for PtySession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalSession")
+        f.debug_struct("PtySession")
             .field("phase", &self.phase())
             .finish_non_exhaustive()
     }
@@ -214,10 +223,12 @@ fn nonce() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-impl LocalSession {
+impl PtySession {
     /// A session whose shells the machine's supervisor `client` starts with `start`
-    /// (argv replaced by the relay's).
-    pub(crate) fn new(client: Client, mut start: proto::Start, relay_path: &str) -> Self {
+    /// (argv replaced by the relay's, its output limit by the session's per-call ones),
+    /// `relay_path` being where the supervisor program is inside the machine (executable
+    /// by `start`'s account). Nothing starts until the first `execute`.
+    pub fn new(client: Client, mut start: proto::Start, relay_path: &str) -> Self {
         let (rows, cols) = TERMINAL_SIZE;
         start.argv = [
             relay_path,
@@ -234,7 +245,7 @@ impl LocalSession {
         .collect();
         // The session's limit is per call, applied here.
         start.output_limit_bytes = u64::MAX;
-        LocalSession {
+        PtySession {
             client: Mutex::new(Some(client)),
             start,
             prefix: format!("SB{}:", nonce()).into_bytes(),
@@ -257,7 +268,7 @@ impl LocalSession {
     }
 
     /// Whether the session was closed (by its own close or its machine's).
-    pub(crate) fn is_closed(&self) -> bool {
+    pub fn is_closed(&self) -> bool {
         self.phase() == Phase::Closed
     }
 
@@ -274,8 +285,9 @@ impl LocalSession {
     }
 
     /// Marks the session closed and kills its shell; returns the shell's reading task to
-    /// wait for. Used by the machine's close too.
-    pub(crate) fn shut(&self) -> Option<Arc<tokio::task::JoinHandle<()>>> {
+    /// wait for (it ends when the supervisor confirms the shell's processes are gone).
+    /// For the machine's own close.
+    pub fn shut(&self) -> Option<Arc<tokio::task::JoinHandle<()>>> {
         *self.phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Closed;
         self.client.lock().unwrap_or_else(|e| e.into_inner()).take();
         let shell = self
@@ -308,6 +320,7 @@ impl LocalSession {
             .clone()
             .ok_or(Error::Closed)?;
         let mut first = pty_frame(PTY_CREDIT, &SESSION_BUFFER_BYTES.to_le_bytes());
+        first.extend_from_slice(&pty_frame(PTY_MARKER, &self.prefix));
         first.extend_from_slice(&pty_frame(PTY_DATA, self.init_line().as_bytes()));
         let running = client.start_open(&self.start, &first).map_err(|e| {
             if self.is_closed() {
@@ -324,12 +337,7 @@ impl LocalSession {
             }),
             notify: Notify::new(),
         });
-        let task = tokio::spawn(pump(
-            running,
-            queue.clone(),
-            self.prefix.clone(),
-            input.clone(),
-        ));
+        let task = tokio::spawn(pump(running, queue.clone(), input.clone()));
         let shell = ShellHandle {
             queue,
             input,
@@ -481,7 +489,7 @@ impl LocalSession {
                     });
                 }
                 _ = sleep_until_opt(interrupt_deadline) => {
-                    tracing::debug!(target: "shellbox_local", "the shell did not come back within {INTERRUPT_BOUND:?} of an interrupt: replacing it");
+                    tracing::debug!(target: "shellbox_supervisor", "the shell did not come back within {INTERRUPT_BOUND:?} of an interrupt: replacing it");
                     return self.reset(out, &limiter);
                 }
             }
@@ -509,10 +517,10 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
     }
 }
 
-/// Reads one shell's replies into its queue, splitting out the completion markers, until
-/// the shell's process ends or the session drops it.
-async fn pump(mut running: Running, queue: Arc<Queue>, prefix: Vec<u8>, input: Input) {
-    let mut scanner = Scanner::new(prefix);
+/// Reads one shell's relay frames into its queue until the shell's process ends or the
+/// session drops it.
+async fn pump(mut running: Running, queue: Arc<Queue>, input: Input) {
+    let mut frames = BytesMut::new();
     loop {
         let reply = running.next().await;
         let (more, last) = {
@@ -525,28 +533,37 @@ async fn pump(mut running: Running, queue: Arc<Queue>, prefix: Vec<u8>, input: I
                 continue;
             }
             let last = match reply {
+                Some(Reply::Output(crate::OutputStream::Stdout, b)) => {
+                    frames.extend_from_slice(&b);
+                    false
+                }
+                // The relay's own complaints (it could not set the terminal up).
                 Some(Reply::Output(_, b)) => {
-                    st.received += b.len() as u64;
-                    scanner.push(&b);
+                    st.bytes += b.len() as u64;
+                    st.items.push_back(Item::Output(b));
                     false
                 }
                 _ => true,
             };
-            loop {
-                let scan = if last {
-                    scanner.next_any()
-                } else {
-                    scanner.next()
-                };
-                match scan {
-                    Scan::Output(b) => {
-                        st.bytes += b.len() as u64;
-                        st.items.push_back(Item::Output(b));
+            let mut at = 0;
+            while let Some((kind, payload, used)) = proto::parse_pty_frame(&frames[at..]) {
+                match kind {
+                    PTY_DATA => {
+                        st.received += payload.len() as u64;
+                        st.bytes += payload.len() as u64;
+                        st.items
+                            .push_back(Item::Output(Bytes::copy_from_slice(payload)));
                     }
-                    Scan::Marker(n, code) => st.items.push_back(Item::Marker(n, code)),
-                    Scan::NeedMore => break,
+                    PTY_DONE if payload.len() == 12 => {
+                        let seq = u64::from_le_bytes(payload[..8].try_into().unwrap_or([0; 8]));
+                        let code = i32::from_le_bytes(payload[8..].try_into().unwrap_or([0; 4]));
+                        st.items.push_back(Item::Marker(seq, code));
+                    }
+                    _ => {}
                 }
+                at += used;
             }
+            let _ = frames.split_to(at);
             if last {
                 st.ended = true;
             }
@@ -562,7 +579,7 @@ async fn pump(mut running: Running, queue: Arc<Queue>, prefix: Vec<u8>, input: I
     }
 }
 
-/// The line that runs `command` as command number `seq` (see [`LocalSession`]).
+/// The line that runs `command` as command number `seq` (see [`PtySession`]).
 fn command_line(command: &str, seq: u64) -> Vec<u8> {
     let plain = command
         .bytes()
@@ -595,7 +612,7 @@ fn command_line(command: &str, seq: u64) -> Vec<u8> {
 }
 
 #[async_trait]
-impl ShellSession for LocalSession {
+impl ShellSession for PtySession {
     fn interactive(&self) -> bool {
         true
     }
@@ -627,7 +644,7 @@ impl ShellSession for LocalSession {
         let line = pty_frame(PTY_DATA, &command_line(command, seq));
         if let Err(e) = self.send(&line) {
             self.check_open()?;
-            tracing::debug!(target: "shellbox_local", "writing a command to the session failed: {e}");
+            tracing::debug!(target: "shellbox_supervisor", "writing a command to the session failed: {e}");
             return self.reset(BytesMut::new(), &OutputLimiter::new(0));
         }
         self.gather(seq, wait, output_limit_bytes).await
@@ -688,145 +705,9 @@ impl ShellSession for LocalSession {
     }
 }
 
-/// What the scanner found next in the terminal's output.
-#[derive(Debug, PartialEq, Eq)]
-enum Scan {
-    Output(Bytes),
-    Marker(u64, i32),
-    NeedMore,
-}
-
-/// Finds `<prefix><digits>:<digits>;` markers in a byte stream, holding back only what may
-/// be the start of one.
-struct Scanner {
-    prefix: Vec<u8>,
-    buf: BytesMut,
-}
-
-/// The longest marker body after the prefix (`<u64>:<i32>;`).
-const BODY_MAX: usize = 20 + 1 + 11 + 1;
-
-impl Scanner {
-    fn new(prefix: Vec<u8>) -> Self {
-        Scanner {
-            prefix,
-            buf: BytesMut::new(),
-        }
-    }
-
-    fn push(&mut self, chunk: &[u8]) {
-        self.buf.extend_from_slice(chunk);
-    }
-
-    /// As [`Scanner::next`], at the end of the stream: whatever is held is output.
-    fn next_any(&mut self) -> Scan {
-        match self.next() {
-            Scan::NeedMore if !self.buf.is_empty() => Scan::Output(self.buf.split().freeze()),
-            other => other,
-        }
-    }
-
-    fn next(&mut self) -> Scan {
-        if self.buf.is_empty() {
-            return Scan::NeedMore;
-        }
-        match find(&self.buf, &self.prefix) {
-            Some(0) => match parse_body(&self.buf[self.prefix.len()..]) {
-                Body::Complete(seq, status, used) => {
-                    let _ = self.buf.split_to(self.prefix.len() + used);
-                    Scan::Marker(seq, status)
-                }
-                Body::Incomplete => Scan::NeedMore,
-                Body::Invalid => Scan::Output(self.buf.split_to(self.prefix.len()).freeze()),
-            },
-            Some(i) => Scan::Output(self.buf.split_to(i).freeze()),
-            None => {
-                let keep = (1..self.prefix.len().min(self.buf.len() + 1))
-                    .rev()
-                    .find(|&k| self.buf.ends_with(&self.prefix[..k]))
-                    .unwrap_or(0);
-                let emit = self.buf.len() - keep;
-                if emit == 0 {
-                    Scan::NeedMore
-                } else {
-                    Scan::Output(self.buf.split_to(emit).freeze())
-                }
-            }
-        }
-    }
-}
-
-enum Body {
-    Complete(u64, i32, usize),
-    Incomplete,
-    Invalid,
-}
-
-fn parse_body(body: &[u8]) -> Body {
-    let mut fields = [0u64; 2];
-    let mut field = 0;
-    let mut digits = 0;
-    for (i, &b) in body.iter().enumerate() {
-        if i > BODY_MAX {
-            return Body::Invalid;
-        }
-        match b {
-            b'0'..=b'9' => {
-                digits += 1;
-                fields[field] = match fields[field]
-                    .checked_mul(10)
-                    .and_then(|v| v.checked_add(u64::from(b - b'0')))
-                {
-                    Some(v) => v,
-                    None => return Body::Invalid,
-                };
-            }
-            b':' if field == 0 && digits > 0 => {
-                field = 1;
-                digits = 0;
-            }
-            b';' if field == 1 && digits > 0 => {
-                let Ok(status) = i32::try_from(fields[1]) else {
-                    return Body::Invalid;
-                };
-                return Body::Complete(fields[0], status, i + 1);
-            }
-            _ => return Body::Invalid,
-        }
-    }
-    Body::Incomplete
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn scanner_finds_markers_split_anywhere() {
-        let stream = b"out SBab:1:0 SBabc:x SBabc:7:13;rest SBab".to_vec();
-        for split in 0..stream.len() {
-            let mut s = Scanner::new(b"SBabc:".to_vec());
-            let mut found = Vec::new();
-            let mut text = Vec::new();
-            for part in [&stream[..split], &stream[split..]] {
-                s.push(part);
-                loop {
-                    match s.next() {
-                        Scan::Output(b) => text.extend_from_slice(&b),
-                        Scan::Marker(n, st) => found.push((n, st, text.len())),
-                        Scan::NeedMore => break,
-                    }
-                }
-            }
-            assert_eq!(found, [(7, 13, 21)], "split at {split}");
-            assert_eq!(text, b"out SBab:1:0 SBabc:x rest ".to_vec());
-            assert_eq!(s.next_any(), Scan::Output(Bytes::from_static(b"SBab")));
-        }
-    }
 
     #[test]
     fn command_lines_stay_printable_and_short() {
