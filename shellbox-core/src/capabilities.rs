@@ -93,6 +93,14 @@ pub struct Capabilities {
     /// conformance suite's snapshot cases run only where this is true (false in both
     /// constructors).
     pub snapshots: bool,
+    /// Each machine's system directories (`/usr`, `/etc`, `/opt`, …) are writable by its
+    /// root and private: what a machine writes there (`apt-get install`, a tool in
+    /// `/usr/local/bin`) lands in the machine's own copy, which neither the host nor another
+    /// machine sees and which goes with the machine (docker: the container's own layer;
+    /// sim: its virtual filesystem; local: only with copy-on-write system directories,
+    /// REFERENCE.md 4.5). The conformance case `system_directories_are_private` runs only
+    /// where this is true (false in both constructors).
+    pub private_system_directories: bool,
 }
 
 /// The task capability names of the reference library, in its order.
@@ -126,6 +134,7 @@ impl Capabilities {
             shell_sessions: None,
             process_model: false,
             snapshots: false,
+            private_system_directories: false,
         }
     }
 
@@ -148,6 +157,7 @@ impl Capabilities {
             shell_sessions: None,
             process_model: false,
             snapshots: false,
+            private_system_directories: false,
         }
     }
 
@@ -182,6 +192,13 @@ impl Capabilities {
     /// The same capabilities with snapshots declared (see [`Capabilities::snapshots`]).
     pub const fn with_snapshots(mut self) -> Self {
         self.snapshots = true;
+        self
+    }
+
+    /// The same capabilities with private, writable system directories declared (see
+    /// [`Capabilities::private_system_directories`]).
+    pub const fn with_private_system_directories(mut self) -> Self {
+        self.private_system_directories = true;
         self
     }
 

@@ -62,6 +62,17 @@ async fn sh(machine: &dyn Machine, script: &str) -> CommandResult {
         .unwrap_or_else(|e| panic!("run {script:?} failed: {e}"))
 }
 
+async fn run_root(machine: &dyn Machine, script: &str) -> CommandResult {
+    machine
+        .run(
+            Command::shell(script)
+                .user("root")
+                .timeout(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("run {script:?} as root failed: {e}"))
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -1756,6 +1767,61 @@ pub async fn foreign_snapshot_refused(h: &Harness) {
     assert!(e.to_string().contains("conformance-foreign"), "{e}");
 }
 
+/// (Where declared, [`Capabilities::private_system_directories`](crate::Capabilities))
+/// Two machines write the same new files under `/usr/local/bin`, `/etc` and `/opt` as root;
+/// each reads back only its own, and neither file appears on the host, during or after.
+pub async fn system_directories_are_private(h: &Harness) {
+    if !h.factory.capabilities().private_system_directories {
+        return;
+    }
+    let name = format!(
+        "sb-private-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or_default()
+    );
+    let paths = ["/usr/local/bin", "/etc", "/opt"].map(|d| format!("{d}/{name}"));
+    let a = h.machine().await;
+    let b = h.machine().await;
+    for (m, tag) in [(&a, "a"), (&b, "b")] {
+        let script = format!(
+            "mkdir -p /usr/local/bin /opt && for p in {}; do printf {tag} > \"$p\" || exit 1; done",
+            paths.join(" ")
+        );
+        let r = run_root(&**m, &script).await;
+        assert_eq!(r.exit_code, Some(0), "{script}: {r:?}");
+    }
+    for (m, tag) in [(&a, "a"), (&b, "b")] {
+        let r = run_root(&**m, &format!("cat {}", paths.join(" "))).await;
+        assert_eq!(
+            (r.exit_code, text(&r.stdout)),
+            (Some(0), tag.repeat(3)),
+            "each machine sees only its own files: {r:?}"
+        );
+    }
+    let on_host = || {
+        paths
+            .iter()
+            .filter(|p| std::path::Path::new(p.as_str()).exists())
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        on_host(),
+        Vec::<String>::new(),
+        "a machine's write reached the host"
+    );
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+    assert_eq!(
+        on_host(),
+        Vec::<String>::new(),
+        "a machine's write reached the host"
+    );
+}
+
 /// Expands to one `#[tokio::test]` per conformance case, each calling
 /// `$harness("<case>").await` (an `async fn(&str) -> Option<Harness>`; `None` means the
 /// harness printed its `SKIP` line) and then the case.
@@ -1801,7 +1867,8 @@ macro_rules! conformance_tests {
             fork_sees_files_at_snapshot_time,
             forks_are_private,
             deleted_snapshot_keeps_its_forks,
-            foreign_snapshot_refused
+            foreign_snapshot_refused,
+            system_directories_are_private
         );
     };
     (@cases $harness:path; $($case:ident),* $(,)?) => {

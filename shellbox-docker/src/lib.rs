@@ -117,11 +117,13 @@ mod transfer;
 /// What the docker backend offers ([`shellbox_core::MachineFactory::capabilities`]): Linux
 /// processes with every task capability of the reference; the `docker`, `registry`,
 /// `dockerfile` and `archive` sources; `memory_mb`, `cpus`, `storage_mb` and `gpus` are
-/// passed to the engine (which may still refuse one: the error quotes it).
+/// passed to the engine (which may still refuse one: the error quotes it); private system
+/// directories (each container writes its own layer).
 pub const DOCKER_CAPABILITIES: shellbox_core::Capabilities =
     shellbox_core::Capabilities::linux_process()
         .with_sources(&["docker", "registry", "dockerfile", "archive"])
         .with_limits(true, true, true, true)
+        .with_private_system_directories()
         .with_shell_sessions(shellbox_core::SessionKind::Interactive);
 
 pub use bollard;

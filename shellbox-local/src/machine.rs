@@ -719,11 +719,20 @@ impl MachineFactory for LocalMachineFactory {
         "local"
     }
 
+    /// [`LOCAL_ROOT_CAPABILITIES`](crate::LOCAL_ROOT_CAPABILITIES) in a root host process,
+    /// else [`LOCAL_CAPABILITIES`](crate::LOCAL_CAPABILITIES); with copy-on-write system
+    /// directories ([`LocalOptions::system_directories`]) they are declared private
+    /// ([`Capabilities::private_system_directories`](shellbox_core::Capabilities)).
     fn capabilities(&self) -> shellbox_core::Capabilities {
-        if nix::unistd::geteuid().is_root() {
+        let base = if nix::unistd::geteuid().is_root() {
             crate::LOCAL_ROOT_CAPABILITIES
         } else {
             crate::LOCAL_CAPABILITIES
+        };
+        if self.inner.layers.is_empty() {
+            base
+        } else {
+            base.with_private_system_directories()
         }
     }
 

@@ -99,12 +99,14 @@ mod vfs;
 /// `shell` and `filesystem` (no Python, processes, network or git); the `sim` and
 /// `packages` sources (no Python, tools from its command table: [`check_source`]); it
 /// bounds `memory_mb` and `storage_mb` (its own budgets) but not `cpus` or `gpus`; snapshots;
-/// non-interactive shell sessions ([`SimMachine::open_shell_sync`]).
+/// non-interactive shell sessions ([`SimMachine::open_shell_sync`]); private system
+/// directories (each machine's virtual filesystem is its own).
 pub const SIM_CAPABILITIES: shellbox_core::Capabilities =
     shellbox_core::Capabilities::shell_simulator()
         .with_sources(&["sim", "packages"])
         .with_limits(true, false, true, false)
         .with_snapshots()
+        .with_private_system_directories()
         .with_shell_sessions(shellbox_core::SessionKind::NonInteractive);
 
 use std::collections::BTreeMap;
