@@ -1366,6 +1366,9 @@ fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     }
     // read a logical line
     let mut line: Vec<u8> = Vec::new();
+    // a long line (a here-string of a big value) is split one piece at a time, looking
+    // between pieces whether the command must stop
+    let mut pace = crate::shell::Pacer::default();
     let mut got_delim;
     let mut any = false;
     loop {
@@ -1377,6 +1380,9 @@ fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
                 break;
             }
             Some((chunk, found)) => {
+                if pace.due(chunk.len()) {
+                    return Err(it.interrupted());
+                }
                 any = true;
                 got_delim = found;
                 line.extend_from_slice(&chunk);
@@ -1401,6 +1407,9 @@ fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         let mut esc = Vec::new();
         let mut it2 = text.chars();
         while let Some(c) = it2.next() {
+            if pace.due(1) {
+                return Err(it.interrupted());
+            }
             if c == '\\' {
                 if let Some(n) = it2.next() {
                     out.push(n);
@@ -1414,7 +1423,13 @@ fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         (out, esc)
     };
     let ifs = sh.ifs();
-    let chars: Vec<char> = text.chars().collect();
+    let mut chars: Vec<char> = Vec::with_capacity(text.len());
+    for c in text.chars() {
+        if pace.due(1) {
+            return Err(it.interrupted());
+        }
+        chars.push(c);
+    }
     let is_ifs = |i: usize| !escaped[i] && ifs.contains(chars[i]);
     let is_ws = |i: usize| is_ifs(i) && matches!(chars[i], ' ' | '\t' | '\n');
     if exact || nchars.is_some() && names.is_empty() && arr.is_none() {
@@ -1435,6 +1450,9 @@ fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             }
             let mut f = String::new();
             while i < n && !is_ifs(i) {
+                if pace.due(1) {
+                    return Err(it.interrupted());
+                }
                 f.push(chars[i]);
                 i += 1;
             }
@@ -1484,9 +1502,17 @@ fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             // rest of line minus trailing IFS whitespace
             let mut end = n;
             while end > i && is_ws(end - 1) {
+                if pace.due(1) {
+                    return Err(it.interrupted());
+                }
                 end -= 1;
             }
-            f = chars[i.min(end)..end].iter().collect();
+            for &c in &chars[i.min(end)..end] {
+                if pace.due(1) {
+                    return Err(it.interrupted());
+                }
+                f.push(c);
+            }
             // a single trailing non-whitespace delimiter is stripped
             if end > i && is_ifs(end - 1) && !is_ws(end - 1) {
                 let inner: Vec<usize> = (i..end - 1).filter(|&j| is_ifs(j) && !is_ws(j)).collect();
@@ -1497,10 +1523,16 @@ fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             i = n;
         } else {
             while i < n && !is_ifs(i) {
+                if pace.due(1) {
+                    return Err(it.interrupted());
+                }
                 f.push(chars[i]);
                 i += 1;
             }
             while i < n && is_ws(i) {
+                if pace.due(1) {
+                    return Err(it.interrupted());
+                }
                 i += 1;
             }
             if i < n && is_ifs(i) && !is_ws(i) {

@@ -90,10 +90,29 @@ impl Fb {
             self.over = true;
             return;
         }
-        self.cur.s.push_str(s);
-        push_flags(&mut self.cur.f, flag, s.len());
-        if s.len() >= CHUNK_BYTES && crate::shell::wall_expired() {
-            self.over = true;
+        if s.len() < CHUNK_BYTES {
+            self.cur.s.push_str(s);
+            push_flags(&mut self.cur.f, flag, s.len());
+            return;
+        }
+        // big text is copied one piece at a time, looking between pieces whether the
+        // command must stop (a timeout or an interrupt lands within one piece's copy)
+        self.cur.s.reserve(s.len());
+        self.cur.f.reserve(s.len());
+        let mut rest = s;
+        while !rest.is_empty() {
+            if crate::shell::stop_due() {
+                self.over = true;
+                return;
+            }
+            let mut end = rest.len().min(CHUNK_BYTES);
+            while !rest.is_char_boundary(end) {
+                end += 1;
+            }
+            let (piece, tail) = rest.split_at(end);
+            self.cur.s.push_str(piece);
+            push_flags(&mut self.cur.f, flag, piece.len());
+            rest = tail;
         }
     }
     fn brk(&mut self) {
@@ -219,7 +238,7 @@ pub enum BraceCut {
     Words,
     /// Its words (with their intermediate lists) would hold more bytes than it was given.
     Bytes,
-    /// The running command's wall-clock deadline passed ([`crate::shell::wall_expired`]).
+    /// The running command's wall-clock deadline passed ([`crate::shell::stop_due`]).
     Deadline,
 }
 
@@ -249,7 +268,7 @@ impl BraceBudget {
         }
         self.bytes_left -= cost;
         self.made += 1;
-        if self.made.is_multiple_of(BRACE_WORDS_PER_CHECK) && crate::shell::wall_expired() {
+        if self.made.is_multiple_of(BRACE_WORDS_PER_CHECK) && crate::shell::stop_due() {
             self.cut = Some(BraceCut::Deadline);
             return false;
         }
@@ -568,7 +587,7 @@ fn split_fields(fields: Vec<Field>, ifs: &str) -> Option<Vec<Field>> {
         };
         while i < bytes.len() {
             scanned += 1;
-            if scanned.is_multiple_of(CHUNK_BYTES) && crate::shell::wall_expired() {
+            if scanned.is_multiple_of(CHUNK_BYTES) && crate::shell::stop_due() {
                 return None;
             }
             let ch_len = utf8_len(bytes[i]);
@@ -1440,13 +1459,27 @@ impl Interp<'_> {
                 match v {
                     PV::Unset => PV::Unset,
                     PV::S(s) => {
-                        let chars: Vec<char> = s.chars().collect();
-                        match slice_range(chars.len(), off, len) {
-                            Some((a, b)) => PV::S(chars[a..b].iter().collect()),
+                        // offsets count characters; an ASCII value slices by bytes
+                        let ascii = s.is_ascii();
+                        let n = if ascii { s.len() } else { s.chars().count() };
+                        match slice_range(n, off, len) {
+                            Some((a, b)) => {
+                                let (a, b) = if ascii {
+                                    (a, b)
+                                } else {
+                                    let mut at = s.char_indices().map(|(i, _)| i).skip(a);
+                                    let start = at.next().unwrap_or(s.len());
+                                    let end = if b > a {
+                                        at.nth(b - a - 1).unwrap_or(s.len())
+                                    } else {
+                                        start
+                                    };
+                                    (start, end)
+                                };
+                                PV::S(s[a..b].to_string())
+                            }
                             None => {
-                                if len.is_some_and(|l| l < 0)
-                                    && slice_neg_err(chars.len(), off, len)
-                                {
+                                if len.is_some_and(|l| l < 0) && slice_neg_err(n, off, len) {
                                     self.err(sh, "bash: substring expression < 0");
                                     return Err(Ctl::Exit(1));
                                 }
@@ -1480,8 +1513,13 @@ impl Interp<'_> {
                 self.unbound_check(sh, parameter, &v)?;
                 use word::ParameterTransformOp as T;
                 match op {
-                    T::ToUpperCase => map_pv(v, |s| s.to_uppercase()),
-                    T::ToLowerCase => map_pv(v, |s| s.to_lowercase()),
+                    T::ToUpperCase | T::ToLowerCase => {
+                        let upper = matches!(op, T::ToUpperCase);
+                        match map_pv_chunked(v, |s, out| case_map_into(s, upper, out)) {
+                            Some(v) => v,
+                            None => return Err(self.interrupted()),
+                        }
+                    }
                     T::CapitalizeInitial => map_pv(v, |s| cap_first(&s, true)),
                     T::Quoted => {
                         // bounded as the word being built is, and by the clock: quoting
@@ -1573,20 +1611,27 @@ impl Interp<'_> {
                     }
                     _ => None,
                 };
-                map_pv(v, |s| {
-                    s.chars()
-                        .map(|c| {
-                            let hit = pat
-                                .as_ref()
-                                .is_none_or(|p| crate::glob::matches(p, &c.to_string(), true));
-                            match (hit, upper) {
-                                (false, _) => c.to_string(),
-                                (true, true) => c.to_uppercase().collect(),
-                                (true, false) => c.to_lowercase().collect(),
+                let mapped = map_pv_chunked(v, |s, out| match &pat {
+                    None => case_map_into(s, upper, out),
+                    Some(p) => {
+                        let mut one = String::new();
+                        for c in s.chars() {
+                            one.clear();
+                            one.push(c);
+                            if !crate::glob::matches(p, &one, true) {
+                                out.push(c);
+                            } else if upper {
+                                out.extend(c.to_uppercase());
+                            } else {
+                                out.extend(c.to_lowercase());
                             }
-                        })
-                        .collect()
-                })
+                        }
+                    }
+                });
+                match mapped {
+                    Some(v) => v,
+                    None => return Err(self.interrupted()),
+                }
             }
             ParameterExpr::ReplaceSubstring {
                 parameter,
@@ -1661,7 +1706,14 @@ impl Interp<'_> {
                 if in_dq && concat {
                     let ifs = sh.ifs();
                     let sep = ifs.chars().next().map(String::from).unwrap_or_default();
-                    fb.push(&items.join(&sep), QUO);
+                    // pushed item by item: the word's builder copies big text in
+                    // pieces, looking between them whether the command must stop
+                    for (i, item) in items.iter().enumerate() {
+                        if i > 0 {
+                            fb.push(&sep, QUO);
+                        }
+                        fb.push(item, QUO);
+                    }
                 } else {
                     for (i, it) in items.iter().enumerate() {
                         if i > 0 {
@@ -2340,6 +2392,62 @@ fn map_pv(v: PV, f: impl Fn(String) -> String) -> PV {
     }
 }
 
+/// `f` applied to each value of `v` one [`CHUNK_BYTES`] piece at a time (pieces cut at
+/// character boundaries, so `f` must map characters one by one); `None` when the command
+/// must stop ([`crate::shell::stop_due`], looked at between pieces).
+fn map_pv_chunked(v: PV, f: impl Fn(&str, &mut String)) -> Option<PV> {
+    let map = |s: String| -> Option<String> {
+        if s.len() < CHUNK_BYTES {
+            let mut out = String::with_capacity(s.len());
+            f(&s, &mut out);
+            return Some(out);
+        }
+        let mut out = String::with_capacity(s.len());
+        let mut rest = s.as_str();
+        while !rest.is_empty() {
+            if crate::shell::stop_due() {
+                return None;
+            }
+            let mut end = rest.len().min(CHUNK_BYTES);
+            while !rest.is_char_boundary(end) {
+                end += 1;
+            }
+            let (piece, tail) = rest.split_at(end);
+            f(piece, &mut out);
+            rest = tail;
+        }
+        Some(out)
+    };
+    Some(match v {
+        PV::Unset => PV::Unset,
+        PV::S(s) => PV::S(map(s)?),
+        PV::L(l, c) => PV::L(l.into_iter().map(map).collect::<Option<Vec<_>>>()?, c),
+    })
+}
+
+/// Appends `s` upper- (or lower-) cased character by character, as bash's `${v^^}` and
+/// `${v,,}` map each character on its own (no context rules such as a final sigma).
+fn case_map_into(s: &str, upper: bool, out: &mut String) {
+    if s.is_ascii() {
+        out.push_str(s);
+        let start = out.len() - s.len();
+        let tail = &mut out[start..];
+        if upper {
+            tail.make_ascii_uppercase();
+        } else {
+            tail.make_ascii_lowercase();
+        }
+        return;
+    }
+    for c in s.chars() {
+        if upper {
+            out.extend(c.to_uppercase());
+        } else {
+            out.extend(c.to_lowercase());
+        }
+    }
+}
+
 fn cap_first(s: &str, upper: bool) -> String {
     let mut c = s.chars();
     match c.next() {
@@ -2472,7 +2580,7 @@ fn quote_value_bounded(s: &str, room: &mut usize) -> Option<String> {
             control = true;
             break;
         }
-        if big && crate::shell::wall_expired() {
+        if big && crate::shell::stop_due() {
             return None;
         }
     }
@@ -2488,7 +2596,7 @@ fn quote_value_bounded(s: &str, room: &mut usize) -> Option<String> {
                 out.push_str(part);
             }
         }
-        if out.len() > *room || (big && crate::shell::wall_expired()) {
+        if out.len() > *room || (big && crate::shell::stop_due()) {
             return None;
         }
     }

@@ -1188,7 +1188,10 @@ fn execute(
             .map(|at| (at, id));
         top = Some(id);
     }
-    let _wall = shell::set_wall(it.wall.map(|w| w.0));
+    let _wall = shell::set_wall(
+        it.wall.map(|w| w.0),
+        std::iter::once(it.w.closing.clone()).chain(it.w.cancel.clone()),
+    );
     let cwd_ok =
         it.w.vfs
             .resolve("/", &cwd, true)

@@ -319,7 +319,10 @@ fn run_line(
     world.sync_time();
     world.memory_base = 0;
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    let _wall = shell::set_wall(None);
+    let wall = shell::set_wall(
+        None,
+        std::iter::once(world.closing.clone()).chain(world.cancel.clone()),
+    );
     let mut it = Interp::new(world);
     let mut note = None;
     let ss = shell.get_or_insert_with(|| {
@@ -353,6 +356,7 @@ fn run_line(
             if id == CANCELLED {
                 // interrupted (or the session is closing: the caller answers Closed)
                 it.w.cancel = None;
+                drop(wall);
                 shell::set_ending(false);
                 ss.sh.fds = fds;
                 ss.sanitize();

@@ -521,11 +521,21 @@ pub const MAX_NESTED_JOBS: u32 = 4096;
 /// The deadline id a cancelled command unwinds with (no real deadline has it).
 pub const CANCELLED: u32 = u32::MAX;
 
+/// What a long step with no [`Interp`] at hand (building a big word, splitting it,
+/// padding a printf field) looks at to know the running command must stop: its
+/// wall-clock deadline, and the flags that cancel it (the machine's `closing`, the
+/// command's own cancel flag, which a session's `interrupt` sets).
+#[derive(Default)]
+struct StopWhen {
+    wall: Option<Instant>,
+    flags: Vec<Arc<std::sync::atomic::AtomicBool>>,
+}
+
 thread_local! {
-    /// The running command's wall-clock deadline, for loops that have no [`Interp`] at
-    /// hand (building a big word, splitting it): they stop when it passed and their
-    /// caller turns that into the timeout ([`Interp::interrupted`]).
-    static WALL_AT: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+    /// The running command's [`StopWhen`]: loops that have no [`Interp`] at hand stop
+    /// when [`stop_due`] says so, and their caller turns that into the timeout or the
+    /// cancellation ([`Interp::interrupted`]).
+    static STOP_WHEN: std::cell::RefCell<StopWhen> = std::cell::RefCell::new(StopWhen::default());
 }
 
 thread_local! {
@@ -545,24 +555,78 @@ pub fn set_ending(v: bool) {
     ENDING.with(|e| e.set(v));
 }
 
-/// Clears this thread's wall-clock deadline when dropped.
+/// Clears this thread's [`StopWhen`] when dropped.
 pub struct WallGuard(());
 
-/// Sets this thread's wall-clock deadline (see [`wall_expired`]) until the guard drops.
-pub fn set_wall(at: Option<Instant>) -> WallGuard {
-    WALL_AT.with(|w| w.set(at));
+/// Sets this thread's wall-clock deadline and the flags that cancel the running command
+/// (see [`stop_due`]) until the guard drops.
+pub fn set_wall(
+    at: Option<Instant>,
+    flags: impl IntoIterator<Item = Arc<std::sync::atomic::AtomicBool>>,
+) -> WallGuard {
+    STOP_WHEN.with(|w| {
+        *w.borrow_mut() = StopWhen {
+            wall: at,
+            flags: flags.into_iter().collect(),
+        }
+    });
     WallGuard(())
 }
 
 impl Drop for WallGuard {
     fn drop(&mut self) {
-        WALL_AT.with(|w| w.set(None));
+        let _ = STOP_WHEN.try_with(|w| *w.borrow_mut() = StopWhen::default());
     }
 }
 
-/// Whether the running command's wall-clock deadline passed.
-pub fn wall_expired() -> bool {
-    WALL_AT.with(|w| w.get().is_some_and(|at| Instant::now() >= at))
+/// Whether the running command must stop: it was cancelled (interrupted, its machine is
+/// closing) or its wall-clock deadline passed. Reads a few atomics and the clock: callers
+/// look once per [`CHUNK_BYTES`] (or a similar piece) of work.
+pub fn stop_due() -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    STOP_WHEN.with(|w| {
+        let w = w.borrow();
+        w.flags.iter().any(|f| f.load(Relaxed)) || w.wall.is_some_and(|at| Instant::now() >= at)
+    })
+}
+
+/// Paces a long loop that has no [`Interp`] at hand: [`Pacer::due`] counts its work and
+/// looks at [`stop_due`] once per [`CHUNK_BYTES`] units of it.
+#[derive(Default)]
+pub struct Pacer(usize);
+
+impl Pacer {
+    /// Counts `n` units (bytes, characters) of work; true when the command must stop.
+    pub fn due(&mut self, n: usize) -> bool {
+        self.0 = self.0.saturating_add(n);
+        if self.0 >= CHUNK_BYTES {
+            self.0 = 0;
+            return stop_due();
+        }
+        false
+    }
+}
+
+/// `a` followed by `b` (a `+=` assignment), copied one [`CHUNK_BYTES`] piece at a time;
+/// `None` when the command must stop ([`stop_due`], looked at between pieces).
+pub fn concat_paced(a: &str, b: &str) -> Option<String> {
+    let mut out = String::with_capacity(a.len().saturating_add(b.len()));
+    for part in [a, b] {
+        let mut rest = part;
+        while !rest.is_empty() {
+            let mut end = rest.len().min(CHUNK_BYTES);
+            while !rest.is_char_boundary(end) {
+                end += 1;
+            }
+            let (piece, tail) = rest.split_at(end);
+            out.push_str(piece);
+            rest = tail;
+            if !rest.is_empty() && stop_due() {
+                return None;
+            }
+        }
+    }
+    Some(out)
 }
 
 /// Bytes a long copy or scan handles between two looks at the clock.
@@ -770,7 +834,8 @@ impl<'a> Interp<'a> {
             return Err(Ctl::Budget("cpu fuel exhausted".into()));
         }
         self.w.fuel_left -= 1;
-        if self.ticks.is_multiple_of(TICKS_PER_CHECK) || self.wall_passed.get() {
+        if self.ticks.is_multiple_of(TICKS_PER_CHECK) || self.wall_passed.get() || self.cancelled()
+        {
             self.check_time()?;
             if self.live.as_ref().is_some_and(|l| l.borrow().due()) {
                 self.live_flush()?;
@@ -810,12 +875,18 @@ impl<'a> Interp<'a> {
         }
     }
 
+    /// Whether the command was cancelled (a session's `interrupt`, a dropped future) or its
+    /// machine is closing: two atomic loads, looked at on every tick.
+    fn cancelled(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.w.closing.load(Relaxed) || self.w.cancel.as_ref().is_some_and(|c| c.load(Relaxed))
+    }
+
     /// Checks now (not every 256th time, as [`Interp::tick`] does) whether the command was
     /// cancelled or its wall-clock deadline passed: what long single steps (a pattern
     /// match, a big copy) call between their pieces.
     pub fn check_time(&self) -> R<()> {
-        use std::sync::atomic::Ordering::Relaxed;
-        if self.w.closing.load(Relaxed) || self.w.cancel.as_ref().is_some_and(|c| c.load(Relaxed)) {
+        if self.cancelled() {
             set_ending(true);
             return Err(Ctl::Timeout(CANCELLED));
         }
@@ -2531,7 +2602,12 @@ impl<'a> Interp<'a> {
                         _ => "0".into(),
                     }
                 } else if a.append {
-                    format!("{}{}", sh.getv(n), s)
+                    match concat_paced(&sh.getv(n), &s) {
+                        Some(s) => s,
+                        // the command is stopping (its next tick ends it): the variable
+                        // keeps its value
+                        None => return Ok(()),
+                    }
                 } else {
                     s
                 };
@@ -2626,7 +2702,11 @@ impl<'a> Interp<'a> {
                 };
                 let s = if a.append {
                     let cur = get_elem(self, sh, n, &key);
-                    format!("{cur}{s}")
+                    match concat_paced(&cur, &s) {
+                        Some(s) => s,
+                        // the command is stopping: the element keeps its value
+                        None => return Ok(()),
+                    }
                 } else {
                     s
                 };

@@ -431,6 +431,13 @@ const CORPUS: &[&str] = &[
     // the hour run, seed 20261201, case 26860, minimised: a million 400-byte words
     // (brace expansion counted neither bytes nor the clock)
     ": {1..1000}{1..1000}xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    // issue 11: long string operations (case mapping, `+=`, slicing, joining `${a[*]}`,
+    // `read` of a here-string) looked at the clock only between commands; they now copy
+    // and scan in pieces and look between them
+    "x=$(head -c 8000000 /dev/zero | tr '\\0' ' '); while :; do y=${x^^}; y=${x,,}; y=$x; \
+     y+=$x; y=${x:1:7000000}; read -r z <<< \"$x\"; a=(\"$x\" \"$x\"); y=\"${a[*]}\"; done",
+    "x=$(head -c 8000000 /dev/zero | tr '\\0' ' '); while :; do read -a z <<< \"$x\"; \
+     y=${x//?/ab}; y=${x,,[a-z]}; done",
 ];
 
 /// This process's CPU time (user and system, every thread).

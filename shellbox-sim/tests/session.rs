@@ -178,6 +178,54 @@ async fn interrupt_unwinds_functions_and_keeps_the_shell() {
     m.close().await.unwrap();
 }
 
+/// Long string operations (issue 11): an interrupt lands while one big word is built,
+/// replaced, case-mapped, appended, sliced, joined or read, under the default memory
+/// budget (2048 MiB); the command completes with 130 and the shell keeps its state.
+#[tokio::test]
+async fn interrupt_lands_inside_long_string_operations() {
+    let m = machine();
+    let s = m.open_shell().await.unwrap();
+    done(
+        &*s,
+        "keep=kept; cd /tmp; x=$(head -c 50000000 /dev/zero | tr '\\0' ' '); echo ${#x}",
+    )
+    .await;
+    for command in [
+        "while :; do y=$x; y=$y$y; done",
+        "while :; do y=${x// /ab}; done",
+        "while :; do y=${x//?/ab}; done",
+        "while :; do y=${x^^}; y=${x,,}; done",
+        "while :; do y=$x; y+=$x; done",
+        "while :; do y=\"$x$x$x$x\"; done",
+        "a=(\"$x\" \"$x\"); while :; do y=\"${a[*]}\"; done",
+        "while :; do y=${x:1:40000000}; done",
+        "while :; do read -r y <<< \"$x$x\"; done",
+        "while :; do set -- $x$x; done",
+    ] {
+        let running = {
+            let s = s.clone();
+            tokio::spawn(async move { s.execute(command, WAIT, LIMIT).await })
+        };
+        // the command is under way (its first long step started) before the interrupt
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        s.interrupt()
+            .await
+            .unwrap_or_else(|e| panic!("{command}: {e}"));
+        let u = running.await.unwrap().unwrap();
+        assert_eq!(
+            (u.status, u.exit_code),
+            (ShellStatus::Completed, Some(130)),
+            "{command}: {u:?}"
+        );
+        assert_eq!(
+            done(&*s, "echo \"$? $keep $PWD ${#x}\"").await,
+            ("130 kept /tmp 50000000\n".into(), 0),
+            "{command}: the shell keeps its state"
+        );
+    }
+    m.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_dropped_execute_stops_its_command() {
     let m = machine();

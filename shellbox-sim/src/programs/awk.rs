@@ -1910,7 +1910,7 @@ impl<'p> Awk<'p> {
     fn check(&mut self) -> FR<()> {
         self.steps += 1;
         if self.steps.is_multiple_of(STEPS_PER_TICK) {
-            if crate::shell::wall_expired() {
+            if crate::shell::stop_due() {
                 return Err(Flow::Fail("\u{0}deadline".into()));
             }
             let elements: usize = self.arrays.values().map(HashMap::len).sum();

@@ -498,7 +498,7 @@ fn substitute(
         };
         let Some((s, e)) = caps[0] else { break };
         count += 1;
-        if count % MATCHES_PER_CHECK == 0 && crate::shell::wall_expired() {
+        if count % MATCHES_PER_CHECK == 0 && crate::shell::stop_due() {
             return Err(());
         }
         if count >= nth {
