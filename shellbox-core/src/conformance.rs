@@ -1078,6 +1078,38 @@ pub async fn session_prompt_cannot_be_faked(h: &Harness) {
         assert!(out.ends_with("LEAKED\n"), "{command:?}: {out:?}");
         assert_eq!(complete(&*s, "echo next").await, ("next\n".into(), 0));
     }
+    // A faked prompt does not make an interrupt think the command is over.
+    let u = s
+        .execute(
+            &format!("{replay}; sleep 1000"),
+            Duration::ZERO,
+            SESSION_LIMIT,
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.interrupt().await.unwrap();
+    let done = read_until_done(&*s, u).await;
+    assert_eq!(
+        (done.status, done.exit_code),
+        (ShellStatus::Completed, Some(130)),
+        "{done:?}"
+    );
+    // The real prompt is found inside a background job's flood: every byte arrives, in
+    // this call or the next, and both calls complete.
+    let (first, code) = complete_bytes(&*s, "head -c 1000000 /dev/zero & :").await;
+    assert_eq!(code, 0);
+    let (second, code) = complete_bytes(&*s, "wait; echo done").await;
+    assert_eq!(code, 0);
+    let all = [first, second].concat();
+    // (Around them, an interactive shell's job notices: `[1] PID`, `[1]+ Done ...`.)
+    assert_eq!(
+        all.iter().filter(|&&b| b == 0).count(),
+        1_000_000,
+        "every byte of the flood arrives"
+    );
+    let tail = text(&all[all.len().saturating_sub(200)..]);
+    assert!(tail.contains("done\n"), "{tail:?}");
     m.close().await.unwrap();
 }
 

@@ -323,13 +323,19 @@ struct Pending {
     /// Output that came after it, held until it is confirmed (then it follows
     /// [`proto::PTY_DONE`]) or found to be text (then it follows `raw` as output).
     held: Vec<u8>,
+    /// When it was seen.
+    seen: std::time::Instant,
     /// When the next check of the shell's state is due, and the wait after that one.
     next_check: std::time::Instant,
     backoff: std::time::Duration,
 }
 
-/// Output held behind an unconfirmed marker at most; past it the marker is taken as text.
+/// Output held behind an unconfirmed marker before the relay stops reading the terminal
+/// until the marker is confirmed or found to be text (a writer then blocks, as on any
+/// terminal nobody reads).
 const HELD_MAX: usize = 64 * 1024;
+/// How long an unconfirmed marker holds back an interrupt (the shell may be at its prompt).
+const PENDING_GRACE: std::time::Duration = std::time::Duration::from_millis(20);
 /// How long after writing input the relay takes a shell that waits for input with none
 /// queued to have read it (the terminal hands written bytes on asynchronously).
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(5);
@@ -389,14 +395,14 @@ impl Relay {
     /// Output that is not a marker: behind a pending marker it is held.
     fn text(&mut self, b: Vec<u8>) {
         match &mut self.pending {
-            Some(p) => {
-                p.held.extend_from_slice(&b);
-                if p.held.len() > HELD_MAX {
-                    self.drop_pending();
-                }
-            }
+            Some(p) => p.held.extend_from_slice(&b),
             None => Self::emit(proto::PTY_DATA, &b),
         }
+    }
+
+    /// Whether a pending marker holds [`HELD_MAX`] bytes behind it already.
+    fn holding_full(&self) -> bool {
+        self.pending.as_ref().is_some_and(|p| p.held.len() >= HELD_MAX)
     }
 
     /// The pending marker was text: out it goes, with what followed it.
@@ -429,6 +435,7 @@ impl Relay {
                         status,
                         raw,
                         held: Vec::new(),
+                        seen: std::time::Instant::now(),
                         next_check: std::time::Instant::now(),
                         backoff: std::time::Duration::from_micros(50),
                     });
@@ -502,8 +509,13 @@ impl Relay {
             self.interrupt = None;
             return;
         }
-        if !self.input.is_empty() || self.pending.is_some() {
-            // The command line is not in the terminal yet, or the shell may be back.
+        let confirming = self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.seen.elapsed() < PENDING_GRACE);
+        if !self.input.is_empty() || confirming {
+            // The command line is not in the terminal yet, or the shell may be back (a
+            // marker that stays unconfirmed past the grace was printed by the command).
             return;
         }
         let now = std::time::Instant::now();
@@ -631,7 +643,7 @@ impl Relay {
                 },
                 PollFd {
                     fd: if master_open { self.master } else { -1 },
-                    events: (if self.credit > 0 { POLLIN } else { 0 })
+                    events: (if self.credit > 0 && !self.holding_full() { POLLIN } else { 0 })
                         | (if self.input.is_empty() { 0 } else { POLLOUT }),
                     revents: 0,
                 },
@@ -677,7 +689,7 @@ impl Relay {
                         Err(_) => self.input.clear(),
                     }
                 }
-                if self.credit > 0 {
+                if self.credit > 0 && !self.holding_full() {
                     let want = (self.credit.min(buf.len() as u64)) as usize;
                     // SAFETY: reading into a live buffer.
                     let n = unsafe { read(self.master, buf.as_mut_ptr(), want) };
