@@ -20,7 +20,8 @@
 //!   relay takes it out of the output and holds it (and what follows it, up to 64 KiB)
 //!   until it sees from outside the shell that the shell really waits at a prompt: the
 //!   terminal's foreground process group is the shell's, no written input is unread, and
-//!   `/proc/PID/syscall` shows the shell blocked reading fd 0. Then it sends `PTY_DONE`
+//!   `/proc/PID/syscall` shows the shell blocked reading fd 0 (where the kernel offers that
+//!   file; without it the first two checks decide). Then it sends `PTY_DONE`
 //!   (k, status) followed by what it held. A marker printed by a command that then goes on
 //!   running is never confirmed, so it passes on as output; the one way left to fake a
 //!   prompt is a command that prints the marker and then itself blocks reading the
@@ -287,10 +288,15 @@ const READ_NR: i64 = -1;
 const POLL_NRS: &[i64] = &[];
 
 /// Whether process `pid` is blocked waiting for terminal input: `/proc/PID/syscall` names
-/// a `read` of fd 0 (or a poll) it sleeps in ("running" while it runs).
+/// a `read` of fd 0 (or a poll) it sleeps in ("running" while it runs). Where that cannot
+/// be told (an architecture without a table here, a kernel without the file or refusing
+/// it), `true`: the foreground and unread-input checks alone then decide.
 fn waits_for_input(pid: c_int) -> bool {
+    if READ_NR < 0 {
+        return true;
+    }
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) else {
-        return false;
+        return true;
     };
     let mut fields = text.split_whitespace();
     let Some(Ok(nr)) = fields.next().map(|f| f.parse::<i64>()) else {
