@@ -473,12 +473,36 @@ class Machine:
             "upload", {"machine": self._handle, "source": _absolute(source), "target": target}
         )
 
-    async def download(self, source: str, target: Path) -> None:
+    async def download(self, source: str, target: Path, max_bytes: int | None = None) -> None:
         """Copies the machine path ``source`` to the host path ``target``. A missing source
-        raises ``RuntimeError`` ("No such file or directory")."""
+        raises ``RuntimeError`` ("No such file or directory").
+
+        With ``max_bytes`` (the reference's bounded single-file download), ``source`` must be
+        one regular file of at most ``max_bytes`` bytes: it streams in chunks into a staging
+        directory ``.shellbox-download-*`` beside ``target`` and is renamed over it, so
+        memory stays bounded and, on any failure or cancellation, ``target`` keeps its old
+        content and no staging directory is left. Raises ``ValueError`` for a negative
+        ``max_bytes``; :class:`~shellbox.errors.UnsupportedMachineSpec` (its message says
+        "regular file") for a directory, fifo or device;
+        :class:`~shellbox.errors.DownloadLimitExceeded` for a larger file."""
         self._check_open()
+        if max_bytes is None:
+            await self._server.call(
+                "download", {"machine": self._handle, "source": source, "target": _absolute(target)}
+            )
+            return
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
+            raise TypeError(f"max_bytes must be an int, not {type(max_bytes).__name__}")
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, not {max_bytes}")
         await self._server.call(
-            "download", {"machine": self._handle, "source": source, "target": _absolute(target)}
+            "download_file",
+            {
+                "machine": self._handle,
+                "source": source,
+                "target": _absolute(target),
+                "max_bytes": max_bytes,
+            },
         )
 
     async def open_shell(self) -> ShellSession:

@@ -441,3 +441,25 @@ def test_a_lone_surrogate_is_refused_before_it_is_sent(backend: str) -> None:
             return (await machine.run(Command(("echo", "still", "works")))).stdout
 
     assert asyncio.run(scenario()) == b"still works\n"
+
+
+def test_bounded_single_file_download(backend: str, tmp_path: Path) -> None:
+    factory = factory_for(backend)
+    target = tmp_path / "out.bin"
+
+    async def scenario() -> None:
+        async with await new_machine(factory, backend) as machine:
+            await machine.run(sh("mkdir -p /workspace/dir; printf 0123456789 > /workspace/ten"))
+            await machine.download("/workspace/ten", target, max_bytes=10)
+            assert target.read_bytes() == b"0123456789"
+            target.write_bytes(b"old")
+            with pytest.raises(DownloadLimitExceeded):
+                await machine.download("/workspace/ten", target, max_bytes=9)
+            with pytest.raises(UnsupportedMachineSpec, match="regular file"):
+                await machine.download("/workspace/dir", target, max_bytes=100)
+            with pytest.raises(ValueError):
+                await machine.download("/workspace/ten", target, max_bytes=-1)
+            assert target.read_bytes() == b"old"
+            assert [p.name for p in tmp_path.iterdir()] == ["out.bin"], "no staging directory is left"
+
+    asyncio.run(scenario())
