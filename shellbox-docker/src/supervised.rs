@@ -519,9 +519,14 @@ where
         let kill_bound = tokio::time::sleep(Duration::MAX / 4);
         tokio::pin!(kill_bound);
         let mut timed_out = false;
+        // An output event the stream's reader has no room for yet. Until it is delivered
+        // no reply is taken from `running` (so the supervisor's flow control holds the
+        // command), while the timeout and close are still watched.
+        let mut pending: Option<Event> = None;
         enum Step {
             Closed,
             Reply(Option<Reply>),
+            Delivered,
             Deadline,
             KillBound,
             Dropped,
@@ -530,14 +535,26 @@ where
             let step = tokio::select! {
                 biased;
                 _ = closed.wait_for(|c| *c) => Step::Closed,
-                reply = running.next() => Step::Reply(reply),
+                permit = tx.reserve(), if pending.is_some() => match permit {
+                    Ok(permit) => {
+                        if let Some(event) = pending.take() {
+                            permit.send(Ok(event));
+                        }
+                        Step::Delivered
+                    }
+                    Err(_) => Step::Dropped,
+                },
+                reply = running.next(), if pending.is_none() => Step::Reply(reply),
                 () = &mut deadline, if !timed_out => Step::Deadline,
-                () = &mut kill_bound, if timed_out => Step::KillBound,
+                // Not while the reader holds back an event: the replies after the KILL wait
+                // in `running` then, and are taken once it reads.
+                () = &mut kill_bound, if timed_out && pending.is_none() => Step::KillBound,
                 () = tx.closed() => Step::Dropped,
             };
             match step {
                 Step::Closed => break Err(on_gone(Gone::Closed).await),
                 Step::Dropped => return,
+                Step::Delivered => {}
                 Step::Deadline => {
                     timed_out = true;
                     running.kill();
@@ -547,13 +564,10 @@ where
                 }
                 Step::KillBound => break Err(on_gone(Gone::Unkillable).await),
                 Step::Reply(Some(Reply::Output(stream, bytes))) => {
-                    let event = match stream {
+                    pending = Some(match stream {
                         OutputStream::Stdout => Event::Stdout(bytes),
                         OutputStream::Stderr => Event::Stderr(bytes),
-                    };
-                    if tx.send(Ok(event)).await.is_err() {
-                        return;
-                    }
+                    });
                 }
                 Step::Reply(Some(Reply::Exit(exit))) if timed_out => {
                     break Ok(Event::Exit(timed_out_status(

@@ -668,9 +668,14 @@ pub(crate) fn drive(mut running: shellbox_supervisor::Running, params: DrivePara
         };
         tokio::pin!(deadline);
         let mut timed_out = false;
+        // An output event the stream's reader has no room for yet. Until it is delivered
+        // no reply is taken from `running` (so the supervisor's flow control holds the
+        // command), while the timeout and close are still watched.
+        let mut pending: Option<Event> = None;
         enum Step {
             Closed,
             Reply(Option<Reply>),
+            Delivered,
             Deadline,
             Dropped,
         }
@@ -680,25 +685,32 @@ pub(crate) fn drive(mut running: shellbox_supervisor::Running, params: DrivePara
             let step = tokio::select! {
                 biased;
                 _ = shutdown.wait_for(|closed| *closed) => Step::Closed,
-                reply = running.next() => Step::Reply(reply),
+                permit = tx.reserve(), if pending.is_some() => match permit {
+                    Ok(permit) => {
+                        if let Some(event) = pending.take() {
+                            permit.send(Ok(event));
+                        }
+                        Step::Delivered
+                    }
+                    Err(_) => Step::Dropped,
+                },
+                reply = running.next(), if pending.is_none() => Step::Reply(reply),
                 () = &mut deadline, if !timed_out => Step::Deadline,
                 () = tx.closed() => Step::Dropped,
             };
             match step {
                 Step::Closed => break Err(Error::Closed),
                 Step::Dropped => return,
+                Step::Delivered => {}
                 Step::Deadline => {
                     timed_out = true;
                     running.kill();
                 }
                 Step::Reply(Some(Reply::Output(stream, bytes))) => {
-                    let event = match stream {
+                    pending = Some(match stream {
                         OutputStream::Stdout => Event::Stdout(bytes),
                         OutputStream::Stderr => Event::Stderr(bytes),
-                    };
-                    if tx.send(Ok(event)).await.is_err() {
-                        return;
-                    }
+                    });
                 }
                 Step::Reply(Some(Reply::Exit(exit))) if timed_out => {
                     break Ok(Event::Exit(timed_out_status(

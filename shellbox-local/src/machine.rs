@@ -1107,6 +1107,18 @@ impl LocalMachine {
             .collect()
     }
 
+    /// Bytes of command output the machine's supervisor sent that no command's event
+    /// stream took yet ([`shellbox_supervisor::Client::buffered_output_bytes`]; 0 before
+    /// the first command started the sandbox, or when its start failed). Per-command flow
+    /// control bounds it by about [`shellbox_supervisor::proto::OUTPUT_WINDOW_BYTES`] per
+    /// running command, however slowly a stream is read. For tests and diagnostics.
+    pub fn supervisor_buffered_output_bytes(&self) -> u64 {
+        match &*self.slot.ready.borrow() {
+            Some(Started::Running(sandbox)) => sandbox.client.buffered_output_bytes(),
+            _ => 0,
+        }
+    }
+
     /// The directory of the machine's pids cgroup (`<cgroup mount>/shellbox-local/<name>`),
     /// or `None` when this host gives machines none (then only `RLIMIT_NPROC` bounds
     /// processes; see [`MachineSpec::pids_limit`]). Gone after close.

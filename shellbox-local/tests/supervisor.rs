@@ -192,3 +192,184 @@ async fn framing_keeps_concurrent_binary_outputs_apart() {
     assert_eq!(r.stderr_lossy(), "done\n");
     m.close().await.unwrap();
 }
+
+/// The most output of one command the host may hold that its reader did not take: the
+/// supervisor's flow-control window (it never sends past its credit).
+const HOST_BOUND: u64 = shellbox_supervisor::proto::OUTPUT_WINDOW_BYTES;
+
+/// 256 MiB, more than any window, pipe or channel here holds.
+const FLOOD: u64 = 256 << 20;
+
+/// A command writing 256 MiB to a reader that takes its chunks slowly (and for a while not
+/// at all) is held by its pipe: the host never buffers more than one flow-control window of
+/// it, and every byte still arrives, in order, with the command's own exit status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_keeps_the_host_buffer_bounded() {
+    use futures::StreamExt;
+    use shellbox_core::Event;
+    let test = "a_slow_reader_keeps_the_host_buffer_bounded";
+    let Some(factory) = common::factory(test) else {
+        return;
+    };
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    let mut stream = m
+        .run_stream(
+            Command::from_argv(["head", "-c", &FLOOD.to_string(), "/dev/zero"])
+                .output_limit_bytes(FLOOD)
+                .timeout(Duration::from_secs(600)),
+        )
+        .await
+        .unwrap();
+    let (mut received, mut chunks, mut peak, mut status) = (0u64, 0u64, 0u64, None);
+    while let Some(event) = stream.next().await {
+        match event.unwrap() {
+            Event::Stdout(b) => {
+                assert!(b.iter().all(|&x| x == 0));
+                received += b.len() as u64;
+                chunks += 1;
+                // Slow: a pause every chunk, and a long one now and then, so an unbounded
+                // host buffer would fill with what `head` writes meanwhile.
+                let pause = if chunks % 1024 == 1 { 500 } else { 1 };
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                peak = peak.max(m.supervisor_buffered_output_bytes());
+            }
+            Event::Stderr(b) => panic!("stderr: {}", String::from_utf8_lossy(&b)),
+            Event::Exit(exit) => status = Some(exit),
+        }
+    }
+    let status = status.expect("an exit status");
+    assert_eq!(
+        (status.reason, status.exit_code),
+        (ExitReason::Exited, Some(0))
+    );
+    assert!(!status.stdout_truncated);
+    assert_eq!(received, FLOOD);
+    assert!(
+        peak <= HOST_BOUND,
+        "the host held {peak} bytes of unread output, over {HOST_BOUND}"
+    );
+    eprintln!("{test}: peak host buffer {peak} bytes over {chunks} chunks");
+    assert_eq!(m.supervisor_buffered_output_bytes(), 0);
+    m.close().await.unwrap();
+}
+
+/// While one command's reader takes nothing, that command blocks in its writes (the host
+/// holds at most a window of it) and the machine's other commands run and finish; its
+/// timeout still kills it, and the output before the kill and a timed-out status are
+/// delivered once the reader reads. A dropped stream kills its blocked command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unread_command_stalls_no_other_command() {
+    use futures::StreamExt;
+    use shellbox_core::Event;
+    let test = "an_unread_command_stalls_no_other_command";
+    let Some(factory) = common::factory(test) else {
+        return;
+    };
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    let flood = |seconds| {
+        Command::shell(format!("exec head -c {FLOOD} /dev/zero"))
+            .output_limit_bytes(FLOOD)
+            .timeout(Duration::from_secs(seconds))
+    };
+    let unread = m.run_stream(flood(600)).await.unwrap();
+    // The unread command has filled its window (the host's share of it) ...
+    let mut filled = false;
+    for _ in 0..200 {
+        if m.supervisor_buffered_output_bytes()
+            >= shellbox_supervisor::proto::OUTPUT_WINDOW_BYTES / 2
+        {
+            filled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(filled, "the unread command sent nothing");
+    // ... and others still run, one after another and side by side.
+    for i in 0..3 {
+        let r = run(
+            &m,
+            Command::shell(format!(
+                "echo second {i}; head -c 3000000 /dev/zero | wc -c"
+            )),
+        )
+        .await;
+        assert_eq!(r.stdout_lossy(), format!("second {i}\n3000000\n"), "{r:?}");
+    }
+    let r = run(&m, Command::shell("pgrep -xc head")).await;
+    assert_eq!(
+        r.stdout_lossy(),
+        "1\n",
+        "the unread command is still there, blocked: {r:?}"
+    );
+    let buffered = m.supervisor_buffered_output_bytes();
+    assert!(
+        buffered <= HOST_BOUND,
+        "{buffered} bytes buffered, over {HOST_BOUND}"
+    );
+
+    // A blocked command's timeout still kills it; what it wrote before comes first. `cat`
+    // never ends by itself: its stream ends only through the timeout.
+    let mut timed = m
+        .run_stream(
+            Command::shell("exec cat /dev/zero")
+                .output_limit_bytes(u64::MAX)
+                .timeout(Duration::from_secs(2)),
+        )
+        .await
+        .unwrap();
+    let window = shellbox_supervisor::proto::OUTPUT_WINDOW_BYTES;
+    let mut started = false;
+    for _ in 0..200 {
+        if m.supervisor_buffered_output_bytes() >= buffered + window / 2 {
+            started = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(started, "the second unread command sent nothing");
+    let mut gone = false;
+    for _ in 0..200 {
+        let r = run(&m, Command::shell("pgrep -xc cat")).await;
+        if r.stdout_lossy() == "0\n" {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        gone,
+        "the timed-out command was not killed while its reader read nothing"
+    );
+    let (mut received, mut status) = (0u64, None);
+    while let Some(event) = timed.next().await {
+        match event.unwrap() {
+            Event::Stdout(b) => received += b.len() as u64,
+            Event::Stderr(b) => panic!("stderr: {}", String::from_utf8_lossy(&b)),
+            Event::Exit(exit) => status = Some(exit),
+        }
+    }
+    let status = status.expect("an exit status");
+    assert_eq!(status.reason, ExitReason::TimedOut, "{status:?}");
+    assert!(received >= window / 2, "{received} bytes before the kill");
+
+    // The first one, never read, is killed when its stream is dropped.
+    drop(unread);
+    let mut killed = false;
+    for _ in 0..200 {
+        let r = run(&m, Command::shell("pgrep -xc head")).await;
+        if r.stdout_lossy() == "0\n" {
+            killed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(killed, "the dropped command still runs");
+    for _ in 0..200 {
+        if m.supervisor_buffered_output_bytes() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(m.supervisor_buffered_output_bytes(), 0);
+    m.close().await.unwrap();
+}

@@ -15,6 +15,13 @@
 //! subtree — `setsid` and double-fork escapees included — and nothing else. Processes a
 //! command leaves in the background keep running after it exits. Output limits are applied
 //! inside the supervisor: only the first `output_limit_bytes` per stream cross the channel.
+//!
+//! Output is flow-controlled per command (see [`proto`]): the supervisor sends a command's
+//! output only within a window of credit ([`proto::OUTPUT_WINDOW_BYTES`]), which
+//! [`Running::next`] replenishes as it hands chunks out. So the host holds at most about one
+//! window per command however slow its consumer ([`Client::buffered_output_bytes`]); a
+//! command whose consumer does not read blocks in its own writes, and every other command
+//! of the machine goes on.
 
 #![warn(missing_docs)]
 
@@ -24,7 +31,7 @@ pub mod session;
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -59,11 +66,18 @@ pub enum Reply {
 
 type Routes = Arc<Mutex<HashMap<u32, mpsc::UnboundedSender<Reply>>>>;
 
+/// How many consumed output bytes [`Running::next`] gathers before it grants them back as
+/// one [`proto::CREDIT`]: a quarter of the window, so the supervisor rarely runs dry while
+/// the consumer keeps up.
+const GRANT_BYTES: u64 = proto::OUTPUT_WINDOW_BYTES / 4;
+
 struct Shared {
     tx: mpsc::UnboundedSender<Vec<u8>>,
     routes: Routes,
     next: AtomicU32,
     gone: Arc<AtomicBool>,
+    /// Output bytes received and not yet taken from a [`Running`].
+    buffered: Arc<AtomicU64>,
 }
 
 /// The host side of one supervisor's control channel. Cheap to clone; the channel closes
@@ -113,6 +127,7 @@ impl Client {
         }
         let routes: Routes = Arc::default();
         let gone = Arc::new(AtomicBool::new(false));
+        let buffered = Arc::new(AtomicU64::new(0));
         let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
         {
             let gone = gone.clone();
@@ -127,9 +142,9 @@ impl Client {
             });
         }
         {
-            let (routes, gone) = (routes.clone(), gone.clone());
+            let (routes, gone, buffered) = (routes.clone(), gone.clone(), buffered.clone());
             tokio::spawn(async move {
-                let _ = read_loop(&mut reader, &routes).await;
+                let _ = read_loop(&mut reader, &routes, &buffered).await;
                 gone.store(true, Ordering::SeqCst);
                 // Every command still waiting sees its channel end.
                 lock(&routes).clear();
@@ -141,6 +156,7 @@ impl Client {
                 routes,
                 next: AtomicU32::new(1),
                 gone,
+                buffered,
             }),
         })
     }
@@ -148,6 +164,16 @@ impl Client {
     /// Whether the channel is known to be closed (the supervisor exited or was killed).
     pub fn is_gone(&self) -> bool {
         self.shared.gone.load(Ordering::SeqCst)
+    }
+
+    /// Bytes of command output this client received from the supervisor that no
+    /// [`Running`] handed out yet (with [`Running::next`]), over all its commands. Flow
+    /// control bounds it: at most [`proto::OUTPUT_WINDOW_BYTES`] per command, whatever its
+    /// consumer's pace, plus, for a command that was killed, what its processes had left in
+    /// their pipes (about a pipe's capacity). Chunks of a dropped [`Running`] are freed
+    /// with it.
+    pub fn buffered_output_bytes(&self) -> u64 {
+        self.shared.buffered.load(Ordering::SeqCst)
     }
 
     /// Starts a command with these bytes on its stdin (sent in [`proto::CHUNK_BYTES`]
@@ -232,11 +258,16 @@ impl Client {
             rx,
             shared: self.shared.clone(),
             done: false,
+            consumed: 0,
         })
     }
 }
 
-async fn read_loop<R: AsyncRead + Unpin>(reader: &mut R, routes: &Routes) -> io::Result<()> {
+async fn read_loop<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    routes: &Routes,
+    buffered: &AtomicU64,
+) -> io::Result<()> {
     let mut header = [0u8; proto::HEADER_BYTES];
     loop {
         reader.read_exact(&mut header).await?;
@@ -270,9 +301,14 @@ async fn read_loop<R: AsyncRead + Unpin>(reader: &mut R, routes: &Routes) -> io:
             _ => continue,
         };
         let last = !matches!(reply, Reply::Output(..));
+        let bytes = output_len(&reply);
         let mut routes = lock(routes);
         if let Some(tx) = routes.get(&id) {
-            let _ = tx.send(reply);
+            // Counted before the send, so a consumer taking it at once never goes below 0.
+            buffered.fetch_add(bytes, Ordering::SeqCst);
+            if tx.send(reply).is_err() {
+                buffered.fetch_sub(bytes, Ordering::SeqCst);
+            }
         }
         if last {
             routes.remove(&id);
@@ -280,13 +316,27 @@ async fn read_loop<R: AsyncRead + Unpin>(reader: &mut R, routes: &Routes) -> io:
     }
 }
 
+/// Output bytes of a reply (0 for an EXIT or FAIL).
+fn output_len(reply: &Reply) -> u64 {
+    match reply {
+        Reply::Output(_, b) => b.len() as u64,
+        _ => 0,
+    }
+}
+
 /// One started command: its replies in order. Dropping it before its [`Reply::Exit`] or
 /// [`Reply::Fail`] arrived kills the command's whole subtree (as [`Running::kill`]).
+///
+/// The supervisor sends the command's output only as fast as this handle's
+/// [`Running::next`] takes it (a window of [`proto::OUTPUT_WINDOW_BYTES`] ahead): a command
+/// whose `Running` is not read blocks in its writes once the window is full.
 pub struct Running {
     id: u32,
     rx: mpsc::UnboundedReceiver<Reply>,
     shared: Arc<Shared>,
     done: bool,
+    /// Output bytes handed out and not yet granted back as credit.
+    consumed: u64,
 }
 
 impl std::fmt::Debug for Running {
@@ -305,14 +355,29 @@ impl Running {
     }
 
     /// The next reply; `None` once the final one was returned or the channel closed
-    /// before it came (the supervisor is gone).
+    /// before it came (the supervisor is gone). Each output chunk taken is credit for the
+    /// supervisor to send as much more (granted in [`proto::CREDIT`] frames of a quarter
+    /// window). Cancel-safe: a reply is taken only when it is returned.
     pub async fn next(&mut self) -> Option<Reply> {
         if self.done {
             return None;
         }
         let reply = self.rx.recv().await;
-        if !matches!(reply, Some(Reply::Output(..))) {
-            self.done = true;
+        match &reply {
+            Some(r @ Reply::Output(..)) => {
+                let n = output_len(r);
+                self.shared.buffered.fetch_sub(n, Ordering::SeqCst);
+                self.consumed += n;
+                if self.consumed >= GRANT_BYTES {
+                    let grant = std::mem::take(&mut self.consumed);
+                    let _ = self.shared.tx.send(proto::frame(
+                        proto::CREDIT,
+                        self.id,
+                        &grant.to_le_bytes(),
+                    ));
+                }
+            }
+            _ => self.done = true,
         }
         reply
     }
@@ -338,6 +403,13 @@ impl Drop for Running {
         if !self.done {
             self.kill();
             lock(&self.shared.routes).remove(&self.id);
+        }
+        // No sender is left (the route is gone), so what is queued is all there is.
+        self.rx.close();
+        while let Ok(reply) = self.rx.try_recv() {
+            self.shared
+                .buffered
+                .fetch_sub(output_len(&reply), Ordering::SeqCst);
         }
     }
 }

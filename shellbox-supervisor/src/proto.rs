@@ -8,10 +8,21 @@
 //! interleave freely.
 //!
 //! Host to supervisor: [`START`] (a [`Start`] request), [`STDIN`] (bytes for the command's
-//! standard input), [`STDIN_END`] (close it), [`KILL`] (kill everything the command started).
+//! standard input), [`STDIN_END`] (close it), [`KILL`] (kill everything the command started),
+//! [`CREDIT`] (take more of its output).
 //! Supervisor to host: [`READY`] once (id 0) when it is up, [`OUTPUT`] (stream byte 1 =
 //! stdout, 2 = stderr, then bytes within the command's output limit), then exactly one of
 //! [`EXIT`] (an [`Exit`]) or [`FAIL`] (a [`Fail`]) per command.
+//!
+//! Output is flow-controlled per command: the supervisor sends a command's [`OUTPUT`] bytes
+//! only within a window of credit, [`OUTPUT_WINDOW_BYTES`] at its start plus every
+//! [`CREDIT`] the host sent for it since (the host grants as its consumer takes chunks).
+//! Without credit the supervisor stops reading that command's stdout and stderr pipes, so
+//! the command blocks in its own write (pipe backpressure) and no other command waits.
+//! Bytes past the output limit are read and dropped without credit; once the host sent a
+//! [`KILL`] for a command, the rest of its output (what its killed processes left in the
+//! pipes) is sent without credit too, so a host that stopped reading (a dropped command)
+//! never holds the supervisor's thread.
 
 /// Bytes of a frame header.
 pub const HEADER_BYTES: usize = 9;
@@ -35,6 +46,12 @@ pub const STDIN: u8 = 2;
 pub const STDIN_END: u8 = 3;
 /// Host: kill every process the command started (its keeper's whole subtree).
 pub const KILL: u8 = 4;
+/// Host: the command may send this many more output bytes (payload: a little-endian `u64`;
+/// see [`OUTPUT_WINDOW_BYTES`]). A malformed payload is ignored.
+pub const CREDIT: u8 = 5;
+/// The output credit each command starts with, bytes: the most output of one command that
+/// is on its way to, or waiting in, the host before the host's consumer took any (2 MiB).
+pub const OUTPUT_WINDOW_BYTES: u64 = 2 << 20;
 /// Supervisor: it is running (id 0, empty payload).
 pub const READY: u8 = 16;
 /// Supervisor: output of a command (stream byte, then the bytes).

@@ -196,6 +196,9 @@ struct Inbox {
     stdin: Vec<u8>,
     stdin_end: bool,
     kill: bool,
+    /// Output credit granted by [`proto::CREDIT`] frames since the command's thread last
+    /// took it.
+    credit: u64,
 }
 
 struct Cmd {
@@ -733,10 +736,28 @@ struct Stream {
 }
 
 impl Stream {
-    /// Reads once; false at EOF or error (the fd is then closed).
-    fn pump(&mut self, id: u32, out: &Out, buf: &mut [u8]) -> Result<bool, c_int> {
+    /// Whether reading this stream now needs output credit: it is still within its output
+    /// limit (bytes past the limit are read and dropped, so they need none).
+    fn needs_credit(&self) -> bool {
+        self.limiter.kept < self.limiter.limit
+    }
+
+    /// Reads once, at most what `credit` lets through unless `free` (the command was
+    /// killed), and takes the bytes sent from `credit`; false at EOF or error.
+    fn pump(&mut self, id: u32, out: &Out, buf: &mut [u8], credit: &mut u64, free: bool) -> Result<bool, c_int> {
+        let room = self.limiter.limit - self.limiter.kept;
+        // Whatever is admitted is at most `room`: when that fits the credit, a full read
+        // cannot overdraw it (the rest past the limit is dropped).
+        let want = if free || room <= *credit {
+            buf.len()
+        } else {
+            buf.len().min(*credit as usize)
+        };
+        if want == 0 {
+            return Err(EAGAIN);
+        }
         // SAFETY: reading into a live buffer.
-        let n = unsafe { read(self.fd, buf.as_mut_ptr(), buf.len()) };
+        let n = unsafe { read(self.fd, buf.as_mut_ptr(), want) };
         if n < 0 {
             let e = errno();
             if e == EINTR || e == EAGAIN {
@@ -748,6 +769,7 @@ impl Stream {
             return Ok(false);
         }
         let kept = self.limiter.admit(&buf[..n as usize]);
+        *credit = credit.saturating_sub(kept.len() as u64);
         if !kept.is_empty() {
             let mut payload = Vec::with_capacity(kept.len() + 1);
             payload.push(self.which);
@@ -851,12 +873,16 @@ fn run_command(
     let mut status_open = true;
     let mut buf = vec![0u8; proto::CHUNK_BYTES];
     let mut killed = false;
+    // Output bytes the host still takes (see proto's flow control): a stream within its
+    // limit is read only while there is credit, or once the command was killed.
+    let mut credit: u64 = proto::OUTPUT_WINDOW_BYTES;
     while status_open {
         let mut fds: Vec<PollFd> = Vec::with_capacity(5);
         fds.push(PollFd { fd: wake_r, events: POLLIN, revents: 0 });
         fds.push(PollFd { fd: st_r, events: POLLIN, revents: 0 });
         for (s, &o) in streams.iter().zip(&open) {
-            fds.push(PollFd { fd: if o { s.fd } else { -1 }, events: POLLIN, revents: 0 });
+            let readable = o && (killed || credit > 0 || !s.needs_credit());
+            fds.push(PollFd { fd: if readable { s.fd } else { -1 }, events: POLLIN, revents: 0 });
         }
         let want_out = stdin_fd >= 0 && pending_at < pending.len();
         fds.push(PollFd { fd: if want_out { stdin_fd } else { -1 }, events: POLLOUT, revents: 0 });
@@ -876,6 +902,7 @@ fn run_command(
                 pending.append(&mut inbox.stdin);
             }
             stdin_end |= inbox.stdin_end;
+            credit = credit.saturating_add(std::mem::take(&mut inbox.credit));
             let kill_now = inbox.kill && !killed;
             drop(inbox);
             if kill_now {
@@ -901,7 +928,7 @@ fn run_command(
             }
         }
         for i in 0..2 {
-            if open[i] && fds[2 + i].revents != 0 && streams[i].pump(id, &out, &mut buf) == Ok(false) {
+            if open[i] && fds[2 + i].revents != 0 && streams[i].pump(id, &out, &mut buf, &mut credit, killed) == Ok(false) {
                 open[i] = false;
                 close_fd(streams[i].fd);
             }
@@ -933,7 +960,27 @@ fn run_command(
         set_nonblocking(streams[i].fd);
         let mut budget: usize = 4 << 20;
         loop {
-            match streams[i].pump(id, &out, &mut buf) {
+            if !killed && credit == 0 && streams[i].needs_credit() {
+                // Out of credit: wait for the host's consumer (or a KILL, after which the
+                // little the killed processes left is sent freely).
+                let mut pfd = PollFd { fd: wake_r, events: POLLIN, revents: 0 };
+                // SAFETY: poll over one live entry.
+                if unsafe { poll(&mut pfd, 1, -1) } > 0 {
+                    let mut junk = [0u8; 64];
+                    // SAFETY: reading into a live buffer.
+                    unsafe { read(wake_r, junk.as_mut_ptr(), junk.len()) };
+                    let mut inbox = cmd.inbox.lock().unwrap_or_else(|e| e.into_inner());
+                    credit = credit.saturating_add(std::mem::take(&mut inbox.credit));
+                    let kill_now = inbox.kill;
+                    drop(inbox);
+                    if kill_now {
+                        killed = true;
+                        kill_scope(keeper_pid);
+                    }
+                }
+                continue;
+            }
+            match streams[i].pump(id, &out, &mut buf, &mut credit, killed) {
                 Ok(true) if budget > buf.len() => budget -= buf.len(),
                 Err(EINTR) => {}
                 Ok(false) => {
@@ -1170,7 +1217,7 @@ fn main() {
                     out.fail(id, proto::FAIL_SYSTEM, &format!("start a thread: {e}"));
                 }
             }
-            proto::STDIN | proto::STDIN_END | proto::KILL => {
+            proto::STDIN | proto::STDIN_END | proto::KILL | proto::CREDIT => {
                 let cmd = commands.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned();
                 if let Some(cmd) = cmd {
                     {
@@ -1178,6 +1225,11 @@ fn main() {
                         match kind {
                             proto::STDIN => inbox.stdin.extend_from_slice(&payload),
                             proto::STDIN_END => inbox.stdin_end = true,
+                            proto::CREDIT => {
+                                if let Ok(b) = <[u8; 8]>::try_from(&payload[..]) {
+                                    inbox.credit = inbox.credit.saturating_add(u64::from_le_bytes(b));
+                                }
+                            }
                             _ => inbox.kill = true,
                         }
                     }
