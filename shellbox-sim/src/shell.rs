@@ -629,6 +629,49 @@ pub fn concat_paced(a: &str, b: &str) -> Option<String> {
     Some(out)
 }
 
+/// `data` decoded as [`String::from_utf8_lossy`] decodes it (each invalid sequence one
+/// U+FFFD), one [`CHUNK_BYTES`] piece of `data` at a time; `None` when the command must stop
+/// ([`stop_due`], looked at between pieces) or the text would hold more than `max_bytes`
+/// bytes (a replacement character is 3 bytes, so random bytes decode to about twice their
+/// size). Pieces end before a byte that cannot continue a UTF-8 sequence, so no sequence
+/// is cut and the text is the same as one `from_utf8_lossy` of the whole.
+pub fn lossy_paced(data: &[u8], max_bytes: usize) -> Option<String> {
+    if data.len() < CHUNK_BYTES {
+        let s = String::from_utf8_lossy(data);
+        return (s.len() <= max_bytes).then(|| s.into_owned());
+    }
+    let is_cont = |b: u8| b & 0xC0 == 0x80;
+    let mut out = String::with_capacity(data.len().min(max_bytes));
+    let mut rest = data;
+    while !rest.is_empty() {
+        let mut end = rest.len().min(CHUNK_BYTES);
+        if end < rest.len() {
+            // back up to a byte that starts a sequence (or ASCII); four continuation
+            // bytes in a row cannot all belong to one sequence, so cut there if so
+            let start = (0..4)
+                .map(|k| end - k)
+                .find(|&e| !is_cont(rest[e]))
+                .unwrap_or(end);
+            end = start;
+        }
+        let (piece, tail) = rest.split_at(end);
+        for chunk in piece.utf8_chunks() {
+            out.push_str(chunk.valid());
+            if !chunk.invalid().is_empty() {
+                out.push(char::REPLACEMENT_CHARACTER);
+            }
+        }
+        if out.len() > max_bytes {
+            return None;
+        }
+        rest = tail;
+        if !rest.is_empty() && stop_due() {
+            return None;
+        }
+    }
+    Some(out)
+}
+
 /// Bytes a long copy or scan handles between two looks at the clock.
 pub const CHUNK_BYTES: usize = 1 << 20;
 
@@ -2261,7 +2304,7 @@ impl<'a> Interp<'a> {
                     Vec::new()
                 }
             };
-            let mut s = String::from_utf8_lossy(&data).into_owned();
+            let mut s = self.decode_output(&data)?;
             while s.ends_with('\n') {
                 s.pop();
             }
@@ -2298,7 +2341,22 @@ impl<'a> Interp<'a> {
         while all.last() == Some(&b'\n') {
             all.pop();
         }
-        Ok(String::from_utf8_lossy(&all).into_owned())
+        self.decode_output(&all)
+    }
+
+    /// A command substitution's output as text ([`lossy_paced`]): at most what the memory
+    /// budget has left beside `data` itself, decoded in pieces that look at the clock, so
+    /// tens of megabytes of binary output (which decode to about twice their size) end at
+    /// the deadline or the budget instead of in one uncheckable step. Errors: the timeout
+    /// or cancellation when one is due, else the memory budget ([`Interp::interrupted`]).
+    fn decode_output(&self, data: &[u8]) -> R<String> {
+        let left = self
+            .w
+            .memory_limit
+            .saturating_sub(self.memory_used())
+            .saturating_sub(data.len() as u64);
+        let max = usize::try_from(left).unwrap_or(usize::MAX);
+        lossy_paced(data, max).ok_or_else(|| self.interrupted())
     }
 
     // ---------- simple commands ----------
@@ -3085,3 +3143,65 @@ fn redirect_only_read(prog: &ast::Program) -> Option<String> {
 #[cfg(test)]
 #[path = "fork_cost_tests.rs"]
 mod fork_cost_tests;
+
+#[cfg(test)]
+mod lossy_tests {
+    use super::{lossy_paced, CHUNK_BYTES};
+
+    /// Bytes whose UTF-8 sequences (valid, truncated and stray continuations) straddle
+    /// every piece boundary [`lossy_paced`] cuts at.
+    fn awkward(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        let atoms: [&[u8]; 8] = [
+            b"a",
+            "é".as_bytes(),
+            "€".as_bytes(),
+            "𝄞".as_bytes(),
+            b"\xE2\x82",
+            b"\x80\x80\x80\x80\x80",
+            b"\xF0\x9D",
+            b"\xFF",
+        ];
+        let mut v = Vec::with_capacity(len + 8);
+        while v.len() < len {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            v.extend_from_slice(atoms[(x % 8) as usize]);
+        }
+        v
+    }
+
+    #[test]
+    fn decodes_as_from_utf8_lossy_across_pieces() {
+        for seed in 1..6 {
+            let data = awkward(3 * CHUNK_BYTES + 17, seed);
+            let want = String::from_utf8_lossy(&data).into_owned();
+            assert_eq!(
+                lossy_paced(&data, usize::MAX).as_deref(),
+                Some(want.as_str())
+            );
+        }
+        // a cut that would land inside a run of continuation bytes
+        let mut data = vec![b'a'; CHUNK_BYTES - 2];
+        data.extend_from_slice(&[0x80; 9]);
+        data.extend_from_slice("€".as_bytes());
+        let want = String::from_utf8_lossy(&data).into_owned();
+        assert_eq!(
+            lossy_paced(&data, usize::MAX).as_deref(),
+            Some(want.as_str())
+        );
+    }
+
+    #[test]
+    fn stops_past_its_size_bound() {
+        let data = vec![0xFF; 2 * CHUNK_BYTES];
+        assert_eq!(lossy_paced(&data, 3 * CHUNK_BYTES), None);
+        assert_eq!(
+            lossy_paced(&data, 6 * CHUNK_BYTES).map(|s| s.len()),
+            Some(6 * CHUNK_BYTES)
+        );
+        assert_eq!(lossy_paced(b"\xFFab", 4), None);
+        assert_eq!(lossy_paced(b"\xFFab", 5).as_deref(), Some("\u{FFFD}ab"));
+    }
+}

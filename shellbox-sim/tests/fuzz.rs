@@ -438,6 +438,11 @@ const CORPUS: &[&str] = &[
      y+=$x; y=${x:1:7000000}; read -r z <<< \"$x\"; a=(\"$x\" \"$x\"); y=\"${a[*]}\"; done",
     "x=$(head -c 8000000 /dev/zero | tr '\\0' ' '); while :; do read -a z <<< \"$x\"; \
      y=${x//?/ab}; y=${x,,[a-z]}; done",
+    // the hour run, seed 20261201, case 12953, minimised: a command substitution's tens of
+    // megabytes of binary output were decoded (to about twice their size) in one
+    // `from_utf8_lossy`: 115 ms of CPU after a 200 ms deadline in the run, 310 ms for 40 MB
+    // of /dev/urandom; it now decodes in pieces within the budget and looks at the clock
+    "x=\"$(head -c 40000000 /dev/urandom)\"",
 ];
 
 /// This process's CPU time (user and system, every thread).
