@@ -103,6 +103,11 @@ impl Fb {
         while !rest.is_empty() {
             if crate::shell::stop_due() {
                 self.over = true;
+                // what was built can be hundreds of megabytes, whose freeing alone takes
+                // tens of milliseconds: the command is ending, so it is buried (freed at
+                // the machine's next command or drop), not freed past the deadline
+                crate::mem::bury(std::mem::take(&mut self.cur));
+                crate::mem::bury(std::mem::take(&mut self.done));
                 return;
             }
             let mut end = rest.len().min(CHUNK_BYTES);
@@ -866,13 +871,37 @@ impl Interp<'_> {
         {
             return Ok(Ok(raw.to_string()));
         }
-        let fields = self.expand_fields(sh, raw, false)?;
-        let mut s = String::new();
+        let mut fields = self.expand_fields(sh, raw, false)?;
+        // one field (an assignment's value, nearly always) is moved, not copied: a word of
+        // hundreds of megabytes costs no copy that could outlive the deadline
+        if fields.len() == 1 {
+            return Ok(Ok(fields.pop().map(|f| f.s).unwrap_or_default()));
+        }
+        let total = fields
+            .iter()
+            .map(|f| f.s.len().saturating_add(1))
+            .fold(0usize, usize::saturating_add);
+        let mut s = String::with_capacity(total);
+        let mut pace = crate::shell::Pacer::default();
         for (i, f) in fields.iter().enumerate() {
             if i > 0 {
                 s.push(' ');
             }
-            s.push_str(&f.s);
+            let mut rest = f.s.as_str();
+            while !rest.is_empty() {
+                let mut end = rest.len().min(CHUNK_BYTES);
+                while !rest.is_char_boundary(end) {
+                    end += 1;
+                }
+                let (piece, tail) = rest.split_at(end);
+                s.push_str(piece);
+                rest = tail;
+                if pace.due(piece.len()) {
+                    crate::mem::bury(s);
+                    crate::mem::bury(fields);
+                    return Err(self.interrupted());
+                }
+            }
         }
         Ok(Ok(s))
     }

@@ -79,27 +79,62 @@ pub fn buried() -> usize {
 /// A metered string: a variable's value or an array element. Immutable and shared, so a
 /// subshell's copy of the variables shares their text as a forked bash shares its pages:
 /// the bytes are charged once, when the text is made, and released when its last holder
-/// drops it. One allocation, as a `String` is.
-#[derive(PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct MStr(std::rc::Rc<str>);
+/// drops it. Text under [`crate::shell::CHUNK_BYTES`] is one allocation, as a `String` is;
+/// a longer `String` is kept as it is (moved, not copied), so storing a word of hundreds of
+/// megabytes costs no copy that could run past a deadline.
+#[derive(Clone)]
+pub struct MStr(Text);
+
+#[derive(Clone)]
+enum Text {
+    Small(std::rc::Rc<str>),
+    Big(std::rc::Rc<String>),
+}
 
 impl MStr {
     /// The text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            Text::Small(s) => s,
+            Text::Big(s) => s.as_str(),
+        }
     }
 }
 
-impl Clone for MStr {
-    fn clone(&self) -> Self {
-        MStr(self.0.clone())
+impl PartialEq for MStr {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for MStr {}
+
+impl PartialOrd for MStr {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for MStr {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl std::hash::Hash for MStr {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.as_str().hash(h)
     }
 }
 
 impl Drop for MStr {
     fn drop(&mut self) {
-        if std::rc::Rc::strong_count(&self.0) == 1 {
-            release(self.0.len());
+        let last = match &self.0 {
+            Text::Small(s) => std::rc::Rc::strong_count(s) == 1,
+            Text::Big(s) => std::rc::Rc::strong_count(s) == 1,
+        };
+        if last {
+            release(self.as_str().len());
         }
     }
 }
@@ -113,13 +148,17 @@ impl Default for MStr {
 impl From<&str> for MStr {
     fn from(s: &str) -> Self {
         charge(s.len());
-        MStr(std::rc::Rc::from(s))
+        MStr(Text::Small(std::rc::Rc::from(s)))
     }
 }
 
 impl From<String> for MStr {
     fn from(s: String) -> Self {
-        MStr::from(s.as_str())
+        if s.len() < crate::shell::CHUNK_BYTES {
+            return MStr::from(s.as_str());
+        }
+        charge(s.len());
+        MStr(Text::Big(std::rc::Rc::new(s)))
     }
 }
 
@@ -132,13 +171,13 @@ impl From<MStr> for String {
 impl std::ops::Deref for MStr {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
 impl std::borrow::Borrow<str> for MStr {
     fn borrow(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
