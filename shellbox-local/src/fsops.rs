@@ -28,7 +28,24 @@ use crate::guest::{guest_join, open_child, resolve, GuestView, Object, Resolved}
 
 /// Called with the guest path of every entry an upload is about to write; an error stops
 /// the upload (read-only targets).
-pub(crate) type GuestCheck<'a> = &'a dyn Fn(&str) -> Result<(), Error>;
+pub(crate) type GuestCheck<'a> = &'a dyn Fn(&str) -> Result<Entry, Error>;
+
+/// What a directory upload does with one entry (see [`GuestView::check_entry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// Written through its parent.
+    Plain,
+    /// A copy-on-write layer's top mounted there: its contents are merged into the layer
+    /// on their own (written through the parent, they would land under the mount).
+    LayerTop,
+}
+
+/// A directory upload's entry that lands in a layer's top: its guest path and its source
+/// directory, open.
+struct Deferred {
+    guest: String,
+    src: OwnedFd,
+}
 
 const DIR_FLAGS: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_DIRECTORY)
@@ -236,8 +253,14 @@ fn ensure_dir(dst_dir: &OwnedFd, name: &OsStr, path: &str) -> Result<OwnedFd, Er
 
 /// Copies the contents of directory `src` into directory `dst`, entry by entry, with
 /// `check(guest path)` called before each entry is written.
-fn copy_tree(src: &OwnedFd, dst: &OwnedFd, path: &str, check: GuestCheck) -> Result<(), Error> {
-    copy_tree_at(src, dst, path, check, 0)
+fn copy_tree(
+    src: &OwnedFd,
+    dst: &OwnedFd,
+    path: &str,
+    check: GuestCheck,
+    deferred: &mut Vec<Deferred>,
+) -> Result<(), Error> {
+    copy_tree_at(src, dst, path, check, deferred, 0)
 }
 
 fn copy_tree_at(
@@ -245,6 +268,7 @@ fn copy_tree_at(
     dst: &OwnedFd,
     path: &str,
     check: GuestCheck,
+    deferred: &mut Vec<Deferred>,
     depth: usize,
 ) -> Result<(), Error> {
     if depth >= MAX_TREE_DEPTH {
@@ -264,12 +288,25 @@ fn copy_tree_at(
             Err(Errno::ENOENT) => continue, // removed while copying
             Err(e) => return Err(io_err("stat", &child, e)),
         };
-        check(&child)?;
+        let entry = check(&child)?;
         let kind = file_type(&st);
+        if entry == Entry::LayerTop {
+            if kind != SFlag::S_IFDIR {
+                return Err(Error::transfer(
+                    &child,
+                    "a directory is in the way of a file",
+                ));
+            }
+            deferred.push(Deferred {
+                guest: child.clone(),
+                src: step(src, &name, false, &child)?,
+            });
+            continue;
+        }
         if kind == SFlag::S_IFDIR {
             let s = step(src, &name, false, &child)?;
             let d = ensure_dir(dst, &name, &child)?;
-            copy_tree_at(&s, &d, &child, check, depth + 1)?;
+            copy_tree_at(&s, &d, &child, check, deferred, depth + 1)?;
             fchmod(&d, mode_of(&st)).map_err(|e| io_err("chmod", &child, e))?;
             set_times(&d, &st, &child)?;
         } else if kind == SFlag::S_IFREG {
@@ -306,8 +343,8 @@ fn copy_tree_at(
     Ok(())
 }
 
-fn no_check(_: &str) -> Result<(), Error> {
-    Ok(())
+fn no_check(_: &str) -> Result<Entry, Error> {
+    Ok(Entry::Plain)
 }
 
 /// Copies a host path for the machine root's `/etc`: a symlink as the same symlink, a file
@@ -489,8 +526,9 @@ fn merge_staged(
 /// # Errors
 /// [`Error::NotFound`] for a missing source; [`Error::Unsupported`] when any written path
 /// lies in a system directory (unless it is a copy-on-write layer, written through the
-/// overlay), a mount or `/dev`, `/proc`, `/sys`, or when an entry of a directory upload
-/// is a mount point (a layer's top, written through its parent); [`Error::Transfer`] when
+/// overlay: an entry of a directory upload that is a layer's top, say `usr/` in an upload
+/// to `/`, is staged and merged into that layer, with the rest), a mount or `/dev`,
+/// `/proc`, `/sys`; [`Error::Transfer`] when
 /// a directory is in the way of a file or the reverse, or a source entry is a special file
 /// (FIFO, socket, device); [`Error::Io`].
 pub fn upload(view: &GuestView, source: &Path, target: &str) -> Result<(), Error> {
@@ -544,7 +582,8 @@ pub fn upload(view: &GuestView, source: &Path, target: &str) -> Result<(), Error
             }
             if is_dir {
                 let d = step(&cur, OsStr::new(last), true, &guest)?;
-                copy_tree(&src, &d, &guest, &check)?;
+                // A missing directory holds no mount point: nothing is deferred.
+                copy_tree(&src, &d, &guest, &check, &mut Vec::new())?;
                 fchmod(&d, mode_of(&src_st)).map_err(|e| io_err("chmod", &guest, e))?;
                 set_times(&d, &src_st, &guest)?;
             } else {
@@ -574,11 +613,38 @@ pub fn upload(view: &GuestView, source: &Path, target: &str) -> Result<(), Error
                             "a directory is in the way of a file",
                         ));
                     }
+                    // Everything is staged first (the target and each copy-on-write
+                    // layer top the upload reaches, say /usr in an upload to /), every
+                    // stage checked for conflicts, and only then moved into place.
+                    let mut deferred = Vec::new();
                     let stage = Stage::new(&dir, &guest)?;
-                    copy_tree(&src, &stage.fd, &guest, &check)?;
-                    merge_staged(&stage.fd, &dir, &guest, true, 0)?;
-                    merge_staged(&stage.fd, &dir, &guest, false, 0)?;
-                    fchmod(&dir, mode_of(&src_st)).map_err(|e| io_err("chmod", &guest, e))
+                    copy_tree(&src, &stage.fd, &guest, &check, &mut deferred)?;
+                    let mut stages = vec![(stage, dir, guest.clone(), src_st)];
+                    while let Some(d) = deferred.pop() {
+                        let top = match view.mount_object(&d.guest) {
+                            Some(Ok(Object::Dir(top))) => top,
+                            Some(Err(e)) => return Err(e),
+                            _ => {
+                                return Err(Error::transfer(
+                                    &d.guest,
+                                    "the mount point is not a directory",
+                                ))
+                            }
+                        };
+                        let st = nix::sys::stat::fstat(&d.src)
+                            .map_err(|e| io_err("stat", &d.guest, e))?;
+                        let stage = Stage::new(&top, &d.guest)?;
+                        copy_tree(&d.src, &stage.fd, &d.guest, &check, &mut deferred)?;
+                        stages.push((stage, top, d.guest, st));
+                    }
+                    for (stage, dir, guest, _) in &stages {
+                        merge_staged(&stage.fd, dir, guest, true, 0)?;
+                    }
+                    for (stage, dir, guest, st) in &stages {
+                        merge_staged(&stage.fd, dir, guest, false, 0)?;
+                        fchmod(dir, mode_of(st)).map_err(|e| io_err("chmod", guest, e))?;
+                    }
+                    Ok(())
                 }
                 Object::File(..) | Object::Other => {
                     if is_dir {
@@ -825,7 +891,7 @@ fn dir_to_host(src: OwnedFd, guest: &str, target: &Path) -> Result<(), Error> {
     std::fs::create_dir_all(target)
         .map_err(|e| Error::io(format!("create directory {}", target.display()), e))?;
     let dst = open_host_dir(target)?;
-    copy_tree(&src, &dst, guest, &no_check)?;
+    copy_tree(&src, &dst, guest, &no_check, &mut Vec::new())?;
     let st = nix::sys::stat::fstat(&src).map_err(|e| io_err("stat", guest, e))?;
     fchmod(&dst, mode_of(&st)).map_err(|e| io_err("chmod", &target.display().to_string(), e))
 }

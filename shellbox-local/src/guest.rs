@@ -227,17 +227,22 @@ impl GuestView {
     }
 
     /// [`check_writable`](Self::check_writable) for an entry of a directory upload, which
-    /// is written through its parent: also [`Error::Unsupported`] when it is a mount point
-    /// (a copy-on-write layer's top, say `/usr` in an upload to `/`), since writing it
-    /// through its parent would miss what is mounted there.
-    pub fn check_entry(&self, guest: &str) -> Result<(), Error> {
+    /// is written through its parent, and how: [`Entry::LayerTop`] when a copy-on-write
+    /// layer's top is mounted there (say `/usr` in an upload to `/`: its contents go into
+    /// the layer, since writing them through the parent would land under the mount);
+    /// [`Error::Unsupported`] for any other mount point.
+    pub(crate) fn check_entry(&self, guest: &str) -> Result<crate::fsops::Entry, Error> {
         self.check_writable(guest)?;
         match self.mount_at(guest) {
+            None => Ok(crate::fsops::Entry::Plain),
+            Some(GuestMount {
+                source: Source::Layer(_),
+                ..
+            }) => Ok(crate::fsops::Entry::LayerTop),
             Some(_) => Err(Error::unsupported(format!(
                 "cannot upload {guest} as part of a directory upload to its parent: it is a \
                  mount point of the machine; upload to {guest} itself"
             ))),
-            None => Ok(()),
         }
     }
 

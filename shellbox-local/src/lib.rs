@@ -92,8 +92,9 @@
 //!   directory (`layers/`), not in a `shellbox-layers-*` directory of the host's mount
 //!   table, so a killed owner leaves no mount (only the directory, which `gc` removes);
 //!   transfers into and out of them go through fds of the overlays (the machine's view)
-//!   rather than a `tar` inside the sandbox, and a directory upload that would write a
-//!   layer's top through its parent (`usr/` in an upload to `/`) is refused; a
+//!   rather than a `tar` inside the sandbox; a directory upload that reaches a layer's top
+//!   (`usr/` in an upload to `/`) stages that part in the layer and moves every part into
+//!   place only once all are staged and checked; a
 //!   copy-on-write factory copies `/etc/alternatives` and `/etc/ssl/certs` into its shared
 //!   `/etc` once, so one overlay shows (and lets a machine change) them;
 //! - host fds left inheritable by the calling program are not passed into sandboxes;

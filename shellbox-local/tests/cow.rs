@@ -193,15 +193,40 @@ async fn transfers_go_through_the_layers() {
         .await
         .unwrap();
     assert_eq!(std::fs::read_to_string(&changed).unwrap(), "changed\n");
-    // A whole directory upload that would write a layer's mount point through its parent is
-    // refused, nothing written.
+    // A whole directory upload that reaches layers' tops (usr/ and etc/ in an upload to /)
+    // lands in the layers, beside what goes to the private root (opt/); the host is
+    // untouched.
     let tree = host.path().join("tree");
-    std::fs::create_dir_all(tree.join("usr")).unwrap();
-    std::fs::write(tree.join("usr").join(&name), "x").unwrap();
-    let e = m.upload(&tree, "/").await.unwrap_err();
-    assert!(e.is_unsupported(), "{e}");
+    for dir in ["usr/local/bin", "etc", "opt"] {
+        std::fs::create_dir_all(tree.join(dir)).unwrap();
+    }
+    std::fs::write(tree.join("usr/local/bin").join(&name), "u").unwrap();
+    std::fs::write(tree.join("etc").join(format!("{name}.up")), "e").unwrap();
+    std::fs::write(tree.join("opt").join(&name), "o").unwrap();
+    m.upload(&tree, "/").await.unwrap();
+    assert_eq!(
+        sh(
+            &m,
+            &format!("cat /usr/local/bin/{name} /etc/{name}.up /opt/{name}; ls /usr/bin/env")
+        )
+        .await,
+        "ueo/usr/bin/env\n",
+        "the upload merged into the layers and kept what was there"
+    );
+    assert!(!Path::new("/usr/local/bin").join(&name).exists());
+    assert!(!Path::new("/etc").join(format!("{name}.up")).exists());
+    // All or nothing across the parts: a conflict in one layer writes none of them.
+    let bad = host.path().join("bad");
+    std::fs::create_dir_all(bad.join("opt")).unwrap();
+    std::fs::create_dir_all(bad.join("usr/local/bin").join(&name)).unwrap();
+    std::fs::write(bad.join("opt").join(format!("{name}-2")), "o").unwrap();
+    let e = m.upload(&bad, "/").await.unwrap_err();
     assert!(
-        run(&m, &format!("test -e /usr/{name}")).await.exit_code != Some(0),
+        matches!(e, shellbox_core::Error::Transfer { .. }),
+        "a directory in the way of a file: {e}"
+    );
+    assert!(
+        run(&m, &format!("test -e /opt/{name}-2")).await.exit_code != Some(0),
         "partial upload"
     );
     m.close().await.unwrap();
