@@ -1078,6 +1078,26 @@ pub async fn session_prompt_cannot_be_faked(h: &Harness) {
         assert!(out.ends_with("LEAKED\n"), "{command:?}: {out:?}");
         assert_eq!(complete(&*s, "echo next").await, ("next\n".into(), 0));
     }
+    // Nor can it by faking the prompt and then waiting in a `read` of the terminal, as the
+    // shell's prompt does: the call stays Running and the written line goes to the read.
+    let u = s
+        .execute(
+            &format!("{replay}; read -r x; echo got:$x"),
+            Duration::from_millis(1500),
+            SESSION_LIMIT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        u.status,
+        ShellStatus::Running,
+        "a faked prompt and a read: {u:?}"
+    );
+    s.write(b"hello\n").await.unwrap();
+    let done = read_until_done(&*s, u).await;
+    assert_eq!(done.exit_code, Some(0), "{done:?}");
+    assert!(text(&done.output).ends_with("got:hello\n"), "{done:?}");
+    assert_eq!(complete(&*s, "echo next").await, ("next\n".into(), 0));
     // A faked prompt does not make an interrupt think the command is over.
     let u = s
         .execute(
@@ -1114,8 +1134,9 @@ pub async fn session_prompt_cannot_be_faked(h: &Harness) {
 }
 
 /// (Interactive) An interrupt sent right after `execute` returns (the command line may not
-/// even be read yet, or the shell may be forking the job) still ends the command with 130,
-/// every time, and the shell's state survives; so does one for a built-in loop.
+/// even be read yet, or the shell may be forking the job, or a pipeline's later members)
+/// still ends the command with 130, every time, and the shell's state survives; so does one
+/// for a built-in loop and for a `read`.
 pub async fn session_interrupt_races_the_command(h: &Harness) {
     let Some((m, s, kind)) = open_session(h).await else {
         return;
@@ -1126,6 +1147,11 @@ pub async fn session_interrupt_races_the_command(h: &Harness) {
     }
     complete(&*s, "SB_KEEP=kept").await;
     for (i, command) in std::iter::repeat_n("sleep 1000", 8)
+        .chain(std::iter::repeat_n(
+            "sleep 1000 | sleep 1000 | sleep 1000",
+            6,
+        ))
+        .chain(std::iter::repeat_n("yes | cat | sleep 1000", 3))
         .chain(["while :; do :; done", "read -r line"])
         .enumerate()
     {
@@ -1149,6 +1175,21 @@ pub async fn session_interrupt_races_the_command(h: &Harness) {
             "round {i}"
         );
     }
+    m.close().await.unwrap();
+}
+
+/// A background job that ends between two calls leaves the shell as it was: the next call
+/// completes with the shell's state (busybox ash took the SIGCHLD at its prompt for end of
+/// input and exited).
+pub async fn session_background_job_ending_between_calls(h: &Harness) {
+    let Some((m, s, _)) = open_session(h).await else {
+        return;
+    };
+    complete(&*s, "SB_Y=kept; sleep 0.2 &").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (out, code) = complete(&*s, "echo \"$SB_Y\"").await;
+    assert_eq!(code, 0, "{out:?}");
+    assert!(out.ends_with("kept\n"), "{out:?}");
     m.close().await.unwrap();
 }
 
@@ -1887,6 +1928,7 @@ macro_rules! conformance_tests {
             session_prompt_cannot_be_faked,
             session_interrupt_races_the_command,
             session_late_interrupt_is_harmless,
+            session_background_job_ending_between_calls,
             session_reset_after_exit,
             session_output_is_exact,
             session_output_limit,

@@ -59,6 +59,7 @@ mod bash {
         session_prompt_cannot_be_faked,
         session_interrupt_races_the_command,
         session_late_interrupt_is_harmless,
+        session_background_job_ending_between_calls,
         session_reset_after_exit,
         session_output_is_exact,
         session_output_limit,

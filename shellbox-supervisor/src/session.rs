@@ -300,14 +300,17 @@ impl PtySession {
     }
 
     /// The first line written to a new shell: no history, empty PS2, the completion marker
-    /// through PROMPT_COMMAND (bash, history expansion off) or PS1 (sh), sequence 0.
+    /// through PROMPT_COMMAND (bash, history expansion off) or PS1 (sh), sequence 0. In sh,
+    /// `ignoreeof`: busybox ash takes a SIGCHLD that interrupts its prompt's read (a
+    /// background job ending between calls) for end of input and would exit (it prints
+    /// `Use "exit" to leave shell.` instead).
     fn init_line(&self) -> String {
         let nonce = String::from_utf8_lossy(&self.prefix[2..self.prefix.len() - 1]).into_owned();
         format!(
             "unset HISTFILE PROMPT_COMMAND; set +o history 2>/dev/null; PS2=''; __shellbox_seq=0; \
              if [ -n \"${{BASH_VERSION-}}\" ]; then set +H; PS1=''; \
              PROMPT_COMMAND='printf \"SB{nonce}:%s:%s;\" \"$__shellbox_seq\" \"$?\"'; \
-             else PS1='SB{nonce}:${{__shellbox_seq}}:$?;'; fi\n"
+             else PS1='SB{nonce}:${{__shellbox_seq}}:$?;'; set -o ignoreeof 2>/dev/null; fi\n"
         )
     }
 

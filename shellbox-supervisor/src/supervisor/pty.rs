@@ -287,38 +287,99 @@ const READ_NR: i64 = -1;
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const POLL_NRS: &[i64] = &[];
 
-/// Whether process `pid` is blocked waiting for terminal input: `/proc/PID/syscall` names
-/// a `read` of fd 0 (or a poll) it sleeps in ("running" while it runs). Where that cannot
-/// be told (an architecture without a table here, a kernel without the file or refusing
-/// it), `true`: the foreground and unread-input checks alone then decide.
-fn waits_for_input(pid: c_int) -> bool {
-    if READ_NR < 0 {
-        return true;
-    }
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) else {
-        return true;
-    };
-    let mut fields = text.split_whitespace();
-    let Some(Ok(nr)) = fields.next().map(|f| f.parse::<i64>()) else {
-        return false;
-    };
-    if nr == READ_NR {
-        return fields.next() == Some("0x0");
-    }
-    POLL_NRS.contains(&nr)
+/// What `/proc/PID/syscall` says of a process waiting for terminal input.
+#[derive(Debug, PartialEq, Eq)]
+enum Wait {
+    /// Blocked in a `read` of fd 0 (or a poll); the signature of that call: the syscall
+    /// number, its first three arguments, the stack pointer and the program counter. The
+    /// shell's own prompt always waits in one and the same call, at one depth, into one
+    /// buffer; a `read` built-in (or any other reader) differs in them.
+    Input(String),
+    /// Running, or blocked in anything else.
+    Other,
+    /// Cannot be told: an architecture without a table here, a kernel without the file or
+    /// refusing it. The foreground and unread-input checks alone then decide.
+    Unknown,
 }
 
-/// Whether the leader of process group `group` runs another program than the shell `main`
-/// (it has exec'd; a forked copy of the shell has not). A leader that is gone counts as
-/// exec'd (the group's other members run on).
-fn execed(group: c_int, main: c_int) -> bool {
-    match (
-        std::fs::read_link(format!("/proc/{group}/exe")),
-        std::fs::read_link(format!("/proc/{main}/exe")),
-    ) {
-        (Ok(a), Ok(b)) => a != b,
-        _ => true,
+/// How process `pid` waits (see [`Wait`]).
+fn wait_state(pid: c_int) -> Wait {
+    if READ_NR < 0 {
+        return Wait::Unknown;
     }
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) else {
+        return Wait::Unknown;
+    };
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let Some(Ok(nr)) = fields.first().map(|f| f.parse::<i64>()) else {
+        return Wait::Other;
+    };
+    let reading = if nr == READ_NR {
+        fields.get(1) == Some(&"0x0")
+    } else {
+        POLL_NRS.contains(&nr)
+    };
+    if !reading || fields.len() < 6 {
+        return Wait::Other;
+    }
+    let mut sig = fields[..4].join(" ");
+    for f in &fields[fields.len() - 2..] {
+        sig.push(' ');
+        sig.push_str(f);
+    }
+    Wait::Input(sig)
+}
+
+/// The processes of process group `group` (from `/proc`).
+fn group_members(group: c_int) -> Vec<c_int> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut members = Vec::new();
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<c_int>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp ...: the comm may hold spaces and parentheses.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|p| p.parse::<c_int>().ok());
+        if pgrp == Some(group) && state != Some("Z") && state != Some("X") {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+/// The members of group `group` that run their own program (not a forked copy of the shell
+/// `main`, whose `/proc/PID/exe` is the shell's). Unreadable members count as such.
+fn execed_members(group: c_int, main: c_int) -> Vec<c_int> {
+    let shell = std::fs::read_link(format!("/proc/{main}/exe")).ok();
+    group_members(group)
+        .into_iter()
+        .filter(|&pid| {
+            pid != main
+                && (shell.is_none()
+                    || std::fs::read_link(format!("/proc/{pid}/exe")).ok() != shell)
+        })
+        .collect()
+}
+
+/// Whether group `group` has members not in `done` that run their own program, and ones
+/// that are still copies of the shell `main`.
+fn unsignalled_members(group: c_int, main: c_int, done: &[c_int]) -> (bool, bool) {
+    let execed = execed_members(group, main);
+    let members = group_members(group);
+    let new_execed = execed.iter().any(|p| !done.contains(p));
+    let copies = members.iter().any(|p| *p != main && !execed.contains(p));
+    (new_execed, copies)
 }
 
 /// A completion marker seen in the output, not yet confirmed by the shell's state.
@@ -351,8 +412,8 @@ struct Interrupt {
     /// The process group signalled last (0: none yet) and when.
     signalled: c_int,
     sent_at: std::time::Instant,
-    /// Whether that group's leader ran its own program when it was signalled.
-    after_exec: bool,
+    /// The members of that group that were signalled after their exec.
+    done: Vec<c_int>,
 }
 
 /// The relay's state (see the module docs).
@@ -371,6 +432,8 @@ struct Relay {
     interrupt: Option<Interrupt>,
     /// Since when an interrupt has seen the shell reading the terminal, uninterrupted.
     reading_since: Option<std::time::Instant>,
+    /// How the shell waits at its prompt, learned at the first one ([`Relay::at_prompt`]).
+    prompt_signature: Option<String>,
 }
 
 impl Relay {
@@ -388,6 +451,7 @@ impl Relay {
             last_write: std::time::Instant::now(),
             interrupt: None,
             reading_since: None,
+            prompt_signature: None,
         }
     }
 
@@ -474,11 +538,27 @@ impl Relay {
 
     /// The shell waits at a prompt: it is in the foreground, blocked reading the terminal,
     /// with nothing written to it unread.
-    fn at_prompt(&self) -> bool {
-        self.input.is_empty()
-            && self.foreground() == self.main
-            && self.unread_input() == 0
-            && waits_for_input(self.main)
+    ///
+    /// The first prompt (after the session's own set-up line, before any command) teaches
+    /// the relay the signature of the shell's prompt read ([`Wait::Input`]); every later
+    /// prompt must wait in that same call, so a command that prints the marker and then
+    /// blocks in a `read` of the terminal is not taken for the prompt.
+    fn at_prompt(&mut self) -> bool {
+        if !self.input.is_empty() || self.foreground() != self.main || self.unread_input() != 0
+        {
+            return false;
+        }
+        match wait_state(self.main) {
+            Wait::Other => false,
+            Wait::Unknown => true,
+            Wait::Input(sig) => match &self.prompt_signature {
+                Some(known) => *known == sig,
+                None => {
+                    self.prompt_signature = Some(sig);
+                    true
+                }
+            },
+        }
     }
 
     /// Confirms a pending marker when its check is due and the shell is at its prompt.
@@ -532,15 +612,33 @@ impl Relay {
             // The shell has not read all of its command line yet (it reads a byte at a
             // time; a signal now would cut the line).
             None
-        } else if waits_for_input(self.main) {
-            // The shell reads the terminal with its line read: a built-in reading input
-            // (`read`), or its prompt with the marker still on its way; only the first
-            // stays so.
-            let since = *self.reading_since.get_or_insert(now);
-            (now.duration_since(since) >= SETTLE).then_some(self.main)
         } else {
-            self.reading_since = None;
-            Some(self.main)
+            match wait_state(self.main) {
+                // Back at its prompt (its marker still on its way): nothing to stop.
+                Wait::Input(sig) if self.prompt_signature.as_ref() == Some(&sig) => None,
+                // A built-in reading the terminal (`read`).
+                Wait::Input(_) => Some(self.main),
+                // Cannot be told: the shell reads the terminal with its line read, a
+                // built-in reading input or its prompt; only the first stays so.
+                Wait::Unknown => {
+                    let since = *self.reading_since.get_or_insert(now);
+                    (now.duration_since(since) >= SETTLE).then_some(self.main)
+                }
+                Wait::Other => {
+                    self.reading_since = None;
+                    // The shell took the terminal back from a signalled job and waits for
+                    // it: what is left of the job (a member that swallowed the signal
+                    // before its exec) gets it again; else the shell itself runs.
+                    match self.interrupt.as_ref().map(|i| i.signalled) {
+                        Some(job)
+                            if job > 0 && job != self.main && !group_members(job).is_empty() =>
+                        {
+                            Some(job)
+                        }
+                        _ => Some(self.main),
+                    }
+                }
+            }
         };
         let Some(group) = target else {
             return;
@@ -552,17 +650,19 @@ impl Relay {
         let again = if int.signalled == 0 {
             true
         } else if group != self.main {
+            let repeat = now >= int.sent_at + std::time::Duration::from_millis(100);
             if group != int.signalled {
                 // A job the shell started after the last signal (it was still forking it).
                 true
-            } else if !int.after_exec {
-                // A job signalled between its fork and its exec may have swallowed the
-                // signal in the shell's handler: again once it runs its program (and
-                // now and then while it stays a copy of the shell, a subshell).
-                execed(group, self.main)
-                    || now >= int.sent_at + std::time::Duration::from_millis(100)
             } else {
-                false
+                // A member signalled between its fork and its exec may have swallowed the
+                // signal in the shell's handler, and a pipeline's later members join the
+                // group after its first: again while a member has not had a signal since
+                // its exec (at once when one has just exec'd; now and then for one that
+                // stays a copy of the shell, a subshell). A member that had one gets no
+                // second for its own sake.
+                let (execed, copies) = unsignalled_members(group, self.main, &int.done);
+                execed || (copies && repeat)
             }
         } else {
             // The shell itself runs a built-in: again, now and then; but not when it just
@@ -570,13 +670,22 @@ impl Relay {
             int.signalled == self.main && now >= int.sent_at + repeat
         };
         if again {
+            // Only members that ran their program before the signal surely got it there.
+            let execed = if group != self.main {
+                execed_members(group, self.main)
+            } else {
+                Vec::new()
+            };
             // SAFETY: ioctl on our own descriptor; kill(2) of the terminal's foreground
             // group (processes of this session).
             unsafe {
                 ioctl(self.slave, TCFLSH, TCIFLUSH);
                 kill(-group, SIGINT);
             }
-            int.after_exec = group != self.main && execed(group, self.main);
+            if group != int.signalled {
+                int.done.clear();
+            }
+            int.done.extend(execed);
             int.signalled = group;
             int.sent_at = now;
         }
@@ -606,7 +715,7 @@ impl Relay {
                         self.interrupt = Some(Interrupt {
                             signalled: 0,
                             sent_at: std::time::Instant::now(),
-                            after_exec: false,
+                            done: Vec::new(),
                         });
                     }
                 }
@@ -732,7 +841,11 @@ impl Relay {
             }
         }
         self.output(&[], true);
-        self.drop_pending();
+        // The shell is gone: an unconfirmed marker is neither a prompt nor the command's
+        // text worth keeping (it would only show the session's nonce); what followed it is.
+        if let Some(p) = self.pending.take() {
+            Self::emit(proto::PTY_DATA, &p.held);
+        }
         kill_all(self.main, &mut status);
         let code = status.map(exit_code).unwrap_or(1);
         // SAFETY: _exit ends the process.
