@@ -718,12 +718,16 @@ async fn json_lines(
     let (serial_tx, mut serial) =
         mpsc::channel::<(Op, oneshot::Sender<serde_json::Value>)>(MAX_QUEUED_REQUESTS);
     let worker_session = session.clone();
-    // How many of the waiting requests were carried out, and how many were handed over.
+    // How many of the waiting requests were started and carried out, and how many were
+    // handed over.
     let done = Arc::new(AtomicU64::new(0));
+    let started = Arc::new(AtomicU64::new(0));
     let worker_done = done.clone();
+    let worker_started = started.clone();
     let mut dispatched: u64 = 0;
     let worker = tokio::spawn(async move {
         while let Some((op, answer)) = serial.recv().await {
+            worker_started.fetch_add(1, Ordering::SeqCst);
             let value = perform(&*worker_session, op).await;
             worker_done.fetch_add(1, Ordering::SeqCst);
             let _ = answer.send(value);
@@ -762,8 +766,15 @@ async fn json_lines(
                 Ok(Op::Interrupt) => {
                     let session = session.clone();
                     let done = done.clone();
+                    let started = started.clone();
                     let before = dispatched;
                     tokio::spawn(async move {
+                        // It is for the command of the requests before it: it waits until
+                        // the last of them has started (else it would stop an earlier
+                        // command still running, and the later one would run on).
+                        while started.load(Ordering::SeqCst) < before {
+                            tokio::time::sleep(INTERRUPT_RETRY).await;
+                        }
                         // While a request before this one is still out, "nothing running"
                         // means its command has not reached the shell yet: ask again.
                         let answer = loop {
