@@ -606,6 +606,17 @@ pub async fn bounded_file_download(h: &Harness) {
         .unwrap();
     assert_eq!(std::fs::read(&target).unwrap(), vec![0u8; 100_000]);
 
+    // A host node that is no regular file (here a socket) is never replaced.
+    let socket = host.path().join("socket");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let err = m
+        .download_file("/tmp/bd/f", &socket, 100_000)
+        .await
+        .unwrap_err();
+    assert!(err.is_unsupported(), "{err}");
+    assert!(std::os::unix::fs::FileTypeExt::is_socket(
+        &std::fs::symlink_metadata(&socket).unwrap().file_type()
+    ));
     std::fs::write(&target, b"old").unwrap();
     let err = m
         .download_file("/tmp/bd/f", &target, 99_999)

@@ -24,6 +24,22 @@ const SCRIPT: &str = r#"if [ -f "$1" ]; then exec cat -- "$1"; elif [ -e "$1" ] 
 /// Prefix of the staging directory made beside the target.
 pub const STAGING_PREFIX: &str = ".shellbox-download-";
 
+/// [`Error::Unsupported`] when something other than a regular file or a symlink stands at
+/// `target` (a device such as `/dev/null`, a fifo, a socket, a directory): renaming over it
+/// would replace a host node that is no file of the user's.
+fn refuse_special_target(target: &Path) -> Result<(), Error> {
+    match std::fs::symlink_metadata(target) {
+        Ok(meta) if !meta.file_type().is_file() && !meta.file_type().is_symlink() => {
+            Err(Error::unsupported(format!(
+                "download target {} exists and is not a regular file (a directory, device, fifo \
+                 or socket); only a regular file or a symlink there is replaced",
+                target.display()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Copies the regular file `source` out of `machine` to the host file `target`, refusing
 /// files larger than `max_bytes`.
 ///
@@ -39,7 +55,9 @@ pub const STAGING_PREFIX: &str = ".shellbox-download-";
 ///   file name;
 /// - [`Error::NotFound`]: `source` does not exist;
 /// - [`Error::Unsupported`]: `source` is not a regular file (a directory, a device, a fifo)
-///   or lies in `/proc`, `/sys` or `/dev` — the message says "regular file";
+///   or lies in `/proc`, `/sys` or `/dev` — the message says "regular file"; or what stands
+///   at `target` is neither a regular file nor a symlink (a device, a fifo, a socket, a
+///   directory), which is never replaced;
 /// - [`Error::DownloadLimitExceeded`]: `source` holds more than `max_bytes` bytes;
 /// - [`Error::Transfer`]: the guest command failed or was killed part way, or `target`'s
 ///   parent path passes through a link
@@ -67,6 +85,7 @@ pub async fn download_file(
     // Its parent path judged as every download's is (crate::transfer).
     let resolved = crate::transfer::resolve_host_target(target)?;
     let target = resolved.as_path();
+    refuse_special_target(target)?;
     let parent = match target.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => std::env::current_dir().map_err(|e| Error::io("current directory", e))?,
@@ -147,6 +166,7 @@ pub async fn download_file(
     file.sync_all()
         .map_err(|e| Error::io(format!("write {}", staged.display()), e))?;
     drop(file);
+    refuse_special_target(target)?;
     std::fs::rename(&staged, target).map_err(|e| {
         Error::io(
             format!("rename {} to {}", staged.display(), target.display()),
