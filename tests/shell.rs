@@ -164,9 +164,16 @@ struct JsonShell {
 
 impl JsonShell {
     fn start(backend_args: &[&str]) -> JsonShell {
+        let tmp = std::env::temp_dir();
+        JsonShell::start_in(backend_args, &tmp)
+    }
+
+    /// Started with `tmp` as its TMPDIR (where the local backend makes machine roots).
+    fn start_in(backend_args: &[&str], tmp: &Path) -> JsonShell {
         let mut child = shellbox()
             .args(["shell", "--json"])
             .args(backend_args)
+            .env("TMPDIR", tmp)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -194,6 +201,48 @@ impl JsonShell {
     fn ask(&mut self, request: &str) -> serde_json::Value {
         self.send(request);
         self.answer()
+    }
+
+    /// The exit status, waiting at most `bound` (then the process is killed and the test
+    /// fails: it would otherwise hang).
+    fn exit_within(&mut self, bound: Duration) -> i32 {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code().unwrap_or_else(|| panic!("{status:?}"));
+            }
+            if started.elapsed() > bound {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("shellbox shell --json still ran after {bound:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends SIGTERM; the exit status (within `bound`), and what it printed after.
+    fn terminate(mut self, bound: Duration) -> (i32, String) {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -TERM: {sent}");
+        let code = self.exit_within(bound);
+        let mut rest = String::new();
+        self.stdout.read_to_string(&mut rest).unwrap();
+        (code, rest)
+    }
+
+    /// Closes stdin; the exit status, waited for at most `bound`, and the answers left
+    /// (`count` of them: they wait in the pipe).
+    fn end_input(mut self, count: usize, bound: Duration) -> (Vec<serde_json::Value>, i32) {
+        drop(self.stdin.take());
+        let code = self.exit_within(bound);
+        let answers = (0..count).map(|_| self.answer()).collect();
+        let mut rest = String::new();
+        self.stdout.read_to_string(&mut rest).unwrap();
+        assert_eq!(rest, "", "answers nobody asked for");
+        (answers, code)
     }
 
     /// Closes stdin; no answer is left, and the exit status.
@@ -392,4 +441,85 @@ fn sim_shell_json_lines() {
     let a = sh.ask(r#"{"execute": "echo ${x-unset}; ls -d /tmp", "wait": 30}"#);
     assert_eq!(a["output"], "unset\n/tmp\n", "a fresh shell: {a}");
     assert_eq!(sh.finish(), 0);
+}
+
+/// How long a `shell --json` whose input ended or that got SIGTERM may take to exit before
+/// the test calls it hung (a bound against hanging, not a measurement).
+const EXIT_BOUND: Duration = Duration::from_secs(60);
+
+/// Whether `tmp` holds no machine root of the local backend (`shellbox-local-*`).
+fn no_local_root(tmp: &Path) -> bool {
+    !std::fs::read_dir(tmp).unwrap().any(|e| {
+        e.unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("shellbox-local-")
+    })
+}
+
+#[cfg(feature = "sim")]
+#[test]
+fn sim_shell_json_busy_loop_at_end_of_input() {
+    // The simulator's execute runs to completion; once stdin has ended no interrupt can
+    // come, so its wait (1 s) bounds it: it completes interrupted, and shellbox exits 0.
+    let mut sh = JsonShell::start(&["--backend", "sim"]);
+    completed(&sh.ask(r#"{"execute": "x=1", "wait": 30}"#), 0);
+    sh.send(r#"{"execute": "while :; do :; done", "wait": 1}"#);
+    sh.send(r#"{"execute": "echo after $x", "wait": 30}"#);
+    let (answers, code) = sh.end_input(2, EXIT_BOUND);
+    completed(&answers[0], 130);
+    completed(&answers[1], 0);
+    assert_eq!(
+        answers[1]["output"], "after 1\n",
+        "the requests read are answered"
+    );
+    assert_eq!(code, 0);
+}
+
+#[cfg(feature = "sim")]
+#[test]
+fn sim_shell_json_sigterm_stops_a_busy_loop() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Stdin still open, and after its end (the loop's wait still far off).
+    for end_input in [false, true] {
+        let mut sh = JsonShell::start_in(&["--backend", "sim"], tmp.path());
+        completed(&sh.ask(r#"{"execute": "true", "wait": 30}"#), 0);
+        sh.send(r#"{"execute": "while :; do :; done", "wait": 3600}"#);
+        if end_input {
+            drop(sh.stdin.take());
+        }
+        let (code, rest) = sh.terminate(EXIT_BOUND);
+        assert_eq!(code, 128 + 15, "end_input {end_input}");
+        assert_eq!(rest, "", "nothing is printed after the signal");
+    }
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
+#[cfg(feature = "local")]
+#[test]
+fn local_shell_json_ends_with_a_command_running() {
+    if !available(
+        "local_shell_json_ends_with_a_command_running",
+        &["--backend", "local"],
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // End of input: the execute answers "running" after its wait, the command is stopped
+    // and the machine removed.
+    let mut sh = JsonShell::start_in(&["--backend", "local"], tmp.path());
+    completed(&sh.ask(r#"{"execute": "true", "wait": 30}"#), 0);
+    sh.send(r#"{"execute": "sleep 1000", "wait": 1}"#);
+    let (answers, code) = sh.end_input(1, EXIT_BOUND);
+    assert_eq!(answers[0]["status"], "running", "{}", answers[0]);
+    assert_eq!(code, 0);
+    assert!(no_local_root(tmp.path()), "a machine root is left");
+    // SIGTERM while the command runs, stdin open: 143, and the machine removed.
+    let mut sh = JsonShell::start_in(&["--backend", "local"], tmp.path());
+    let a = sh.ask(r#"{"execute": "sleep 1000", "wait": 1}"#);
+    assert_eq!(a["status"], "running", "{a}");
+    sh.send(r#"{"read": true, "wait": 3600}"#);
+    let (code, rest) = sh.terminate(EXIT_BOUND);
+    assert_eq!((code, rest.as_str()), (128 + 15, ""));
+    assert!(no_local_root(tmp.path()), "a machine root is left");
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use shellbox::{Error, ShellSession, ShellStatus, ShellUpdate, DEFAULT_EXECUTE_WAIT};
 use tokio::signal::unix::{signal, Signal, SignalKind};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::args::{parse_bytes, parse_env};
 use super::{create, termination_signal, Failure, MachineArgs, CREATE_GRACE};
@@ -624,15 +624,66 @@ fn update_json(update: &ShellUpdate) -> serde_json::Value {
     })
 }
 
-/// The answer line of a failed request, shaped as the CLI's other `--json` errors.
+/// The answer line of a failed request, shaped as the CLI's other `--json` errors. The
+/// message is the error's own, on one line: unlike the CLI's other messages, it keeps field
+/// names as they are (`output_limit_bytes` is what a request line spells, not
+/// `--output-limit`).
 fn error_json(error: Error) -> serde_json::Value {
-    let failure = Failure::from(error);
-    serde_json::json!({"error": {"kind": failure.kind, "message": failure.message}})
+    let message = error
+        .to_string()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    serde_json::json!({"error": {"kind": error.kind(), "message": message}})
 }
 
-/// Carries out one request.
-async fn perform(session: &dyn ShellSession, op: Op) -> serde_json::Value {
+/// Runs `command` in a session that runs each command to completion (the simulator's),
+/// interrupting it once stdin has ended (`input_ended` is true) and `wait` has passed since it
+/// started: no `interrupt` request can come any more, so the request's `wait` bounds it.
+async fn execute_to_completion(
+    session: &dyn ShellSession,
+    command: &str,
+    wait: Duration,
+    output_limit_bytes: u64,
+    input_ended: &mut watch::Receiver<bool>,
+) -> Result<ShellUpdate, Error> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let execute = session.execute(command, wait, output_limit_bytes);
+    tokio::pin!(execute);
+    let bound = async {
+        let _ = input_ended.wait_for(|ended| *ended).await;
+        tokio::time::sleep_until(deadline).await;
+    };
+    tokio::select! {
+        // First, so that the command has reached the session before it can be interrupted.
+        biased;
+        done = &mut execute => done,
+        () = bound => {
+            // `ShellState` here: the command has just finished; its answer is on its way.
+            let _ = session.interrupt().await;
+            execute.await
+        }
+    }
+}
+
+/// Carries out one request (`input_ended`: see [`execute_to_completion`]).
+async fn perform(
+    session: &dyn ShellSession,
+    op: Op,
+    input_ended: &mut watch::Receiver<bool>,
+) -> serde_json::Value {
     let answer = match op {
+        Op::Execute {
+            command,
+            wait,
+            output_limit_bytes,
+        } if !session.interactive() => {
+            execute_to_completion(session, &command, wait, output_limit_bytes, input_ended)
+                .await
+                .map(|u| update_json(&u))
+        }
         Op::Execute {
             command,
             wait,
@@ -725,10 +776,12 @@ async fn json_lines(
     let worker_done = done.clone();
     let worker_started = started.clone();
     let mut dispatched: u64 = 0;
+    // True once stdin has ended (or failed).
+    let (ended_tx, mut input_ended) = watch::channel(false);
     let worker = tokio::spawn(async move {
         while let Some((op, answer)) = serial.recv().await {
             worker_started.fetch_add(1, Ordering::SeqCst);
-            let value = perform(&*worker_session, op).await;
+            let value = perform(&*worker_session, op, &mut input_ended).await;
             worker_done.fetch_add(1, Ordering::SeqCst);
             let _ = answer.send(value);
         }
@@ -801,8 +854,20 @@ async fn json_lines(
                 }
             }
         }
+        let _ = ended_tx.send(true);
         drop(serial_tx);
         drop(answer_tx);
+        failed
+    };
+    // End of input: the requests already read are answered, each within its wait (the
+    // simulator's execute is interrupted when its wait has passed); a command still running
+    // after the last answer is interrupted, and the caller closes the machine.
+    let (worker_abort, printer_abort) = (worker.abort_handle(), printer.abort_handle());
+    let finish = async {
+        let failed = dispatch.await;
+        let _ = worker.await;
+        let _ = printer.await;
+        let _ = session.interrupt().await;
         failed
     };
     let mut endings = Endings::new();
@@ -815,19 +880,24 @@ async fn json_lines(
             None => std::future::pending().await,
         }
     };
-    tokio::select! {
-        failed = dispatch => {
-            // End of input: the requests already read are answered, then the machine closes.
-            let _ = worker.await;
-            let _ = printer.await;
-            match failed {
+    // Watched until the end, answers still out after end of input included: SIGINT, SIGTERM
+    // and SIGHUP stop the running command and end at once (nothing more is printed:
+    // unanswered requests stay unanswered); the caller closes the machine and shellbox exits
+    // 128 + N, as `shellbox run` does.
+    let signal = tokio::select! {
+        failed = finish => {
+            return match failed {
                 Some(e) => Err(e.into()),
                 None => Ok(ExitCode::SUCCESS),
-            }
+            };
         }
-        signal = endings.next() => Ok(ExitCode::from((128 + signal) as u8)),
-        _ = interrupted => Ok(ExitCode::from(128 + 2)),
-    }
+        signal = endings.next() => signal,
+        _ = interrupted => 2,
+    };
+    printer_abort.abort();
+    worker_abort.abort();
+    let _ = session.interrupt().await;
+    Ok(ExitCode::from((128 + signal) as u8))
 }
 
 #[cfg(test)]
@@ -892,6 +962,35 @@ mod tests {
             assert!(
                 matches!(err, Error::InvalidInput(_)) && err.to_string().contains(says),
                 "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn errors_name_the_request_fields() {
+        for (line, says) in [
+            (
+                r#"{"foo": 1}"#,
+                "expected one of `execute`, `read`, `write`, `write_base64`, `interrupt`, \
+                 `wait`, `output_limit_bytes`",
+            ),
+            (
+                r#"{"execute": "ls", "--output-limit": 2}"#,
+                "unknown field `--output-limit`",
+            ),
+            (
+                r#"{"interrupt": true, "output_limit_bytes": 2}"#,
+                "wait and output_limit_bytes go with execute and read only",
+            ),
+        ] {
+            let answer = error_json(parse_request(line, 7).unwrap_err());
+            let message = answer["error"]["message"].as_str().unwrap();
+            assert_eq!(answer["error"]["kind"], "invalid_input", "{line}: {answer}");
+            assert!(message.contains(says), "{line}: {message}");
+            assert_eq!(
+                message.matches("--output-limit").count(),
+                usize::from(line.contains("--output-limit")),
+                "{line}: {message}"
             );
         }
     }
