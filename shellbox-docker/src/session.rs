@@ -11,6 +11,7 @@ use bollard::models::ExecConfig;
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use shellbox_core::{async_trait, Error, OutputLimiter, ShellSession, ShellStatus, ShellUpdate};
+use shellbox_supervisor::proto::{MarkerScanner, Scan};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
@@ -87,7 +88,7 @@ enum Phase {
 struct ShellIo {
     exec_id: String,
     output: Output,
-    scanner: Scanner,
+    scanner: MarkerScanner,
 }
 
 /// The persistent shell of a [`DockerMachine`](crate::DockerMachine)
@@ -282,13 +283,13 @@ impl DockerSession {
         let mut shell = ShellIo {
             exec_id: exec.id,
             output,
-            scanner: Scanner::new(self.prefix.clone()),
+            scanner: MarkerScanner::new(self.prefix.clone()),
         };
         let deadline = Instant::now() + START_BOUND;
         let mut seen = BytesMut::new();
         loop {
-            match shell.scanner.next() {
-                Scan::Marker(0, _) => break,
+            match shell.scanner.scan() {
+                Scan::Marker(0, ..) => break,
                 Scan::Marker(..) => continue,
                 Scan::Output(b) => {
                     if seen.len() < 4096 {
@@ -309,7 +310,7 @@ impl DockerSession {
                 }
             };
             match item {
-                Some(Ok(chunk)) => shell.scanner.push(chunk),
+                Some(Ok(chunk)) => shell.scanner.push(&chunk),
                 Some(Err(e)) => {
                     self.check_open()?;
                     return Err(Error::io("read the session terminal", e));
@@ -442,14 +443,14 @@ impl DockerSession {
             let Some(shell) = io.as_mut() else {
                 return self.reset(io, out, &limiter).await;
             };
-            match shell.scanner.next() {
+            match shell.scanner.scan() {
                 Scan::Output(b) => {
-                    if let Some(kept) = limiter.admit(b) {
+                    if let Some(kept) = limiter.admit(b.into()) {
                         out.extend_from_slice(&kept);
                     }
                     continue;
                 }
-                Scan::Marker(n, status) if n == seq => {
+                Scan::Marker(n, status, _) if n == seq => {
                     self.set_phase(Phase::Idle);
                     return Ok(ShellUpdate {
                         output: out.freeze(),
@@ -473,7 +474,7 @@ impl DockerSession {
             tokio::select! {
                 biased;
                 item = shell.output.next() => match item {
-                    Some(Ok(chunk)) => shell.scanner.push(chunk),
+                    Some(Ok(chunk)) => shell.scanner.push(&chunk),
                     Some(Err(_)) | None => {
                         self.check_open()?;
                         return self.reset(io, out, &limiter).await;
@@ -504,12 +505,12 @@ impl DockerSession {
                         while let Ok(Some(Ok(chunk))) =
                             tokio::time::timeout_at(until, shell.output.next()).await
                         {
-                            shell.scanner.push(chunk);
+                            shell.scanner.push(&chunk);
                         }
                         loop {
-                            match shell.scanner.next_any() {
+                            match shell.scanner.scan_end() {
                                 Scan::Output(b) => {
-                                    if let Some(kept) = limiter.admit(b) {
+                                    if let Some(kept) = limiter.admit(b.into()) {
                                         out.extend_from_slice(&kept);
                                     }
                                 }
@@ -581,7 +582,7 @@ where
             ));
         }
         head.extend_from_slice(&chunk[..n]);
-        if let Some(end) = find(&head, b"\r\n\r\n") {
+        if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
             break end;
         }
         if head.len() > 64 * 1024 {
@@ -761,164 +762,9 @@ impl ShellSession for DockerSession {
     }
 }
 
-/// What the scanner found next in the terminal's output.
-#[derive(Debug, PartialEq, Eq)]
-enum Scan {
-    /// Output of the command.
-    Output(Bytes),
-    /// A completion marker: sequence number and status.
-    Marker(u64, i32),
-    /// Nothing more can be said without more bytes.
-    NeedMore,
-}
-
-/// Finds `<prefix><digits>:<digits>;` markers in a byte stream, holding back only what may
-/// be the start of one.
-struct Scanner {
-    prefix: Vec<u8>,
-    buf: BytesMut,
-}
-
-/// The longest marker body after the prefix (`<u64>:<i32>;`).
-const BODY_MAX: usize = 20 + 1 + 11 + 1;
-
-impl Scanner {
-    fn new(prefix: Vec<u8>) -> Self {
-        Scanner {
-            prefix,
-            buf: BytesMut::new(),
-        }
-    }
-
-    fn push(&mut self, chunk: Bytes) {
-        self.buf.extend_from_slice(&chunk);
-    }
-
-    /// Like [`Scanner::next`], but at the end of the stream: whatever is held is output.
-    fn next_any(&mut self) -> Scan {
-        match self.next() {
-            Scan::NeedMore if !self.buf.is_empty() => Scan::Output(self.buf.split().freeze()),
-            other => other,
-        }
-    }
-
-    fn next(&mut self) -> Scan {
-        if self.buf.is_empty() {
-            return Scan::NeedMore;
-        }
-        match find(&self.buf, &self.prefix) {
-            Some(0) => {
-                let body = &self.buf[self.prefix.len()..];
-                match parse_body(body) {
-                    Body::Complete(seq, status, used) => {
-                        let _ = self.buf.split_to(self.prefix.len() + used);
-                        Scan::Marker(seq, status)
-                    }
-                    Body::Incomplete => Scan::NeedMore,
-                    // Not a marker: the prefix is ordinary output.
-                    Body::Invalid => Scan::Output(self.buf.split_to(self.prefix.len()).freeze()),
-                }
-            }
-            Some(i) => Scan::Output(self.buf.split_to(i).freeze()),
-            None => {
-                // Hold back the longest tail that could begin the prefix.
-                let keep = (1..self.prefix.len().min(self.buf.len() + 1))
-                    .rev()
-                    .find(|&k| self.buf.ends_with(&self.prefix[..k]))
-                    .unwrap_or(0);
-                let emit = self.buf.len() - keep;
-                if emit == 0 {
-                    Scan::NeedMore
-                } else {
-                    Scan::Output(self.buf.split_to(emit).freeze())
-                }
-            }
-        }
-    }
-}
-
-enum Body {
-    Complete(u64, i32, usize),
-    Incomplete,
-    Invalid,
-}
-
-fn parse_body(body: &[u8]) -> Body {
-    let mut fields = [0u64; 2];
-    let mut field = 0;
-    let mut digits = 0;
-    for (i, &b) in body.iter().enumerate() {
-        if i > BODY_MAX {
-            return Body::Invalid;
-        }
-        match b {
-            b'0'..=b'9' => {
-                digits += 1;
-                fields[field] = match fields[field]
-                    .checked_mul(10)
-                    .and_then(|v| v.checked_add(u64::from(b - b'0')))
-                {
-                    Some(v) => v,
-                    None => return Body::Invalid,
-                };
-            }
-            b':' if field == 0 && digits > 0 => {
-                field = 1;
-                digits = 0;
-            }
-            b';' if field == 1 && digits > 0 => {
-                let Ok(status) = i32::try_from(fields[1]) else {
-                    return Body::Invalid;
-                };
-                return Body::Complete(fields[0], status, i + 1);
-            }
-            _ => return Body::Invalid,
-        }
-    }
-    Body::Incomplete
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn drain(s: &mut Scanner) -> Vec<Scan> {
-        let mut all = Vec::new();
-        loop {
-            match s.next() {
-                Scan::NeedMore => return all,
-                other => all.push(other),
-            }
-        }
-    }
-
-    #[test]
-    fn scanner_finds_markers_split_anywhere() {
-        let stream = b"out SBab:1:0 SBabc:x SBabc:7:13;rest SBab".to_vec();
-        for split in 0..stream.len() {
-            let mut s = Scanner::new(b"SBabc:".to_vec());
-            let mut found = Vec::new();
-            let mut text = Vec::new();
-            for part in [&stream[..split], &stream[split..]] {
-                s.push(Bytes::copy_from_slice(part));
-                for item in drain(&mut s) {
-                    match item {
-                        Scan::Output(b) => text.extend_from_slice(&b),
-                        Scan::Marker(n, st) => found.push((n, st, text.len())),
-                        Scan::NeedMore => {}
-                    }
-                }
-            }
-            assert_eq!(found, [(7, 13, 21)], "split at {split}");
-            // The tail that may begin a marker is held back.
-            assert_eq!(text, b"out SBab:1:0 SBabc:x rest ".to_vec());
-            assert_eq!(s.next_any(), Scan::Output(Bytes::from_static(b"SBab")));
-        }
-    }
 
     #[test]
     fn command_lines() {
