@@ -317,6 +317,20 @@ fn check_interactive_json(backend_args: &[&str]) {
     assert_eq!(a["error"]["kind"], "shell_state", "nothing runs: {a}");
     let a = sh.ask(r#"{"execute": "echo still here", "wait": 30}"#);
     assert_eq!(a["output"], "still here\n", "{a}");
+    // All at once, as a script pipes them: each interrupt stops the execute before it,
+    // not an earlier one still running.
+    for _ in 0..2 {
+        sh.send(r#"{"execute": "sleep 30", "wait": 0.3}"#);
+        sh.send(r#"{"interrupt": true}"#);
+        sh.send(r#"{"read": true, "wait": 20}"#);
+    }
+    for round in 0..2 {
+        let a = sh.answer();
+        assert_eq!(sh.answer(), serde_json::json!({}), "round {round}");
+        let b = sh.answer();
+        let code = if a["status"] == "completed" { &a } else { &b };
+        assert_eq!(code["exit_code"], 130, "round {round}: {a} then {b}");
+    }
     assert_eq!(sh.finish(), 0);
 }
 

@@ -119,8 +119,9 @@ struct ShellIo {
 ///   drawn per session: through `PROMPT_COMMAND` in bash (bash keeps a stale prompt after a
 ///   syntax error in `eval`, its `PROMPT_COMMAND` still runs), through `PS1` (with
 ///   `${__shellbox_seq}` and `$?` expanded) in ash. The host strips the first marker of the
-///   current `k` from the output and reports `Completed` with its status; markers of other
-///   numbers (a prompt for stray input written after a command ended) are dropped. A command
+///   current `k` from the output and reports `Completed` with its status (after an
+///   interrupt, `k-1` with 130 too: the shell dropped the line it was parsing); markers of
+///   other numbers (a prompt for stray input written after a command ended) are dropped. A command
 ///   cannot end itself early by printing marker-like text: the nonce is in no output and no
 ///   file; only a command that deliberately reads the shell's own `PS1` or `PROMPT_COMMAND`
 ///   and prints it expanded can, which only confuses the session it runs in (its own).
@@ -451,6 +452,27 @@ impl DockerSession {
                     continue;
                 }
                 Scan::Marker(n, status, _) if n == seq => {
+                    self.set_phase(Phase::Idle);
+                    return Ok(ShellUpdate {
+                        output: out.freeze(),
+                        status: ShellStatus::Completed,
+                        exit_code: Some(status),
+                        truncated: limiter.truncated(),
+                    });
+                }
+                // After an interrupt, the previous number with 130: the `^C` reached the
+                // shell while it parsed the command's line, and the shell dropped the whole
+                // line (its `__shellbox_seq=k` with it): interrupted before it began.
+                Scan::Marker(n, status @ 130, _)
+                    if n + 1 == seq
+                        && matches!(
+                            self.phase(),
+                            Phase::Running {
+                                interrupted: Some(_),
+                                ..
+                            }
+                        ) =>
+                {
                     self.set_phase(Phase::Idle);
                     return Ok(ShellUpdate {
                         output: out.freeze(),

@@ -84,7 +84,8 @@ pub const PTY_CREDIT: u8 = 2;
 /// the first signal), and every [`PTY_INTERRUPT_REPEAT_MS`] to the shell itself while it
 /// runs a built-in; input the shell has not read is flushed as the line discipline does
 /// for `^C`. An interrupt that arrives when the shell is back at its prompt (the command
-/// ended first) is dropped: nothing is signalled.
+/// ended first) is dropped: nothing is signalled. A shell the signal leaves deadlocked
+/// (busybox ash's handler can leave `malloc`'s lock taken) is killed, so the session resets.
 pub const PTY_INTERRUPT: u8 = 3;
 /// `--pty-relay` input frame: the completion marker's prefix (see [`MarkerScanner`]). Sent
 /// once, first; without it the relay passes the terminal's bytes through and reports no

@@ -20,6 +20,8 @@ const START_BOUND: Duration = Duration::from_secs(30);
 /// How long after `interrupt` the shell must be back at its prompt before it is replaced.
 pub const INTERRUPT_BOUND: Duration = Duration::from_secs(5);
 /// How long closing a session waits for the supervisor to confirm its processes are gone.
+/// The status a shell reports for a command line a SIGINT ended (128 + SIGINT).
+const INTERRUPTED_STATUS: i32 = 130;
 const KILL_BOUND: Duration = Duration::from_secs(10);
 /// The terminal bytes the host holds or has asked for at most (the relay's credit): output
 /// past it waits in the terminal, blocking the writer, until a call takes what is held.
@@ -152,7 +154,9 @@ enum Phase {
 ///   terminal, no unread input). Printed look-alikes cannot end a command, nor can a command
 ///   that prints the real marker (read from `$PROMPT_COMMAND`) and goes on running: that
 ///   marker is passed on as output. The `PTY_DONE` of the current `k` ends the call
-///   `Completed` with its status; others (a prompt for stray input) are dropped.
+///   `Completed` with its status; after an interrupt, so does `k-1` with 130 (the signal
+///   reached the shell while it parsed the line, and the shell dropped the whole line
+///   before its `__shellbox_seq=k` ran); others (a prompt for stray input) are dropped.
 /// - **Sending a command**: one line `__shellbox_seq=k; eval '<command>'` (heredocs and
 ///   several lines are one `eval`; a syntax error is one failed command with 2), as octal
 ///   escapes through `printf` when it holds control bytes or lines over 1000 bytes.
@@ -161,7 +165,8 @@ enum Phase {
 ///   was still forking), and repeatedly to the shell itself while it runs a built-in,
 ///   flushing unread input as `^C` does; an interrupt that meets the shell already back at
 ///   its prompt signals nothing (the call then completes with the command's own status).
-///   A shell not back at its prompt within [`INTERRUPT_BOUND`] is killed with everything it
+///   A shell the signal leaves deadlocked (busybox ash) is killed at once, and the call
+///   reports `Reset`. A shell not back at its prompt within [`INTERRUPT_BOUND`] is killed with everything it
 ///   started, and the call reports `Reset`.
 /// - **Reset**: when the shell exits (`exit`, killed), the relay kills every process left
 ///   on the session (it is their child subreaper, so `setsid` and double-fork escapees
@@ -438,6 +443,13 @@ impl PtySession {
             let Some(shell) = self.current() else {
                 return self.reset(out, &limiter);
             };
+            let interrupted = matches!(
+                self.phase(),
+                Phase::Running {
+                    interrupted: Some(_),
+                    ..
+                }
+            );
             let (status, ended) = {
                 let mut st = shell.queue.lock();
                 let mut status = None;
@@ -450,6 +462,16 @@ impl PtySession {
                             }
                         }
                         Item::Marker(n, code) if n == seq => {
+                            status = Some(code);
+                            break;
+                        }
+                        // The interrupt reached the shell while it still parsed the
+                        // command's line: the shell dropped the whole line (the line's
+                        // `__shellbox_seq=k` with it) and prompted again with the previous
+                        // number and 130. The command was interrupted before it began.
+                        Item::Marker(n, code @ INTERRUPTED_STATUS)
+                            if interrupted && n + 1 == seq =>
+                        {
                             status = Some(code);
                             break;
                         }

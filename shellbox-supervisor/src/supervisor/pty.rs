@@ -21,12 +21,17 @@
 //!   until it sees from outside the shell that the shell really waits at a prompt: the
 //!   terminal's foreground process group is the shell's, no written input is unread, and
 //!   `/proc/PID/syscall` shows the shell blocked reading fd 0 (where the kernel offers that
-//!   file; without it the first two checks decide). Then it sends `PTY_DONE`
+//!   file; without it the first two checks decide), and then reads what the terminal still
+//!   holds (the shell wrote its prompt before it waited; a marker found there, behind a
+//!   command's copy, replaces the pending one). Then it sends `PTY_DONE`
 //!   (k, status) followed by what it held. A marker printed by a command that then goes on
 //!   running is never confirmed, so it passes on as output; the one way left to fake a
 //!   prompt is a command that prints the marker and then itself blocks reading the
 //!   terminal in the foreground (the shell's `read`), which only stalls its own session.
 //!   Checks back off from 50 µs to 10 ms while a marker waits.
+//! - An interrupt ([`proto::PTY_INTERRUPT`]) that leaves the shell itself [`deadlocked`]
+//!   (busybox ash, signalled inside `malloc`) ends the shell after 50 ms: the session resets
+//!   instead of waiting out the host's bound for a shell that can never run again.
 //! - The relay keeps a descriptor of the terminal (not as its controlling terminal) for
 //!   those checks, and is not dumpable, so commands cannot read its memory.
 //! - This process is a child subreaper: when PROGRAM exits (or stdin ends), every process
@@ -271,7 +276,6 @@ pub(crate) fn main() -> ! {
     }
 }
 
-
 /// The system calls a shell waits for its next input line in: `read` (then only from fd
 /// 0), or one of the polling calls line editors use.
 #[cfg(target_arch = "x86_64")]
@@ -286,6 +290,41 @@ const POLL_NRS: &[i64] = &[72, 73];
 const READ_NR: i64 = -1;
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const POLL_NRS: &[i64] = &[];
+/// `futex(2)`'s system call number (-1: no table here).
+#[cfg(target_arch = "x86_64")]
+const FUTEX_NR: i64 = 202;
+#[cfg(target_arch = "aarch64")]
+const FUTEX_NR: i64 = 98;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const FUTEX_NR: i64 = -1;
+/// How long a shell stays [`deadlocked`] after an interrupt before the relay ends it.
+const DEADLOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Whether process `pid` can never run again: it has one thread and waits, with no
+/// timeout, on a process-private futex (`FUTEX_WAIT_PRIVATE`), which only another thread
+/// of its own could wake.
+///
+/// busybox ash's SIGINT handler leaves the interrupted code by `longjmp` when no critical
+/// section is marked: an interrupt that lands inside `malloc` (which ash calls unmarked,
+/// e.g. while it runs a built-in loop) leaves the allocator's lock taken, and the shell's
+/// next allocation waits for it forever (seen here in about one interrupt in forty of
+/// `while :; do :; done`, with the relay out of the loop: a plain `kill -INT`).
+fn deadlocked(pid: c_int) -> bool {
+    const FUTEX_WAIT_PRIVATE: &str = "0x80";
+    if FUTEX_NR < 0 {
+        return false;
+    }
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) else {
+        return false;
+    };
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let waits = fields.first().and_then(|f| f.parse::<i64>().ok()) == Some(FUTEX_NR)
+        && fields.get(2) == Some(&FUTEX_WAIT_PRIVATE)
+        && fields.get(4) == Some(&"0x0");
+    waits
+        && std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .is_ok_and(|s| s.lines().any(|l| l.split_whitespace().eq(["Threads:", "1"])))
+}
 
 /// What `/proc/PID/syscall` says of a process waiting for terminal input.
 #[derive(Debug, PartialEq, Eq)]
@@ -328,6 +367,24 @@ fn wait_state(pid: c_int) -> Wait {
         sig.push_str(f);
     }
     Wait::Input(sig)
+}
+
+/// The CPU time process `pid` has used, in nanoseconds: `/proc/PID/schedstat`'s first
+/// field, else `utime + stime` of `/proc/PID/stat` (at the usual 100 ticks a second);
+/// `None` when neither can be read.
+fn cpu_ns(pid: c_int) -> Option<u64> {
+    if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/schedstat")) {
+        if let Some(Ok(ns)) = text.split_whitespace().next().map(str::parse::<u64>) {
+            return Some(ns);
+        }
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    // After the comm: state is field 3, utime 14, stime 15.
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) * 10_000_000)
 }
 
 /// The processes of process group `group` (from `/proc`).
@@ -401,11 +458,24 @@ struct Pending {
 /// until the marker is confirmed or found to be text (a writer then blocks, as on any
 /// terminal nobody reads).
 const HELD_MAX: usize = 64 * 1024;
+/// How many terminal bytes a marker's confirmation reads at most to pass everything the
+/// shell wrote before it was seen at its prompt: more than the kernel queues for a terminal
+/// writer before blocking it (640 KiB of flip buffers and the 4 KiB line discipline
+/// buffer, Linux's `TTYB_DEFAULT_MEM_LIMIT` and `N_TTY_BUF_SIZE`).
+const DRAIN_MAX: usize = 1 << 20;
 /// How long an unconfirmed marker holds back an interrupt (the shell may be at its prompt).
 const PENDING_GRACE: std::time::Duration = std::time::Duration::from_millis(20);
 /// How long after writing input the relay takes a shell that waits for input with none
 /// queued to have read it (the terminal hands written bytes on asynchronously).
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(5);
+/// How much CPU the shell uses after its command line was written before the relay takes
+/// it, still in the foreground, for a shell running a built-in: reading, parsing and
+/// forking a job take far less.
+const BUILT_IN_CPU_NS: u64 = 3_000_000;
+/// How long the shell stays in the foreground, not reading the terminal, after its
+/// command line was written, before the relay takes it for a shell running a built-in
+/// that waits (`wait`) rather than computes.
+const BUILT_IN_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// An interrupt the host asked for, not yet resolved by the shell's prompt.
 struct Interrupt {
@@ -414,6 +484,8 @@ struct Interrupt {
     sent_at: std::time::Instant,
     /// The members of that group that were signalled after their exec.
     done: Vec<c_int>,
+    /// Since when the shell, signalled itself, has been seen [`deadlocked`].
+    deadlocked_since: Option<std::time::Instant>,
 }
 
 /// The relay's state (see the module docs).
@@ -426,9 +498,13 @@ struct Relay {
     frames: Vec<u8>,
     scanner: Option<proto::MarkerScanner>,
     pending: Option<Pending>,
+    /// How many markers the output has held so far.
+    markers: u64,
     /// The shell is at its prompt: a marker was confirmed and no input came since.
     idle: bool,
     last_write: std::time::Instant,
+    /// The shell's CPU time ([`cpu_ns`]) when the last input was written.
+    cpu_at_write: Option<u64>,
     interrupt: Option<Interrupt>,
     /// Since when an interrupt has seen the shell reading the terminal, uninterrupted.
     reading_since: Option<std::time::Instant>,
@@ -447,8 +523,10 @@ impl Relay {
             frames: Vec::new(),
             scanner: None,
             pending: None,
+            markers: 0,
             idle: false,
             last_write: std::time::Instant::now(),
+            cpu_at_write: None,
             interrupt: None,
             reading_since: None,
             prompt_signature: None,
@@ -500,6 +578,7 @@ impl Relay {
                 proto::Scan::Output(b) => self.text(b),
                 proto::Scan::Marker(seq, status, raw) => {
                     self.drop_pending();
+                    self.markers += 1;
                     self.pending = Some(Pending {
                         seq,
                         status,
@@ -573,7 +652,14 @@ impl Relay {
         p.next_check = now + p.backoff;
         p.backoff = (p.backoff * 2).min(std::time::Duration::from_millis(10));
         if !self.at_prompt() {
-                return;
+            return;
+        }
+        // The shell waits at a prompt now, so it has written that prompt's marker; but the
+        // terminal may still hold it unread, behind the pending one (a command printed the
+        // real marker, then ended, and the shell printed its own). Everything written before
+        // now is read and scanned first: a marker in it replaces the pending one.
+        if !self.drain_written() {
+            return;
         }
         let Some(p) = self.pending.take() else {
             return;
@@ -586,6 +672,58 @@ impl Relay {
         self.interrupt = None;
     }
 
+    /// Reads the terminal until it has nothing more (a non-blocking read finds it empty,
+    /// which the kernel answers only after handing on what its buffers hold) or until
+    /// [`DRAIN_MAX`] bytes have come, more than the kernel holds for a writer; scans them
+    /// (behind the pending marker). `true` when the pending marker is still the last one and
+    /// everything written before the call has been scanned; `false` when a new marker came
+    /// (it is pending now, to be checked in its turn) or the terminal was hung up.
+    ///
+    /// It reads past the host's credit: the bytes stay held here, bounded by `DRAIN_MAX`,
+    /// and are sent once the marker is settled.
+    fn drain_written(&mut self) -> bool {
+        if self.pending.is_none() {
+            return false;
+        }
+        let markers = self.markers;
+        let mut buf = vec![0u8; proto::CHUNK_BYTES];
+        let mut total = 0usize;
+        while total < DRAIN_MAX {
+            // SAFETY: reading into a live buffer.
+            let n = unsafe { read(self.master, buf.as_mut_ptr(), buf.len()) };
+            if n < 0 && errno() == EINTR {
+                continue;
+            }
+            if n < 0 && errno() == EAGAIN {
+                return true;
+            }
+            if n <= 0 {
+                return false;
+            }
+            let n = n as usize;
+            total += n;
+            self.credit = self.credit.saturating_sub(n as u64);
+            self.output(&buf[..n], false);
+            if self.markers != markers {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether the shell, in the foreground and not reading the terminal, runs a built-in
+    /// (rather than still reading, parsing or forking): it used [`BUILT_IN_CPU_NS`] of CPU
+    /// since its line was written, or [`BUILT_IN_WAIT`] has passed.
+    fn runs_built_in(&self, now: std::time::Instant) -> bool {
+        if now.duration_since(self.last_write) >= BUILT_IN_WAIT {
+            return true;
+        }
+        match (self.cpu_at_write, cpu_ns(self.main)) {
+            (Some(then), Some(cpu)) => cpu.saturating_sub(then) >= BUILT_IN_CPU_NS,
+            _ => now.duration_since(self.last_write) >= SETTLE,
+        }
+    }
+
     /// Carries out a requested interrupt (see [`proto::PTY_INTERRUPT`]).
     fn check_interrupt(&mut self) {
         if self.interrupt.is_none() {
@@ -594,6 +732,19 @@ impl Relay {
         if self.idle {
             self.interrupt = None;
             return;
+        }
+        if let Some(int) = &mut self.interrupt {
+            // A shell that the signal left deadlocked never comes back: it is ended now (the
+            // session resets) rather than at the host's interrupt bound.
+            if int.signalled == self.main && deadlocked(self.main) {
+                let since = *int.deadlocked_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= DEADLOCK_GRACE {
+                    // SAFETY: kill(2) of the shell, our own child.
+                    unsafe { kill(self.main, SIGKILL) };
+                }
+                return;
+            }
+            int.deadlocked_since = None;
         }
         let confirming = self
             .pending
@@ -635,7 +786,11 @@ impl Relay {
                         {
                             Some(job)
                         }
-                        _ => Some(self.main),
+                        _ if self.runs_built_in(now) => Some(self.main),
+                        // Still parsing its line or forking the job (a signal now would
+                        // reach the shell itself, not the job: bash then prints an extra
+                        // newline at its next prompt; ash drops the line).
+                        _ => None,
                     }
                 }
             }
@@ -716,6 +871,7 @@ impl Relay {
                             signalled: 0,
                             sent_at: std::time::Instant::now(),
                             done: Vec::new(),
+                            deadlocked_since: None,
                         });
                     }
                 }
@@ -798,6 +954,7 @@ impl Relay {
                             self.input.drain(..n);
                             if n > 0 {
                                 self.last_write = std::time::Instant::now();
+                                self.cpu_at_write = cpu_ns(self.main);
                             }
                         }
                         Err(e) if e == EAGAIN || e == EINTR => {}
