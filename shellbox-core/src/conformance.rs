@@ -1350,6 +1350,16 @@ pub async fn session_output_is_exact(h: &Harness) {
         "a syntax error completes with 2"
     );
     assert_eq!(complete(&*s, "echo 'unterminated").await.1, 2);
+    // A NUL byte no shell can take: refused before anything runs, on every backend.
+    let e = s
+        .execute("echo a\0b; touch sb_nul_ran", SESSION_WAIT, SESSION_LIMIT)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidInput(_)), "{e:?}");
+    assert_eq!(
+        complete(&*s, "test -e sb_nul_ran || echo absent").await,
+        ("absent\n".into(), 0)
+    );
     m.close().await.unwrap();
 }
 

@@ -47,7 +47,7 @@ pub use limit::LimitFactory;
 pub use machine::{Machine, MachineFactory};
 pub use pool::PoolFactory;
 pub use record::{replay, RecordingMachine, ReplayReport};
-pub use session::{ShellSession, ShellStatus, ShellUpdate, DEFAULT_EXECUTE_WAIT};
+pub use session::{check_command, ShellSession, ShellStatus, ShellUpdate, DEFAULT_EXECUTE_WAIT};
 pub use snapshot::{Snapshot, SnapshotHandle};
 pub use spec::{
     DockerImage, DockerfileSource, HostImage, ImageArchive, ImageSource, MachineSpec, Mount,

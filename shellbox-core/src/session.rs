@@ -45,6 +45,21 @@ pub struct ShellUpdate {
 /// The default `wait` of [`ShellSession::execute`] (the reference's 120 s).
 pub const DEFAULT_EXECUTE_WAIT: Duration = Duration::from_secs(120);
 
+/// Checks a command line for [`ShellSession::execute`]: every backend calls it first.
+///
+/// # Errors
+/// [`Error::InvalidInput`] when `command` holds a NUL byte: no shell can take one (a shell
+/// reads C strings; bash drops the byte with a warning, ash ends the line there), as
+/// [`Command`](crate::Command) refuses one in an argument.
+pub fn check_command(command: &str) -> Result<(), Error> {
+    if command.contains('\0') {
+        return Err(Error::invalid(
+            "the command contains a NUL byte, which no shell can take",
+        ));
+    }
+    Ok(())
+}
+
 /// One persistent shell of a machine ([`Machine::open_shell`](crate::Machine::open_shell)).
 ///
 /// The shell's cwd, variables, functions, options and (interactive) background jobs persist
@@ -61,6 +76,7 @@ pub trait ShellSession: Send + Sync {
     /// completion whatever `wait` is.
     ///
     /// # Errors
+    /// [`Error::InvalidInput`] when `command` holds a NUL byte ([`check_command`]);
     /// [`Error::ShellState`] while a previous command still runs; [`Error::Closed`] after
     /// the session or machine closed; the backend's failures.
     async fn execute(

@@ -698,6 +698,7 @@ impl ShellSession for DockerSession {
         wait: Duration,
         output_limit_bytes: u64,
     ) -> Result<ShellUpdate, Error> {
+        shellbox_core::check_command(command)?;
         self.check_open()?;
         if matches!(self.phase(), Phase::Running { .. }) {
             return Err(running_error());

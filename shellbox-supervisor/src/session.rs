@@ -648,6 +648,7 @@ impl ShellSession for PtySession {
         wait: Duration,
         output_limit_bytes: u64,
     ) -> Result<ShellUpdate, Error> {
+        shellbox_core::check_command(command)?;
         self.check_open()?;
         if matches!(self.phase(), Phase::Running { .. }) {
             return Err(running_error());
