@@ -658,6 +658,82 @@ pub async fn bounded_file_download(h: &Harness) {
     m.close().await.unwrap();
 }
 
+/// `download_file` judges the source by what it resolves to *inside the machine*
+/// (REFERENCE.md 3.2 checks it with the guest's `test -f`, which follows links): a symlink
+/// to a regular file — absolute, relative or a chain of them — is followed and the file's
+/// bytes arrive; a path that lands in `/proc`, `/sys` or `/dev` through a link (a linked
+/// directory on the way, or the last component) is `Unsupported` ("regular file") even when
+/// what it reaches is a regular file there (`/dev/shm/x`, `/proc/self/environ`), and so are
+/// a dangling link and a link to a directory; the old target stays as it was.
+pub async fn bounded_file_download_resolves_in_the_machine(h: &Harness) {
+    let m = h.machine().await;
+    let r = sh(
+        &*m,
+        "set -e; mkdir -p /tmp/bl/dir /dev/shm; printf abc > /tmp/bl/f; \
+         ln -s /tmp/bl/f /tmp/bl/abs; ln -s f /tmp/bl/rel; ln -s rel /tmp/bl/chain; \
+         ln -s ../../bl/./dir/../f /tmp/bl/dir/up; \
+         printf shm > /dev/shm/bl-x; ln -s /dev/shm /tmp/bl/shm; \
+         ln -s /dev/shm/bl-x /tmp/bl/shmfile; ln -s /dev /tmp/bl/devdir; \
+         ln -s /proc /tmp/bl/p; ln -s /proc/self/environ /tmp/bl/environ; \
+         ln -s missing /tmp/bl/dangling; ln -s dir /tmp/bl/dirlink; \
+         if [ -f /proc/self/environ ]; then echo proc; else echo noproc; fi",
+    )
+    .await;
+    assert_eq!(r.exit_code, Some(0), "{}", text(&r.stderr));
+    let has_proc = text(&r.stdout) == "proc\n";
+    let host = tempfile::tempdir().unwrap();
+    let target = host.path().join("out");
+    for link in [
+        "/tmp/bl/abs",
+        "/tmp/bl/rel",
+        "/tmp/bl/chain",
+        "/tmp/bl/dir/up",
+        "/tmp/bl/dirlink/up",
+    ] {
+        std::fs::remove_file(&target).ok();
+        m.download_file(link, &target, 3)
+            .await
+            .unwrap_or_else(|e| panic!("{link}: {e:?}"));
+        assert_eq!(std::fs::read(&target).unwrap(), b"abc", "{link}");
+        // Over the limit through a link too.
+        let err = m.download_file(link, &target, 2).await.unwrap_err();
+        assert!(
+            matches!(err, Error::DownloadLimitExceeded(_)),
+            "{link}: {err:?}"
+        );
+    }
+    std::fs::write(&target, b"old").unwrap();
+    let mut refused = vec![
+        "/tmp/bl/shm/bl-x",
+        "/tmp/bl/shmfile",
+        "/tmp/bl/devdir/shm/bl-x",
+        "/tmp/bl/dangling",
+        "/tmp/bl/dirlink",
+    ];
+    if has_proc {
+        refused.extend([
+            "/tmp/bl/p/self/environ",
+            "/tmp/bl/environ",
+            "/tmp/bl/p/self/status",
+        ]);
+    }
+    for bad in refused {
+        let err = m.download_file(bad, &target, 1 << 20).await.unwrap_err();
+        assert!(
+            err.is_unsupported() && err.to_string().contains("regular file"),
+            "{bad}: {err:?}"
+        );
+        assert_eq!(std::fs::read(&target).unwrap(), b"old", "{bad}");
+    }
+    let left: Vec<_> = std::fs::read_dir(host.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "out")
+        .collect();
+    assert!(left.is_empty(), "staging left behind: {left:?}");
+    m.close().await.unwrap();
+}
+
 /// After close every operation fails with `Closed`; close is idempotent.
 pub async fn closed_machine_errors(h: &Harness) {
     let m = h.machine().await;
@@ -1956,6 +2032,7 @@ macro_rules! conformance_tests {
             check_environment_follows_capabilities,
             packages_source,
             bounded_file_download,
+            bounded_file_download_resolves_in_the_machine,
             closed_machine_errors,
             concurrent_commands,
             machines_are_isolated,

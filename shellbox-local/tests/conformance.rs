@@ -48,6 +48,7 @@ mod copy_on_write {
         upload_download_round_trip,
         transfer_errors,
         bounded_file_download,
+        bounded_file_download_resolves_in_the_machine,
         machines_are_isolated,
         close_leaves_no_process_on_the_host,
         session_state_persists
