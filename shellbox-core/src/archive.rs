@@ -15,6 +15,7 @@
 
 use std::fs;
 use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -331,6 +332,22 @@ pub struct UnpackSummary {
 pub const SPECIAL_FILE_REFUSAL: &str =
     "only regular files, directories and symlinks can be transferred";
 
+/// How a [`TreeWriter`] judges the symlinks it writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SymlinkRule {
+    /// A link must resolve inside the writer's target as the kernel would resolve it
+    /// (absolute targets refused outright), judged as it lands and again at the end
+    /// ([`unpack_safe`]'s rule).
+    #[default]
+    ResolveInside,
+    /// A link is written as stored, whatever it points at (an absolute target, one that
+    /// climbs out, a dangling one), as `tar` does: what downloads do (REFERENCE.md 4.5,
+    /// "inner symlinks written as links even to absolute host paths"). Only an empty target
+    /// and a link standing for the target itself are refused. The writer still never
+    /// writes an entry through a link.
+    AsStored,
+}
+
 /// One entry of a tree written by a [`TreeWriter`]; its place is given separately as
 /// normal components relative to the writer's target (empty for the target itself).
 pub enum TreeEntry<'a> {
@@ -350,7 +367,7 @@ pub enum TreeEntry<'a> {
         /// Modification time, when known.
         mtime: Option<SystemTime>,
     },
-    /// A symlink with this target text (judged: it must resolve inside the writer's target).
+    /// A symlink with this target text (judged by the writer's [`SymlinkRule`]).
     Symlink {
         /// The link's target, as stored.
         target: &'a [u8],
@@ -371,10 +388,12 @@ pub enum TreeEntry<'a> {
 /// - places are normal components (the caller refuses `..` and absolute names); no entry
 ///   may pass through a symlink on disk (one written before or one already there); an
 ///   existing symlink at an entry's own place is replaced, never written through;
-/// - a symlink's target must resolve inside the target as the kernel would resolve it
-///   (absolute targets are refused outright); each link is judged as it lands and again
-///   by [`finish`](Self::finish), since a later link can change where an earlier one's
-///   `..` leads;
+/// - with [`SymlinkRule::ResolveInside`] (the default) a symlink's target must resolve
+///   inside the target as the kernel would resolve it (absolute targets are refused
+///   outright); each link is judged as it lands and again by [`finish`](Self::finish),
+///   since a later link can change where an earlier one's `..` leads. With
+///   [`SymlinkRule::AsStored`] links are written as stored (see
+///   [`with_symlinks`](Self::with_symlinks));
 /// - a hard link must name a regular file already under the target;
 /// - with `rooted`, the first entry must be the target itself, a directory or a regular
 ///   file, and a tree without entries is refused (REFERENCE 4.5);
@@ -392,6 +411,7 @@ pub struct TreeWriter {
     /// Shown in errors (the caller's target, not a staging directory).
     label: String,
     rooted: bool,
+    symlinks: SymlinkRule,
     entries: u64,
     summary: UnpackSummary,
     dir_modes: Vec<(PathBuf, u32, Option<SystemTime>)>,
@@ -422,6 +442,7 @@ impl TreeWriter {
             target: target.to_path_buf(),
             label: target.display().to_string(),
             rooted,
+            symlinks: SymlinkRule::default(),
             entries: 0,
             summary: UnpackSummary::default(),
             dir_modes: Vec::new(),
@@ -436,6 +457,12 @@ impl TreeWriter {
     /// target while the writer fills a staging directory).
     pub fn with_label(mut self, label: impl Into<String>) -> Self {
         self.label = label.into();
+        self
+    }
+
+    /// Judges the symlinks it writes by `rule` (default [`SymlinkRule::ResolveInside`]).
+    pub fn with_symlinks(mut self, rule: SymlinkRule) -> Self {
+        self.symlinks = rule;
         self
     }
 
@@ -523,7 +550,12 @@ impl TreeWriter {
                 self.summary.directories += 1;
             }
             TreeEntry::Symlink { target: link } => {
-                check_symlink_target(rel, link).map_err(|why| self.refusal(name, why))?;
+                let judged = self.symlinks == SymlinkRule::ResolveInside;
+                if judged {
+                    check_symlink_target(rel, link).map_err(|why| self.refusal(name, why))?;
+                } else if link.is_empty() || link.contains(&0) {
+                    return Err(self.refusal(name, "empty symlink target"));
+                }
                 if rel.is_empty() {
                     return Err(self.refusal(
                         name,
@@ -533,16 +565,18 @@ impl TreeWriter {
                 if existing.is_some() {
                     self.replace(&dest)?;
                 }
-                let link_path = PathBuf::from(String::from_utf8_lossy(link).into_owned());
-                std::os::unix::fs::symlink(&link_path, &dest)
+                let link_path = std::ffi::OsStr::from_bytes(link);
+                std::os::unix::fs::symlink(link_path, &dest)
                     .map_err(io_at(&dest, "create symlink"))?;
                 self.created.add(dest.clone(), false);
-                // Judged where it landed (through the links already there), and again once
-                // every entry is in.
-                if let Err(why) = resolves_inside(&self.target, rel) {
-                    return Err(self.refusal(name, why));
+                if judged {
+                    // Judged where it landed (through the links already there), and again
+                    // once every entry is in.
+                    if let Err(why) = resolves_inside(&self.target, rel) {
+                        return Err(self.refusal(name, why));
+                    }
+                    self.links.push((name.to_string(), rel.to_vec()));
                 }
-                self.links.push((name.to_string(), rel.to_vec()));
                 self.summary.symlinks += 1;
             }
             TreeEntry::HardLink { source } => {

@@ -734,6 +734,73 @@ pub async fn bounded_file_download_resolves_in_the_machine(h: &Harness) {
     m.close().await.unwrap();
 }
 
+/// A directory download copies the symlinks inside it as symlinks, as `tar` does
+/// (REFERENCE.md 4.5: "inner symlinks written as links even to absolute host paths"),
+/// whatever they point at: an absolute target, one that climbs out of the directory, one
+/// inside it, a dangling one — also when merged into the directory a first download made.
+/// Such a link is never written through: a later download whose target passes through a
+/// link that leads out of the directory holding it is refused (`Transfer`) and writes
+/// nothing where the link points.
+pub async fn directory_download_keeps_links(h: &Harness) {
+    let m = h.machine().await;
+    let outside = tempfile::tempdir().unwrap();
+    let escape = outside.path().display().to_string();
+    let r = sh(
+        &*m,
+        &format!(
+            "set -e; mkdir -p /tmp/dk/t/sub; printf x > /tmp/dk/t/f; \
+             ln -s /etc/passwd /tmp/dk/t/abs; ln -s ../../../../../etc /tmp/dk/t/sub/up; \
+             ln -s ../f /tmp/dk/t/sub/rel; ln -s nowhere /tmp/dk/t/dangling; \
+             ln -s '{escape}' /tmp/dk/t/esc; echo ok"
+        ),
+    )
+    .await;
+    assert_eq!(text(&r.stdout), "ok\n", "{}", text(&r.stderr));
+    let host = tempfile::tempdir().unwrap();
+    let out = host.path().join("t");
+    let expect = [
+        ("abs", "/etc/passwd".to_string()),
+        ("sub/up", "../../../../../etc".to_string()),
+        ("sub/rel", "../f".to_string()),
+        ("dangling", "nowhere".to_string()),
+        ("esc", escape.clone()),
+    ];
+    for round in ["fresh", "merged"] {
+        m.download("/tmp/dk/t", &out)
+            .await
+            .unwrap_or_else(|e| panic!("{round}: {e:?}"));
+        assert_eq!(std::fs::read(out.join("f")).unwrap(), b"x", "{round}");
+        for (name, link) in &expect {
+            let got = std::fs::read_link(out.join(name))
+                .unwrap_or_else(|e| panic!("{round}: {name}: {e}"));
+            assert_eq!(got.display().to_string(), *link, "{round}: {name}");
+        }
+    }
+    // Never written through, by either download.
+    let err = m
+        .download("/tmp/dk/t/f", &out.join("esc/written"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Transfer { .. }), "{err:?}");
+    let err = m
+        .download_file("/tmp/dk/t/f", &out.join("esc/written"), 10)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Transfer { .. }), "{err:?}");
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        0,
+        "a download wrote through a downloaded link"
+    );
+    let left: Vec<_> = std::fs::read_dir(host.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "t")
+        .collect();
+    assert!(left.is_empty(), "staging left behind: {left:?}");
+    m.close().await.unwrap();
+}
+
 /// After close every operation fails with `Closed`; close is idempotent.
 pub async fn closed_machine_errors(h: &Harness) {
     let m = h.machine().await;
@@ -2033,6 +2100,7 @@ macro_rules! conformance_tests {
             packages_source,
             bounded_file_download,
             bounded_file_download_resolves_in_the_machine,
+            directory_download_keeps_links,
             closed_machine_errors,
             concurrent_commands,
             machines_are_isolated,

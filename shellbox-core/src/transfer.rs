@@ -6,28 +6,31 @@
 //!
 //! - **Staged, all or nothing.** The tree is written into a fresh staging directory
 //!   `.shellbox-download-<unique>` (mode 0700) beside where it lands, through a
-//!   [`TreeWriter`] (or [`unpack_safe`](crate::archive::unpack_safe)'s tar adapter of it),
-//!   which refuses absolute and climbing names, special files, hard links out of the tree
-//!   and every symlink that resolves outside the downloaded tree (absolute ones included).
-//!   Only a complete, accepted tree is moved into place; on any error, and when the value
-//!   is dropped (a cancelled download), the staging directory is removed and the host
-//!   target is as it was.
+//!   [`TreeWriter`] (or
+//!   [`unpack_safe`](crate::archive::unpack_safe)'s tar adapter of it), which refuses
+//!   absolute and climbing names, special files, hard links out of the tree and every
+//!   entry written through a link. Only a complete, accepted tree is moved into place; on
+//!   any error, and when the value is dropped (a cancelled download), the staging
+//!   directory is removed and the host target is as it was.
+//! - **Links inside are copied as links**, as `tar` does (REFERENCE.md 4.5: "inner
+//!   symlinks written as links even to absolute host paths"), whatever they point at
+//!   ([`SymlinkRule::AsStored`]): an absolute target, one that climbs out of the tree, a
+//!   dangling one. On the host such a link may name a host file; no download ever writes
+//!   through one (next rule), and a caller reading the tree reads links as links
+//!   (`symlink_metadata`, `O_NOFOLLOW`) where it matters.
 //! - **The target's last component is never followed.** A symlink at the target (for
 //!   example one an earlier download left there) is replaced by the download (`rename(2)`),
 //!   never written through; a file download into an existing *directory* (a real one, not
 //!   a symlink to one) lands inside it under the source's name.
-//! - **Links in the target's parent path are judged where they are.** Every link a
-//!   download writes resolves inside its tree when written, but a later download can bend
-//!   it (`l -> ../y/..` once `y` was replaced by `y -> .`), so [`resolve_host_target`]
-//!   follows an absolute link (downloads never write one) and a relative one only while its
-//!   resolution stays below the directory holding it; a climbing one is refused, and the
-//!   download works on the resolved, link-free path.
-//! - **Merges re-judge links where they land.** A directory downloaded onto an existing
-//!   directory is merged (directories into directories; anything else replaces what is
-//!   there, a symlink replaced, never followed). The new links were judged inside the
-//!   staged tree alone; next to the links already in the target one could climb out
-//!   (`a -> .` there, `m -> a/..` here), so each is judged again in the merged tree and one
-//!   that escapes is removed and the download fails with [`Error::Transfer`].
+//! - **Links in the target's parent path are followed only downwards.**
+//!   [`resolve_host_target`] follows a link on the way (absolute or relative) only when
+//!   its resolution stays below the directory holding it; one that leads out of it — a
+//!   downloaded `l -> /home/u/.ssh`, or `l -> ../y/..` once a later download made
+//!   `y -> .` — is refused, and the download works on the resolved, link-free path. So a
+//!   link a download wrote can never steer a later download out of the tree holding it.
+//! - **Merges never follow a link.** A directory downloaded onto an existing directory is
+//!   merged (directories into directories; anything else replaces what is there, a
+//!   symlink replaced, never followed).
 //!
 //! Everything here blocks (`std::fs`); async callers use a blocking thread.
 
@@ -38,7 +41,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::archive::{
-    check_symlink_inside, make_tree_writable, unpack_into, TreeWriter, UnpackLayout, UnpackSummary,
+    make_tree_writable, unpack_into, SymlinkRule, TreeWriter, UnpackLayout, UnpackSummary,
 };
 use crate::Error;
 
@@ -104,18 +107,19 @@ const MAX_TARGET_LINKS: u32 = 40;
 /// its last component kept as given (never followed; see the module docs). The part that
 /// does not exist yet is appended as written.
 ///
-/// A link on the way is followed when its target is absolute (downloads never write one),
-/// or when it is relative and its resolution never climbs above the directory holding it
-/// (`a -> b/c`, `a -> ./b`): every link a download writes resolves inside that download's
-/// tree when written, but a later download can bend it (`l -> ../y/..` once `y` became
-/// `y -> .`), so a climbing relative link may lead anywhere and is refused. A climbing
-/// link of the caller's own (`/var/run -> ../run`) is refused too: give the path without
-/// it.
+/// A link on the way is followed only when its resolution stays at or below the directory
+/// holding it: a relative one that never climbs above that directory (`a -> b/c`,
+/// `a -> ./b`), an absolute one that leads below it (`/home -> /data/home`,
+/// `/w/l -> /w/sub`). Downloads copy links as stored (an absolute `l -> /home/u/.ssh`, a
+/// climbing `l -> ../..`), and a later download can bend a link that was inside
+/// (`l -> ../y/..` once `y` became `y -> .`), so a link leading out of its directory may
+/// lead anywhere and is refused. Such a link of the caller's own (`/var/run -> ../run`,
+/// `~/work -> /data/work`) is refused too: give the path without it.
 ///
 /// # Errors
-/// [`Error::Transfer`] naming `target` for a climbing relative link (or an absolute one
-/// reached from a relative one) or more than 40 links; [`Error::Io`] when the current
-/// directory or a link cannot be read.
+/// [`Error::Transfer`] naming `target` for a link that leads out of the directory holding
+/// it (or an absolute one reached from a relative one) or more than 40 links;
+/// [`Error::Io`] when the current directory or a link cannot be read.
 pub fn resolve_host_target(target: &Path) -> Result<PathBuf, Error> {
     let (parent, last) = match target.file_name() {
         Some(name) => (target.parent().unwrap_or(Path::new("")), Some(name)),
@@ -196,8 +200,14 @@ impl TargetWalk<'_> {
                                 if let Some((_, link)) = floor {
                                     return Err(self.refuse(link, "leads through an absolute link"));
                                 }
+                                let holder = resolved.clone();
                                 *resolved = PathBuf::from("/");
                                 self.walk(resolved, &text, None)?;
+                                if !resolved.starts_with(&holder) {
+                                    return Err(
+                                        self.refuse(&here, "leads out of the directory holding it")
+                                    );
+                                }
                             } else {
                                 let depth = resolved.components().count();
                                 self.walk(resolved, &text, Some((depth, &here)))?;
@@ -316,13 +326,16 @@ impl StagedDownload {
 
     /// A [`TreeWriter`] into the staging path whose first entry must be the root (the
     /// directory or the file itself) and whose refusals name the caller's target.
+    /// Its links are written as stored ([`SymlinkRule::AsStored`]).
     pub fn writer(&self) -> TreeWriter {
-        TreeWriter::new(&self.item, true).with_label(self.target.display().to_string())
+        TreeWriter::new(&self.item, true)
+            .with_label(self.target.display().to_string())
+            .with_symlinks(SymlinkRule::AsStored)
     }
 
     /// Unpacks a tar stream in Docker's archive layout ([`UnpackLayout::StripRoot`]: one
     /// top-level name standing for the download itself) into the staging path, with
-    /// [`unpack_safe`](crate::archive::unpack_safe)'s rules.
+    /// [`unpack_safe`](crate::archive::unpack_safe)'s rules, links written as stored.
     ///
     /// # Errors
     /// As [`unpack_safe`](crate::archive::unpack_safe), naming the caller's target.
@@ -334,9 +347,8 @@ impl StagedDownload {
     /// then removes the staging directory.
     ///
     /// # Errors
-    /// [`Error::Transfer`] when a file would replace an existing directory, when nothing
-    /// was written, or when a merged link would climb out of the target (that link is
-    /// removed); [`Error::Io`] when a move fails.
+    /// [`Error::Transfer`] when a file would replace an existing directory or when nothing
+    /// was written; [`Error::Io`] when a move fails.
     pub fn commit(mut self) -> Result<(), Error> {
         let result = self.place();
         if result.is_ok() {
@@ -358,23 +370,7 @@ impl StagedDownload {
             }
             Err(e) => Err(io_at("stat", &self.dest)(e)),
             Ok(existing) if existing.is_dir() && staged.is_dir() => {
-                let mut links = Vec::new();
-                list_symlinks(&self.item, Path::new(""), &mut links);
-                merge_move(&self.item, &self.dest)?;
-                let mut refused = None;
-                for link in links {
-                    if let Err(e) = check_symlink_inside(&self.dest, &link) {
-                        let _ = fs::remove_file(self.dest.join(&link));
-                        refused.get_or_insert(match e {
-                            Error::Transfer { reason, .. } => Error::transfer(
-                                self.target.display().to_string(),
-                                format!("{}: {reason}", link.display()),
-                            ),
-                            other => other,
-                        });
-                    }
-                }
-                refused.map_or(Ok(()), Err)
+                merge_move(&self.item, &self.dest)
             }
             Ok(existing) if existing.is_dir() => Err(Error::transfer(
                 self.target.display().to_string(),
@@ -409,22 +405,6 @@ impl Drop for StagedDownload {
                 // Only while empty: never anything someone else put there meanwhile.
                 let _ = fs::remove_dir(p);
             }
-        }
-    }
-}
-
-/// Appends the paths (relative to the walk's start) of the symlinks under `dir`.
-fn list_symlinks(dir: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Ok(ft) = entry.file_type() else { continue };
-        let rel = rel.join(entry.file_name());
-        if ft.is_symlink() {
-            out.push(rel);
-        } else if ft.is_dir() {
-            list_symlinks(&entry.path(), &rel, out);
         }
     }
 }
@@ -506,8 +486,19 @@ mod tests {
             },
         )
         .unwrap();
+        // Links are copied as stored, but no entry is written through one.
+        w.put("l", &s(&["l"]), TreeEntry::Symlink { target: b"../../x" })
+            .unwrap();
         let err = w
-            .put("l", &s(&["l"]), TreeEntry::Symlink { target: b"../../x" })
+            .put(
+                "l/g",
+                &s(&["l", "g"]),
+                TreeEntry::File {
+                    data: &mut &b"x"[..],
+                    mode: 0o644,
+                    mtime: None,
+                },
+            )
             .unwrap_err();
         assert!(
             matches!(&err, Error::Transfer { path, .. } if path == &target.display().to_string()),
@@ -730,41 +721,77 @@ mod tests {
         assert!(matches!(&err, Error::Transfer { .. }), "{err}");
     }
 
+    /// A merge keeps links as stored, also one that climbs out through a link already in
+    /// the target (`a -> .` there, `d/m -> ../a/..` here); no later download is steered
+    /// through either.
     #[test]
-    fn a_merged_link_that_climbs_through_an_existing_one_is_removed() {
+    fn a_merged_link_is_kept_and_never_written_through() {
         let tmp = tempfile::tempdir().unwrap();
         let target = tmp.path().join("t");
         fs::create_dir(&target).unwrap();
         std::os::unix::fs::symlink(".", target.join("a")).unwrap();
         let staged = StagedDownload::new(&target, DownloadKind::Directory).unwrap();
         let mut w = staged.writer();
-        w.put(
-            "",
-            &[],
-            TreeEntry::Directory {
-                mode: 0o755,
-                mtime: None,
-            },
-        )
-        .unwrap();
-        w.put(
-            "d",
-            &s(&["d"]),
-            TreeEntry::Directory {
-                mode: 0o755,
-                mtime: None,
-            },
-        )
-        .unwrap();
+        dir(&mut w, &[]);
+        dir(&mut w, &["d"]);
         w.put(
             "d/m",
             &s(&["d", "m"]),
             TreeEntry::Symlink { target: b"../a/.." },
         )
         .unwrap();
+        w.put(
+            "abs",
+            &s(&["abs"]),
+            TreeEntry::Symlink {
+                target: tmp.path().as_os_str().as_encoded_bytes(),
+            },
+        )
+        .unwrap();
         w.finish().unwrap();
-        let err = staged.commit().unwrap_err();
-        assert!(matches!(err, Error::Transfer { .. }), "{err}");
-        assert!(fs::symlink_metadata(target.join("d/m")).is_err());
+        staged.commit().unwrap();
+        assert_eq!(
+            fs::read_link(target.join("d/m")).unwrap(),
+            Path::new("../a/..")
+        );
+        assert_eq!(fs::read_link(target.join("abs")).unwrap(), tmp.path());
+        for through in ["d/m/escaped", "abs/escaped"] {
+            let err = StagedDownload::new(&target.join(through), DownloadKind::File { name: "f" })
+                .unwrap_err();
+            assert!(matches!(&err, Error::Transfer { .. }), "{through}: {err}");
+        }
+        assert!(!tmp.path().join("escaped").exists());
+    }
+
+    /// An absolute link on the target's way is followed only while it leads below the
+    /// directory holding it.
+    #[test]
+    fn an_absolute_link_leading_out_of_its_directory_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        let tree = tmp.path().join("tree");
+        fs::create_dir_all(&outside).unwrap();
+        fs::create_dir_all(tree.join("sub/deep")).unwrap();
+        std::os::unix::fs::symlink(&outside, tree.join("out")).unwrap();
+        std::os::unix::fs::symlink(tree.join("sub/deep"), tree.join("down")).unwrap();
+        // Through a link below that leads out again: judged at each hop.
+        std::os::unix::fs::symlink(&outside, tree.join("sub/deep/back")).unwrap();
+        std::os::unix::fs::symlink(tree.join("sub/deep/back"), tree.join("sub/hop")).unwrap();
+        assert_eq!(
+            resolve_host_target(&tree.join("down/f")).unwrap(),
+            tree.join("sub/deep/f")
+        );
+        for bad in ["out/f", "sub/hop/f", "down/back/f"] {
+            let err = resolve_host_target(&tree.join(bad)).unwrap_err();
+            assert!(
+                matches!(&err, Error::Transfer { reason, .. } if reason.contains("leads out")),
+                "{bad}: {err}"
+            );
+        }
+        // The last component is never followed, so a link there is no way out.
+        assert_eq!(
+            resolve_host_target(&tree.join("out")).unwrap(),
+            tree.join("out")
+        );
     }
 }

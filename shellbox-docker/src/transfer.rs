@@ -218,8 +218,9 @@ async fn find_conflict(inner: &Inner, source: &Path, target: &str) -> Result<(),
 /// Guest `source` → host `target`. A directory's contents go into `target`; a file goes to
 /// `target`, or into it when `target` is an existing directory. The archive is written to
 /// the host by core's [`StagedDownload`] (the rules every backend shares: staged beside the
-/// target, entries judged by `unpack_safe`'s rules, links resolving outside the download
-/// refused, the target's last component replaced and never followed, all or nothing).
+/// target, entries judged by `unpack_safe`'s rules, links inside copied as stored and
+/// never written through, the target's last component replaced and never followed, all or
+/// nothing).
 pub(crate) async fn download(inner: &Inner, source: &str, target: &Path) -> Result<(), Error> {
     validate_guest_path(source)?;
     refuse_kernel_path(source)?;

@@ -798,8 +798,8 @@ async fn output_flood_and_large_transfers_stay_bounded_in_memory() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn downloads_refuse_entries_leaving_the_target() {
-    let Some(f) = common::setup("downloads_refuse_entries_leaving_the_target").await else {
+async fn downloads_keep_links_and_never_write_through_them() {
+    let Some(f) = common::setup("downloads_keep_links_and_never_write_through_them").await else {
         return;
     };
     let m = f.create(common::spec()).await.unwrap();
@@ -811,10 +811,21 @@ async fn downloads_refuse_entries_leaving_the_target() {
          ln -s ../f /tmp/ok/d/link",
     )
     .await;
-    for (source, name) in [("/tmp/abs", "abs"), ("/tmp/up", "up")] {
+    // Links that lead out are copied as links (as tar does, REFERENCE.md 4.5), and no
+    // later download writes through them.
+    for (source, name, link, text) in [
+        ("/tmp/abs", "abs", "link", "/etc/passwd"),
+        ("/tmp/up", "up", "d/link", "../../../../outside"),
+    ] {
         let target = host.path().join(name);
+        m.download(source, &target).await.unwrap();
+        assert_eq!(
+            std::fs::read_link(target.join(link)).unwrap(),
+            Path::new(text)
+        );
+        let through = target.join(link).join("x");
         let err = m
-            .download(source, &target)
+            .download("/tmp/ok/f", &through)
             .await
             .expect_err("expected an error");
         assert!(matches!(err, Error::Transfer { .. }), "{source}: {err:?}");
@@ -1298,9 +1309,8 @@ fn names_in(dir: &Path) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn downloads_are_all_or_nothing_and_refuse_chained_links() {
-    let Some(f) = common::setup("downloads_are_all_or_nothing_and_refuse_chained_links").await
-    else {
+async fn downloads_are_all_or_nothing_and_keep_chained_links() {
+    let Some(f) = common::setup("downloads_are_all_or_nothing_and_keep_chained_links").await else {
         return;
     };
     let m = f.create_machine(common::spec()).await.unwrap();
@@ -1310,9 +1320,11 @@ async fn downloads_are_all_or_nothing_and_refuse_chained_links() {
          ln -s ../../.. /w/chain/x/x/x/p; ln -s x/x/x/p/../../.. /w/chain/root; \
          ln -s . /w/dot/a; ln -s a/.. /w/dot/m; \
          echo a > /w/part/a.txt; echo s > /w/part/sub/s; ln -s /etc/passwd /w/part/z; \
-         echo g > /w/good/g; echo s > /w/good/sub/s; chmod 750 /w/good",
+         echo g > /w/good/g; echo s > /w/good/sub/s; chmod 750 /w/good; \
+         mkfifo /w/chain/x/fifo /w/dot/fifo /w/part/sub/fifo",
     )
     .await;
+    // Each tree holds links and a fifo, which refuses it whole.
     let host = tempfile::tempdir().unwrap();
     let work = host.path().join("work");
     std::fs::create_dir(&work).unwrap();
@@ -1355,19 +1367,37 @@ async fn downloads_are_all_or_nothing_and_refuse_chained_links() {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&existing).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o750);
-    // A link that climbs out only next to a link already in the target is removed.
+    // Chained links are copied as stored, also one that climbs out next to a link
+    // already in the target; no download writes through it.
     sh(
         &m,
-        "mkdir -p /w/climb && ln -s a/.. /w/climb/m && echo c > /w/climb/c",
+        "rm /w/chain/x/fifo && mkdir -p /w/climb && ln -s a/.. /w/climb/m && echo c > /w/climb/c",
     )
     .await;
+    let chain = work.join("chain");
+    m.download("/w/chain", &chain).await.unwrap();
+    assert_eq!(
+        std::fs::read_link(chain.join("root")).unwrap(),
+        Path::new("x/x/x/p/../../..")
+    );
     let prepared = work.join("prepared");
     std::fs::create_dir(&prepared).unwrap();
     std::os::unix::fs::symlink(".", prepared.join("a")).unwrap();
-    let err = m.download("/w/climb", &prepared).await.expect_err("climb");
-    assert!(matches!(err, Error::Transfer { .. }), "{err:?}");
-    assert!(std::fs::symlink_metadata(prepared.join("m")).is_err());
+    m.download("/w/climb", &prepared).await.unwrap();
+    assert_eq!(
+        std::fs::read_link(prepared.join("m")).unwrap(),
+        Path::new("a/..")
+    );
+    for through in [chain.join("root/x"), prepared.join("m/x")] {
+        let err = m
+            .download("/w/good/g", &through)
+            .await
+            .expect_err("through a link");
+        assert!(matches!(err, Error::Transfer { .. }), "{err:?}");
+    }
+    assert!(!host.path().join("x").exists() && !work.join("x").exists());
     std::fs::remove_dir_all(&prepared).unwrap();
+    std::fs::remove_dir_all(&chain).unwrap();
     // A new target is made whole, a file too.
     m.download("/w/good", &work.join("fresh")).await.unwrap();
     assert_eq!(names_in(&work.join("fresh")), ["g", "sub"]);

@@ -669,17 +669,18 @@ pub fn upload(view: &GuestView, source: &Path, target: &str) -> Result<(), Error
 
 /// Downloads guest `source`, resolved as the machine sees it (see [`crate::guest`]), to the
 /// host path `target` through core's [`StagedDownload`]: the one host-side writer every
-/// backend uses (staged beside the target, every entry judged — no link resolving outside
-/// the download, no special file — the target's last component replaced and never
-/// followed, all or nothing). A symlink as `source` (or on its way) is followed in the
-/// guest namespace; links inside a directory are copied as links; mounts inside a
-/// downloaded directory are read as the machine shows them.
+/// backend uses (staged beside the target, every entry judged — no entry written through
+/// a link, no special file — the target's last component replaced and never followed,
+/// all or nothing). A symlink as `source` (or on its way) is followed in the guest
+/// namespace; links inside a directory are copied as links, as stored (absolute ones too,
+/// as tar does); mounts inside a downloaded directory are read as the machine shows them.
 ///
 /// # Errors
 /// [`Error::NotFound`] (naming `source`) when it does not exist in the machine;
 /// [`Error::Unsupported`] for `/` (it holds the system directories) and paths at or under
-/// `/dev`, `/proc`, `/sys`; [`Error::Transfer`] for a special file, a refused link or a tree
-/// nested deeper than [`MAX_TREE_DEPTH`]; [`Error::Io`].
+/// `/dev`, `/proc`, `/sys`; [`Error::Transfer`] for a special file, a link on the target's
+/// way that leads out of its directory or a tree nested deeper than [`MAX_TREE_DEPTH`];
+/// [`Error::Io`].
 pub fn download(view: &GuestView, source: &str, target: &Path) -> Result<(), Error> {
     crate::guest::refuse_kernel_path(source)?;
     let refuse_root = || {

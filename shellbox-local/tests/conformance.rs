@@ -49,6 +49,7 @@ mod copy_on_write {
         transfer_errors,
         bounded_file_download,
         bounded_file_download_resolves_in_the_machine,
+        directory_download_keeps_links,
         machines_are_isolated,
         close_leaves_no_process_on_the_host,
         session_state_persists

@@ -673,13 +673,28 @@ async fn planted_symlinks_resolve_inside_the_machine() {
         .await
         .unwrap_err();
     assert!(matches!(&err, Error::NotFound { .. }), "{err:?}");
-    // A directory holding links that resolve outside it is refused whole.
+    // A directory holding links that resolve outside it copies them as links (as tar
+    // does, REFERENCE.md 4.5), never followed on either side.
+    let ws = tmp.path().join("ws");
+    m.download("/workspace", &ws).await.unwrap();
+    for (link, text) in [
+        ("escape", "/etc"),
+        ("rootlink", "/root"),
+        ("rel", "passwd-link"),
+    ] {
+        assert_eq!(
+            std::fs::read_link(ws.join(link)).unwrap(),
+            Path::new(text),
+            "{link}"
+        );
+    }
+    let through = ws.join("escape/shellbox-planted-by-a-download");
     let err = m
-        .download("/workspace", &tmp.path().join("ws"))
+        .download("/workspace/escape/passwd", &through)
         .await
         .unwrap_err();
     assert!(matches!(&err, Error::Transfer { .. }), "{err:?}");
-    assert!(!tmp.path().join("ws").exists());
+    assert!(!Path::new("/etc/shellbox-planted-by-a-download").exists());
     assert!(!tmp.path().join("out").exists());
     m.close().await.unwrap();
 }

@@ -1039,11 +1039,11 @@ fn upload_tree(vfs: &mut Vfs, src: &Path, dir: usize, target: &str) -> Result<()
 
 /// Writes machine node `ino` (guest path `guest`) at `rel` under the download's staging
 /// tree through core's [`TreeWriter`], the one host-side writer every backend uses: it
-/// refuses links that resolve outside the download and special files, and removes what it
-/// wrote on any error, and [`StagedDownload`] lands the tree only once it is complete, so
-/// a failed download leaves nothing on the host (as on local and docker). Links inside a
-/// directory are copied as links; the top node was resolved following links. set-uid and
-/// set-gid bits are dropped by the writer.
+/// refuses special files and writing through a link, and removes what it wrote on any
+/// error, and [`StagedDownload`] lands the tree only once it is complete, so a failed
+/// download leaves nothing on the host (as on local and docker). Links inside a directory
+/// are copied as links, as stored (absolute ones too, as tar does); the top node was
+/// resolved following links. set-uid and set-gid bits are dropped by the writer.
 fn put_node(
     vfs: &Vfs,
     ino: usize,
