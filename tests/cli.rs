@@ -951,3 +951,99 @@ fn local_download_limit_bounds_each_download() {
     }
     check_download_limit("local", true);
 }
+
+/// A CLI killed (`SIGKILL`) in the middle of a bounded download leaves its
+/// `.shellbox-download-*` staging directory beside the target; `shellbox gc` keeps it
+/// while its owner runs, and removes it (and the killed run's machine) once it is gone.
+#[test]
+fn local_gc_removes_the_staging_of_a_killed_download() {
+    if !local_available("local_gc_removes_the_staging_of_a_killed_download") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (state, machines, out) = (
+        tmp.path().join("state"),
+        tmp.path().join("machines"),
+        tmp.path().join("out"),
+    );
+    for d in [&machines, &out] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let with_env = |mut cmd: Command| {
+        cmd.env("XDG_STATE_HOME", &state).env("TMPDIR", &machines);
+        cmd
+    };
+    let gc = || {
+        let out = with_env(shellbox())
+            .args(["gc", "--backend", "local"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    // 1 GiB (sparse in the machine; each command's file size limit) takes seconds to
+    // stream: the staging file is caught while it grows.
+    let download = format!("/tmp/big:{}", out.join("big").display());
+    let mut child = with_env(shellbox())
+        .args([
+            "run",
+            "--backend",
+            "local",
+            "--download",
+            &download,
+            "--download-limit",
+            "2GiB",
+            "--",
+            "sh",
+            "-c",
+            "truncate -s 1G /tmp/big",
+        ])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let staging = loop {
+        let growing = std::fs::read_dir(&out).unwrap().flatten().find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".shellbox-download-")
+                && std::fs::metadata(e.path().join("item")).is_ok_and(|m| m.len() > 0)
+        });
+        if let Some(e) = growing {
+            break e.path();
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the download ended before it was seen: {status}");
+        }
+        assert!(Instant::now() < deadline, "no staging file grew");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let report = gc();
+    assert!(
+        report.contains("download staging: 0 removed, 1 kept (owner alive)"),
+        "{report}"
+    );
+    assert!(staging.exists(), "a live download's staging was removed");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(staging.exists(), "nothing left to collect");
+    let report = gc();
+    assert!(
+        report.contains(&format!("removed {}", staging.display()))
+            && report.contains("download staging: 1 removed, 0 kept"),
+        "{report}"
+    );
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0, "staging left");
+    let registry: Vec<_> = std::fs::read_dir(state.join("shellbox/download-staging"))
+        .unwrap()
+        .flatten()
+        .flat_map(|host| std::fs::read_dir(host.path()).unwrap().flatten())
+        .map(|e| e.file_name())
+        .collect();
+    assert!(registry.is_empty(), "registry entries left: {registry:?}");
+    let leftover: Vec<_> = std::fs::read_dir(&machines)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(leftover.is_empty(), "machine left: {leftover:?}");
+}

@@ -9,11 +9,9 @@ use std::path::Path;
 
 use futures::StreamExt;
 
+use crate::staging::StagingDir;
 use crate::validate::validate_guest_path;
 use crate::{Command, Error, Event, ExitReason, Machine};
-
-/// Prefix of the staging directory made beside the target.
-pub const STAGING_PREFIX: &str = ".shellbox-download-";
 
 /// Exit status of [`SCRIPT`] when the source does not exist.
 const MISSING: i32 = 44;
@@ -79,11 +77,13 @@ fn refuse_special_target(target: &Path) -> Result<(), Error> {
 /// a regular file there (`/dev/shm/x`, `/proc/self/environ`).
 ///
 /// The bytes stream through [`Machine::run_stream`] (a guest `sh` runs `cat`) into a file in
-/// a staging directory named `.shellbox-download-*` made beside `target`, which is then
-/// renamed over `target` — so memory stays bounded by the backend's chunk size, a file of
-/// exactly `max_bytes` succeeds, and on any failure, or when the returned future is
-/// dropped, the old `target` is untouched and the staging directory is removed. A symlink
-/// at `target` is replaced, never written through. Runs as the machine's default user.
+/// a staging directory named `.shellbox-download-*` made beside `target` (its name records
+/// this process, see [`crate::staging`], so `shellbox gc` removes it should the process be
+/// killed), which is then renamed over `target` — so memory stays bounded by the backend's
+/// chunk size, a file of exactly `max_bytes` succeeds, and on any failure, or when the
+/// returned future is dropped, the old `target` is untouched and the staging directory is
+/// removed. A symlink at `target` is replaced, never written through. Runs as the
+/// machine's default user.
 ///
 /// # Errors
 /// - [`Error::InvalidInput`]: `source` is not absolute and normalised, or `target` has no
@@ -127,15 +127,12 @@ pub async fn download_file(
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => std::env::current_dir().map_err(|e| Error::io("current directory", e))?,
     };
-    let staging = tempfile::Builder::new()
-        .prefix(STAGING_PREFIX)
-        .tempdir_in(&parent)
-        .map_err(|e| {
-            Error::io(
-                format!("create staging directory in {}", parent.display()),
-                e,
-            )
-        })?;
+    let staging = StagingDir::create_in(&parent).map_err(|e| {
+        Error::io(
+            format!("create staging directory in {}", parent.display()),
+            e,
+        )
+    })?;
     let staged = staging.path().join("item");
     let mut file = std::fs::File::create(&staged)
         .map_err(|e| Error::io(format!("create {}", staged.display()), e))?;

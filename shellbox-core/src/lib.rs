@@ -28,6 +28,7 @@ pub mod serde_secs;
 mod session;
 mod snapshot;
 mod spec;
+pub mod staging;
 pub mod status;
 pub mod transfer;
 pub mod validate;
@@ -41,7 +42,7 @@ pub use command::{
     Command, CommandResult, Event, ExitReason, ExitStatus, DEFAULT_OUTPUT_LIMIT_BYTES,
 };
 pub use download::{download_files, DownloadLimits};
-pub use download_file::{download_file, STAGING_PREFIX};
+pub use download_file::download_file;
 pub use error::{Error, UnsupportedMachineSpec};
 pub use limit::LimitFactory;
 pub use machine::{Machine, MachineFactory};
@@ -54,6 +55,7 @@ pub use spec::{
     NetworkPolicy, PackageSpec, RegistryCredentials, RegistryImage, SimBuiltins,
     DEFAULT_PIDS_LIMIT, DEFAULT_WORKDIR,
 };
+pub use staging::STAGING_PREFIX;
 
 /// Re-exported so backends and users name the same `async_trait`.
 pub use async_trait::async_trait;

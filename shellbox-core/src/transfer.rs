@@ -5,8 +5,9 @@
 //! rules:
 //!
 //! - **Staged, all or nothing.** The tree is written into a fresh staging directory
-//!   `.shellbox-download-<unique>` (mode 0700) beside where it lands, through a
-//!   [`TreeWriter`] (or
+//!   `.shellbox-download-<owner>-<unique>` (mode 0700, see [`crate::staging`]: its name
+//!   records the process, so `shellbox gc` removes it should that process be killed)
+//!   beside where it lands, through a [`TreeWriter`] (or
 //!   [`unpack_safe`](crate::archive::unpack_safe)'s tar adapter of it), which refuses
 //!   absolute and climbing names, special files, hard links out of the tree and every
 //!   entry written through a link. Only a complete, accepted tree is moved into place; on
@@ -38,15 +39,16 @@ use std::fs;
 use std::io::{self, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::archive::{
     make_tree_writable, unpack_into, SymlinkRule, TreeWriter, UnpackLayout, UnpackSummary,
 };
+use crate::staging::StagingDir;
 use crate::Error;
 
-/// The name prefix of a download's staging directory (REFERENCE 3.2).
-pub const DOWNLOAD_STAGING_PREFIX: &str = ".shellbox-download-";
+/// The name prefix of a download's staging directory (REFERENCE 3.2); see
+/// [`crate::staging`] for the rest of the name (its owner).
+pub const DOWNLOAD_STAGING_PREFIX: &str = crate::staging::STAGING_PREFIX;
 
 /// What a download brings to the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,8 +68,8 @@ pub enum DownloadKind<'a> {
 /// for the rules. Dropping it without a commit removes the staging directory.
 #[derive(Debug)]
 pub struct StagedDownload {
-    /// The staging directory itself.
-    dir: PathBuf,
+    /// The staging directory itself (`None` only while being made and once dropped).
+    stage: Option<StagingDir>,
     /// Where the tree is written (`dir/item`).
     item: PathBuf,
     /// The final place.
@@ -78,20 +80,6 @@ pub struct StagedDownload {
     /// when it fails).
     made_parents: Vec<PathBuf>,
     committed: bool,
-}
-
-fn unique_suffix() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!(
-        "{:x}-{:x}-{:x}",
-        std::process::id(),
-        nanos,
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
 }
 
 fn io_at(what: &str, p: &Path) -> impl FnOnce(io::Error) -> Error {
@@ -269,7 +257,7 @@ impl StagedDownload {
         }
         made_parents.reverse();
         let mut staged = Self {
-            dir: PathBuf::new(),
+            stage: None,
             item: PathBuf::new(),
             dest,
             target: caller_target.to_path_buf(),
@@ -284,33 +272,17 @@ impl StagedDownload {
             }
         }
         let dest_is_dir = fs::symlink_metadata(&staged.dest).is_ok_and(|m| m.is_dir());
-        let mut last_error = None;
-        for _ in 0..16 {
-            let name = format!("{DOWNLOAD_STAGING_PREFIX}{}", unique_suffix());
-            let mut dir = parent.join(&name);
-            let made = match fs::create_dir(&dir) {
-                Ok(()) => Ok(()),
-                // A parent that cannot be written: stage inside the directory merged into.
-                Err(e) if e.kind() == io::ErrorKind::PermissionDenied && dest_is_dir => {
-                    dir = staged.dest.join(&name);
-                    fs::create_dir(&dir)
-                }
-                Err(e) => Err(e),
-            };
-            match made {
-                Ok(()) => {
-                    let _ = fs::set_permissions(&dir, fs::Permissions::from_mode(0o700));
-                    staged.item = dir.join("item");
-                    staged.dir = dir;
-                    return Ok(staged);
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_error = Some(e),
-                Err(e) => return Err(io_at("create", &dir)(e)),
+        let stage = match StagingDir::create_in(&parent) {
+            // A parent that cannot be written: stage inside the directory merged into.
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied && dest_is_dir => {
+                StagingDir::create_in(&staged.dest)
+                    .map_err(io_at("create a staging directory in", &staged.dest))
             }
-        }
-        Err(io_at("create a staging directory in", &parent)(
-            last_error.unwrap_or_else(|| io::Error::other("no free name")),
-        ))
+            other => other.map_err(io_at("create a staging directory in", &parent)),
+        }?;
+        staged.item = stage.path().join("item");
+        staged.stage = Some(stage);
+        Ok(staged)
     }
 
     /// Where the tree is written: a path that does not exist yet, inside the staging
@@ -392,14 +364,8 @@ impl Drop for StagedDownload {
     /// when a download is cancelled midway, and the parent directories it made when the
     /// download did not land.
     fn drop(&mut self) {
-        if !self.dir.as_os_str().is_empty() {
-            make_tree_writable(&self.dir);
-            if let Err(e) = fs::remove_dir_all(&self.dir) {
-                if e.kind() != io::ErrorKind::NotFound {
-                    tracing::warn!(dir = %self.dir.display(), "could not remove a download's staging directory: {e}");
-                }
-            }
-        }
+        // First: it lies in the parents below.
+        drop(self.stage.take());
         if !self.committed {
             for p in self.made_parents.iter().rev() {
                 // Only while empty: never anything someone else put there meanwhile.

@@ -72,7 +72,8 @@ enum Sub {
     Compare(compare::CompareArgs),
     /// Measure a backend in-process (many runs per case) and print a table or JSON lines.
     Bench(bench::BenchArgs),
-    /// Remove machines leaked by processes that no longer exist (docker containers).
+    /// Remove what processes that no longer exist left: machines (docker containers, local
+    /// machine roots) and download staging directories.
     Gc(GcArgs),
     /// Re-run a transcript on a fresh machine of a backend and print where the outcomes
     /// diverge; exit 0 when none does, 1 when one does, 125 when shellbox failed.
@@ -481,8 +482,10 @@ struct ReplayArgs {
 
 #[derive(clap::Args, Debug)]
 struct GcArgs {
-    /// Backend to clean: docker (containers) or local (machine roots in the host temp dir,
-    /// with their pids cgroups and mounts).
+    /// Backend to clean: docker (containers), local (machine roots in the host temp dir,
+    /// with their pids cgroups and mounts) or sim (nothing of its own). Every backend
+    /// also removes the download staging directories (`.shellbox-download-*`, beside their
+    /// targets) of processes killed mid-download, found in this host's staging registry.
     #[arg(long, default_value = "docker")]
     backend: String,
     /// Only containers that also carry this label, KEY or KEY=VALUE (repeatable; Docker's
@@ -1198,9 +1201,39 @@ async fn termination_signal() -> i32 {
     }
 }
 
+/// Removes the download staging directories (`.shellbox-download-*`, beside their
+/// targets) of processes that were killed mid-download, from this host's staging registry
+/// (`shellbox::staging`); false when one could not be removed.
+async fn gc_download_staging() -> Result<bool, Error> {
+    let report = tokio::task::spawn_blocking(shellbox::staging::gc)
+        .await
+        .map_err(|e| Error::backend("gc download staging", e.to_string()))??;
+    for dir in &report.removed {
+        out!("removed {}", dir.display());
+    }
+    for (dir, why) in &report.failed {
+        eprintln!("shellbox: could not remove {}: {why}", dir.display());
+    }
+    out!(
+        "download staging: {} removed, {} kept (owner alive), {} failed",
+        report.removed.len(),
+        report.kept,
+        report.failed.len()
+    );
+    Ok(report.failed.is_empty())
+}
+
 async fn gc(args: GcArgs) -> Result<ExitCode, Error> {
     let backend: Backend = args.backend.parse()?;
-    match backend {
+    if !args.labels.is_empty() && backend.name() != "docker" {
+        return Err(Error::invalid(format!(
+            "--label selects docker containers; {} machines carry no labels",
+            backend.name()
+        )));
+    }
+    // Every backend's downloads stage beside their targets.
+    let staging_ok = gc_download_staging().await?;
+    let backend_ok = match backend {
         #[cfg(feature = "docker")]
         Backend::Docker => {
             let factory = shellbox::docker::DockerMachineFactory::connect()
@@ -1221,18 +1254,10 @@ async fn gc(args: GcArgs) -> Result<ExitCode, Error> {
                 report.other_hosts,
                 report.failed.len()
             );
-            if !report.failed.is_empty() {
-                return Ok(ExitCode::from(1));
-            }
-            Ok(ExitCode::SUCCESS)
+            report.failed.is_empty()
         }
         #[cfg(feature = "local")]
         Backend::Local => {
-            if !args.labels.is_empty() {
-                return Err(Error::invalid(
-                    "--label selects docker containers; local machines carry no labels",
-                ));
-            }
             let report = tokio::task::spawn_blocking(shellbox::local::gc)
                 .await
                 .map_err(|e| Error::backend("gc local machines", e.to_string()))??;
@@ -1249,16 +1274,17 @@ async fn gc(args: GcArgs) -> Result<ExitCode, Error> {
                 report.skipped,
                 report.failed.len()
             );
-            if !report.failed.is_empty() {
-                return Ok(ExitCode::from(1));
-            }
-            Ok(ExitCode::SUCCESS)
+            report.failed.is_empty()
         }
+        // Simulator machines leave nothing behind once their process ends.
         #[allow(unreachable_patterns)]
-        other => Err(Error::unsupported(format!(
-            "gc cleans docker containers and local machine roots; {other} machines leave nothing behind once their process ends"
-        ))),
-    }
+        _ => true,
+    };
+    Ok(if staging_ok && backend_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 #[cfg(feature = "pyenv")]
