@@ -172,8 +172,9 @@ enum Phase {
 ///   on the session (it is their child subreaper, so `setsid` and double-fork escapees
 ///   are found too); the call reports `Reset` and the next `execute` starts a fresh shell
 ///   in the workdir. Files are the machine's and stay.
-/// - **Bounds**: at most [`SESSION_BUFFER_BYTES`] of terminal output are held or asked
-///   for by the host; past that the terminal is not read, so a command writing more
+/// - **Bounds**: at most [`SESSION_BUFFER_BYTES`] of terminal output are asked for by the
+///   host (and 1 MiB more that a prompt's confirmation reads to find the real marker
+///   behind a command's copy); past that the terminal is not read, so a command writing more
 ///   between calls blocks until the next call; within a call, bytes past its
 ///   `output_limit_bytes` are read and dropped (`truncated`).
 /// - **Close**: the session's processes are killed (the supervisor kills the relay's

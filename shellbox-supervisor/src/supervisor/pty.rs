@@ -14,8 +14,9 @@
 //!   `PTY_INTERRUPT` (see [`proto::PTY_INTERRUPT`]), `PTY_MARKER` (the completion marker's
 //!   prefix).
 //! - Output (stdout) is frames too: `PTY_DATA` with the terminal's bytes, never more than the
-//!   credit granted (without credit the terminal is not read, so a program writing more
-//!   blocks on it, as on any terminal nobody reads), and `PTY_DONE` when the shell is back
+//!   credit granted apart from what a prompt's confirmation reads (at most 1 MiB, see
+//!   below; without credit the terminal is not read, so a program writing more blocks on
+//!   it, as on any terminal nobody reads), and `PTY_DONE` when the shell is back
 //!   at its prompt. The shell prints a marker `<prefix><k>:<status>;` at each prompt; the
 //!   relay takes it out of the output and holds it (and what follows it, up to 64 KiB)
 //!   until it sees from outside the shell that the shell really waits at a prompt: the
