@@ -1269,6 +1269,20 @@ pub async fn session_prompt_cannot_be_faked(h: &Harness) {
         (ShellStatus::Completed, Some(130)),
         "{done:?}"
     );
+    // Nor can a background job, printing the marker of a later command while the shell
+    // waits at its prompt between calls, or while that command runs.
+    let forge = r#"P=$(eval "printf '%s' \"$PS1\""; eval "${PROMPT_COMMAND-}"); F="${P%%:*}:$((__shellbox_seq + 2)):7;"; (sleep 1; printf '%s' "$F"; sleep 2; printf '%s' "$F"; printf '%s' "$F") >/dev/tty 2>&1 &"#;
+    assert_eq!(complete(&*s, forge).await.1, 0);
+    assert_eq!(complete(&*s, "true").await.1, 0);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (out, code) = complete(&*s, "echo real; sleep 2; echo done").await;
+    assert_eq!(code, 0, "a background job's marker ended the call: {out:?}");
+    // (The marker the job printed meanwhile is the command's text, and stays in.)
+    let (real, done) = (out.find("real\n"), out.find("done\n"));
+    assert!(real.is_some() && done > real, "{out:?}");
+    let (out, code) = complete(&*s, "wait; echo four").await;
+    assert_eq!(code, 0, "{out:?}");
+    assert!(out.ends_with("four\n") && !out.contains("real"), "{out:?}");
     // The real prompt is found inside a background job's flood: every byte arrives, in
     // this call or the next, and both calls complete.
     let (first, code) = complete_bytes(&*s, "head -c 1000000 /dev/zero & :").await;

@@ -20,7 +20,8 @@
 //!   at its prompt. The shell prints a marker `<prefix><k>:<status>;` at each prompt; the
 //!   relay takes it out of the output and holds it (and what follows it, up to 64 KiB)
 //!   until it sees from outside the shell that the shell really waits at a prompt: the
-//!   terminal's foreground process group is the shell's, no written input is unread, and
+//!   terminal's foreground process group is the shell's, no written input is unread (the
+//!   shell's `rchar` in `/proc/PID/io` has grown by the whole command line), and
 //!   `/proc/PID/syscall` shows the shell blocked reading fd 0 (where the kernel offers that
 //!   file; without it the first two checks decide), and then reads what the terminal still
 //!   holds (the shell wrote its prompt before it waited; a marker found there, behind a
@@ -29,7 +30,9 @@
 //!   running is never confirmed, so it passes on as output; the one way left to fake a
 //!   prompt is a command that prints the marker and then itself blocks reading the
 //!   terminal in the foreground (the shell's `read`), which only stalls its own session.
-//!   Checks back off from 50 µs to 10 ms while a marker waits.
+//!   Checks back off from 50 µs to 10 ms while a marker waits. A marker that comes while
+//!   the shell sits at a confirmed prompt with no input since (a prompt for stray input, or
+//!   a background job faking the next command's end) is dropped.
 //! - An interrupt ([`proto::PTY_INTERRUPT`]) that leaves the shell itself [`deadlocked`]
 //!   (busybox ash, signalled inside `malloc`) ends the shell after 50 ms: the session resets
 //!   instead of waiting out the host's bound for a shell that can never run again.
@@ -388,6 +391,15 @@ fn cpu_ns(pid: c_int) -> Option<u64> {
     Some((utime + stime) * 10_000_000)
 }
 
+/// How many bytes process `pid` has read with `read(2)` and its kind (`rchar` of
+/// `/proc/PID/io`); `None` when the kernel does not tell.
+fn bytes_read(pid: c_int) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("rchar:"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
 /// The processes of process group `group` (from `/proc`).
 fn group_members(group: c_int) -> Vec<c_int> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -506,6 +518,9 @@ struct Relay {
     last_write: std::time::Instant,
     /// The shell's CPU time ([`cpu_ns`]) when the last input was written.
     cpu_at_write: Option<u64>,
+    /// The shell's [`bytes_read`] before the current command line came, and the line's
+    /// length: a prompt counts only once the shell has read that many more bytes.
+    line_read: Option<(u64, usize)>,
     interrupt: Option<Interrupt>,
     /// Since when an interrupt has seen the shell reading the terminal, uninterrupted.
     reading_since: Option<std::time::Instant>,
@@ -528,6 +543,7 @@ impl Relay {
             idle: false,
             last_write: std::time::Instant::now(),
             cpu_at_write: None,
+            line_read: None,
             interrupt: None,
             reading_since: None,
             prompt_signature: None,
@@ -628,6 +644,13 @@ impl Relay {
         {
             return false;
         }
+        if let Some((base, len)) = self.line_read {
+            // The line may still be on its way through the terminal, the shell blocked in
+            // the read of the prompt before it.
+            if bytes_read(self.main).is_some_and(|n| n < base + len as u64) {
+                return false;
+            }
+        }
         match wait_state(self.main) {
             Wait::Other => false,
             Wait::Unknown => true,
@@ -644,6 +667,17 @@ impl Relay {
     /// Confirms a pending marker when its check is due and the shell is at its prompt.
     fn check_pending(&mut self) {
         let now = std::time::Instant::now();
+        if self.idle {
+            // The shell's prompt was confirmed and no input came since: this marker belongs
+            // to no command the host sent. Either the shell prompted again for stray input
+            // (a line written to a command that ended without reading it) or a background
+            // job printed it to fake the next command's end. It is dropped, as the host
+            // drops a prompt for stray input; what followed it stays output.
+            if let Some(p) = self.pending.take() {
+                Self::emit(proto::PTY_DATA, &p.held);
+            }
+            return;
+        }
         let Some(p) = &mut self.pending else {
             return;
         };
@@ -670,6 +704,7 @@ impl Relay {
         Self::emit(proto::PTY_DONE, &done);
         Self::emit(proto::PTY_DATA, &p.held);
         self.idle = true;
+        self.line_read = None;
         self.interrupt = None;
     }
 
@@ -838,6 +873,8 @@ impl Relay {
                 ioctl(self.slave, TCFLSH, TCIFLUSH);
                 kill(-group, SIGINT);
             }
+            // What was flushed is never read: the shell's next prompt may come without it.
+            self.line_read = None;
             if group != int.signalled {
                 int.done.clear();
             }
@@ -854,6 +891,11 @@ impl Relay {
             match kind {
                 proto::PTY_DATA => {
                     self.input.extend_from_slice(payload);
+                    if !payload.is_empty() && self.idle {
+                        // The command line: the shell must read all of it before a prompt
+                        // counts as the one after it.
+                        self.line_read = bytes_read(self.main).map(|base| (base, payload.len()));
+                    }
                     if !payload.is_empty() {
                         self.idle = false;
                     }
