@@ -97,6 +97,12 @@ pub trait ShellSession: Send + Sync {
 
     /// Sends raw bytes to the running command's terminal input.
     ///
+    /// The terminal's input is canonical (unless the command changes it, `stty raw`): a
+    /// reader gets whole lines, and the line discipline keeps at most 4095 bytes of one line
+    /// (Linux's `N_TTY_BUF_SIZE` less the newline); the rest of a longer line is dropped
+    /// by the kernel, as on any terminal. Send long data as several lines, or to a file
+    /// with [`Machine::upload`](crate::Machine::upload).
+    ///
     /// # Errors
     /// [`Error::ShellState`] when no command is running; [`Error::Unsupported`] on a
     /// non-interactive session; [`Error::Closed`].
