@@ -8,10 +8,11 @@ use bollard::errors::Error as BollardError;
 use bollard::query_parameters::CreateContainerOptions;
 use bollard::Docker;
 use sha2::{Digest, Sha256};
-use shellbox_core::{async_trait, Error, Machine, MachineFactory, MachineSpec};
+use shellbox_core::{async_trait, Error, Machine, MachineFactory, MachineSpec, Snapshot};
 
 use crate::config::{container_config, refused_field, Owner, SETUP};
 use crate::machine::{remove_on_drop, DockerMachine, Inner};
+use crate::snapshot::{DockerSnapshot, Fork, VolumeCopies};
 use crate::supervised::CommandPath;
 use crate::CONTAINER_NAME_PREFIX;
 
@@ -256,36 +257,86 @@ impl DockerMachineFactory {
     /// `startup_timeout` (which bounds everything here, image preparation included) runs
     /// out. Whatever was created is removed first.
     pub async fn create_machine(&self, spec: MachineSpec) -> Result<DockerMachine, Error> {
+        self.check_create(&spec)?;
+        let limit = spec.startup_timeout;
+        bounded(limit, self.create_unbounded(spec, None)).await
+    }
+
+    /// Like [`MachineFactory::create_from`], returning the concrete [`DockerMachine`]: a
+    /// container from the snapshot's image, made as [`create_machine`](Self::create_machine)
+    /// makes one from the spec's image — the spec's env, network, user (commands' default
+    /// account is the image's configured user, the snapshotted machine's), limits, labels
+    /// and workdir (created when missing), the same supervisor and confinement — with the
+    /// snapshot's volume contents put back before anything runs. The spec's source is
+    /// checked ([`Capabilities::check_spec`](shellbox_core::Capabilities::check_spec)) but
+    /// not prepared (never pulled, built or loaded): the filesystem is the snapshot's. The
+    /// container's environment is the spec's over that of the image the snapshotted chain
+    /// started from; the snapshotted machine's own spec env is not carried over. Its labels
+    /// include the snapshotted container's (an image's labels become its containers'; this
+    /// factory's and the owner labels win). The new machine holds a share of the snapshot's
+    /// image, so the image outlives [`Snapshot::delete`] until the machine closes.
+    ///
+    /// Any factory talking to the engine that holds the snapshot's image can use it.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a snapshot another backend took, or one whose image this
+    /// factory's engine does not have (taken on another engine, or removed outside
+    /// shellbox); [`Error::Closed`] for a
+    /// deleted one; otherwise those of [`create_machine`](Self::create_machine).
+    pub async fn create_machine_from(
+        &self,
+        snapshot: &Snapshot,
+        spec: MachineSpec,
+    ) -> Result<DockerMachine, Error> {
+        let taken = snapshot.expect_backend::<DockerSnapshot>("docker")?;
+        self.check_create(&spec)?;
+        self.capabilities().check_spec(self.backend(), &spec)?;
+        let fork = taken.fork(&spec.env)?;
+        let limit = spec.startup_timeout;
+        let made = bounded(limit, self.create_unbounded(spec, Some(&fork))).await;
+        // The new machine holds its own share; this one is given up either way.
+        if let Err(e) = crate::snapshot::release(fork.held.lease).await {
+            tracing::warn!(target: "shellbox_docker", "could not remove a deleted snapshot's image: {e}");
+        }
+        made
+    }
+
+    /// What every create checks first: the command path setting, the spec, its env's size,
+    /// the factory's labels.
+    fn check_create(&self, spec: &MachineSpec) -> Result<(), Error> {
         if let Some(e) = &self.path_error {
             return Err(Error::invalid(e.clone()));
         }
         spec.validate()?;
-        crate::config::validate_spec_env_size(&spec)?;
+        crate::config::validate_spec_env_size(spec)?;
         for (key, value) in &self.labels {
             validate_label(key, value)?;
         }
-        match spec.startup_timeout {
-            Some(limit) => tokio::time::timeout(limit, self.create_unbounded(spec))
-                .await
-                .map_err(|_| Error::TimedOut {
-                    operation: "create a docker machine (the spec's startup_timeout)".into(),
-                    after: limit,
-                })?,
-            None => self.create_unbounded(spec).await,
-        }
+        Ok(())
     }
 
-    async fn create_unbounded(&self, spec: MachineSpec) -> Result<DockerMachine, Error> {
+    /// Creates the machine from the spec's image, or from a snapshot's (`from`).
+    async fn create_unbounded(
+        &self,
+        spec: MachineSpec,
+        from: Option<&Fork>,
+    ) -> Result<DockerMachine, Error> {
         self.refuse_what_podman_ignores(&spec).await?;
-        let image = crate::image::resolve(&self.docker, &spec.source).await?;
+        let image = match from {
+            Some(fork) => fork.image.clone(),
+            None => crate::image::resolve(&self.docker, &spec.source).await?,
+        };
         let name = container_name();
-        let config = container_config(
+        let mut config = container_config(
             &spec,
             &image,
             self.runtime.as_deref(),
             &self.owner,
             &self.labels,
         );
+        if let Some(fork) = from {
+            config.env = Some(fork.env.clone());
+        }
         let options = CreateContainerOptions {
             name: Some(name.clone()),
             ..Default::default()
@@ -300,12 +351,20 @@ impl DockerMachineFactory {
         };
         let created = match self.docker.create_container(Some(options), config).await {
             Ok(c) => c,
+            Err(e) if from.is_some() && crate::image::is_not_found(&e) => {
+                guard.disarm();
+                return Err(Error::unsupported(format!(
+                    "the engine has no image {image} for this snapshot (taken on another \
+                     Docker Engine, or its image was removed outside shellbox): {e}"
+                )));
+            }
             Err(e) => {
                 guard.disarm();
                 return Err(self.refusal_or_backend(&spec, "create container", e));
             }
         };
-        let result = self.start(&spec, &name, &created.id).await;
+        let volumes = from.map(|fork| &*fork.held.volumes);
+        let result = self.start(&spec, &name, &created.id, volumes).await;
         match result {
             Ok((setsid, supervisor)) => {
                 guard.disarm();
@@ -323,6 +382,11 @@ impl DockerMachineFactory {
                         removed: AtomicBool::new(false),
                         close_lock: tokio::sync::Mutex::new(()),
                         relay_session: std::sync::Mutex::new(None),
+                        owner: self.owner.clone(),
+                        base_env: from.map(|fork| fork.base_env.clone()),
+                        image_lease: std::sync::Mutex::new(
+                            from.map(|fork| fork.held.lease.clone()),
+                        ),
                     }),
                     session: std::sync::Mutex::new(None),
                 })
@@ -340,18 +404,23 @@ impl DockerMachineFactory {
         }
     }
 
-    /// Starts the container and its supervisor (per the [`CommandPath`]), creates the
-    /// workdir; returns setsid's path (exec path) and the supervisor.
+    /// Starts the container, puts a snapshot's volume contents back, starts its supervisor
+    /// (per the [`CommandPath`]), creates the workdir; returns setsid's path (exec path) and
+    /// the supervisor.
     async fn start(
         &self,
         spec: &MachineSpec,
         name: &str,
         id: &str,
+        volumes: Option<&VolumeCopies>,
     ) -> Result<(String, Option<crate::supervised::Supervised>), Error> {
         self.docker
             .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
             .await
             .map_err(|e| self.refusal_or_backend(spec, "start container", e))?;
+        if let Some(volumes) = volumes {
+            crate::snapshot::restore_volumes(&self.docker, id, name, volumes).await?;
+        }
         if self.path != CommandPath::Exec {
             let podman = self.engine().await? == Engine::Podman;
             match crate::supervised::start(&self.docker, id, podman).await {
@@ -455,6 +524,31 @@ impl MachineFactory for DockerMachineFactory {
     async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {
         Ok(Box::new(self.create_machine(spec).await?))
     }
+
+    /// See [`DockerMachineFactory::create_machine_from`].
+    async fn create_from(
+        &self,
+        snapshot: &Snapshot,
+        spec: MachineSpec,
+    ) -> Result<Box<dyn Machine>, Error> {
+        Ok(Box::new(self.create_machine_from(snapshot, spec).await?))
+    }
+}
+
+/// Bounds a create by the spec's `startup_timeout`.
+async fn bounded(
+    limit: Option<std::time::Duration>,
+    create: impl std::future::Future<Output = Result<DockerMachine, Error>>,
+) -> Result<DockerMachine, Error> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, create)
+            .await
+            .map_err(|_| Error::TimedOut {
+                operation: "create a docker machine (the spec's startup_timeout)".into(),
+                after: limit,
+            })?,
+        None => create.await,
+    }
 }
 
 /// Removes a half-made container if `create` is dropped (cancelled) before it finishes.
@@ -479,6 +573,7 @@ impl Drop for RemoveOnDrop {
                 self.endpoint.as_deref(),
                 self.id.clone(),
                 true,
+                None,
             );
         }
     }

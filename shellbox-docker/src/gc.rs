@@ -1,8 +1,8 @@
-//! Removing containers whose owner process is gone.
+//! Removing containers and snapshot images whose owner process is gone.
 
 use std::collections::HashMap;
 
-use bollard::query_parameters::ListContainersOptions;
+use bollard::query_parameters::{ListContainersOptions, ListImagesOptions};
 use bollard::Docker;
 use shellbox_core::Error;
 
@@ -10,44 +10,82 @@ use crate::config::{host_name, process_start_ticks};
 use crate::labels;
 use crate::machine::remove_container;
 
-/// What [`gc`] did.
+/// What [`gc`] did, counting containers and snapshot images alike.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GcReport {
-    /// Names (or IDs) of the containers removed: their owner process no longer exists.
+    /// Names (or IDs) of the containers, then the references
+    /// (`shellbox-snapshot:<32 hex>`, else IDs) of the snapshot images, removed: their owner
+    /// process no longer exists.
     pub removed: Vec<String>,
-    /// Containers of this host whose owner process is alive (left alone).
+    /// Containers and snapshot images of this host whose owner process is alive (left
+    /// alone).
     pub kept: usize,
-    /// Containers labelled by another host (left alone: their owners cannot be checked here).
+    /// Containers and snapshot images labelled by another host (left alone: their owners
+    /// cannot be checked here).
     pub other_hosts: usize,
-    /// Containers that should have been removed but could not be, with the reason.
+    /// Containers and snapshot images that should have been removed but could not be, with
+    /// the reason (an image a container of a live owner still uses is one).
     pub failed: Vec<(String, String)>,
 }
 
-/// Removes the shellbox containers (label [`labels::MACHINE`]) whose labels name an owner
-/// process on this host ([`labels::OWNER_HOST`] equal to this host's name) that no longer
-/// exists: no `/proc/<pid>`, or a process there that started at another time than
-/// [`labels::OWNER_START`] says (a reused pid). A container whose owner is alive, that
-/// belongs to another host, or whose labels cannot be read is never touched.
+/// What the owner labels of a container or image say about it.
+enum Ownership {
+    OtherHost,
+    /// Alive, or not known to be dead.
+    Kept,
+    /// Its owner on this host is gone: its pid.
+    Dead(u32),
+}
+
+fn ownership(labels: &HashMap<String, String>, this_host: &str) -> Ownership {
+    if labels.get(labels::OWNER_HOST).map(String::as_str) != Some(this_host) {
+        return Ownership::OtherHost;
+    }
+    let Some(pid) = labels
+        .get(labels::OWNER_PID)
+        .and_then(|p| p.parse::<u32>().ok())
+    else {
+        return Ownership::Kept;
+    };
+    let start = labels
+        .get(labels::OWNER_START)
+        .and_then(|s| s.parse::<u64>().ok());
+    if owner_alive(pid, start) {
+        Ownership::Kept
+    } else {
+        Ownership::Dead(pid)
+    }
+}
+
+/// Removes the shellbox containers (label [`labels::MACHINE`]), then the snapshot images
+/// (label [`labels::SNAPSHOT`]), whose labels name an owner process on this host
+/// ([`labels::OWNER_HOST`] equal to this host's name) that no longer exists: no
+/// `/proc/<pid>`, or a process there that started at another time than
+/// [`labels::OWNER_START`] says (a reused pid). One whose owner is alive, that belongs to
+/// another host, or whose labels cannot be read is never touched. An image is removed as
+/// a snapshot's last holder removes it (not forced: one that a container still uses stays,
+/// reported in [`GcReport::failed`]).
 ///
 /// # Errors
-/// [`Error::Backend`] when the engine cannot list containers. Failures to remove single
-/// containers are reported in [`GcReport::failed`].
+/// [`Error::Backend`] when the engine cannot list containers or images. Failures to remove
+/// single containers or images are reported in [`GcReport::failed`].
 pub async fn gc(docker: &Docker) -> Result<GcReport, Error> {
     gc_with_labels(docker, &[]).await
 }
 
-/// [`gc`] restricted to the containers that also carry every label in `label_filters`,
-/// each in Docker's `label` filter form: `key` (present) or `key=value`. With the labels a
-/// factory puts on its machines ([`DockerMachineFactory::label`]), a program (or a test)
-/// collects only what it created, never another user's containers on the same engine. The
-/// counts in the report cover only the matching containers.
+/// [`gc`] restricted to the containers and snapshot images that also carry every label in
+/// `label_filters`, each in Docker's `label` filter form: `key` (present) or `key=value`.
+/// With the labels a factory puts on its machines ([`DockerMachineFactory::label`]), which
+/// their snapshot images carry too, a program (or a test) collects only what it created,
+/// never another user's on the same engine. The counts in the report cover only what
+/// matched.
 ///
 /// [`DockerMachineFactory::label`]: crate::DockerMachineFactory::label
 ///
 /// # Errors
 /// [`Error::InvalidInput`] for an empty filter, one with an empty key, or one holding a NUL
-/// byte; [`Error::Backend`] when the engine cannot list containers. Failures to remove
-/// single containers are reported in [`GcReport::failed`].
+/// byte; [`Error::Backend`] when the engine cannot list containers or images. Failures to
+/// remove single containers or images are reported in [`GcReport::failed`].
 pub async fn gc_with_labels(docker: &Docker, label_filters: &[&str]) -> Result<GcReport, Error> {
     for filter in label_filters {
         if filter.is_empty() || filter.starts_with('=') || filter.contains('\0') {
@@ -76,28 +114,58 @@ pub async fn gc_with_labels(docker: &Docker, label_filters: &[&str]) -> Result<G
             .and_then(|n| n.first())
             .map(|n| n.trim_start_matches('/').to_string())
             .unwrap_or_else(|| id.clone());
-        let labels = c.labels.unwrap_or_default();
-        if labels.get(labels::OWNER_HOST) != Some(&this_host) {
-            report.other_hosts += 1;
-            continue;
-        }
-        let Some(pid) = labels
-            .get(labels::OWNER_PID)
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            report.kept += 1;
-            continue;
+        let pid = match ownership(&c.labels.unwrap_or_default(), &this_host) {
+            Ownership::OtherHost => {
+                report.other_hosts += 1;
+                continue;
+            }
+            Ownership::Kept => {
+                report.kept += 1;
+                continue;
+            }
+            Ownership::Dead(pid) => pid,
         };
-        let start = labels
-            .get(labels::OWNER_START)
-            .and_then(|s| s.parse::<u64>().ok());
-        if owner_alive(pid, start) {
-            report.kept += 1;
-            continue;
-        }
         match remove_container(docker, &id).await {
             Ok(()) => {
                 tracing::info!(target: "shellbox_docker", container = %name, owner_pid = pid, "gc removed a leaked container");
+                report.removed.push(name);
+            }
+            Err(e) => report.failed.push((name, e.to_string())),
+        }
+    }
+
+    let mut wanted = vec![labels::SNAPSHOT.to_string()];
+    wanted.extend(label_filters.iter().map(|f| f.to_string()));
+    let options = ListImagesOptions {
+        all: false,
+        filters: Some(HashMap::from([("label".to_string(), wanted)])),
+        ..Default::default()
+    };
+    let images = docker
+        .list_images(Some(options))
+        .await
+        .map_err(|e| Error::backend("list shellbox snapshot images", e))?;
+    for image in images {
+        let name = image
+            .repo_tags
+            .iter()
+            .find(|t| t.starts_with(crate::SNAPSHOT_REPOSITORY))
+            .cloned()
+            .unwrap_or_else(|| image.id.clone());
+        let pid = match ownership(&image.labels, &this_host) {
+            Ownership::OtherHost => {
+                report.other_hosts += 1;
+                continue;
+            }
+            Ownership::Kept => {
+                report.kept += 1;
+                continue;
+            }
+            Ownership::Dead(pid) => pid,
+        };
+        match crate::snapshot::remove_image(docker, &image.id).await {
+            Ok(()) => {
+                tracing::info!(target: "shellbox_docker", image = %name, owner_pid = pid, "gc removed a leaked snapshot image");
                 report.removed.push(name);
             }
             Err(e) => report.failed.push((name, e.to_string())),

@@ -87,6 +87,19 @@
 //!   per-command number printed by `PROMPT_COMMAND` (bash) or `PS1` (ash), which a command
 //!   that reads those variables can print itself; `interrupt` writes the terminal's `^C`.
 //!
+//! - **Snapshots** ([`Machine::snapshot`](shellbox_core::Machine::snapshot),
+//!   [`MachineFactory::create_from`](shellbox_core::MachineFactory::create_from)): the
+//!   container committed (`POST /commit`, paused while the engine commits) into an image
+//!   `shellbox-snapshot:<32 hex>` labelled [`labels::SNAPSHOT`] and with the owner labels;
+//!   the contents of the container's volumes (an image's `VOLUME`s, which a commit leaves
+//!   out) copied out to the host while it stays paused and back into each machine started
+//!   from it. Such a machine is made as `create` makes one (the spec's env, network,
+//!   user, limits; the same supervisor and confinement), only its filesystem comes from the
+//!   snapshot. The image is removed when the snapshot's last handle goes and no machine
+//!   started from it is left (Docker refuses to remove an image a container uses), and by
+//!   [`gc`] once its owner process is gone. See
+//!   [`DockerMachineFactory::create_machine_from`].
+//!
 //! Requirements on the image: `/bin/sh` (and `cat` for the fast path's environment; without
 //! it the container's configured one is used); a `setsid` program on `PATH` for the exec
 //! path (busybox has all); `stty` for shell sessions on the exec path.
@@ -111,6 +124,7 @@ mod gc;
 mod image;
 mod machine;
 mod session;
+mod snapshot;
 mod supervised;
 mod transfer;
 
@@ -118,12 +132,14 @@ mod transfer;
 /// processes with every task capability of the reference; the `docker`, `registry`,
 /// `dockerfile` and `archive` sources; `memory_mb`, `cpus`, `storage_mb` and `gpus` are
 /// passed to the engine (which may still refuse one: the error quotes it); private system
-/// directories (each container writes its own layer).
+/// directories (each container writes its own layer); snapshots (a container committed into
+/// an image, see [`DockerMachineFactory::create_machine_from`]).
 pub const DOCKER_CAPABILITIES: shellbox_core::Capabilities =
     shellbox_core::Capabilities::linux_process()
         .with_sources(&["docker", "registry", "dockerfile", "archive"])
         .with_limits(true, true, true, true)
         .with_private_system_directories()
+        .with_snapshots()
         .with_shell_sessions(shellbox_core::SessionKind::Interactive);
 
 pub use bollard;
@@ -134,12 +150,13 @@ pub use gc::{gc, gc_with_labels, GcReport};
 pub use image::{dockerfile_image_tag, ensure_busybox_image, image_source_key, BUSYBOX_TEST_IMAGE};
 pub use machine::DockerMachine;
 pub use session::{DockerSession, INTERRUPT_BOUND};
+pub use snapshot::SNAPSHOT_REPOSITORY;
 pub use supervised::{CommandPath, COMMAND_PATH_ENV};
 
 #[doc(hidden)]
 pub use machine::floor_exec_true;
 
-/// Label keys this crate puts on its containers.
+/// Label keys this crate puts on its containers and snapshot images.
 pub mod labels {
     /// The prefix of every key below; a factory's own labels may not use it.
     pub const NAMESPACE: &str = "dev.shellbox.";
@@ -152,6 +169,10 @@ pub mod labels {
     pub const OWNER_START: &str = "dev.shellbox.owner-start";
     /// The host name of the machine the creating process runs on.
     pub const OWNER_HOST: &str = "dev.shellbox.owner-host";
+    /// On every snapshot image (beside the owner labels): the 32 hex digits of its tag,
+    /// `shellbox-snapshot:<32 hex>`. Containers started from a snapshot carry it too (an
+    /// image's labels become its containers').
+    pub const SNAPSHOT: &str = "dev.shellbox.snapshot";
 }
 
 /// Prefix of the names of the containers this crate creates (`shellbox-<32 hex>`).

@@ -119,6 +119,16 @@ pub(crate) struct Inner {
     pub close_lock: tokio::sync::Mutex<()>,
     /// The session over the supervisor, if one was opened: closed with the machine.
     pub relay_session: std::sync::Mutex<Option<Arc<shellbox_supervisor::session::PtySession>>>,
+    /// Who owns the machine (its container's owner labels), for the labels of its
+    /// snapshots.
+    pub owner: Arc<crate::config::Owner>,
+    /// The environment of the image the machine's filesystem first came from, when it was
+    /// started from a snapshot (whose image's environment also holds what the snapshotted
+    /// machine's spec set); `None`: the container's own image's.
+    pub base_env: Option<Arc<[String]>>,
+    /// The machine's share of the snapshot image it was started from, given up when its
+    /// container is removed (the last share removes the image).
+    pub image_lease: std::sync::Mutex<Option<Arc<crate::snapshot::ImageLease>>>,
 }
 
 impl DockerMachine {
@@ -279,11 +289,18 @@ impl Drop for DockerMachine {
             return;
         }
         self.inner.closed.store(true, Ordering::SeqCst);
+        let lease = self
+            .inner
+            .image_lease
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         remove_on_drop(
             &self.inner.docker,
             self.inner.endpoint.as_deref(),
             self.inner.id.clone(),
             false,
+            lease,
         );
     }
 }
@@ -312,20 +329,60 @@ fn independent_client(docker: &Docker, endpoint: Option<&str>) -> Docker {
 }
 
 /// Removes a container when a machine (or a half-made one) is dropped unclosed, and waits
-/// for it (up to 30 s; a failure is logged).
+/// for it (up to 30 s; a failure is logged); then gives up `lease`, the machine's share of
+/// the snapshot image it was started from, which removes that image when it was the last
+/// ([`crate::snapshot::release`]).
 ///
 /// The removal never depends on the caller's runtime, which may be shutting down (a
 /// machine held by a task of a runtime being dropped, a test panicking inside `block_on`)
 /// or be a current-thread runtime blocked right here: it runs on its own thread, with its
 /// own current-thread Tokio runtime and its own connection to the engine
-/// ([`independent_client`]). The dropping thread blocks until the engine confirms the
+/// ([`block_on_own_thread`]). The dropping thread blocks until the engine confirms the
 /// removal, so the process cannot end first.
 ///
 /// With `linger`, the removal is repeated twice more 250 ms apart: for a create cancelled
 /// while its request was in flight, whose container the engine may still be making.
-pub(crate) fn remove_on_drop(docker: &Docker, endpoint: Option<&str>, id: String, linger: bool) {
+pub(crate) fn remove_on_drop(
+    docker: &Docker,
+    endpoint: Option<&str>,
+    id: String,
+    linger: bool,
+    lease: Option<Arc<crate::snapshot::ImageLease>>,
+) {
+    let what = format!("a dropped machine's container {id}");
+    block_on_own_thread(docker, endpoint, what, move |client| async move {
+        let mut result = remove_container(&client, &id).await;
+        if linger {
+            for _ in 0..2 {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                result = result.and(remove_container(&client, &id).await);
+            }
+        }
+        if let Some(lease) = lease {
+            if let Err(e) = crate::snapshot::release_with(lease, &client).await {
+                tracing::warn!(target: "shellbox_docker", container = %id, "could not remove the snapshot image of a dropped machine: {e}");
+            }
+        }
+        result
+    });
+}
+
+/// Runs `work` (a removal, from a `Drop`) on a thread of its own, with its own
+/// current-thread Tokio runtime and its own connection to the engine
+/// ([`independent_client`]), and blocks the calling thread until it is done (up to 30 s).
+/// `what` names what is removed, in the log lines saying how it went.
+pub(crate) fn block_on_own_thread<F, Fut>(
+    docker: &Docker,
+    endpoint: Option<&str>,
+    what: String,
+    work: F,
+) where
+    F: FnOnce(Docker) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), Error>>,
+{
     let client = independent_client(docker, endpoint);
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let thread_what = what.clone();
     let spawned = std::thread::Builder::new()
         .name("shellbox-docker-drop".into())
         .spawn(move || {
@@ -333,24 +390,15 @@ pub(crate) fn remove_on_drop(docker: &Docker, endpoint: Option<&str>, id: String
                 .enable_all()
                 .build();
             let result = match runtime {
-                Ok(rt) => rt.block_on(async {
-                    let mut result = remove_container(&client, &id).await;
-                    if linger {
-                        for _ in 0..2 {
-                            tokio::time::sleep(Duration::from_millis(250)).await;
-                            result = result.and(remove_container(&client, &id).await);
-                        }
-                    }
-                    result
-                }),
-                Err(e) => Err(Error::io("start a runtime to remove a container", e)),
+                Ok(rt) => rt.block_on(work(client)),
+                Err(e) => Err(Error::io("start a runtime to remove what was dropped", e)),
             };
             match result {
                 Ok(()) => {
-                    tracing::debug!(target: "shellbox_docker", container = %id, "removed a dropped machine's container")
+                    tracing::debug!(target: "shellbox_docker", "removed {thread_what}")
                 }
                 Err(e) => {
-                    tracing::warn!(target: "shellbox_docker", container = %id, "could not remove a dropped machine's container: {e}")
+                    tracing::warn!(target: "shellbox_docker", "could not remove {thread_what}: {e}")
                 }
             }
             let _ = done_tx.send(());
@@ -358,11 +406,11 @@ pub(crate) fn remove_on_drop(docker: &Docker, endpoint: Option<&str>, id: String
     match spawned {
         Ok(_) => {
             if done_rx.recv_timeout(DROP_REMOVAL_WAIT).is_err() {
-                tracing::warn!(target: "shellbox_docker", "a dropped machine's container is still being removed after {DROP_REMOVAL_WAIT:?}; not waiting longer");
+                tracing::warn!(target: "shellbox_docker", "{what} is still being removed after {DROP_REMOVAL_WAIT:?}; not waiting longer");
             }
         }
         Err(e) => {
-            tracing::warn!(target: "shellbox_docker", "could not start a thread to remove a dropped machine's container: {e}")
+            tracing::warn!(target: "shellbox_docker", "could not start a thread to remove {what}: {e}")
         }
     }
 }
@@ -438,6 +486,17 @@ impl Inner {
         }
         remove_container(&self.docker, &self.id).await?;
         self.removed.store(true, Ordering::SeqCst);
+        let lease = self
+            .image_lease
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(lease) = lease {
+            // The machine is gone either way; a snapshot image left behind is gc's.
+            if let Err(e) = crate::snapshot::release(lease).await {
+                tracing::warn!(target: "shellbox_docker", container = %self.name, "could not remove the snapshot image the machine was started from: {e}");
+            }
+        }
         Ok(())
     }
 
@@ -712,6 +771,29 @@ impl Machine for DockerMachine {
 
     async fn close(&self) -> Result<(), Error> {
         self.inner.close().await
+    }
+
+    /// Commits the container (`POST /commit`) into a snapshot image tagged
+    /// `shellbox-snapshot:<32 hex>`, labelled [`labels::SNAPSHOT`](crate::labels::SNAPSHOT)
+    /// and with the owner labels (so [`gc`](crate::gc) removes it once this process is
+    /// gone). The container is paused while the engine commits it; when it has volumes (an
+    /// image's `VOLUME`s, which a commit leaves out), also while their contents are copied
+    /// out, to a private directory under the host's temporary directory, from where each
+    /// machine started from the snapshot gets them back. The snapshot's
+    /// [`id`](shellbox_core::Snapshot::id) is the image's ID. Start machines from it with
+    /// [`DockerMachineFactory::create_machine_from`](crate::DockerMachineFactory::create_machine_from),
+    /// whose docs say what such a machine keeps and what it does not; the image is removed
+    /// when the snapshot's last handle goes and the last machine started from it closes
+    /// (Docker refuses to remove an image a container uses). A dropped last handle removes
+    /// it the way a dropped machine removes its container (blocking, on a thread of its
+    /// own): prefer [`Snapshot::delete`](shellbox_core::Snapshot::delete) in async code.
+    ///
+    /// # Errors
+    /// [`Error::Closed`]; [`Error::Terminated`] when the container stopped;
+    /// [`Error::Backend`] when the engine fails to commit; [`Error::Io`] for the host copy
+    /// of a volume's contents.
+    async fn snapshot(&self) -> Result<shellbox_core::Snapshot, Error> {
+        crate::snapshot::take(&self.inner).await
     }
 }
 

@@ -70,7 +70,9 @@ mod bash {
 /// The session cases on the exec path ([`shellbox_docker::CommandPath::Exec`]: no
 /// supervisor in the container), where the session is one Engine exec on a terminal
 /// ([`shellbox_docker::DockerSession`]). The cases the supervisor's relay adds (a faked
-/// prompt, racing and late interrupts) are not claimed there.
+/// prompt, racing and late interrupts) are not claimed there. The snapshot cases again
+/// (above they run on the supervisor's path): a machine started from a snapshot is made
+/// as this factory makes one.
 mod exec_path {
     use super::*;
 
@@ -92,6 +94,9 @@ mod exec_path {
         session_reset_after_exit,
         session_output_is_exact,
         session_output_limit,
-        session_close
+        session_close,
+        fork_sees_files_at_snapshot_time,
+        forks_are_private,
+        deleted_snapshot_keeps_its_forks
     );
 }
