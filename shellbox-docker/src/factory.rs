@@ -387,6 +387,7 @@ impl DockerMachineFactory {
                         image_lease: std::sync::Mutex::new(
                             from.map(|fork| fork.held.lease.clone()),
                         ),
+                        snapshot_lock: tokio::sync::Mutex::new(()),
                     }),
                     session: std::sync::Mutex::new(None),
                 })

@@ -129,6 +129,8 @@ pub(crate) struct Inner {
     /// The machine's share of the snapshot image it was started from, given up when its
     /// container is removed (the last share removes the image).
     pub image_lease: std::sync::Mutex<Option<Arc<crate::snapshot::ImageLease>>>,
+    /// Held while a snapshot is taken: one commit (and pause) of the container at a time.
+    pub snapshot_lock: tokio::sync::Mutex<()>,
 }
 
 impl DockerMachine {

@@ -315,6 +315,7 @@ fn volume_dir() -> Result<PathBuf, Error> {
 
 /// Takes a snapshot of the machine (see the module docs).
 pub(crate) async fn take(inner: &Inner) -> Result<Snapshot, Error> {
+    let _one_at_a_time = inner.snapshot_lock.lock().await;
     inner.ensure_running().await?;
     let info = inner
         .docker
@@ -363,10 +364,23 @@ pub(crate) async fn take(inner: &Inner) -> Result<Snapshot, Error> {
         ..Default::default()
     };
 
+    // The image is removed if anything fails from its commit on (or the future is dropped).
+    let lease_of = |id: String| {
+        Arc::new(ImageLease {
+            docker: inner.docker.clone(),
+            endpoint: inner.endpoint.clone(),
+            id,
+            removed: AtomicBool::new(false),
+        })
+    };
     let mut volumes = VolumeCopies::none();
-    let mut unpaused = Ok(());
-    let committed = if mounts.is_empty() {
-        inner.docker.commit_container(options, config).await
+    let (lease, unpaused) = if mounts.is_empty() {
+        let committed = inner
+            .docker
+            .commit_container(options, config)
+            .await
+            .map_err(|e| inner.engine_error("commit container", e))?;
+        (lease_of(committed.id), Ok(()))
     } else {
         let dir = volume_dir()?;
         volumes.dir = Some(dir.clone());
@@ -385,39 +399,28 @@ pub(crate) async fn take(inner: &Inner) -> Result<Snapshot, Error> {
             }
             volumes.mounts.push((mount.clone(), file));
         }
-        let committed = match &copied {
-            Ok(()) => Some(inner.docker.commit_container(options, config).await),
-            Err(_) => None,
+        let committed = match copied {
+            Ok(()) => inner
+                .docker
+                .commit_container(options, config)
+                .await
+                .map(|c| lease_of(c.id))
+                .map_err(|e| inner.engine_error("commit container", e)),
+            Err(e) => Err(e),
         };
-        unpaused = inner
+        let unpaused = inner
             .docker
             .unpause_container(&inner.id)
             .await
             .map_err(|e| inner.engine_error("unpause container", e));
         guard.armed = false;
-        match committed {
-            Some(committed) => committed,
-            None => {
-                copied?;
-                unpaused?;
-                return Err(Error::backend("commit container", "no commit was made"));
-            }
-        }
+        (committed?, unpaused)
     };
-    let id = committed
-        .map_err(|e| inner.engine_error("commit container", e))?
-        .id;
-    // From here on the image is removed if anything fails (or the future is dropped).
-    let lease = Arc::new(ImageLease {
-        docker: inner.docker.clone(),
-        endpoint: inner.endpoint.clone(),
-        id: id.clone(),
-        removed: AtomicBool::new(false),
-    });
     if let Err(e) = unpaused {
         let _ = release(lease).await;
         return Err(e);
     }
+    let id = lease.id.clone();
     let image_env = match inner.docker.inspect_image(&id).await {
         Ok(image) => image.config.and_then(|c| c.env).unwrap_or_default(),
         Err(e) => {

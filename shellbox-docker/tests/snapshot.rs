@@ -341,7 +341,23 @@ async fn volume_contents_are_part_of_the_snapshot() {
         ok(&m, "rm /data/from-image && echo in-work > in-work").await;
         make_tree(&m, "/data/tree").await;
         let before = listing(&m, "/data").await;
-        let snapshot = m.snapshot().await.unwrap();
+        // Two at once (one pause and commit at a time) are both whole.
+        let (snapshot, twin) = futures::join!(m.snapshot(), m.snapshot());
+        let (snapshot, twin) = (snapshot.unwrap(), twin.unwrap());
+        assert_ne!(snapshot.id(), twin.id());
+        let info = docker
+            .inspect_container(m.container_id(), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            info.state.and_then(|s| s.paused),
+            Some(false),
+            "left paused"
+        );
+        let t = f.create_machine_from(&twin, spec.clone()).await.unwrap();
+        assert_eq!(listing(&t, "/data").await, before, "{path:?}");
+        t.close().await.unwrap();
+        twin.delete().await.unwrap();
         // Later writes of the source, in the volume and outside it, are not the fork's.
         ok(
             &m,
