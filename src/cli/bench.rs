@@ -129,6 +129,7 @@ fn case_names(backend: Backend) -> Vec<(&'static str, bool)> {
             ("flood_1gb_1mib", true),
             ("floor_exec_true", false),
             ("session_execute_true", false),
+            ("fork_10k_files", false),
         ]),
         #[cfg(feature = "sim")]
         Backend::Sim => names.extend([
@@ -552,6 +553,7 @@ async fn run_case(
         }
         "floor_bwrap_true" => floor_bwrap_true(factory, spec, case, many).await,
         "floor_exec_true" => floor_exec_true(spec, case, many).await,
+        "fork_10k_files" => fork_10k_files(factory, spec, case).await,
         "session_execute_true" => {
             // `execute("true")` on an open session (its shell already started): issue 11.
             let m = factory.create(spec.clone()).await?;
@@ -575,6 +577,75 @@ async fn run_case(
         }
         other => Err(Error::invalid(format!("unknown bench case {other}"))),
     }
+}
+
+/// What `fork_10k_files` puts in the machine it forks: 10,000 small files and 100 MiB of
+/// random bytes.
+const FORK_FILES: &str = "mkdir -p fork && cd fork && i=0; \
+     while [ $i -lt 10000 ]; do echo $i > f$i; i=$((i+1)); done && \
+     head -c 104857600 /dev/urandom > big";
+
+/// Issue 15's fork bar: `Machine::snapshot` then `MachineFactory::create_from` of a machine
+/// holding 10,000 small files and 100 MiB, each run one fork (closed after it is timed,
+/// the snapshot dropped first, so its close releases what the snapshot held);
+/// `snapshot_median_us` and `create_from_median_us` split the median.
+async fn fork_10k_files(
+    factory: &Arc<dyn MachineFactory>,
+    spec: &MachineSpec,
+    case: &str,
+) -> Result<Measured, Error> {
+    let m = factory.create(spec.clone()).await?;
+    let r = fork_runs(factory, &*m, spec, case).await;
+    m.close().await?;
+    r
+}
+
+async fn fork_runs(
+    factory: &Arc<dyn MachineFactory>,
+    m: &dyn shellbox::Machine,
+    spec: &MachineSpec,
+    case: &str,
+) -> Result<Measured, Error> {
+    check(&m.run(Command::shell(FORK_FILES)).await?, case)?;
+    let (mut total, mut snapshots, mut creates) = (Vec::new(), Vec::new(), Vec::new());
+    // One warm-up fork, not counted, which also checks what a fork sees.
+    for run in 0..6 {
+        let start = Instant::now();
+        let snapshot = m.snapshot().await?;
+        let taken = start.elapsed();
+        let fork = factory.create_from(&snapshot, spec.clone()).await?;
+        let made = start.elapsed();
+        drop(snapshot);
+        if run == 0 {
+            let r = fork
+                .run(Command::shell("ls fork | wc -l; wc -c < fork/big"))
+                .await?;
+            check(&r, case)?;
+            let seen = String::from_utf8_lossy(&r.stdout);
+            if seen.split_whitespace().collect::<Vec<_>>() != ["10001", "104857600"] {
+                return Err(Error::backend(
+                    case.to_string(),
+                    format!("the fork sees {seen:?}"),
+                ));
+            }
+        } else {
+            total.push(made);
+            snapshots.push(taken);
+            creates.push(made - taken);
+        }
+        fork.close().await?;
+    }
+    let mut measured = stats(case, total);
+    let round = |v: f64| (v * 10.0).round() / 10.0;
+    for (key, samples) in [
+        ("snapshot_median_us", snapshots),
+        ("create_from_median_us", creates),
+    ] {
+        measured
+            .extra
+            .push((key, round(stats(case, samples).median_us).into()));
+    }
+    Ok(measured)
 }
 
 /// Bytes of `download_file_1gib`'s file.
