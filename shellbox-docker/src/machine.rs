@@ -780,8 +780,10 @@ impl Machine for DockerMachine {
     /// and with the owner labels (so [`gc`](crate::gc) removes it once this process is
     /// gone). The container is paused while the engine commits it; when it has volumes (an
     /// image's `VOLUME`s, which a commit leaves out), also while their contents are copied
-    /// out, to a private directory under the host's temporary directory, from where each
-    /// machine started from the snapshot gets them back. The snapshot's
+    /// out, to a private directory under the host's temporary directory (named and
+    /// registered as a download's staging directory, so `shellbox gc` removes it if this
+    /// process is killed), from where each machine started from the snapshot gets them
+    /// back. The snapshot's
     /// [`id`](shellbox_core::Snapshot::id) is the image's ID. Start machines from it with
     /// [`DockerMachineFactory::create_machine_from`](crate::DockerMachineFactory::create_machine_from),
     /// whose docs say what such a machine keeps and what it does not; the image is removed

@@ -7,8 +7,8 @@
 //! `=<32 hex>` with the owner labels of the containers (so [`gc`](crate::gc) finds it when its
 //! process died). What the commit leaves out, the contents of the container's volumes
 //! (an image's `VOLUME`s: the only mounts a docker machine has), is copied out while the
-//! container stays paused, into a private directory of the host (`$TMPDIR`, mode `0700`),
-//! and copied back into each machine started from the snapshot.
+//! container stays paused, into a private directory of the host ([`VolumeCopies`]), and
+//! copied back into each machine started from the snapshot.
 //!
 //! The committed image also holds the container's configuration, which the engine merges
 //! into it: its environment (the snapshotted machine's spec env) and its labels. A machine
@@ -38,6 +38,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use bytes::Bytes;
 use futures::StreamExt;
+use shellbox_core::staging::StagingDir;
 use shellbox_core::{async_trait, Error, Snapshot, SnapshotHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -122,9 +123,12 @@ pub(crate) async fn remove_image(docker: &Docker, id: &str) -> Result<(), Error>
 
 /// The contents of a machine's volumes at snapshot time: one tar per mount (the engine's
 /// archive of its destination) in a private host directory, removed with the last user.
+/// The directory is made and registered as a download's staging directory is
+/// ([`StagingDir`]: `.shellbox-download-<pid>-…` in the host's temporary directory, mode
+/// `0700`), so `shellbox gc` removes it when this process was killed.
 pub(crate) struct VolumeCopies {
     /// The directory holding the tars; `None` when there were no volumes.
-    dir: Option<PathBuf>,
+    dir: Option<StagingDir>,
     /// (mount destination, its tar), parents before children.
     mounts: Vec<(String, PathBuf)>,
 }
@@ -134,18 +138,6 @@ impl VolumeCopies {
         VolumeCopies {
             dir: None,
             mounts: Vec::new(),
-        }
-    }
-}
-
-impl Drop for VolumeCopies {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.dir {
-            if let Err(e) = std::fs::remove_dir_all(dir) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(target: "shellbox_docker", dir = %dir.display(), "could not remove a snapshot's volume copies: {e}");
-                }
-            }
         }
     }
 }
@@ -299,20 +291,6 @@ impl Drop for UnpauseOnDrop<'_> {
     }
 }
 
-/// A private host directory for one snapshot's volume copies.
-fn volume_dir() -> Result<PathBuf, Error> {
-    use std::os::unix::fs::DirBuilderExt;
-    let dir = std::env::temp_dir().join(format!(
-        ".shellbox-snapshot-{}",
-        crate::factory::unique_hex()
-    ));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
-    Ok(dir)
-}
-
 /// Takes a snapshot of the machine (see the module docs).
 pub(crate) async fn take(inner: &Inner) -> Result<Snapshot, Error> {
     let _one_at_a_time = inner.snapshot_lock.lock().await;
@@ -382,8 +360,15 @@ pub(crate) async fn take(inner: &Inner) -> Result<Snapshot, Error> {
             .map_err(|e| inner.engine_error("commit container", e))?;
         (lease_of(committed.id), Ok(()))
     } else {
-        let dir = volume_dir()?;
-        volumes.dir = Some(dir.clone());
+        let temp = std::env::temp_dir();
+        let staging = StagingDir::create_in(&temp).map_err(|e| {
+            Error::io(
+                format!("create a directory for volume copies in {}", temp.display()),
+                e,
+            )
+        })?;
+        let dir = staging.path().to_path_buf();
+        volumes.dir = Some(staging);
         inner
             .docker
             .pause_container(&inner.id)

@@ -316,6 +316,18 @@ fn volume_image(dir: &std::path::Path) -> (MachineSpec, String) {
     (spec, tag)
 }
 
+/// This process's directories of snapshot volume copies (staging directories holding
+/// `0.tar`) in the host's temporary directory.
+fn volume_copies() -> usize {
+    let prefix = format!("{}{}-", shellbox_core::STAGING_PREFIX, std::process::id());
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .filter(|e| e.path().join("0.tar").exists())
+        .count()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn volume_contents_are_part_of_the_snapshot() {
     let Some(f) = common::setup("volume_contents_are_part_of_the_snapshot").await else {
@@ -345,6 +357,8 @@ async fn volume_contents_are_part_of_the_snapshot() {
         let (snapshot, twin) = futures::join!(m.snapshot(), m.snapshot());
         let (snapshot, twin) = (snapshot.unwrap(), twin.unwrap());
         assert_ne!(snapshot.id(), twin.id());
+        // Each holds its copy of the volume, in a staging directory `shellbox gc` knows.
+        assert_eq!(volume_copies(), 2);
         let info = docker
             .inspect_container(m.container_id(), None)
             .await
@@ -358,6 +372,7 @@ async fn volume_contents_are_part_of_the_snapshot() {
         assert_eq!(listing(&t, "/data").await, before, "{path:?}");
         t.close().await.unwrap();
         twin.delete().await.unwrap();
+        assert_eq!(volume_copies(), 1);
         // Later writes of the source, in the volume and outside it, are not the fork's.
         ok(
             &m,
@@ -394,6 +409,7 @@ async fn volume_contents_are_part_of_the_snapshot() {
         );
         again.close().await.unwrap();
         drop(snapshot);
+        assert_eq!(volume_copies(), 0, "the copies go with the snapshot");
         fork.close().await.unwrap();
         m.close().await.unwrap();
     }
