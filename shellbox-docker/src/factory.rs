@@ -124,6 +124,9 @@ impl DockerMachineFactory {
         };
         let mut factory = Self::with_client(docker);
         factory.endpoint = Some(Arc::from(host));
+        // Which engine it is, now, so [`capabilities`](MachineFactory::capabilities) can tell
+        // (an engine that cannot say is asked again when it matters).
+        let _ = factory.engine().await;
         Ok(factory)
     }
 
@@ -289,6 +292,9 @@ impl DockerMachineFactory {
         spec: MachineSpec,
     ) -> Result<DockerMachine, Error> {
         let taken = snapshot.expect_backend::<DockerSnapshot>("docker")?;
+        if self.engine().await? == Engine::Podman {
+            return Err(Error::unsupported(crate::snapshot::PODMAN_REFUSAL));
+        }
         self.check_create(&spec)?;
         self.capabilities().check_spec(self.backend(), &spec)?;
         let fork = taken.fork(&spec.env)?;
@@ -515,11 +521,18 @@ impl MachineFactory for DockerMachineFactory {
     /// [`process_model`](shellbox_core::Capabilities::process_model) unless the factory's
     /// [`CommandPath`] is `Exec` (one Engine exec per command kills what a command leaves
     /// in the background when it ends, and finds escapees only by an environment marker).
+    ///
+    /// Without [`snapshots`](shellbox_core::Capabilities::snapshots) on Podman (known once
+    /// the engine was asked, which [`connect`](Self::connect) does).
     fn capabilities(&self) -> shellbox_core::Capabilities {
-        match self.path {
+        let mut capabilities = match self.path {
             CommandPath::Exec => crate::DOCKER_CAPABILITIES,
             _ => crate::DOCKER_CAPABILITIES.with_process_model(),
+        };
+        if self.engine.get() == Some(&Engine::Podman) {
+            capabilities.snapshots = false;
         }
+        capabilities
     }
 
     async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {

@@ -291,10 +291,26 @@ impl Drop for UnpauseOnDrop<'_> {
     }
 }
 
+/// Why snapshots are refused on Podman's Docker-compatible API: its commit keeps the
+/// source container's environment where Docker's lets a fork unset it, and its committed
+/// images do not carry the labels `shellbox gc` and the image's lease rely on (seen with
+/// Podman 4.3).
+pub(crate) const PODMAN_REFUSAL: &str = "the engine is Podman, whose Docker-compatible commit \
+     keeps the source machine's environment and drops shellbox's labels: snapshots and forks \
+     need the Docker Engine";
+
 /// Takes a snapshot of the machine (see the module docs).
 pub(crate) async fn take(inner: &Inner) -> Result<Snapshot, Error> {
     let _one_at_a_time = inner.snapshot_lock.lock().await;
     inner.ensure_running().await?;
+    let version = inner
+        .docker
+        .version()
+        .await
+        .map_err(|e| inner.engine_error("ask the engine its version", e))?;
+    if crate::factory::is_podman_version(&version) {
+        return Err(Error::unsupported(PODMAN_REFUSAL));
+    }
     let info = inner
         .docker
         .inspect_container(&inner.id, None)
