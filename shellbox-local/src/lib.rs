@@ -31,7 +31,8 @@
 //!   controller) only `RLIMIT_NPROC` below applies, which does nothing for UID 0 (see
 //!   the `cgroup` module);
 //! - with `storage_mb` (a root host process only), a machine root that is a `tmpfs` of that
-//!   size mounted on the root directory at create and detached at close: a write past it
+//!   size mounted on the root directory at create and detached at close (for a
+//!   copy-on-write machine, the same `tmpfs` holds its layers, below): a write past it
 //!   fails with `ENOSPC` and never reaches the host disk;
 //! - `no_new_privs`, niceness +10, `RLIMIT_CORE` 0 and `RLIMIT_FSIZE` 1 GiB set in the
 //!   launcher (a `clone(CLONE_VM | CLONE_VFORK)` child, as `posix_spawn` makes) before it
@@ -43,10 +44,13 @@
 //! - with [`SystemDirectories::CopyOnWrite`] (a root host process, overlayfs), each real
 //!   system directory and the private `/etc` is an overlayfs of the machine's own, made in
 //!   its mount namespace (the host never sees it): the host directory (or the factory's
-//!   `/etc` copy) below, the machine's upper layer in a `tmpfs` of that namespace mounted
-//!   on `layers/` of its private directory (held in memory: bounded by `storage_mb`, else
-//!   the kernel's default of half the host's memory), host mounts nested there bound
-//!   read-only on top; writes
+//!   `/etc` copy) below, the machine's upper layer in a `tmpfs` mounted on `layers/` of
+//!   its private directory (held in memory), host mounts nested there bound read-only on
+//!   top. With `storage_mb` that `tmpfs` is the machine's one size-limited file system,
+//!   which holds its root too (bound on the root directory), so `storage_mb` bounds
+//!   everything the machine writes, root and layers together; without it the layers get a
+//!   `tmpfs` of the machine's mount namespace bounded to [`DEFAULT_LAYERS_MB`] (1 GiB, or
+//!   half the host's memory where that is less) and the root stays on the temp dir; writes
 //!   stay in the machine and go with it; transfers read and write the layers through fds
 //!   of the overlays;
 //! - processes a command leaves in the background keep running until the machine closes;
@@ -153,7 +157,8 @@ pub use machine::{
 pub use packages::{DEFAULT_PYTHON_VERSION, TOOLS_REFUSAL};
 pub use plan::SystemDirectories;
 pub use root::{
-    ETC_BOUND_DIRS, ETC_COPIES, ETC_PREFIX, LAYERS_DIR_NAME, ROOT_DIR_NAME, ROOT_PREFIX,
+    DEFAULT_LAYERS_MB, ETC_BOUND_DIRS, ETC_COPIES, ETC_PREFIX, LAYERS_DIR_NAME, ROOT_DIR_NAME,
+    ROOT_IN_LAYERS, ROOT_PREFIX,
 };
 /// The local machine's persistent shell session: the supervisor's
 /// [`PtySession`](shellbox_supervisor::session::PtySession) (see there for how it works).

@@ -558,7 +558,11 @@ fn make_namespaces(
         layers: layout.layers.as_ref().map(|l| {
             (
                 l.dir.clone(),
-                root::layers_fs_options(storage_mb),
+                // With storage_mb the machine's one size-limited file system is mounted
+                // there already (`root::mount_machine_fs`): root and layers share its bound.
+                storage_mb
+                    .is_none()
+                    .then(|| root::layers_fs_options(root::default_layers_mb())),
                 inner.layers.clone(),
             )
         }),

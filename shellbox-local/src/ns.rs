@@ -170,9 +170,10 @@ fn ro_bind(src: &std::path::Path, dst: &std::path::Path) -> std::io::Result<()> 
 pub(crate) struct MountPlan {
     pub mounts: Vec<crate::plan::RootMount>,
     pub mkdir: Option<PathBuf>,
-    /// A copy-on-write machine's layers: the directory a `tmpfs` (these options) is
-    /// mounted on first, and the layers made in it.
-    pub layers: Option<(PathBuf, String, Vec<crate::root::LayerDir>)>,
+    /// A copy-on-write machine's layers: their directory, the options of the `tmpfs`
+    /// mounted on it first (`None`: the machine's size-limited file system is mounted
+    /// there already, see `root::mount_machine_fs`), and the layers made in it.
+    pub layers: Option<(PathBuf, Option<String>, Vec<crate::root::LayerDir>)>,
 }
 
 /// A machine's mount namespace and, for each overlay in it, the guest directory it shows
@@ -292,21 +293,24 @@ unsafe fn machine_mountns_here(plan: &MountPlan) -> std::io::Result<MountNamespa
         return Err(std::io::Error::last_os_error());
     }
     if let Some((dir, options, dirs)) = &plan.layers {
-        let cdir = cstring(dir)?;
-        let options = CString::new(options.as_str()).map_err(|_| std::io::Error::other("NUL"))?;
-        if libc::mount(
-            c"shellbox-layers".as_ptr(),
-            cdir.as_ptr(),
-            c"tmpfs".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            options.as_ptr().cast(),
-        ) != 0
-        {
-            let e = std::io::Error::last_os_error();
-            return Err(std::io::Error::new(
-                e.kind(),
-                format!("mount the layers tmpfs at {}: {e}", dir.display()),
-            ));
+        if let Some(options) = options {
+            let cdir = cstring(dir)?;
+            let options =
+                CString::new(options.as_str()).map_err(|_| std::io::Error::other("NUL"))?;
+            if libc::mount(
+                c"shellbox-layers".as_ptr(),
+                cdir.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                options.as_ptr().cast(),
+            ) != 0
+            {
+                let e = std::io::Error::last_os_error();
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("mount the layers tmpfs at {}: {e}", dir.display()),
+                ));
+            }
         }
         crate::root::fill_layers(dir, dirs)?;
     }

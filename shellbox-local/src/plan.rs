@@ -158,12 +158,13 @@ pub enum SystemDirectories {
     /// Each real host directory among them (not the merged-`/usr` symlinks, which stay
     /// symlinks) and the private `/etc` is shown through an overlayfs of the machine's own:
     /// the host directory (or the factory's `/etc` copy) is the read-only lower layer, the
-    /// upper layer is a `tmpfs` of the machine's own mount namespace, mounted on `layers/`
-    /// of its private directory on the host (so what a machine writes there is held in
-    /// memory or swap, bounded by `storage_mb` when set, else by the kernel's `tmpfs`
-    /// default, half the host's memory; on disk, the layer directories' creation and
-    /// removal cost each machine about 35 ms on this loaded ext4-with-`discard` host, the
-    /// `tmpfs` under 1 ms). Writes
+    /// upper layer is in a `tmpfs` mounted on `layers/` of the machine's private directory
+    /// on the host (so what a machine writes there is held in memory or swap; on disk, the
+    /// layer directories' creation and removal cost each machine about 35 ms on this loaded
+    /// ext4-with-`discard` host, the `tmpfs` under 1 ms). With `storage_mb` that `tmpfs` is
+    /// the machine's one size-limited file system, holding its root as well, so the bound
+    /// covers the root and the layers together; without it, a `tmpfs` of the machine's own
+    /// mount namespace bounded to [`DEFAULT_LAYERS_MB`](crate::DEFAULT_LAYERS_MB). Writes
     /// (`apt-get install`, `pip install --system`, `echo x > /usr/local/bin/tool`) land in
     /// the machine only, persist across its commands, and vanish when it closes; the host's
     /// files and other machines never change. Host mounts nested inside those directories

@@ -57,7 +57,9 @@ fn io(op: &str, path: &Path, e: std::io::Error) -> Error {
 /// With `storage_mb`, the root is a file system of its own bounded to that many MiB (see
 /// [`mount_root_fs`]) mounted on the empty root directory before anything is put in it,
 /// so the machine's files (the private `/etc` copies included) never reach the host disk
-/// and a write past the bound fails with `ENOSPC`.
+/// and a write past the bound fails with `ENOSPC`. A copy-on-write machine (`layers` not
+/// empty) has one such file system for its root and its layers together (see
+/// [`mount_machine_fs`]), so `storage_mb` bounds everything it writes.
 ///
 /// # Errors
 /// [`Error::Io`] when the host refuses a step.
@@ -88,19 +90,26 @@ pub fn create_root(
         let _ = fs::remove_dir_all(&private);
         return Err(io("mkdir", &root, e));
     }
-    if let Some(mb) = storage_mb {
-        if let Err(e) = mount_root_fs(&root, mb) {
+    if !layers.is_empty() {
+        if let Err(e) = create_layers(&private.join(LAYERS_DIR_NAME)) {
             let _ = fs::remove_dir_all(&private);
             return Err(e);
         }
     }
-    let filled = fill_root(&root, facts, mounts, workdir).and_then(|()| {
-        if layers.is_empty() {
-            Ok(())
+    if let Some(mb) = storage_mb {
+        let mounted = if layers.is_empty() {
+            mount_root_fs(&root, mb)
         } else {
-            create_layers(&private.join(LAYERS_DIR_NAME))
+            mount_machine_fs(&root, mb)
+        };
+        if let Err(e) = mounted {
+            if let Err(re) = remove_root(&root) {
+                tracing::warn!("removing partial machine root {}: {re}", root.display());
+            }
+            return Err(e);
         }
-    });
+    }
+    let filled = fill_root(&root, facts, mounts, workdir);
     match filled {
         Ok(()) => Ok(root),
         Err(e) => {
@@ -200,7 +209,9 @@ impl LayerDir {
 }
 
 /// Makes a copy-on-write machine's layers directory `dir` (mode 0700), the mount point of
-/// its layers' `tmpfs` in the machine's mount namespace ([`fill_layers`]).
+/// its layers' `tmpfs`: the machine's size-limited file system with `storage_mb`
+/// ([`mount_machine_fs`]), else one of the machine's mount namespace bounded to
+/// [`DEFAULT_LAYERS_MB`] ([`fill_layers`]).
 ///
 /// # Errors
 /// [`Error::Io`] when the host refuses (the caller removes the private directory).
@@ -211,17 +222,32 @@ fn create_layers(dir: &Path) -> Result<(), Error> {
         .map_err(|e| io("mkdir", dir, e))
 }
 
-/// The `tmpfs` options of a copy-on-write machine's layers: mode 0700 and, with
-/// `storage_mb`, the size and inodes of [`root_fs_options`] (without it, the kernel's
-/// default bound, half the host's memory).
-pub fn layers_fs_options(storage_mb: Option<u64>) -> String {
-    match storage_mb {
-        Some(mb) => root_fs_options(mb).replace("mode=0755", "mode=0700"),
-        None => "mode=0700".to_string(),
-    }
+/// The bound of a copy-on-write machine's layers when its spec has no `storage_mb`: 1 GiB
+/// (or [`largest_storage_mb`](crate::largest_storage_mb), half the host's memory, where
+/// that is less). The layers are a `tmpfs`, held in memory or
+/// swap, so they always get a bound; the kernel's own default, half the host's memory per
+/// machine, bounded nothing in practice. The machine root of such a spec stays on the host
+/// temp dir's file system, as it does for a read-only machine.
+pub const DEFAULT_LAYERS_MB: u64 = 1024;
+
+/// [`DEFAULT_LAYERS_MB`], or half the host's memory where that is less (at least 1 MiB).
+pub fn default_layers_mb() -> u64 {
+    DEFAULT_LAYERS_MB.min(crate::largest_storage_mb()).max(1)
 }
 
-/// Fills the layers `tmpfs` at `dir` (already mounted, in the machine's mount namespace):
+/// The `tmpfs` options of a copy-on-write machine's layers of `mb` MiB: the size and
+/// inodes of [`root_fs_options`], mode 0700.
+pub fn layers_fs_options(mb: u64) -> String {
+    root_fs_options(mb).replace("mode=0755", "mode=0700")
+}
+
+/// Name of a copy-on-write machine's root directory inside its size-limited file system
+/// (with `storage_mb`), beside the layers' upper and work directories (which are named
+/// after system directories, never with a leading dot).
+pub const ROOT_IN_LAYERS: &str = ".root";
+
+/// Fills the layers `tmpfs` at `dir` (already mounted: the machine's size-limited file
+/// system, or a `tmpfs` of its mount namespace, seen from that namespace):
 /// an upper directory (its lower's owner and mode) and an empty work directory (0700) per
 /// layer.
 ///
@@ -390,9 +416,65 @@ pub fn root_fs_options(storage_mb: u64) -> String {
 /// # Errors
 /// [`Error::Io`] when the mount is refused (`EPERM` without `CAP_SYS_ADMIN`).
 pub fn mount_root_fs(root: &Path, storage_mb: u64) -> Result<(), Error> {
-    let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(root.as_os_str()))
-        .map_err(|_| Error::invalid(format!("{} holds a NUL byte", root.display())))?;
-    let options = std::ffi::CString::new(root_fs_options(storage_mb)).expect("no NUL");
+    mount_tmpfs(root, &root_fs_options(storage_mb), "the size-limited root")
+}
+
+/// The size-limited file system of a copy-on-write machine with `storage_mb`: one `tmpfs`
+/// bounded to `storage_mb` MiB ([`layers_fs_options`]; `nosuid`, `nodev`, mode 0700)
+/// mounted on the machine's layers directory (the sibling of `root`, [`layers_dir`]),
+/// holding the machine root as [`ROOT_IN_LAYERS`] (mode 0755), which is bound on the
+/// empty directory `root`. The root and the layers' upper directories then share one
+/// bound: a machine that filled its root cannot write more into `/usr`, nor the other
+/// way round (two `tmpfs` of `storage_mb` each let it write twice that). Both mounts are
+/// in this process's mount namespace (the machine's namespace, made later, shows them
+/// too); [`remove_root`] detaches both.
+///
+/// # Errors
+/// [`Error::Io`] when a mount or the `mkdir` is refused; what was mounted stays mounted
+/// (the caller's [`remove_root`] detaches it).
+pub fn mount_machine_fs(root: &Path, storage_mb: u64) -> Result<(), Error> {
+    let layers = layers_dir(root);
+    mount_tmpfs(
+        &layers,
+        &layers_fs_options(storage_mb),
+        "the size-limited layers",
+    )?;
+    let inner = layers.join(ROOT_IN_LAYERS);
+    fs::DirBuilder::new()
+        .mode(0o755)
+        .create(&inner)
+        .map_err(|e| io("mkdir", &inner, e))?;
+    let (src, dst) = (cpath(&inner)?, cpath(root)?);
+    // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+    let r = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            dst.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        return Err(io(
+            &format!("bind {} on", inner.display()),
+            root,
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+fn cpath(path: &Path) -> Result<std::ffi::CString, Error> {
+    std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
+        .map_err(|_| Error::invalid(format!("{} holds a NUL byte", path.display())))
+}
+
+/// Mounts a `tmpfs` with these options (`nosuid`, `nodev`) on `dir`.
+fn mount_tmpfs(dir: &Path, options: &str, what: &str) -> Result<(), Error> {
+    let c = cpath(dir)?;
+    let options = std::ffi::CString::new(options)
+        .map_err(|_| Error::invalid("tmpfs options hold a NUL byte"))?;
     // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
     let r = unsafe {
         libc::mount(
@@ -405,8 +487,8 @@ pub fn mount_root_fs(root: &Path, storage_mb: u64) -> Result<(), Error> {
     };
     if r != 0 {
         return Err(io(
-            "mount the size-limited root at",
-            root,
+            &format!("mount {what} tmpfs at"),
+            dir,
             std::io::Error::last_os_error(),
         ));
     }
@@ -460,7 +542,8 @@ pub fn decode_mountinfo(field: &str) -> String {
 }
 
 /// Removes a machine root and the private directory around it, first detaching the root's
-/// own size-limited file system ([`unmount_root_fs`]). Refuses when anything else is
+/// own size-limited file system ([`unmount_root_fs`]) and, for a copy-on-write machine's,
+/// the one on its layers directory ([`mount_machine_fs`]). Refuses when anything else is
 /// mounted below it in this process's
 /// mount namespace (sandbox mounts live in their own namespaces, so this never happens
 /// unless something else mounted there), so a removal can never reach host files through a
@@ -471,9 +554,10 @@ pub fn decode_mountinfo(field: &str) -> String {
 /// [`Error::Io`] when the directory cannot be removed.
 pub fn remove_root(root: &Path) -> Result<(), Error> {
     // The machine's own size-limited root file system goes first (its processes are dead),
-    // then anything mounted on a copy-on-write machine's layers directory here (its layers
-    // tmpfs and overlays live only in its own mount namespace, gone with its processes and
-    // fds, so normally nothing).
+    // then anything mounted on a copy-on-write machine's layers directory here: with
+    // storage_mb, the size-limited file system holding its root and layers (the root above
+    // is a bind of its `.root`); without, nothing (its layers tmpfs and overlays live only
+    // in its own mount namespace, gone with its processes and fds).
     unmount_root_fs(root)?;
     if root.file_name() == Some(std::ffi::OsStr::new(ROOT_DIR_NAME)) {
         unmount_root_fs(&layers_dir(root))?;

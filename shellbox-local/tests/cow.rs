@@ -259,6 +259,99 @@ async fn nothing_is_left_on_the_host_after_close_or_drop() {
     }
 }
 
+/// `stat -f` of each path: total and free blocks and the block size.
+async fn fs_blocks(m: &dyn Machine, paths: &str) -> Vec<(u64, u64, u64)> {
+    sh(m, &format!("stat -f -c '%b %f %S' {paths}"))
+        .await
+        .lines()
+        .map(|l| {
+            let v: Vec<u64> = l.split(' ').map(|n| n.parse().unwrap()).collect();
+            (v[0], v[1], v[2])
+        })
+        .collect()
+}
+
+/// `storage_mb` is one bound over everything a copy-on-write machine writes (issue 12's
+/// break-it pass: a 16 MiB machine took 16 MiB in its root and 16 MiB more in `/usr`, each
+/// in a `tmpfs` of its own): its root and its layers are one file system, so what fills one
+/// leaves no room in the other, either way round, and freeing one makes room again; an
+/// upload into a layer counts too. Without `storage_mb` the layers are bounded to
+/// `DEFAULT_LAYERS_MB` (the kernel's default was half the host's memory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_mb_bounds_the_root_and_the_layers_together() {
+    let Some(factory) = cow_factory("storage_mb_bounds_the_root_and_the_layers_together") else {
+        return;
+    };
+    const MIB10: &str = "head -c 10485760 /dev/zero";
+    for (first, second) in [
+        ("/tmp/a", "/usr/local/bin/b"),
+        ("/usr/lib/a", "/home/shellbox/b"),
+        ("/etc/a", "/usr/b"),
+    ] {
+        let m = factory
+            .create_local(MachineSpec::host().storage_mb(16))
+            .await
+            .unwrap();
+        // The root (bound from the machine's file system on the layers directory) keeps
+        // its nosuid and nodev on the host.
+        let root = m.root().to_string_lossy().into_owned();
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let options = info
+            .lines()
+            .map(|l| l.split(' ').collect::<Vec<_>>())
+            .find(|f| f.get(4) == Some(&root.as_str()))
+            .map(|f| f[5].to_string())
+            .expect("the root is mounted");
+        assert!(
+            options.contains("nosuid") && options.contains("nodev"),
+            "{options}"
+        );
+        // The root and every layer show the same file system of 16 MiB.
+        let stats = fs_blocks(&m, "/ /tmp /usr /usr/local/bin /etc").await;
+        assert!(
+            stats.iter().all(|s| s.0 * s.2 == 16 << 20),
+            "sizes: {stats:?}"
+        );
+        sh(&m, &format!("{MIB10} > {first}")).await;
+        let stats = fs_blocks(&m, "/ /usr /etc").await;
+        assert!(stats.windows(2).all(|w| w[0] == w[1]), "{stats:?}");
+        let r = run(&m, &format!("{MIB10} > {second}")).await;
+        assert_ne!(r.exit_code, Some(0), "{first} then {second}: {r:?}");
+        assert!(
+            String::from_utf8_lossy(&r.stderr).contains("No space left on device"),
+            "{r:?}"
+        );
+        // Freeing the first makes room for the second.
+        sh(&m, &format!("rm -f {first} {second} && {MIB10} > {second}")).await;
+        m.close().await.unwrap();
+    }
+    // An upload into a layer is bounded by the same file system.
+    let m = factory
+        .create_local(MachineSpec::host().storage_mb(16))
+        .await
+        .unwrap();
+    sh(&m, &format!("{MIB10} > /tmp/a")).await;
+    let host = tempfile::tempdir().unwrap();
+    let big = host.path().join("big");
+    std::fs::write(&big, vec![0u8; 10 << 20]).unwrap();
+    assert!(
+        m.upload(&big, "/usr/local/bin/big").await.is_err(),
+        "a 10 MiB upload into /usr fit beside 10 MiB in /tmp of a 16 MiB machine"
+    );
+    sh(&m, "rm /tmp/a").await;
+    m.upload(&big, "/usr/local/bin/big").await.unwrap();
+    m.close().await.unwrap();
+    // Without storage_mb the layers have a bound of their own; the root is on the temp dir.
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    let default_mb = shellbox_local::DEFAULT_LAYERS_MB.min(shellbox_local::largest_storage_mb());
+    let stats = fs_blocks(&m, "/usr /usr/local/bin /etc").await;
+    assert!(
+        stats.iter().all(|s| s.0 * s.2 == default_mb << 20),
+        "layers of {default_mb} MiB expected: {stats:?}"
+    );
+    m.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workdir_inside_a_layer_is_made_there() {
     let Some(factory) = cow_factory("a_workdir_inside_a_layer_is_made_there") else {
@@ -362,15 +455,17 @@ async fn gc_removes_a_killed_owners_layers() {
         .iter()
         .map(|r| r.parent().unwrap().to_path_buf())
         .collect();
-    // The layers were a tmpfs in each machine's own mount namespace, gone with the owner:
-    // the host never had a mount of them, only the directories are left (and the
-    // size-limited root's tmpfs, as for any such machine, until gc unmounts it).
+    // Without storage_mb the layers were a tmpfs in the machine's own mount namespace,
+    // gone with the owner: the host never had a mount of them, only the directory is left.
+    // With storage_mb they share the machine's size-limited file system, mounted on the
+    // host like any such machine's root, until gc unmounts it.
     for p in &privates {
         assert!(p.join("layers").is_dir(), "{}", p.display());
-        let layers = host_mounts_mentioning(&p.join("layers"));
-        assert!(layers.is_empty(), "layers mounted on the host: {layers:?}");
     }
-    assert!(!host_mounts_mentioning(&privates[1]).is_empty());
+    let layers = host_mounts_mentioning(&privates[0].join("layers"));
+    assert!(layers.is_empty(), "layers mounted on the host: {layers:?}");
+    assert!(!host_mounts_mentioning(&privates[1].join("layers")).is_empty());
+    assert!(!host_mounts_mentioning(&privates[1].join("root")).is_empty());
     let report = tokio::task::spawn_blocking({
         let dir = base.path().to_path_buf();
         move || shellbox_local::gc_in(&dir)
