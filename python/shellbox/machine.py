@@ -619,7 +619,9 @@ class MachineFactory:
     async def check_environment(self, requirements: ExecutionRequirements, spec: MachineSpec) -> None:
         """Checks, without acquiring anything, whether this backend could run a task with these
         requirements in a machine of this spec; raises :class:`UnsupportedMachineSpec` naming
-        the rule that failed. Promises nothing about capacity or installed programs."""
+        the rule that failed, or what ``create`` would raise for the spec before acquiring
+        anything. Promises nothing about what only acquiring tells (a pull, a build, PyPI
+        packages, capacity)."""
         wire = _spec_to_wire(spec, self.backend)
         semantics = requirements.command_semantics
         await self._server.call(

@@ -422,7 +422,7 @@ pub async fn bad_program_and_kernel_dirs_refused(h: &Harness) {
 /// `check_environment` follows the declared [`Capabilities`](crate::Capabilities): the
 /// harness spec with every declared capability passes; an undeclared one, other command
 /// semantics and `network` under deny are refused; and whatever it refuses for a spec,
-/// `create` refuses too (it is never stricter than `create`).
+/// `create` refuses too, with the same [`Error::kind`] (it is never stricter than `create`).
 pub async fn check_environment_follows_capabilities(h: &Harness) {
     use crate::{CommandSemantics, ExecutionRequirements, NetworkPolicy, CAPABILITY_NAMES};
     let caps = h.factory.capabilities();
@@ -507,15 +507,237 @@ pub async fn check_environment_follows_capabilities(h: &Harness) {
         else {
             continue;
         };
-        assert!(refusal.is_unsupported(), "{refusal:?}");
         match h.factory.create(spec.clone()).await {
             Ok(m) => {
                 m.close().await.unwrap();
                 panic!("check_environment refused {spec:?} ({refusal}) but create accepted it");
             }
-            Err(e) => assert!(e.is_unsupported(), "create of {spec:?}: {e:?}"),
+            Err(e) => assert_eq!(
+                e.kind(),
+                refusal.kind(),
+                "create of {spec:?}: {e:?}; check_environment: {refusal:?}"
+            ),
         }
     }
+}
+
+/// `check_environment` gives `create`'s verdict without acquiring anything: for each spec
+/// of a list that tries every spec field (bad and kernel workdirs, a workdir in a system
+/// directory, each resource limit, oversized `storage_mb`, network, env names, every image
+/// source kind with a missing image, file or bad reference, read-only paths and mounts that
+/// do not exist or lie in a system directory, package specs with present and missing
+/// tools, and `pypi_packages` where the backend has no `python`), either both accept it or
+/// both refuse it with the same [`Error::kind`]. What needs the network or a build to judge
+/// (a registry pull, a Dockerfile build, PyPI packages where Python runs) is not in the
+/// list: the check promises nothing about those.
+pub async fn check_environment_agrees_with_create(h: &Harness) {
+    use crate::{
+        DockerImage, DockerfileSource, ExecutionRequirements, HostImage, ImageArchive, ImageSource,
+        Mount, NetworkPolicy, PackageSpec, RegistryImage,
+    };
+    let caps = h.factory.capabilities();
+    let base = h.spec.clone();
+    let with = |source: ImageSource| MachineSpec {
+        source,
+        ..h.spec.clone()
+    };
+    let host_image = |image: HostImage| match &h.spec.source {
+        // A local harness may name its own host image: keep its entries.
+        ImageSource::Host(own) => {
+            let mut own = own.clone();
+            own.read_only.extend(image.read_only);
+            own.bin_dirs.extend(image.bin_dirs);
+            own.mounts.extend(image.mounts);
+            with(ImageSource::Host(own))
+        }
+        _ => with(ImageSource::Host(image)),
+    };
+    let missing = "/shellbox-conformance-missing";
+    let host_dir = std::env::temp_dir();
+    let mut specs: Vec<(&str, MachineSpec)> = vec![
+        ("the harness spec", base.clone()),
+        ("workdir /", base.clone().workdir("/")),
+        ("workdir /proc/x", base.clone().workdir("/proc/x")),
+        ("workdir /sys", base.clone().workdir("/sys")),
+        ("relative workdir", base.clone().workdir("relative")),
+        (
+            "unnormalised workdir",
+            base.clone().workdir("/workspace/../etc"),
+        ),
+        (
+            "workdir in /usr",
+            base.clone()
+                .workdir("/usr/lib/shellbox-conformance-workdir"),
+        ),
+        (
+            "workdir in /etc",
+            base.clone().workdir("/etc/shellbox-conformance-workdir"),
+        ),
+        ("cpus", base.clone().cpus(1)),
+        ("memory_mb", base.clone().memory_mb(256)),
+        ("storage_mb", base.clone().storage_mb(64)),
+        ("storage_mb of a TiB", base.clone().storage_mb(1 << 20)),
+        (
+            "storage_mb past u64 bytes",
+            base.clone().storage_mb(u64::MAX),
+        ),
+        ("gpus", base.clone().gpus(1)),
+        ("network allow", base.clone().network(NetworkPolicy::Allow)),
+        ("pids_limit 0", base.clone().pids_limit(0)),
+        ("an env name with =", base.clone().env("A=B", "x")),
+        ("an empty env name", base.clone().env("", "x")),
+        ("sim source", with(ImageSource::Sim(Default::default()))),
+        ("host source", with(ImageSource::Host(HostImage::default()))),
+        (
+            "a missing read-only dir",
+            host_image(HostImage {
+                read_only: vec![missing.into()],
+                ..Default::default()
+            }),
+        ),
+        (
+            "a mount in a system directory",
+            host_image(HostImage {
+                mounts: vec![Mount {
+                    host: host_dir.clone(),
+                    guest: "/usr/local/shellbox-conformance".into(),
+                }],
+                ..Default::default()
+            }),
+        ),
+        (
+            "a mount of a missing host path",
+            host_image(HostImage {
+                mounts: vec![Mount {
+                    host: missing.into(),
+                    guest: "/opt/shellbox-conformance".into(),
+                }],
+                ..Default::default()
+            }),
+        ),
+        (
+            "a relative mount guest",
+            host_image(HostImage {
+                mounts: vec![Mount {
+                    host: host_dir.clone(),
+                    guest: "opt/x".into(),
+                }],
+                ..Default::default()
+            }),
+        ),
+        (
+            "an absent docker image",
+            with(ImageSource::Docker(DockerImage {
+                reference: "shellbox-conformance/none:0".into(),
+            })),
+        ),
+        (
+            "an empty docker reference",
+            with(ImageSource::Docker(DockerImage {
+                reference: " ".into(),
+            })),
+        ),
+        (
+            "a bad registry reference",
+            with(ImageSource::Registry(RegistryImage {
+                reference: "https://example.com/x y".into(),
+                credentials: None,
+            })),
+        ),
+        (
+            "a missing Dockerfile context",
+            with(ImageSource::Dockerfile(DockerfileSource {
+                context: missing.into(),
+                dockerfile: "Dockerfile".into(),
+            })),
+        ),
+        (
+            "a missing image archive",
+            with(ImageSource::Archive(ImageArchive {
+                path: format!("{missing}.tar").into(),
+            })),
+        ),
+        (
+            "packages: shell only",
+            with(ImageSource::Packages(PackageSpec::shell())),
+        ),
+        (
+            "packages: a present tool",
+            with(ImageSource::Packages(PackageSpec::shell().tool("sh"))),
+        ),
+        (
+            "packages: a present tool by path",
+            with(ImageSource::Packages(PackageSpec::shell().tool("/bin/sh"))),
+        ),
+        (
+            "packages: a missing tool",
+            with(ImageSource::Packages(
+                PackageSpec::shell()
+                    .tool("sh")
+                    .tool("shellbox-conformance-absent"),
+            )),
+        ),
+        (
+            "packages: a bad tool",
+            with(ImageSource::Packages(PackageSpec::shell().tool("-x"))),
+        ),
+        (
+            "packages: a bad requirement",
+            with(ImageSource::Packages(PackageSpec {
+                pypi_packages: Some(vec!["--index-url=x".into()]),
+                tools: vec![],
+            })),
+        ),
+        (
+            "packages with a workdir in /usr",
+            with(ImageSource::Packages(PackageSpec::shell()))
+                .workdir("/usr/lib/shellbox-conformance-workdir"),
+        ),
+        (
+            "packages with memory_mb",
+            with(ImageSource::Packages(PackageSpec::shell())).memory_mb(64),
+        ),
+    ];
+    if !caps.python {
+        specs.push((
+            "packages: CPython where there is none",
+            with(ImageSource::Packages(PackageSpec {
+                pypi_packages: Some(vec![]),
+                tools: vec![],
+            })),
+        ));
+    }
+    let verdict = |r: &Result<(), Error>| match r {
+        Ok(()) => "accepted".to_string(),
+        Err(e) => format!("refused ({})", e.kind()),
+    };
+    let none = ExecutionRequirements::default();
+    let mut disagreements = Vec::new();
+    for (what, spec) in specs {
+        let checked = h.factory.check_environment(&none, &spec).await;
+        let created = match h.factory.create(spec.clone()).await {
+            Ok(m) => {
+                m.close().await.unwrap();
+                Ok(())
+            }
+            Err(e) => Err(e),
+        };
+        if verdict(&checked) != verdict(&created) {
+            disagreements.push(format!(
+                "{what}: check_environment {} ({}), create {} ({})",
+                verdict(&checked),
+                checked.err().map(|e| e.to_string()).unwrap_or_default(),
+                verdict(&created),
+                created.err().map(|e| e.to_string()).unwrap_or_default(),
+            ));
+        }
+    }
+    assert!(
+        disagreements.is_empty(),
+        "check_environment disagrees with create on {}:\n{}",
+        h.factory.backend(),
+        disagreements.join("\n")
+    );
 }
 
 /// [`ImageSource::Packages`](crate::ImageSource::Packages) (REFERENCE.md 1.2), where the
@@ -2111,6 +2333,7 @@ macro_rules! conformance_tests {
             transfer_errors,
             bad_program_and_kernel_dirs_refused,
             check_environment_follows_capabilities,
+            check_environment_agrees_with_create,
             packages_source,
             bounded_file_download,
             bounded_file_download_resolves_in_the_machine,

@@ -36,12 +36,20 @@ pub trait MachineFactory: Send + Sync {
     /// checks ([`Capabilities::check_spec`]), then
     /// [`check_execution_requirements`](crate::check_execution_requirements) with the image
     /// reference the spec names (a [`DockerImage`](crate::DockerImage) or
-    /// [`RegistryImage`](crate::RegistryImage) source; none otherwise). It promises nothing
-    /// about capacity or installed programs.
+    /// [`RegistryImage`](crate::RegistryImage) source; none otherwise).
+    ///
+    /// A backend overrides it so that its verdict is `create`'s: whatever `create` would
+    /// refuse before it acquires anything (a workdir or mount the backend cannot place, a
+    /// limit it cannot give on this host, a missing image or file, a tool it does not
+    /// have) is refused here with the same [`Error`] kind, and what this accepts `create`
+    /// accepts, as far as it can be judged without acquiring anything (the conformance case
+    /// `check_environment_agrees_with_create`). What only acquiring can tell (a registry
+    /// pull, a build, PyPI packages, capacity) is not promised.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a spec failing [`MachineSpec::validate`];
-    /// [`Error::Unsupported`] saying which rule failed.
+    /// [`Error::Unsupported`] saying which rule failed; and the other kinds `create` would
+    /// give for the same spec (e.g. [`Error::NotFound`] for a missing Dockerfile).
     async fn check_environment(
         &self,
         requirements: &ExecutionRequirements,

@@ -16,6 +16,8 @@ use crate::snapshot::{DockerSnapshot, Fork, VolumeCopies};
 use crate::supervised::CommandPath;
 use crate::CONTAINER_NAME_PREFIX;
 
+mod check;
+
 /// [`SETUP`] for the supervisor path: `setsid` is optional there (only a command too large
 /// for the supervisor's request runs as an exec, which needs it). Prints its path or
 /// nothing; exit 94: the workdir cannot be created.
@@ -533,6 +535,24 @@ impl MachineFactory for DockerMachineFactory {
             capabilities.snapshots = false;
         }
         capabilities
+    }
+
+    /// What [`create_machine`](DockerMachineFactory::create_machine) refuses before it
+    /// creates a container (see `check_docker_spec`: the spec, labels, the image present or
+    /// its files, what the engine's `GET /info` says it cannot give), then REFERENCE.md
+    /// 1.7's steps with the spec's image reference.
+    async fn check_environment(
+        &self,
+        requirements: &shellbox_core::ExecutionRequirements,
+        spec: &MachineSpec,
+    ) -> Result<(), Error> {
+        self.check_docker_spec(spec).await?;
+        let image = match &spec.source {
+            shellbox_core::ImageSource::Docker(d) => Some(d.reference.as_str()),
+            shellbox_core::ImageSource::Registry(r) => Some(r.reference.as_str()),
+            _ => None,
+        };
+        shellbox_core::check_execution_requirements(&self.capabilities(), requirements, spec, image)
     }
 
     async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {

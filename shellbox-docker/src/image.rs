@@ -53,36 +53,68 @@ async fn key_lock(key: &str) -> tokio::sync::OwnedMutexGuard<()> {
 /// Resolves a spec's source to an image reference or ID the engine has now.
 pub(crate) async fn resolve(docker: &Docker, source: &ImageSource) -> Result<String, Error> {
     match source {
-        ImageSource::Docker(image) => {
-            let reference = image.reference.trim();
-            if reference.is_empty() {
-                return Err(Error::invalid("docker image reference is empty"));
-            }
-            match docker.inspect_image(reference).await {
-                Ok(_) => Ok(reference.to_string()),
-                Err(e) if is_not_found(&e) => Err(Error::backend(
-                    format!("find image {reference}"),
-                    format!(
-                        "the engine has no image {reference:?} (Docker sources are never pulled; \
-                         use a Registry source to pull)"
-                    ),
-                )),
-                Err(e) => Err(Error::backend(format!("inspect image {reference}"), e)),
-            }
-        }
+        ImageSource::Docker(image) => find(docker, &image.reference).await,
         ImageSource::Registry(image) => pull(docker, image).await,
         ImageSource::Dockerfile(source) => build(docker, source).await,
         ImageSource::Archive(archive) => load(docker, archive).await,
-        ImageSource::Packages(_) => Err(Error::unsupported(
+        other => Err(refuse_source(other)),
+    }
+}
+
+/// What [`resolve`] refuses of a source before it pulls, builds or loads anything, found
+/// without acquiring anything (for `check_environment`): a Docker image the engine does not
+/// have (asked with `GET /images/{name}/json`) or an empty reference, a malformed registry
+/// reference, a Dockerfile or build context that is missing or not a directory, a missing
+/// image archive, a source kind this backend does not run. Same errors as [`resolve`].
+/// Whether a pull or a build would succeed is not judged.
+pub(crate) async fn check(docker: &Docker, source: &ImageSource) -> Result<(), Error> {
+    match source {
+        ImageSource::Docker(image) => find(docker, &image.reference).await.map(drop),
+        ImageSource::Registry(image) => normalize_reference(&image.reference).map(drop),
+        ImageSource::Dockerfile(source) => dockerfile_paths(source).map(drop),
+        ImageSource::Archive(archive) => match std::fs::metadata(&archive.path) {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(Error::not_found(archive.path.display().to_string()))
+            }
+            Err(e) => Err(Error::io(format!("open {}", archive.path.display()), e)),
+        },
+        other => Err(refuse_source(other)),
+    }
+}
+
+/// The refusal of a source kind this backend does not run.
+fn refuse_source(source: &ImageSource) -> Error {
+    match source {
+        ImageSource::Packages(_) => Error::unsupported(
             "the docker backend does not install software by name (ImageSource::Packages) yet: \
              build an image that installs it with ImageSource::Dockerfile (or use the local \
              backend, which resolves PyPI packages with uv)",
-        )),
-        other => Err(Error::unsupported(format!(
+        ),
+        other => Error::unsupported(format!(
             "the docker backend cannot run a {} image source (it runs docker, registry, \
              dockerfile and archive sources)",
             other.kind()
-        ))),
+        )),
+    }
+}
+
+/// A Docker source's image, which the engine must have (it is never pulled).
+async fn find(docker: &Docker, reference: &str) -> Result<String, Error> {
+    let reference = reference.trim();
+    if reference.is_empty() {
+        return Err(Error::invalid("docker image reference is empty"));
+    }
+    match docker.inspect_image(reference).await {
+        Ok(_) => Ok(reference.to_string()),
+        Err(e) if is_not_found(&e) => Err(Error::backend(
+            format!("find image {reference}"),
+            format!(
+                "the engine has no image {reference:?} (Docker sources are never pulled: \
+                 `docker pull` or `docker load` it first, or use a Registry source, which pulls)"
+            ),
+        )),
+        Err(e) => Err(Error::backend(format!("inspect image {reference}"), e)),
     }
 }
 

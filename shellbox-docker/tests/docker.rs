@@ -501,11 +501,29 @@ async fn container_fields_name_labels_init_resources() {
 }
 
 /// Creates `spec` (marked) and expects either an engine refusal naming `field`, or, on an
-/// engine that can honour it, a container whose config carries it.
+/// engine that can honour it, a container whose config carries it; `check_environment`
+/// gives the same verdict first, without creating anything.
 async fn refusal(f: &DockerMachineFactory, spec: MachineSpec, field: &str) -> Option<String> {
     let mark = marker();
     let spec = spec.env("SHELLBOX_TEST_MARK", &mark);
+    let checked = f
+        .check_environment(&shellbox_core::ExecutionRequirements::default(), &spec)
+        .await;
+    assert_eq!(
+        containers_with_marker(f.docker(), &mark).await,
+        0,
+        "check_environment made a container"
+    );
     let result = f.create_machine(spec).await;
+    assert_eq!(
+        checked.as_ref().err().map(|e| e.kind()),
+        result.as_ref().err().map(|e| e.kind()),
+        "{field}: check_environment {checked:?}, create {:?}",
+        result.as_ref().err()
+    );
+    if let Err(e) = &checked {
+        assert!(e.to_string().contains(field), "{e}");
+    }
     assert_eq!(
         containers_with_marker(f.docker(), &mark).await,
         0,

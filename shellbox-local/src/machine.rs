@@ -103,6 +103,14 @@ impl FactoryInner {
     }
 }
 
+/// What [`LocalMachineFactory::plan`] makes of a host-image spec: its read-only mounts, its
+/// workdir and the bin dirs that go first on its `PATH`.
+pub(crate) struct Planned {
+    pub(crate) mounts: Vec<ReadOnlyMount>,
+    pub(crate) workdir: String,
+    pub(crate) bin_dirs: Vec<String>,
+}
+
 /// What copy-on-write machines need of this host, in the factory's error when it lacks it.
 pub const COPY_ON_WRITE_REQUIREMENTS: &str = "copy-on-write system directories need a root host process (CAP_SYS_ADMIN, to mount overlayfs in each machine's mount namespace), overlayfs in the kernel (/proc/filesystems; modprobe overlay) and a host temp dir (TMPDIR) that is not itself on overlayfs";
 
@@ -376,6 +384,10 @@ impl LocalMachineFactory {
     /// file system, its copy-on-write layers or its pids cgroup cannot be made. Nothing is
     /// left behind on error.
     ///
+    /// [`MachineFactory::check_environment`] makes the same checks up to the root's
+    /// creation (and looks up a shell-only package spec's tools on the host directories the
+    /// machine would show), acquiring nothing.
+    ///
     /// Returns before the machine's sandbox runs: bwrap and the supervisor start on a
     /// task of their own begun by the first command, which waits for them (DESIGN.md
     /// "The supervisor"); a failed start is that command's (and every later one's)
@@ -384,69 +396,11 @@ impl LocalMachineFactory {
     pub async fn create_local(&self, spec: MachineSpec) -> Result<LocalMachine, Error> {
         let (spec, tools) =
             crate::packages::host_spec(&self.inner.packages, self.capabilities(), spec).await?;
-        spec.validate()?;
-        let ImageSource::Host(image) = &spec.source else {
-            return Err(Error::unsupported(format!(
-                "the local backend runs host programs (ImageSource::Host) and software by name \
-                 (ImageSource::Packages), not a {} source",
-                spec.source.kind()
-            )));
-        };
-        for (field, set) in [
-            ("cpus", spec.cpus.is_some()),
-            ("memory_mb", spec.memory_mb.is_some()),
-            ("gpus", spec.gpus != 0),
-        ] {
-            if set {
-                return Err(Error::unsupported(format!(
-                    "the local backend cannot enforce {field}"
-                )));
-            }
-        }
-        if spec.storage_mb.is_some_and(|mb| mb > u64::MAX >> 20) {
-            return Err(Error::invalid(format!(
-                "storage_mb {} is over the largest byte count",
-                spec.storage_mb.unwrap_or_default()
-            )));
-        }
-        if spec.storage_mb.is_some() && !nix::unistd::geteuid().is_root() {
-            return Err(Error::unsupported(
-                "the local backend bounds storage_mb with a tmpfs root, which needs a root host process",
-            ));
-        }
-        if let Some(mb) = spec.storage_mb {
-            let most = largest_storage_mb();
-            if mb > most {
-                return Err(Error::unsupported(format!(
-                    "storage_mb {mb} is more than the local backend gives one machine on this host \
-                     ({most} MiB, half its memory): a bounded root is a tmpfs, held in RAM"
-                )));
-            }
-        }
-        let image_read_only = image
-            .read_only
-            .iter()
-            .map(|p| absolute(p))
-            .collect::<Result<Vec<_>, _>>()?;
-        let image_mounts: Vec<(PathBuf, String)> = image
-            .mounts
-            .iter()
-            .map(|m| absolute(&m.host).map(|h| (h, m.guest.clone())))
-            .collect::<Result<_, _>>()?;
-        let mounts = plan::plan_mounts(
-            &self.inner.read_only,
-            &image_read_only,
-            &image_mounts,
-            &|p| p.exists(),
-            &|p| p.is_dir(),
-        )?;
-        let workdir = plan::plan_workdir_in(&spec.workdir, &mounts, &self.inner.overlaid())?;
-        let mut bin_dirs = image
-            .bin_dirs
-            .iter()
-            .map(|p| absolute(p).and_then(|p| path_string(&p, "bin dir")))
-            .collect::<Result<Vec<_>, _>>()?;
-        bin_dirs.extend(self.inner.bin_dirs.iter().cloned());
+        let Planned {
+            mounts,
+            workdir,
+            bin_dirs,
+        } = self.plan(&spec)?;
         let inner = self.inner.clone();
         let (w, network, pids_limit, storage_mb) = (
             workdir.clone(),
@@ -513,6 +467,114 @@ impl LocalMachineFactory {
             session: std::sync::Mutex::new(None),
         };
         crate::packages::check_tools(machine, &tools).await
+    }
+
+    /// Everything [`create_local`](Self::create_local) checks of a host-image spec before it
+    /// makes anything (the spec's validation, the source, the limits, the read-only paths,
+    /// mounts and workdir): the checks [`MachineFactory::check_environment`] shares, so the
+    /// two never disagree on them. Reads host metadata only.
+    fn plan(&self, spec: &MachineSpec) -> Result<Planned, Error> {
+        spec.validate()?;
+        let ImageSource::Host(image) = &spec.source else {
+            return Err(Error::unsupported(format!(
+                "the local backend runs host programs (ImageSource::Host) and software by name \
+                 (ImageSource::Packages), not a {} source",
+                spec.source.kind()
+            )));
+        };
+        for (field, set) in [
+            ("cpus", spec.cpus.is_some()),
+            ("memory_mb", spec.memory_mb.is_some()),
+            ("gpus", spec.gpus != 0),
+        ] {
+            if set {
+                return Err(Error::unsupported(format!(
+                    "the local backend cannot enforce {field}"
+                )));
+            }
+        }
+        if spec.storage_mb.is_some_and(|mb| mb > u64::MAX >> 20) {
+            return Err(Error::invalid(format!(
+                "storage_mb {} is over the largest byte count",
+                spec.storage_mb.unwrap_or_default()
+            )));
+        }
+        if spec.storage_mb.is_some() && !nix::unistd::geteuid().is_root() {
+            return Err(Error::unsupported(
+                "the local backend bounds storage_mb with a tmpfs root, which needs a root host process",
+            ));
+        }
+        if let Some(mb) = spec.storage_mb {
+            let most = largest_storage_mb();
+            if mb > most {
+                return Err(Error::unsupported(format!(
+                    "storage_mb {mb} is more than the local backend gives one machine on this host \
+                     ({most} MiB, half its memory): a bounded root is a tmpfs, held in RAM"
+                )));
+            }
+        }
+        let image_read_only = image
+            .read_only
+            .iter()
+            .map(|p| absolute(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let image_mounts: Vec<(PathBuf, String)> = image
+            .mounts
+            .iter()
+            .map(|m| absolute(&m.host).map(|h| (h, m.guest.clone())))
+            .collect::<Result<_, _>>()?;
+        let mounts = plan::plan_mounts(
+            &self.inner.read_only,
+            &image_read_only,
+            &image_mounts,
+            &|p| p.exists(),
+            &|p| p.is_dir(),
+        )?;
+        let workdir = plan::plan_workdir_in(&spec.workdir, &mounts, &self.inner.overlaid())?;
+        let mut bin_dirs = image
+            .bin_dirs
+            .iter()
+            .map(|p| absolute(p).and_then(|p| path_string(&p, "bin dir")))
+            .collect::<Result<Vec<_>, _>>()?;
+        bin_dirs.extend(self.inner.bin_dirs.iter().cloned());
+        Ok(Planned {
+            mounts,
+            workdir,
+            bin_dirs,
+        })
+    }
+
+    /// [`MachineFactory::check_environment`]'s spec checks on this backend, in `create`'s
+    /// order and with its error kinds, acquiring nothing: the shared
+    /// [`Capabilities::check_spec`](shellbox_core::Capabilities::check_spec), then for an
+    /// [`ImageSource::Packages`] source the factory's package settings (a package cache, the
+    /// Python version) and, for a shell-only one (`pypi_packages: None`), every tool on the
+    /// machine's `PATH` as the machine will show it (the host's system directories and the
+    /// factory's read-only directories), then what [`create_local`](Self::create_local)
+    /// checks of every spec (limits, `storage_mb` against this host, read-only paths,
+    /// mounts, workdir). Whether PyPI packages resolve and build is not checked (that needs
+    /// uv and the network), nor tools a Python environment would bring.
+    async fn check_local_spec(&self, spec: &MachineSpec) -> Result<(), Error> {
+        self.capabilities().check_spec("local", spec)?;
+        let ImageSource::Packages(packages) = &spec.source else {
+            return self.plan(spec).map(drop);
+        };
+        if packages.pypi_packages.is_some() {
+            let settings = self.inner.packages.clone();
+            tokio::task::spawn_blocking(move || crate::packages::check_settings(&settings))
+                .await
+                .map_err(|e| Error::backend("check the package settings", e.to_string()))??;
+        }
+        let host = MachineSpec {
+            source: ImageSource::Host(shellbox_core::HostImage::default()),
+            ..spec.clone()
+        };
+        let planned = self.plan(&host)?;
+        if packages.pypi_packages.is_none() {
+            let spec_path = spec.env.get("PATH").map(String::as_str);
+            crate::packages::check_tools_on_host(&packages.tools, &planned, spec_path)?;
+        }
+        Ok(())
     }
 }
 
@@ -742,6 +804,18 @@ impl MachineFactory for LocalMachineFactory {
 
     async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {
         Ok(Box::new(self.create_local(spec).await?))
+    }
+
+    /// The spec checks `create` makes before it makes anything (see
+    /// [`LocalMachineFactory::create_local`]; tools of a shell-only package spec are looked
+    /// up on the host directories the machine would show), then REFERENCE.md 1.7's steps.
+    async fn check_environment(
+        &self,
+        requirements: &shellbox_core::ExecutionRequirements,
+        spec: &MachineSpec,
+    ) -> Result<(), Error> {
+        self.check_local_spec(spec).await?;
+        shellbox_core::check_execution_requirements(&self.capabilities(), requirements, spec, None)
     }
 }
 

@@ -15,6 +15,7 @@ use shellbox_core::{
 };
 use shellbox_pyenv::{BuildOptions, PyenvError, ResolveOptions};
 
+use crate::plan::ReadOnlyMount;
 use crate::LocalMachine;
 
 /// The CPython version of `ImageSource::Packages` environments when the factory names
@@ -220,4 +221,129 @@ pub(crate) async fn check_tools(
         tracing::warn!("closing the machine refused for its tools: {e}");
     }
     Err(refusal)
+}
+
+/// The factory's settings a `pypi_packages` spec needs, checked as
+/// [`host_spec`] checks them before it resolves anything: a package cache, and a Python
+/// version (the interpreter's own when only `python_interpreter` is set, which runs it)
+/// that is a full CPython version. Blocking.
+///
+/// # Errors
+/// [`Error::InvalidInput`], as `create` gives for the same settings.
+pub(crate) fn check_settings(settings: &PackageSettings) -> Result<(), Error> {
+    settings.cache()?;
+    let version = settings.python_version()?;
+    if !matches!(
+        shellbox_pyenv::PythonSource::parse(&version),
+        Ok(shellbox_pyenv::PythonSource::Managed(_))
+    ) {
+        return Err(Error::invalid(
+            PyenvError::InvalidPython {
+                value: version,
+                reason: "python_version must be a full CPython version such as 3.12.12".into(),
+            }
+            .to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// Where the guest path `guest` of a machine with these read-only `mounts` is on the host,
+/// as far as the machine shows host files there: below a mount, in the host directory
+/// bound there; in a system directory other than `/etc` and `/sys` (bound read-only from
+/// the host, or the lower layer of a copy-on-write overlay), the same path; elsewhere
+/// (the machine's fresh private root, and `/etc`, which is its own copy) nowhere.
+fn host_path_of(guest: &str, mounts: &[ReadOnlyMount]) -> Option<PathBuf> {
+    let within = |path: &str, dir: &str| crate::plan::is_within(path, dir);
+    let mount = mounts
+        .iter()
+        .filter(|m| within(guest, &m.guest))
+        .max_by_key(|m| m.guest.len());
+    if let Some(m) = mount {
+        let rest = guest[m.guest.len()..].trim_start_matches('/');
+        return Some(if rest.is_empty() {
+            m.host.clone()
+        } else {
+            m.host.join(rest)
+        });
+    }
+    crate::plan::SYSTEM_DIRS
+        .iter()
+        .filter(|d| !matches!(**d, "/etc" | "/sys"))
+        .any(|d| within(guest, d))
+        .then(|| PathBuf::from(guest))
+}
+
+/// Whether a host file the machine reaches through `host` (its link target resolved on
+/// the host) is an executable regular file the machine shows: the resolved path must itself
+/// lie where the machine shows host files ([`host_path_of`] of a path the machine sees:
+/// its system directories and its mounts at their own path).
+fn executable_on_host(host: &Path, mounts: &[ReadOnlyMount]) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(resolved) = std::fs::canonicalize(host) else {
+        return false;
+    };
+    let shown = resolved.to_str().is_some_and(|r| {
+        mounts
+            .iter()
+            .any(|m| m.host.to_str() == Some(m.guest.as_str()) && resolved.starts_with(&m.host))
+            || host_path_of(r, &[]).is_some()
+    });
+    shown
+        && std::fs::metadata(&resolved)
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The tools of a shell-only package spec that are not executable on the machine's `PATH`
+/// (`bin_dirs`, then [`DEFAULT_PATH`](crate::plan::DEFAULT_PATH); the spec env's `PATH`
+/// when it sets one, as it does for commands), judged on the host
+/// directories the machine would show there ([`host_path_of`]) without making it: what
+/// `create`'s check in the machine would find. A tool naming a path is looked up as that
+/// path (relative to the workdir). Copy-on-write layers start as the host directories, so
+/// the same rule holds for them.
+///
+/// # Errors
+/// [`Error::Unsupported`] beginning with [`TOOLS_REFUSAL`], as `create` refuses.
+pub(crate) fn check_tools_on_host(
+    tools: &[String],
+    planned: &crate::machine::Planned,
+    spec_path: Option<&str>,
+) -> Result<(), Error> {
+    let mounts = &planned.mounts;
+    let path: Vec<String> = match spec_path {
+        Some(path) => path.split(':').map(str::to_string).collect(),
+        None => planned
+            .bin_dirs
+            .iter()
+            .cloned()
+            .chain(crate::plan::DEFAULT_PATH.split(':').map(str::to_string))
+            .collect(),
+    };
+    let found = |tool: &str| -> bool {
+        if tool.contains('/') {
+            let guest = if tool.starts_with('/') {
+                tool.to_string()
+            } else {
+                format!("{}/{tool}", planned.workdir.trim_end_matches('/'))
+            };
+            return host_path_of(&guest, mounts).is_some_and(|h| executable_on_host(&h, mounts));
+        }
+        path.iter().filter(|d| !d.is_empty()).any(|dir| {
+            host_path_of(&format!("{}/{tool}", dir.trim_end_matches('/')), mounts)
+                .is_some_and(|h| executable_on_host(&h, mounts))
+        })
+    };
+    let missing: Vec<&str> = tools
+        .iter()
+        .map(String::as_str)
+        .filter(|t| !found(t))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::unsupported(format!(
+        "{TOOLS_REFUSAL}: {} not found (PATH={})",
+        missing.join(", "),
+        path.join(":")
+    )))
 }

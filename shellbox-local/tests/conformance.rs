@@ -44,6 +44,7 @@ mod copy_on_write {
 
     shellbox_core::conformance_tests!(@cases harness;
         system_directories_are_private,
+        check_environment_agrees_with_create,
         files_persist_between_commands,
         upload_download_round_trip,
         transfer_errors,

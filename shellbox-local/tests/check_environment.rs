@@ -1,0 +1,152 @@
+//! `check_environment` gives `create`'s verdict on the local backend where it depends on
+//! this factory's options and the host's files: tools of a shell-only package spec found
+//! (or not) on the factory's read-only directories and bin dirs, through links, by path
+//! and on a spec's own `PATH` (the shared conformance case covers the backend-neutral
+//! specs).
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use shellbox_core::{Error, ExecutionRequirements, MachineFactory, MachineSpec, PackageSpec};
+use shellbox_local::LocalOptions;
+
+fn verdict(r: &Result<(), Error>) -> String {
+    match r {
+        Ok(()) => "accepted".into(),
+        Err(e) => format!("refused ({})", e.kind()),
+    }
+}
+
+fn write_program(path: &Path, mode: u32) {
+    std::fs::write(path, "#!/bin/sh\necho tool\n").unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_are_judged_as_the_machine_would_see_them() {
+    let test = "tools_are_judged_as_the_machine_would_see_them";
+    let shown = tempfile::tempdir().unwrap();
+    let hidden = tempfile::tempdir().unwrap();
+    let bin = shown.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    write_program(&bin.join("shellbox-tool"), 0o755);
+    write_program(&bin.join("shellbox-noexec"), 0o644);
+    write_program(&hidden.path().join("real"), 0o755);
+    std::os::unix::fs::symlink(hidden.path().join("real"), bin.join("shellbox-out")).unwrap();
+    std::os::unix::fs::symlink(bin.join("shellbox-tool"), bin.join("shellbox-in")).unwrap();
+    let Some(factory) = common::factory_with(
+        test,
+        LocalOptions {
+            read_only: vec![shown.path().to_path_buf()],
+            bin_dirs: vec![bin.clone()],
+            ..LocalOptions::default()
+        },
+    ) else {
+        return;
+    };
+    let tool_path = bin.join("shellbox-tool").display().to_string();
+    let only_bin = bin.display().to_string();
+    let tools = |names: &[&str]| {
+        let mut p = PackageSpec::shell();
+        for n in names {
+            p = p.tool(*n);
+        }
+        MachineSpec::packages(p)
+    };
+    let cases: Vec<(&str, MachineSpec, bool)> = vec![
+        ("a tool in a bin dir", tools(&["shellbox-tool", "sh"]), true),
+        ("a tool by its path", tools(&[&tool_path]), true),
+        ("a link within the mount", tools(&["shellbox-in"]), true),
+        (
+            "a relative path from /",
+            tools(&["usr/bin/env"]).workdir("/"),
+            true,
+        ),
+        ("not executable", tools(&["shellbox-noexec"]), false),
+        (
+            "a link out of what the machine sees",
+            tools(&["shellbox-out"]),
+            false,
+        ),
+        (
+            "a host file the machine hides",
+            tools(&[&hidden.path().join("real").display().to_string()]),
+            false,
+        ),
+        (
+            "the spec's PATH",
+            tools(&["shellbox-tool"]).env("PATH", &only_bin),
+            true,
+        ),
+        (
+            "sh off the spec's PATH",
+            tools(&["sh"]).env("PATH", &only_bin),
+            false,
+        ),
+        ("a tool in /etc", tools(&["/etc/passwd"]), false),
+    ];
+    let none = ExecutionRequirements::default();
+    for (what, spec, accepted) in cases {
+        let checked = factory.check_environment(&none, &spec).await;
+        let created = match factory.create(spec).await {
+            Ok(m) => {
+                m.close().await.unwrap();
+                Ok(())
+            }
+            Err(e) => Err(e),
+        };
+        assert_eq!(
+            verdict(&checked),
+            verdict(&created),
+            "{what}: check {checked:?}, create {created:?}"
+        );
+        assert_eq!(created.is_ok(), accepted, "{what}: {created:?}");
+        if let Err(e) = checked {
+            assert!(e.is_unsupported(), "{what}: {e}");
+            assert!(e.to_string().contains(shellbox_local::TOOLS_REFUSAL), "{e}");
+        }
+    }
+}
+
+/// A `pypi_packages` spec needs the factory's package settings, which `check_environment`
+/// judges as `create` does before it resolves anything: a partial Python version and an
+/// interpreter that cannot run are refused by both (`InvalidInput`); whether the packages
+/// resolve is not checked (that needs uv and the network).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn package_settings_are_judged_as_create_judges_them() {
+    let test = "package_settings_are_judged_as_create_judges_them";
+    let cache = tempfile::tempdir().unwrap();
+    let none = ExecutionRequirements::default();
+    let spec = MachineSpec::packages(PackageSpec::python(["six==1.17.0"]));
+    for options in [
+        LocalOptions {
+            package_cache: Some(cache.path().to_path_buf()),
+            python_version: Some("3.12".into()),
+            ..LocalOptions::default()
+        },
+        LocalOptions {
+            package_cache: Some(cache.path().to_path_buf()),
+            python_interpreter: Some("/shellbox-no-such-python".into()),
+            ..LocalOptions::default()
+        },
+    ] {
+        let Some(factory) = common::factory_with(test, options.clone()) else {
+            return;
+        };
+        let checked = factory.check_environment(&none, &spec).await;
+        let created = factory.create(spec.clone()).await.map(drop);
+        assert!(
+            matches!(checked, Err(Error::InvalidInput(_))),
+            "{options:?}: {checked:?}"
+        );
+        assert_eq!(
+            verdict(&checked),
+            verdict(&created),
+            "{options:?}: {created:?}"
+        );
+    }
+    // Nothing was resolved into the cache.
+    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 0);
+}
