@@ -1362,3 +1362,197 @@ fn local_download_file_is_bounded_and_refuses_a_directory_and_a_fifo() {
     assert!(s.finish().success());
     assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
 }
+
+/// `packages` sources over serve: the backend judges the tools (create and
+/// check_environment alike); the simulator has no Python.
+#[test]
+fn packages_sources_are_the_backends() {
+    let mut backends = vec!["sim"];
+    if local_available("packages_sources_are_the_backends") {
+        backends.push("local");
+    }
+    for backend in backends {
+        let mut s = Server::start(None);
+        let f = s.factory(backend);
+        let packages = |tools: &[&str], pypi: Value| json!({"source": {"kind": "packages", "pypi_packages": pypi, "tools": tools}});
+        let present = packages(&["sh"], Value::Null);
+        let check = |s: &mut Server, spec: &Value| {
+            s.call(
+                "e",
+                "check_environment",
+                json!({"factory": f, "spec": spec, "requirements": {}}),
+            )
+        };
+        let a = check(&mut s, &present);
+        assert!(a.get("error").is_none(), "{backend}: {a}");
+        let m = s.create(&f, present);
+        let r = s.ok(1, "run", json!({"machine": m, "command": shell("echo ok")}));
+        assert_eq!(unb64(&r["stdout"]), b"ok\n", "{backend}: {r}");
+        let missing = packages(&["sh", "shellbox-no-such-tool"], Value::Null);
+        for answer in [
+            check(&mut s, &missing),
+            s.call("c", "create", json!({"factory": f, "spec": missing})),
+        ] {
+            assert_eq!(error_kind(&answer).0, "unsupported", "{backend}: {answer}");
+            let message = answer["error"]["message"].as_str().unwrap();
+            assert!(message.contains("shellbox-no-such-tool"), "{message}");
+        }
+        if backend == "sim" {
+            let python = packages(&[], json!([]));
+            let answer = s.call("c", "create", json!({"factory": f, "spec": python}));
+            assert_eq!(error_kind(&answer).0, "unsupported", "{answer}");
+        }
+        assert!(s.finish().success());
+    }
+}
+
+/// The local factory's options over serve are the CLI's: `system_directories`
+/// (`read_only`, `copy_on_write`; anything else is invalid input), and the package settings
+/// `package_cache`, `python_version`, `python_interpreter`, which a `pypi_packages` spec
+/// meets before anything is resolved.
+#[test]
+fn local_factory_options_reach_the_factory() {
+    let test = "local_factory_options_reach_the_factory";
+    if !local_available(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = Server::start(Some(tmp.path()));
+    let answer = s.call(
+        1,
+        "factory",
+        json!({"backend": "local", "system_directories": "copy-on-write"}),
+    );
+    assert_eq!(error_kind(&answer).0, "invalid_input", "{answer}");
+    let name = format!("shellbox-serve-cow-{}", std::process::id());
+    let write = shell(&format!(
+        "echo x > /usr/local/bin/{name} && echo x > /etc/{name} && cat /usr/local/bin/{name}"
+    ));
+    let f = s.ok(
+        2,
+        "factory",
+        json!({"backend": "local", "system_directories": "read_only"}),
+    )["factory"]
+        .clone();
+    let m = s.create(&f, host_spec());
+    let r = s.ok(3, "run", json!({"machine": m, "command": write}));
+    assert_ne!(r["exit_code"], 0, "a read-only machine wrote /usr: {r}");
+    let answer = s.call(
+        4,
+        "factory",
+        json!({"backend": "local", "system_directories": "copy_on_write"}),
+    );
+    if answer.get("error").is_some() {
+        assert_eq!(error_kind(&answer).0, "sandbox_unavailable", "{answer}");
+        let root =
+            std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0;
+        assert!(!root, "{answer}");
+        eprintln!(
+            "SKIP {test} (copy-on-write part): {}",
+            answer["error"]["message"]
+        );
+    } else {
+        let f = answer["result"]["factory"].clone();
+        let a = s.create(&f, host_spec());
+        let b = s.create(&f, host_spec());
+        let r = s.ok(5, "run", json!({"machine": a, "command": write}));
+        assert_eq!(unb64(&r["stdout"]), b"x\n", "{r}");
+        let r = s.ok(
+            6,
+            "run",
+            json!({"machine": b, "command": shell(&format!("cat /usr/local/bin/{name}"))}),
+        );
+        assert_ne!(r["exit_code"], 0, "another machine saw the write: {r}");
+        assert!(!Path::new("/usr/local/bin").join(&name).exists());
+        assert!(!Path::new("/etc").join(&name).exists());
+    }
+    let cache = tmp.path().join("cache");
+    let spec =
+        json!({"source": {"kind": "packages", "pypi_packages": ["six==1.17.0"], "tools": []}});
+    for (options, needle) in [
+        (json!({"python_version": "3.12"}), "3.12"),
+        (
+            json!({"python_interpreter": "/shellbox-no-such-python"}),
+            "/shellbox-no-such-python",
+        ),
+    ] {
+        let mut params = options.clone();
+        params["backend"] = json!("local");
+        params["package_cache"] = json!(cache.to_str().unwrap());
+        let f = s.ok(7, "factory", params)["factory"].clone();
+        for answer in [
+            s.call(
+                8,
+                "check_environment",
+                json!({"factory": f, "spec": spec, "requirements": {}}),
+            ),
+            s.call(9, "create", json!({"factory": f, "spec": spec})),
+        ] {
+            assert_eq!(
+                error_kind(&answer).0,
+                "invalid_input",
+                "{options}: {answer}"
+            );
+            let message = answer["error"]["message"].as_str().unwrap();
+            assert!(message.contains(needle), "{message}");
+        }
+    }
+    assert!(!cache.exists() || std::fs::read_dir(&cache).unwrap().count() == 0);
+    assert!(s.finish().success());
+    assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+}
+
+/// A real `pypi_packages` environment over serve (uv, a local CPython and PyPI; SKIP lines
+/// when missing): `six` is importable through the factory's `python_interpreter` and
+/// `package_cache`, and the `python3` tool is found in it.
+#[test]
+fn local_pypi_packages_over_serve() {
+    let test = "local_pypi_packages_over_serve";
+    if !std::process::Command::new("uv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        eprintln!("SKIP {test}: uv is not on PATH (scripts/setup-pyenv)");
+        return;
+    }
+    let Some(python) = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    else {
+        eprintln!("SKIP {test}: no python3 interpreter");
+        return;
+    };
+    if !local_available(test) {
+        return;
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let mut s = Server::start(None);
+    let f = s.ok(
+        1,
+        "factory",
+        json!({"backend": "local", "package_cache": cache.path().to_str().unwrap(),
+               "python_interpreter": python}),
+    )["factory"]
+        .clone();
+    let spec = json!({"source": {"kind": "packages", "pypi_packages": ["six==1.17.0"],
+                                 "tools": ["python3"]}});
+    let answer = s.call(2, "create", json!({"factory": f, "spec": spec}));
+    if answer.get("error").is_some() {
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(error_kind(&answer).0, "backend", "{answer}");
+        eprintln!("SKIP {test}: the environment could not be built here: {message}");
+        return;
+    }
+    let m = answer["result"]["machine"].clone();
+    let r = s.ok(
+        3,
+        "run",
+        json!({"machine": m, "command": {"argv": ["python3", "-c", "import six; print(six.__version__)"]}}),
+    );
+    assert_eq!(unb64(&r["stdout"]), b"1.17.0\n", "{r}");
+    assert!(s.finish().success());
+}

@@ -118,8 +118,12 @@ class DockerImage:
 class PackageSpec:
     """Software by name: ``pypi_packages=None`` is a shell only, ``()`` CPython only.
 
-    shellbox runs the shell-only form (on sim and local); packages and tools raise
-    :class:`UnsupportedMachineSpec` naming them until the Rust side provides them.
+    ``tools`` must be executable on the machine's ``PATH``, else ``create`` raises
+    :class:`UnsupportedMachineSpec` naming the missing ones. The local backend locks
+    ``pypi_packages`` with hashes and installs them from wheels into a cached Python
+    environment (the factory's ``package_cache``, ``python_version`` and
+    ``python_interpreter``); the simulator takes tools it has and no Python; docker raises
+    :class:`UnsupportedMachineSpec` pointing at ``DockerfileSource``.
     """
 
     pypi_packages: tuple[str, ...] | None = None
@@ -325,21 +329,14 @@ def _source_to_wire(source: object, backend: Backend) -> dict[str, Any]:
     if isinstance(source, ShellSimBuiltins):
         return {"kind": "sim"}
     if isinstance(source, PackageSpec):
-        wanted = []
-        if source.pypi_packages is not None:
-            wanted.append(f"pypi_packages={list(source.pypi_packages)!r}")
-        if source.tools:
-            wanted.append(f"tools={list(source.tools)!r}")
-        if wanted:
-            raise UnsupportedMachineSpec(
-                f"PackageSpec with {' and '.join(wanted)} is not supported by shellbox yet "
-                "(only PackageSpec() with neither, a shell only)"
-            )
-        if backend == Backend.SHELLSIM:
-            return {"kind": "sim"}
-        if backend == Backend.LOCAL:
-            return {"kind": "host"}
-        raise UnsupportedMachineSpec(f"the {backend.value} backend does not run PackageSpec sources")
+        for name, values in (("pypi_packages", source.pypi_packages or ()), ("tools", source.tools)):
+            if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+                raise TypeError(f"PackageSpec.{name} must be a sequence of strings, not {values!r}")
+        return {
+            "kind": "packages",
+            "pypi_packages": None if source.pypi_packages is None else list(source.pypi_packages),
+            "tools": list(source.tools),
+        }
     raise UnsupportedMachineSpec(f"shellbox cannot run image source {type(source).__name__}")
 
 

@@ -14,6 +14,7 @@ from conftest import BUSYBOX_IMAGE, skip, factory_for, spec_for
 from shellbox.errors import BackendError, DownloadLimitExceeded, MachineClosed, TransferError
 from shellbox.machine import (
     Command,
+    HostImage,
     ExitReason,
     Exit,
     Machine,
@@ -259,7 +260,7 @@ def test_unsupported_specs_name_what_is_missing() -> None:
             await sim.create(MachineSpec(HostImage()))
         with pytest.raises(UnsupportedMachineSpec):
             await sim.create(MachineSpec(DockerImage("busybox")))
-        with pytest.raises(UnsupportedMachineSpec, match="tools"):
+        with pytest.raises(UnsupportedMachineSpec, match="no program git"):
             await sim.create(MachineSpec(PackageSpec(tools=("git",))))
         with pytest.raises(UnsupportedMachineSpec, match="pypi_packages"):
             await sim.create(MachineSpec(PackageSpec(pypi_packages=())))
@@ -463,3 +464,92 @@ def test_bounded_single_file_download(backend: str, tmp_path: Path) -> None:
             assert [p.name for p in tmp_path.iterdir()] == ["out.bin"], "no staging directory is left"
 
     asyncio.run(scenario())
+
+
+def test_package_specs_reach_the_backend(backend: str) -> None:
+    """``PackageSpec`` tools are checked by the backend (``create`` and ``check_environment``
+    alike): present ones run, missing ones are named; docker points at DockerfileSource."""
+    from shellbox.machine import ExecutionRequirements, PackageSpec
+
+    factory = factory_for(backend)
+    present = MachineSpec(PackageSpec(tools=("sh",)))
+    missing = MachineSpec(PackageSpec(tools=("sh", "shellbox-no-such-tool")))
+
+    async def scenario() -> None:
+        if backend == "docker":
+            for spec in (present, MachineSpec(PackageSpec())):
+                with pytest.raises(UnsupportedMachineSpec, match="Dockerfile"):
+                    await factory.check_environment(ExecutionRequirements(), spec)
+                with pytest.raises(UnsupportedMachineSpec, match="Dockerfile"):
+                    await factory.create(spec)
+            return
+        await factory.check_environment(ExecutionRequirements(), present)
+        async with await factory.create(present) as machine:
+            assert (await machine.run(sh("echo ok"))).stdout == b"ok\n"
+        with pytest.raises(UnsupportedMachineSpec, match="shellbox-no-such-tool"):
+            await factory.check_environment(ExecutionRequirements(), missing)
+        with pytest.raises(UnsupportedMachineSpec, match="shellbox-no-such-tool"):
+            await factory.create(missing)
+        with pytest.raises(TypeError):
+            await factory.create(MachineSpec(PackageSpec(tools="sh")))  # type: ignore[arg-type]
+
+    asyncio.run(scenario())
+
+
+def test_local_package_options_reach_the_factory(tmp_path: Path) -> None:
+    """The local factory's ``package_cache``, ``python_version`` and ``python_interpreter``
+    are the Rust factory's: a partial version and an interpreter that cannot run are refused
+    (``ValueError``) for a ``pypi_packages`` spec before anything is resolved."""
+    from shellbox.backends.local.machine import LocalMachineFactory, SandboxUnavailable
+    from shellbox.machine import ExecutionRequirements, PackageSpec
+
+    factory_for("local")  # skips where bwrap cannot sandbox
+    spec = MachineSpec(PackageSpec(pypi_packages=("six==1.17.0",)))
+    cache = tmp_path / "cache"
+    for options, needle in (
+        ({"python_version": "3.12"}, "3.12"),
+        ({"python_interpreter": tmp_path / "no-such-python"}, "no-such-python"),
+    ):
+        try:
+            factory = LocalMachineFactory(package_cache=cache, **options)  # type: ignore[arg-type]
+        except SandboxUnavailable as error:
+            skip(f"no bubblewrap sandbox here: {error}")
+            return
+
+        async def scenario(factory: LocalMachineFactory = factory, needle: str = needle) -> None:
+            with pytest.raises(ValueError, match=needle):
+                await factory.check_environment(ExecutionRequirements(), spec)
+            with pytest.raises(ValueError, match=needle):
+                await factory.create(spec)
+
+        asyncio.run(scenario())
+        factory.shutdown()
+    assert not cache.exists() or not any(cache.iterdir()), "nothing was resolved"
+
+
+def test_local_copy_on_write_system_directories() -> None:
+    """``system_directories=COPY_ON_WRITE``: each machine writes /usr and /etc in a layer of
+    its own, which the host and the other machines never see (a root host process with
+    overlayfs; elsewhere the constructor raises SandboxUnavailable naming what is missing)."""
+    from shellbox.backends.local.machine import LocalMachineFactory, SandboxUnavailable, SystemDirectories
+
+    factory_for("local")  # skips where bwrap cannot sandbox
+    try:
+        factory = LocalMachineFactory(system_directories=SystemDirectories.COPY_ON_WRITE)
+    except SandboxUnavailable as error:
+        assert os.geteuid() != 0 or "copy-on-write" in str(error), error
+        skip(f"no copy-on-write machines here: {error}")
+        return
+    name = f"shellbox-python-cow-{os.getpid()}"
+
+    async def scenario() -> None:
+        async with await factory.create(MachineSpec(HostImage())) as a, await factory.create(MachineSpec(HostImage())) as b:
+            r = await a.run(sh(f"echo a > /usr/local/bin/{name} && echo a > /etc/{name} && cat /usr/local/bin/{name}"))
+            assert r.stdout == b"a\n", r
+            r = await b.run(sh(f"cat /usr/local/bin/{name}"))
+            assert r.exit_code != 0, r
+        assert not Path(f"/usr/local/bin/{name}").exists()
+        assert not Path(f"/etc/{name}").exists()
+
+    asyncio.run(scenario())
+    factory.shutdown()

@@ -815,6 +815,10 @@ async fn local_factory(o: LocalFactoryOptions) -> Result<FactoryEntry, Failure> 
             package_cache: o.package_cache.map(Into::into),
             python_version: o.python_version,
             python_interpreter: o.python_interpreter.map(Into::into),
+            system_directories: match o.system_directories.unwrap_or_default() {
+                SystemDirectories::ReadOnly => crate::local::SystemDirectories::ReadOnly,
+                SystemDirectories::CopyOnWrite => crate::local::SystemDirectories::CopyOnWrite,
+            },
             ..crate::local::LocalOptions::default()
         };
         // Probing bwrap blocks for a moment: keep it off the runtime's workers.

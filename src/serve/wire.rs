@@ -696,6 +696,24 @@ pub struct LocalFactoryOptions {
     /// A local CPython to build them from; `null` lets uv download one.
     #[serde(default)]
     pub python_interpreter: Option<String>,
+    /// How machines show the host's system directories (`/usr`, `/bin`, `/lib*`, `/sbin`)
+    /// and their private `/etc`; `null` is `read_only`.
+    #[serde(default)]
+    pub system_directories: Option<SystemDirectories>,
+}
+
+/// `shellbox_local::SystemDirectories`: how a local machine shows the host's system
+/// directories and its private `/etc`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SystemDirectories {
+    /// Bound read-only (the default): writes there fail in the machine.
+    #[default]
+    ReadOnly,
+    /// Through a copy-on-write layer of each machine's own (an `apt-get install` or a tool
+    /// in `/usr/local/bin` lands in the machine only and goes with it); needs a root host
+    /// process and overlayfs (`sandbox_unavailable` naming what is missing otherwise).
+    CopyOnWrite,
 }
 
 /// Options of a `docker` factory.
