@@ -260,7 +260,8 @@ impl Capabilities {
         ] {
             if set && !offered {
                 return Err(Error::unsupported(format!(
-                    "the {backend} backend cannot enforce {field}"
+                    "the {backend} backend cannot enforce {field}: leave {field} unset, or use \
+                     a backend whose capabilities enforce it"
                 )));
             }
         }

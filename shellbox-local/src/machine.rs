@@ -374,11 +374,13 @@ impl LocalMachineFactory {
     /// # Errors
     /// [`Error::InvalidInput`] for a spec failing [`MachineSpec::validate`] or a missing
     /// read-only host path; [`Error::Unsupported`] for a source other than
-    /// [`ImageSource::Host`], any of `cpus`, `memory_mb`, non-zero `gpus`
+    /// [`ImageSource::Host`] and [`ImageSource::Packages`], any of `cpus`, `memory_mb`,
+    /// non-zero `gpus`
     /// (bwrap enforces none of them), `storage_mb` when this process is not root (the
     /// bound is a `tmpfs` mounted on the machine root; `storage_mb` over 2^44 - 1 MiB is
     /// [`Error::InvalidInput`]) or above [`largest_storage_mb`] (half the host's memory:
-    /// the tmpfs is held in RAM), a mount inside a system directory or another mount,
+    /// the tmpfs is held in RAM; for a copy-on-write machine it holds the layers too), a
+    /// mount inside a system directory or another mount,
     /// a workdir inside a system directory (outside the layers of a copy-on-write machine,
     /// where it is made) or mount; [`Error::Io`] when the root, its
     /// file system, its copy-on-write layers or its pids cgroup cannot be made. Nothing is
@@ -489,7 +491,8 @@ impl LocalMachineFactory {
         ] {
             if set {
                 return Err(Error::unsupported(format!(
-                    "the local backend cannot enforce {field}"
+                    "the local backend cannot enforce {field} (bwrap sets no such limit): leave \
+                     {field} unset, or use the docker backend, which enforces it"
                 )));
             }
         }

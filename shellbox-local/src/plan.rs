@@ -376,8 +376,16 @@ pub fn plan_workdir_in(
     let workdir = if workdir.is_empty() { "/" } else { workdir };
     let in_layer = overlaid.iter().any(|d| is_within(workdir, d));
     if let Some(dir) = system_dir_of(workdir).filter(|_| !in_layer) {
+        // A read-only factory could overlay it; a copy-on-write one overlays what it can.
+        let hint = if overlaid.is_empty() && !matches!(dir, "/sys" | "/dev" | "/proc") {
+            "; choose a workdir outside the system directories (e.g. /workspace), or a factory \
+             with copy-on-write system directories (LocalOptions::system_directories, CLI \
+             --system-directories copy-on-write), in which it is made in the machine's layer"
+        } else {
+            "; choose a workdir outside the system directories (e.g. /workspace)"
+        };
         return Err(Error::unsupported(format!(
-            "workdir {workdir} lies inside the read-only system directory {dir}"
+            "workdir {workdir} lies inside the read-only system directory {dir}{hint}"
         )));
     }
     if let Some(m) = mounts.iter().find(|m| is_within(workdir, &m.guest)) {
@@ -1511,5 +1519,20 @@ mod tests {
         assert!(plan_workdir_in("/sbin/x", &[], &layered)
             .unwrap_err()
             .is_unsupported());
+        // The refusal says what to do: a read-only factory could make it copy-on-write.
+        let e = plan_workdir_in("/usr/lib/x", &[], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/workspace") && e.contains("copy-on-write"),
+            "{e}"
+        );
+        let e = plan_workdir_in("/sys/x", &[], &layered)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/workspace") && !e.contains("copy-on-write"),
+            "{e}"
+        );
     }
 }
