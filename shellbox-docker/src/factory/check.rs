@@ -4,7 +4,7 @@
 
 use shellbox_core::{Error, MachineFactory, MachineSpec};
 
-use super::{validate_label, DockerMachineFactory};
+use super::DockerMachineFactory;
 
 /// Storage drivers whose containers take `--storage-opt size` (`HostConfig.StorageOpt`)
 /// wherever they run.
@@ -54,14 +54,7 @@ impl DockerMachineFactory {
     /// `gpus` with no `nvidia` runtime (the NVIDIA Container Toolkit's; an engine with only
     /// its hook on the daemon's `PATH` can still give GPUs, which this cannot see).
     pub(crate) async fn check_docker_spec(&self, spec: &MachineSpec) -> Result<(), Error> {
-        if let Some(e) = &self.path_error {
-            return Err(Error::invalid(e.clone()));
-        }
-        spec.validate()?;
-        crate::config::validate_spec_env_size(spec)?;
-        for (key, value) in &self.labels {
-            validate_label(key, value)?;
-        }
+        self.check_create(spec)?;
         self.capabilities().check_spec(self.backend(), spec)?;
         self.refuse_what_podman_ignores(spec).await?;
         crate::image::check(&self.docker, &spec.source).await?;
