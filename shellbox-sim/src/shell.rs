@@ -234,11 +234,64 @@ impl Var {
         }
     }
     pub fn as_str(&self) -> String {
+        self.str_ref().to_string()
+    }
+
+    /// The value as [`Var::as_str`] gives it, borrowed: no copy of a big value.
+    pub fn str_ref(&self) -> &str {
         match &self.value {
-            Value::Str(s) => s.to_string(),
-            Value::Arr(m) => m.get(&0).map(|s| s.to_string()).unwrap_or_default(),
-            Value::Assoc(m) => m.get("0").map(String::from).unwrap_or_default(),
+            Value::Str(s) => s.as_str(),
+            Value::Arr(m) => m.get(&0).map_or("", |s| s.as_str()),
+            Value::Assoc(m) => m.get("0").unwrap_or(""),
         }
+    }
+}
+
+/// The characters of `$IFS` as a set. Word splitting and `read` ask about every character
+/// of their text; a long IFS (it is an ordinary variable, and can be grown to megabytes)
+/// holds few distinct characters, so each question is answered in O(1) instead of a scan
+/// of the whole value.
+pub struct IfsChars {
+    ascii: [bool; 128],
+    other: std::collections::HashSet<char>,
+    empty: bool,
+}
+
+impl IfsChars {
+    /// The set of `ifs`'s characters; `None` when the command must stop ([`stop_due`],
+    /// looked at once per [`CHUNK_BYTES`] characters).
+    pub fn new(ifs: &str) -> Option<IfsChars> {
+        let mut set = IfsChars {
+            ascii: [false; 128],
+            other: std::collections::HashSet::new(),
+            empty: ifs.is_empty(),
+        };
+        let mut pace = Pacer::default();
+        for c in ifs.chars() {
+            if pace.due(1) {
+                return None;
+            }
+            match usize::try_from(u32::from(c)) {
+                Ok(i) if i < 128 => set.ascii[i] = true,
+                _ => {
+                    set.other.insert(c);
+                }
+            }
+        }
+        Some(set)
+    }
+
+    /// Whether `c` is one of IFS's characters.
+    pub fn contains(&self, c: char) -> bool {
+        match usize::try_from(u32::from(c)) {
+            Ok(i) if i < 128 => self.ascii[i],
+            _ => self.other.contains(&c),
+        }
+    }
+
+    /// Whether IFS is empty (no splitting at all).
+    pub fn is_empty(&self) -> bool {
+        self.empty
     }
 }
 
@@ -285,7 +338,9 @@ pub struct Shell {
     pub opts: Opts,
     pub cwd: String,
     pub dirstack: Vec<String>,
-    pub traps: HashMap<String, String>,
+    /// The traps by signal name: a persistent map of shared texts, so a subshell's copy (and
+    /// a program's) is O(1) however long a trap's text is.
+    pub traps: imbl::HashMap<String, Rc<str>>,
     pub fds: Vec<Option<Fd>>,
     pub locals: Vec<Vec<(String, Option<Var>)>>,
     pub status: i32,
@@ -352,7 +407,7 @@ impl Shell {
             opts: Opts::default(),
             cwd,
             dirstack: Vec::new(),
-            traps: HashMap::new(),
+            traps: imbl::HashMap::new(),
             fds: Vec::new(),
             locals: Vec::new(),
             status: 0,
@@ -403,10 +458,15 @@ impl Shell {
     }
 
     pub fn get(&self, name: &str) -> Option<String> {
+        self.get_str(name).map(String::from)
+    }
+
+    /// [`Shell::get`] borrowed: no copy of a big value (PATH or IFS grown to megabytes).
+    pub fn get_str(&self, name: &str) -> Option<&str> {
         if let Some(t) = self.resolve(name) {
-            return self.vars.get(&t).map(|v| v.as_str());
+            return self.vars.get(&t).map(|v| v.str_ref());
         }
-        self.vars.get(name).map(|v| v.as_str())
+        self.vars.get(name).map(|v| v.str_ref())
     }
 
     pub fn getv(&self, name: &str) -> String {
@@ -477,8 +537,15 @@ impl Shell {
             .collect()
     }
 
-    pub fn ifs(&self) -> String {
-        self.get("IFS").unwrap_or_else(|| " \t\n".into())
+    /// `$IFS` (space, tab and newline when unset), borrowed.
+    pub fn ifs(&self) -> &str {
+        self.get_str("IFS").unwrap_or(" \t\n")
+    }
+
+    /// The set of `$IFS`'s characters ([`IfsChars::new`]); `None` when the command must
+    /// stop.
+    pub fn ifs_chars(&self) -> Option<IfsChars> {
+        IfsChars::new(self.ifs())
     }
 
     /// A subshell copy: same everything, traps reset.
@@ -674,6 +741,10 @@ pub fn lossy_paced(data: &[u8], max_bytes: usize) -> Option<String> {
 
 /// Bytes a long copy or scan handles between two looks at the clock.
 pub const CHUNK_BYTES: usize = 1 << 20;
+
+/// How many PATH directories [`Interp::find_program`] tries between two looks at the clock
+/// (each is a path resolution in the virtual filesystem, well under a microsecond).
+pub const PATH_DIRS_PER_CHECK: usize = 64;
 
 impl World {
     pub fn sync_time(&mut self) {
@@ -2349,7 +2420,7 @@ impl<'a> Interp<'a> {
     /// tens of megabytes of binary output (which decode to about twice their size) end at
     /// the deadline or the budget instead of in one uncheckable step. Errors: the timeout
     /// or cancellation when one is due, else the memory budget ([`Interp::interrupted`]).
-    fn decode_output(&self, data: &[u8]) -> R<String> {
+    pub fn decode_output(&self, data: &[u8]) -> R<String> {
         let left = self
             .w
             .memory_limit
@@ -2851,30 +2922,38 @@ impl<'a> Interp<'a> {
         }
     }
 
-    /// Finds a program on PATH (or by path); returns the path.
-    pub fn find_program(&mut self, sh: &Shell, name: &str) -> Option<String> {
+    /// Finds a program on PATH (or by path); returns the path. PATH is read in place and
+    /// walked one directory at a time, looking at the clock every
+    /// [`PATH_DIRS_PER_CHECK`] directories: a PATH grown to millions of entries is as
+    /// slow to search as bash's (a lookup per entry) but ends at the deadline.
+    pub fn find_program(&mut self, sh: &Shell, name: &str) -> R<Option<String>> {
         if name.contains('/') {
-            return Some(name.to_string());
+            return Ok(Some(name.to_string()));
         }
-        let path = sh
-            .get("PATH")
-            .unwrap_or_else(|| crate::DEFAULT_PATH.to_string());
-        for dir in path.split(':') {
+        let path = sh.get_str("PATH").unwrap_or(crate::DEFAULT_PATH);
+        let mut p = String::new();
+        for (k, dir) in path.split(':').enumerate() {
+            if k % PATH_DIRS_PER_CHECK == PATH_DIRS_PER_CHECK - 1 {
+                self.check_time()?;
+            }
             let dir = if dir.is_empty() { "." } else { dir };
-            let p = format!("{}/{}", dir.trim_end_matches('/'), name);
+            p.clear();
+            p.push_str(dir.trim_end_matches('/'));
+            p.push('/');
+            p.push_str(name);
             if let Ok(ino) = self.w.vfs.resolve(&sh.cwd, &p, true) {
                 let n = self.w.vfs.get(ino);
                 if !n.is_dir() && n.mode & 0o111 != 0 {
-                    return Some(p);
+                    return Ok(Some(p));
                 }
             }
         }
-        None
+        Ok(None)
     }
 
     pub fn exec_external(&mut self, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
         let name = argv[0].clone();
-        let Some(path) = self.find_program(sh, &name) else {
+        let Some(path) = self.find_program(sh, &name)? else {
             self.record(&format!("command not found: {name}"));
             self.err(sh, &format!("bash: line 1: {name}: command not found"));
             return Ok(127);
@@ -2886,7 +2965,10 @@ impl<'a> Interp<'a> {
                 return Ok(127);
             }
         };
-        let node = self.w.vfs.get(ino).clone();
+        // the node is looked at in place: a clone would copy a script's text or a
+        // directory's entries on every launch
+        let node = self.w.vfs.get(ino);
+        let executable = node.mode & 0o111 != 0;
         match &node.kind {
             Kind::Exe(u) => {
                 let u = *u;
@@ -2896,12 +2978,13 @@ impl<'a> Interp<'a> {
                 self.err(sh, &format!("bash: line 1: {name}: Is a directory"));
                 Ok(126)
             }
+            Kind::File(_) if !executable => {
+                self.err(sh, &format!("bash: line 1: {name}: Permission denied"));
+                Ok(126)
+            }
             Kind::File(data) => {
-                if node.mode & 0o111 == 0 {
-                    self.err(sh, &format!("bash: line 1: {name}: Permission denied"));
-                    return Ok(126);
-                }
-                let text = String::from_utf8_lossy(data).into_owned();
+                // decoded in pieces within the budget, looking at the clock
+                let text = self.decode_output(data)?;
                 let mut opts = Opts::default();
                 if let Some(first) = text.lines().next() {
                     if let Some(interp) = first.strip_prefix("#!") {
@@ -2949,7 +3032,7 @@ impl<'a> Interp<'a> {
         opts: &Opts,
     ) -> R<i32> {
         let pid = self.w.new_pid();
-        let mut child = self.child_shell(sh, pid);
+        let mut child = self.child_shell(sh, pid)?;
         child.arg0 = arg0;
         child.pos = crate::mem::mstrs(&args).into();
         drop(args);
@@ -2968,31 +3051,76 @@ impl<'a> Interp<'a> {
         self.run_exit_trap(&mut child, st)
     }
 
-    pub fn child_shell(&mut self, sh: &Shell, pid: u32) -> Shell {
-        let mut child = Shell::new(pid, sh.cwd.clone());
-        for (k, v) in &sh.vars {
-            if v.exported {
-                child.vars.insert(k.clone(), v.clone());
-            }
-        }
-        child.fds = sh.fds.clone();
-        child.umask = sh.umask;
-        let ppid = sh.pid.to_string();
-        child.vars.insert("PPID".into(), Var::s(ppid));
-        let sh_lvl = sh
-            .get("SHLVL")
-            .and_then(|s| s.parse::<i64>().ok())
-            .unwrap_or(0)
-            + 1;
-        let mut v = Var::s(sh_lvl.to_string());
-        v.exported = true;
-        child.vars.insert("SHLVL".into(), v);
-        child.set("PWD", sh.cwd.clone()).ok();
-        if let Some(v) = child.vars.get_mut("PWD") {
-            v.exported = true;
-        }
-        child
+    /// A new shell process started by `sh` ([`child_shell_with`]), looking at the clock
+    /// every [`VARS_PER_CHECK`] variables.
+    pub fn child_shell(&self, sh: &Shell, pid: u32) -> R<Shell> {
+        child_shell_with(sh, pid, || self.check_time())
     }
+}
+
+/// How many variables [`child_shell_with`] looks at between two calls of its check.
+pub const VARS_PER_CHECK: usize = 1024;
+
+/// A new shell process started by `sh` with process id `pid`: `sh`'s exported variables
+/// (and its cwd, streams and umask), `PPID`, `SHLVL` one more, `PWD`. A shell can hold tens
+/// of thousands of variables: the child starts from a shared copy of `sh`'s map less the
+/// unexported ones, or from an empty map plus the exported ones, whichever changes fewer
+/// entries, and `check` is called every [`VARS_PER_CHECK`] variables (its error ends the
+/// copy).
+pub fn child_shell_with<E>(
+    sh: &Shell,
+    pid: u32,
+    mut check: impl FnMut() -> Result<(), E>,
+) -> Result<Shell, E> {
+    let mut child = Shell::new(pid, sh.cwd.clone());
+    let mut unexported: Vec<&String> = Vec::new();
+    let mut exported = 0usize;
+    for (k, (name, v)) in sh.vars.iter().enumerate() {
+        if k % VARS_PER_CHECK == VARS_PER_CHECK - 1 {
+            check()?;
+        }
+        if v.exported {
+            exported += 1;
+        } else {
+            unexported.push(name);
+        }
+    }
+    if unexported.len() < exported {
+        let mut vars = sh.vars.clone();
+        for (k, name) in unexported.into_iter().enumerate() {
+            if k % VARS_PER_CHECK == VARS_PER_CHECK - 1 {
+                check()?;
+            }
+            vars.remove(name);
+        }
+        child.vars = vars;
+    } else {
+        drop(unexported);
+        let exported = sh.vars.iter().filter(|(_, v)| v.exported);
+        for (k, (name, v)) in exported.enumerate() {
+            if k % VARS_PER_CHECK == VARS_PER_CHECK - 1 {
+                check()?;
+            }
+            child.vars.insert(name.clone(), v.clone());
+        }
+    }
+    child.fds = sh.fds.clone();
+    child.umask = sh.umask;
+    let ppid = sh.pid.to_string();
+    child.vars.insert("PPID".into(), Var::s(ppid));
+    let sh_lvl = sh
+        .get_str("SHLVL")
+        .and_then(|s| s.parse::<i64>().ok())
+        .unwrap_or(0)
+        + 1;
+    let mut v = Var::s(sh_lvl.to_string());
+    v.exported = true;
+    child.vars.insert("SHLVL".into(), v);
+    child.set("PWD", sh.cwd.clone()).ok();
+    if let Some(v) = child.vars.get_mut("PWD") {
+        v.exported = true;
+    }
+    Ok(child)
 }
 
 /// A declaration builtin's argument.

@@ -443,6 +443,24 @@ const CORPUS: &[&str] = &[
     // `from_utf8_lossy`: 115 ms of CPU after a 200 ms deadline in the run, 310 ms for 40 MB
     // of /dev/urandom; it now decodes in pieces within the budget and looks at the clock
     "x=\"$(head -c 40000000 /dev/urandom)\"",
+    // the hour run, seed 20261201, case 57334: PATH grown to ~60 MB by doubling, then a
+    // loop of programs; each launch copied PATH, and `eval -c` (a name not on PATH) walked
+    // its million directories without looking at the clock (116 ms of CPU after a 200 ms
+    // deadline). Then the same made heavier: 2 million directories (4.5 s), `hash`, `type`,
+    // `command -v` and xargs's commands (1.3 s), a 100,000-character IFS against as long a
+    // word (14 s), 50,000 exported variables copied into each child shell
+    "n+='${n#?(a)}' & i=0; while (( i++ < 29 )); do eval -c '$((1 << 255))' -x || local & \
+     PATH+=\"${PATH##?}\"; done || i[-9223372036854775808]='65536'\n\
+     REPLY=(${IFS[@]} '${IFS%%+(a|b)}' hello world)\n\
+     (( y[255] &&= 1000 )) || rm {~,%} $s \"{b,abc}\" <> /dev/null\n\
+     i=0; while (( i++ < 48 )); do wc -c f && echo \"${y%?*?}\"; done; \
+     shopt \"${n/@(x|y)*/~}\" $((m && 3)) \"${REPLY[@]}\"\n",
+    "PATH=/bin; for i in {1..21}; do PATH+=\":$PATH\"; done; while :; do nope; done",
+    "PATH=/bin; for i in {1..21}; do PATH+=\":$PATH\"; done; while :; do hash nope; type nope; \
+     command -v nope; done",
+    "PATH=/bin; for i in {1..21}; do PATH+=\":$PATH\"; done; seq 1000000 | /bin/xargs -n1 nope",
+    "IFS=$(printf '%100000s' | tr ' ' x); x=$(printf '%100000s' | tr ' ' y); while :; do : $x; done",
+    "for i in {1..50000}; do export v$i=x; done; while :; do bash -c :; done",
 ];
 
 /// This process's CPU time (user and system, every thread).

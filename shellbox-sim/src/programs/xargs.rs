@@ -13,6 +13,10 @@ use crate::shell::R;
 /// xargs's usage status.
 const USAGE: i32 = 1;
 
+/// Input bytes (or words, or command lines) xargs handles between two looks at the clock:
+/// its input can be tens of megabytes, and splitting it makes a string per word.
+const UNITS_PER_CHECK: usize = 64 * 1024;
+
 const LONGS: &[&str] = &[
     "null",
     "delimiter",
@@ -34,8 +38,14 @@ const LONGS: &[&str] = &[
     "version",
 ];
 
-/// Splits `data` into xargs's words; `Err` with GNU's message on an unmatched quote.
-fn words(data: &[u8], eof: Option<&str>) -> Result<Vec<Vec<String>>, String> {
+/// Splits `data` into xargs's words, grouped by input line; the inner `Err` is GNU's
+/// message on an unmatched quote. `check` is called every [`UNITS_PER_CHECK`] bytes (the
+/// outer error: the command must stop).
+fn words(
+    data: &[u8],
+    eof: Option<&str>,
+    mut check: impl FnMut() -> R<()>,
+) -> R<Result<Vec<Vec<String>>, String>> {
     // words grouped by input line (for -L)
     let mut lines = Vec::new();
     let mut cur_line: Vec<String> = Vec::new();
@@ -44,6 +54,9 @@ fn words(data: &[u8], eof: Option<&str>) -> Result<Vec<Vec<String>>, String> {
     let mut quote: Option<u8> = None;
     let mut i = 0;
     while i < data.len() {
+        if i % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
+            check()?;
+        }
         let b = data[i];
         i += 1;
         if let Some(q) = quote {
@@ -51,7 +64,7 @@ fn words(data: &[u8], eof: Option<&str>) -> Result<Vec<Vec<String>>, String> {
                 quote = None;
             } else if b == b'\n' {
                 let kind = if q == b'\'' { "single" } else { "double" };
-                return Err(format!("xargs: unmatched {kind} quote; by default quotes are special to xargs unless you use the -0 option"));
+                return Ok(Err(format!("xargs: unmatched {kind} quote; by default quotes are special to xargs unless you use the -0 option")));
             } else {
                 w.push(b);
             }
@@ -74,7 +87,7 @@ fn words(data: &[u8], eof: Option<&str>) -> Result<Vec<Vec<String>>, String> {
                         if !cur_line.is_empty() {
                             lines.push(cur_line);
                         }
-                        return Ok(lines);
+                        return Ok(Ok(lines));
                     }
                     cur_line.push(s);
                     w.clear();
@@ -92,7 +105,7 @@ fn words(data: &[u8], eof: Option<&str>) -> Result<Vec<Vec<String>>, String> {
     }
     if let Some(q) = quote {
         let kind = if q == b'\'' { "single" } else { "double" };
-        return Err(format!("xargs: unmatched {kind} quote; by default quotes are special to xargs unless you use the -0 option"));
+        return Ok(Err(format!("xargs: unmatched {kind} quote; by default quotes are special to xargs unless you use the -0 option")));
     }
     if in_word {
         let s = String::from_utf8_lossy(&w).into_owned();
@@ -103,7 +116,7 @@ fn words(data: &[u8], eof: Option<&str>) -> Result<Vec<Vec<String>>, String> {
     if !cur_line.is_empty() {
         lines.push(cur_line);
     }
-    Ok(lines)
+    Ok(Ok(lines))
 }
 
 fn parse_count(cx: &mut Ctx<'_, '_>, opt: char, v: &str) -> Option<usize> {
@@ -218,25 +231,40 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         }
     };
     let sep = if null { Some(0) } else { delim };
-    // each group is the arguments of one command
+    // each group is the arguments of one command; the input is split, and the groups
+    // made, looking at the clock every UNITS_PER_CHECK bytes or groups
     let lines: Vec<Vec<String>> = if let Some(d) = sep {
         let body = data.strip_suffix(&[d]).unwrap_or(&data);
-        if data.is_empty() {
-            Vec::new()
-        } else {
-            body.split(|b| *b == d)
-                .map(|w| vec![String::from_utf8_lossy(w).into_owned()])
-                .collect()
+        let mut lines = Vec::new();
+        if !data.is_empty() {
+            for (k, w) in body.split(|b| *b == d).enumerate() {
+                if k % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
+                    cx.check_time()?;
+                }
+                lines.push(vec![String::from_utf8_lossy(w).into_owned()]);
+            }
         }
+        lines
     } else if replace.is_some() {
-        let text = String::from_utf8_lossy(&data).into_owned();
-        text.lines()
-            .map(|l| l.trim_start_matches([' ', '\t']))
-            .filter(|l| !l.is_empty())
-            .map(|l| vec![l.to_string()])
-            .collect()
+        let mut lines = Vec::new();
+        for (k, l) in data.split_inclusive(|b| *b == b'\n').enumerate() {
+            if k % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
+                cx.check_time()?;
+            }
+            // as str::lines: the line ends at "\n" or "\r\n"
+            let l = match l.strip_suffix(b"\n") {
+                Some(l) => l.strip_suffix(b"\r").unwrap_or(l),
+                None => l,
+            };
+            let l = String::from_utf8_lossy(l);
+            let l = l.trim_start_matches([' ', '\t']);
+            if !l.is_empty() {
+                lines.push(vec![l.to_string()]);
+            }
+        }
+        lines
     } else {
-        match words(&data, eof.as_deref()) {
+        match words(&data, eof.as_deref(), || cx.check_time())? {
             Ok(w) => w,
             Err(m) => {
                 cx.err_line(&m);
@@ -244,19 +272,43 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
             }
         }
     };
+    drop(data);
+    // the words are moved into the groups, not copied
     let mut batches: Vec<Vec<String>> = Vec::new();
     if replace.is_some() {
         batches = lines;
     } else if let Some(l) = max_lines {
-        for chunk in lines.chunks(l) {
-            batches.push(chunk.concat());
+        let mut lines = lines.into_iter();
+        loop {
+            if batches.len() % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
+                cx.check_time()?;
+            }
+            // no line is empty: an empty group is the end of the input
+            let b: Vec<String> = lines.by_ref().take(l).flatten().collect();
+            if b.is_empty() {
+                break;
+            }
+            batches.push(b);
         }
     } else {
-        let all: Vec<String> = lines.concat();
+        let mut all = lines.into_iter().flatten();
         match max_args {
-            Some(n) => batches.extend(all.chunks(n).map(<[String]>::to_vec)),
-            None if !all.is_empty() => batches.push(all),
-            None => {}
+            Some(n) => loop {
+                if batches.len() % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
+                    cx.check_time()?;
+                }
+                let b: Vec<String> = all.by_ref().take(n).collect();
+                if b.is_empty() {
+                    break;
+                }
+                batches.push(b);
+            },
+            None => {
+                let all: Vec<String> = all.collect();
+                if !all.is_empty() {
+                    batches.push(all);
+                }
+            }
         }
     }
     if batches.is_empty() && !no_empty && replace.is_none() {
