@@ -800,7 +800,7 @@ pub fn is_keyword(s: &str) -> bool {
 }
 
 thread_local! {
-    static PARSE_CACHE: RefCell<HashMap<String, Result<Arc<ast::Program>, String>>> = RefCell::new(HashMap::new());
+    static PARSE_CACHE: RefCell<HashMap<String, Result<Arc<ast::Program>, ParseFail>>> = RefCell::new(HashMap::new());
 }
 
 /// The deepest bracket nesting the simulator parses; brush-parser recurses once per level,
@@ -879,45 +879,207 @@ fn space_arith_for_semicolons(script: &str) -> String {
     out
 }
 
-pub fn parse_program(script: &str) -> Result<Arc<ast::Program>, String> {
-    if let Some(hit) = PARSE_CACHE.with(|c| c.borrow().get(script).cloned()) {
-        return hit;
+/// Why a script text did not parse.
+#[derive(Debug, Clone)]
+pub enum ParseFail {
+    /// The text ends inside a command (an open quote, here-document, substitution or
+    /// compound command): more text could complete it. The message is bash's syntax error
+    /// should no more text come.
+    Incomplete(String),
+    /// A syntax error: bash's message, and the (1-based) line of the text it is on when
+    /// the parser tells.
+    Syntax(String, Option<usize>),
+    /// The command must stop ([`stop_due`], looked at while the text was read).
+    Stopped,
+}
+
+impl ParseFail {
+    /// The syntax error to print; `None` for [`ParseFail::Stopped`].
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            ParseFail::Incomplete(m) | ParseFail::Syntax(m, _) => Some(m),
+            ParseFail::Stopped => None,
+        }
     }
+}
+
+/// How many bytes of a script text brush-parser's tokenizer reads between two looks at
+/// [`stop_due`] (it reads at a few hundred nanoseconds a byte).
+pub const PARSE_BYTES_PER_CHECK: usize = 16 * 1024;
+
+/// A script text as the parser reads it, looking at [`stop_due`] every
+/// [`PARSE_BYTES_PER_CHECK`] bytes: brush-parser tokenizes its whole input before it parses,
+/// and this is what lets a deadline end the reading of a big text. Once the command must
+/// stop it fails the read (the parse then fails) and records why.
+struct StopReader<'a> {
+    rest: &'a [u8],
+    since_check: usize,
+    stopped: bool,
+}
+
+impl std::io::Read for StopReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let avail = std::io::BufRead::fill_buf(self)?;
+        let n = avail.len().min(buf.len());
+        buf[..n].copy_from_slice(&avail[..n]);
+        std::io::BufRead::consume(self, n);
+        Ok(n)
+    }
+}
+
+impl std::io::BufRead for StopReader<'_> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        if self.since_check >= PARSE_BYTES_PER_CHECK {
+            self.since_check = 0;
+            if stop_due() {
+                self.stopped = true;
+            }
+        }
+        if self.stopped {
+            return Err(std::io::Error::other("the command must stop"));
+        }
+        // never more than up to the next look at the clock
+        let n = self
+            .rest
+            .len()
+            .min(PARSE_BYTES_PER_CHECK - self.since_check);
+        Ok(&self.rest[..n])
+    }
+
+    fn consume(&mut self, n: usize) {
+        let n = n.min(self.rest.len());
+        self.rest = &self.rest[n..];
+        self.since_check += n;
+    }
+}
+
+/// Whether brush-parser's error says the text ended inside a command (see
+/// [`ParseFail::Incomplete`]).
+fn ends_inside_a_command(e: &brush_parser::ParseError) -> bool {
+    use brush_parser::{ParseError as P, TokenizerError as T};
+    match e {
+        P::ParsingAtEndOfInput => true,
+        P::Tokenizing { inner, .. } => matches!(
+            inner,
+            T::UnterminatedEscapeSequence
+                | T::UnterminatedSingleQuote(_)
+                | T::UnterminatedAnsiCQuote(_)
+                | T::UnterminatedDoubleQuote(_)
+                | T::UnterminatedBackquote(_)
+                | T::UnterminatedExtendedGlob(_)
+                | T::UnterminatedVariable
+                | T::UnterminatedCommandSubstitution
+                | T::UnterminatedExpansion
+                | T::UnterminatedHereDocuments(..)
+        ),
+        P::ParsingNear(_) => false,
+    }
+}
+
+/// Parses `script` (not cached), its reading paced by [`StopReader`].
+fn parse_uncached(script: &str) -> Result<Arc<ast::Program>, ParseFail> {
     if !nesting_ok(script) {
-        return Err(format!(
-            "syntax error: nesting deeper than {MAX_NESTING} levels is not supported"
+        return Err(ParseFail::Syntax(
+            format!("syntax error: nesting deeper than {MAX_NESTING} levels is not supported"),
+            None,
         ));
     }
     let opts = brush_parser::ParserOptions::default();
     let parse = |text: &str| {
-        with_parser_stack(|| {
-            let mut p = brush_parser::Parser::new(std::io::Cursor::new(text.as_bytes()), &opts);
-            p.parse_program().map(Arc::new)
-        })
-        .map_err(|e| format!("syntax error: {e}"))
+        let mut reader = StopReader {
+            rest: text.as_bytes(),
+            since_check: 0,
+            stopped: false,
+        };
+        let mut incomplete = false;
+        let mut line = None;
+        let r = with_parser_stack(|| {
+            let mut p = brush_parser::Parser::new(&mut reader, &opts);
+            p.parse_program().map(Arc::new).inspect_err(|e| {
+                incomplete = ends_inside_a_command(e);
+                line = match e {
+                    brush_parser::ParseError::ParsingNear(at) => Some(at.line),
+                    brush_parser::ParseError::Tokenizing { position, .. } => {
+                        position.as_ref().map(|at| at.line)
+                    }
+                    brush_parser::ParseError::ParsingAtEndOfInput => None,
+                };
+            })
+        });
+        match r {
+            Ok(p) => Ok(p),
+            Err(_) if reader.stopped => Err(ParseFail::Stopped),
+            Err(e) if incomplete => Err(ParseFail::Incomplete(format!("syntax error: {e}"))),
+            Err(e) => Err(ParseFail::Syntax(format!("syntax error: {e}"), line)),
+        }
     };
     let mut r = parse(script);
-    if r.is_err() && script.contains("((") {
+    if matches!(r, Err(ParseFail::Incomplete(_) | ParseFail::Syntax(..))) && script.contains("((") {
         // brush-parser reads the `;;` of `for ((;;))` as a case terminator
         let fixed = space_arith_for_semicolons(script);
         if fixed != script {
-            if let Ok(p) = parse(&fixed) {
-                r = Ok(p);
+            match parse(&fixed) {
+                Ok(p) => r = Ok(p),
+                Err(ParseFail::Stopped) => r = Err(ParseFail::Stopped),
+                Err(_) => {}
             }
         }
     }
-    // cache small scripts only, so the cache stays small (at most ~512 x 64 KiB of text)
-    PARSE_CACHE.with(|c| {
-        if script.len() > 64 * 1024 {
-            return;
-        }
-        let mut c = c.borrow_mut();
-        if c.len() > 512 {
-            c.clear();
-        }
-        c.insert(script.to_string(), r.clone());
-    });
     r
+}
+
+/// Parses `script`; a text of at most 64 KiB is parsed once per thread and remembered.
+pub fn parse_program(script: &str) -> Result<Arc<ast::Program>, ParseFail> {
+    let small = script.len() <= 64 * 1024;
+    if small {
+        if let Some(hit) = PARSE_CACHE.with(|c| c.borrow().get(script).cloned()) {
+            return hit;
+        }
+    }
+    let r = parse_uncached(script);
+    // cache small scripts only, so the cache stays small (at most ~512 x 64 KiB of text);
+    // a parse cut short by the deadline is no answer
+    if small && !matches!(r, Err(ParseFail::Stopped)) {
+        PARSE_CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.len() > 512 {
+                c.clear();
+            }
+            c.insert(script.to_string(), r.clone());
+        });
+    }
+    r
+}
+
+/// Scripts longer than this are parsed and run a piece of about this size at a time (see
+/// [`Interp::run_script`]).
+pub const SCRIPT_PIECE_BYTES: usize = 16 * 1024;
+
+/// Where a piece of `script` that starts at `start` and holds at least `want` bytes ends:
+/// after the first newline from there that does not continue its line (a newline after an
+/// odd number of backslashes does), or at the end of the script.
+pub fn piece_end(script: &str, start: usize, want: usize) -> usize {
+    let bytes = script.as_bytes();
+    let mut from = start.saturating_add(want.max(1)) - 1;
+    while from < bytes.len() {
+        let Some(i) = bytes[from..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map(|i| from + i)
+        else {
+            break;
+        };
+        let backslashes = bytes[start..i]
+            .iter()
+            .rev()
+            .take_while(|&&b| b == b'\\')
+            .count();
+        if backslashes % 2 == 0 {
+            return i + 1;
+        }
+        from = i + 1;
+    }
+    bytes.len()
 }
 
 impl<'a> Interp<'a> {
@@ -1492,29 +1654,86 @@ impl<'a> Interp<'a> {
         Ok(st)
     }
 
-    /// Runs a script text in `sh` (eval, source, -c).
+    /// Runs a script text in `sh` (eval, source, -c, a script file). A script longer than
+    /// [`SCRIPT_PIECE_BYTES`] is parsed and run a piece of complete commands at a time, as
+    /// bash reads and runs one command at a time, looking at the clock between pieces: a
+    /// piece ends at a newline ([`piece_end`]), and one that ends inside a command grows to
+    /// twice its size until it parses (parsing a megabyte of script takes brush-parser the
+    /// better part of a second, so a whole big script is never one step).
     pub fn run_script(&mut self, sh: &mut Shell, script: &str) -> R<i32> {
-        match parse_program(script) {
-            Ok(p) => self.run_program(sh, &p),
-            Err(e) => {
-                // bash reads and runs complete commands one at a time: what precedes the
-                // bad line still runs
-                let lines: Vec<&str> = script.split_inclusive('\n').collect();
-                if lines.len() > 1 && lines.len() <= 400 {
-                    for k in (1..lines.len()).rev() {
-                        let prefix: String = lines[..k].concat();
-                        if let Ok(p) = parse_program(&prefix) {
-                            self.run_program(sh, &p)?;
-                            break;
-                        }
+        if script.len() <= SCRIPT_PIECE_BYTES {
+            return match parse_program(script) {
+                Ok(p) => self.run_program(sh, &p),
+                Err(e) => self.syntax_error(sh, script, e),
+            };
+        }
+        let mut st = 0;
+        let mut start = 0;
+        while start < script.len() {
+            self.check_time()?;
+            let mut want = SCRIPT_PIECE_BYTES;
+            let (end, prog) = loop {
+                let end = piece_end(script, start, want);
+                match parse_program(&script[start..end]) {
+                    Ok(p) => break (end, p),
+                    Err(ParseFail::Incomplete(_)) if end < script.len() => {
+                        want = want.saturating_mul(2);
+                        self.check_time()?;
                     }
+                    Err(e) => return self.syntax_error(sh, &script[start..end], e),
                 }
-                self.record(&format!("syntax: {e}"));
-                self.err(sh, &format!("bash: {e}"));
-                sh.status = 2;
-                Ok(2)
+            };
+            // a piece of comments and blank lines leaves the status as it is
+            if !prog.complete_commands.is_empty() {
+                st = self.run_program(sh, &prog)?;
+            }
+            start = end;
+        }
+        Ok(st)
+    }
+
+    /// A script (or the piece of one) that does not parse: bash reads and runs complete
+    /// commands one at a time, so the longest run of whole lines before the bad one that
+    /// parses still runs, then the syntax error is printed; status 2. The run is looked
+    /// for among all runs in a script of at most 400 lines, else among the 400 longest
+    /// that end before the error's line (none when the parser does not tell the line).
+    /// Errors: the timeout, also when `e` is [`ParseFail::Stopped`].
+    fn syntax_error(&mut self, sh: &mut Shell, script: &str, e: ParseFail) -> R<i32> {
+        let at = match &e {
+            ParseFail::Syntax(_, line) => *line,
+            _ => None,
+        };
+        let Some(e) = e.message() else {
+            return Err(self.interrupted());
+        };
+        let lines: Vec<&str> = script.split_inclusive('\n').collect();
+        // the runs to try: lines[..k] for k in `longest` down to `shortest`
+        let (longest, shortest) = match at {
+            _ if lines.len() <= 400 => (lines.len().saturating_sub(1), 1),
+            Some(l) => {
+                let longest = l.saturating_sub(1).min(lines.len().saturating_sub(1));
+                (longest, longest.saturating_sub(399).max(1))
+            }
+            None => (0, 1),
+        };
+        if longest >= shortest {
+            for k in (shortest..=longest).rev() {
+                self.check_time()?;
+                let prefix: String = lines[..k].concat();
+                match parse_program(&prefix) {
+                    Ok(p) => {
+                        self.run_program(sh, &p)?;
+                        break;
+                    }
+                    Err(ParseFail::Stopped) => return Err(self.interrupted()),
+                    Err(_) => {}
+                }
             }
         }
+        self.record(&format!("syntax: {e}"));
+        self.err(sh, &format!("bash: {e}"));
+        sh.status = 2;
+        Ok(2)
     }
 
     pub fn exec_list(&mut self, sh: &mut Shell, list: &ast::CompoundList) -> R<i32> {
@@ -2354,7 +2573,8 @@ impl<'a> Interp<'a> {
     fn command_subst_inner(&mut self, sh: &mut Shell, script: &str) -> R<String> {
         let prog = match parse_program(script) {
             Ok(p) => p,
-            Err(e) => {
+            Err(ParseFail::Stopped) => return Err(self.interrupted()),
+            Err(ParseFail::Incomplete(e) | ParseFail::Syntax(e, _)) => {
                 self.record(&format!("syntax: {e}"));
                 self.err(sh, &format!("bash: {e}"));
                 sh.subst_status = Some(2);

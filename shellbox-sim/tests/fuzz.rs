@@ -448,7 +448,8 @@ const CORPUS: &[&str] = &[
     // its million directories without looking at the clock (116 ms of CPU after a 200 ms
     // deadline). Then the same made heavier: 2 million directories (4.5 s), `hash`, `type`,
     // `command -v` and xargs's commands (1.3 s), a 100,000-character IFS against as long a
-    // word (14 s), 50,000 exported variables copied into each child shell
+    // word (14 s), 50,000 exported variables copied into each child shell, a 4 MB script
+    // parsed in one step (2-3 s)
     "n+='${n#?(a)}' & i=0; while (( i++ < 29 )); do eval -c '$((1 << 255))' -x || local & \
      PATH+=\"${PATH##?}\"; done || i[-9223372036854775808]='65536'\n\
      REPLY=(${IFS[@]} '${IFS%%+(a|b)}' hello world)\n\
@@ -461,6 +462,9 @@ const CORPUS: &[&str] = &[
     "PATH=/bin; for i in {1..21}; do PATH+=\":$PATH\"; done; seq 1000000 | /bin/xargs -n1 nope",
     "IFS=$(printf '%100000s' | tr ' ' x); x=$(printf '%100000s' | tr ' ' y); while :; do : $x; done",
     "for i in {1..50000}; do export v$i=x; done; while :; do bash -c :; done",
+    "x=$(yes 'echo a' | head -c 4000000); eval \"$x\"",
+    // tr ticked once per MiB, and a tick looks at the clock every 64th time
+    "head -c 30000000 /dev/zero | tr '\\0' '\\n' > f; . ./f",
 ];
 
 /// This process's CPU time (user and system, every thread).

@@ -524,6 +524,87 @@ fn a_long_ifs_ends_at_its_deadline() {
     );
 }
 
+/// A script of megabytes (eval of a grown string, `bash -c`, `source`, a script file):
+/// brush-parser tokenizes and parses its whole input in one step, half a second per
+/// megabyte, so a 4 MB eval ran 2-3 s (release) past a 200 ms deadline. A long script is
+/// now parsed and run a piece of complete commands at a time, as bash reads it, and the
+/// parser's reading looks at the clock every 16 KiB.
+#[test]
+fn a_big_script_ends_at_its_deadline() {
+    let script = "echo a\n".repeat(4_000_000 / 7);
+    for run in [
+        "eval \"$(cat /s.sh)\"",
+        "bash -c \"$(cat /s.sh)\"",
+        ". /s.sh",
+        "/s.sh",
+        "bash < /s.sh",
+    ] {
+        assert_ends_at_deadline(&[], "cat > /s.sh; chmod +x /s.sh", &script, run);
+    }
+}
+
+/// A script longer than a parse piece (16 KiB) runs as the whole would: commands that
+/// span piece boundaries (here-documents, compound commands, functions, continued lines,
+/// multi-line quotes) run whole, in order, the status is the last command's, a trailing
+/// piece of comments keeps it, and a syntax error still ends the script with status 2
+/// after what precedes it ran.
+#[test]
+fn a_long_script_runs_as_the_whole_would() {
+    let unit = "n=$((n + 1))\n\
+                cat <<EOF\nh$n\nline two\nEOF\n\
+                if [ $((n % 2)) = 0 ]; then\n  echo even$n\nelse\n  echo odd$n\nfi\n\
+                f() {\n  echo \"f$1\"\n}\n\
+                f \\\n  $n\n\
+                echo 'multi\nline'\n\
+                for i in 1 2; do\n  echo -n $i\ndone; echo\n\
+                # a comment with a quote ' in it\n";
+    let want_unit = |n: usize| {
+        let parity = if n.is_multiple_of(2) { "even" } else { "odd" };
+        format!("h{n}\nline two\n{parity}{n}\nf{n}\nmulti\nline\n12\n")
+    };
+    let copies = 400;
+    let script = unit.repeat(copies);
+    assert!(script.len() > 4 * 16 * 1024, "{}", script.len());
+    let want: String = (1..=copies).map(want_unit).collect();
+    let m = SimMachineFactory::new()
+        .create_sim(MachineSpec::sim())
+        .unwrap();
+    let r = m
+        .run_sync(Command::shell("cat > /s.sh").stdin(script.clone()))
+        .unwrap();
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    for run in ["bash /s.sh", ". /s.sh", "eval \"$(cat /s.sh)\""] {
+        let r = m
+            .run_sync(Command::shell(run).output_limit_bytes(16 << 20))
+            .unwrap();
+        assert_eq!(
+            r.exit_code,
+            Some(0),
+            "{run}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        assert!(r.stdout == want.as_bytes(), "{run}: stdout differs");
+    }
+    // the status is the last command's, through a trailing piece of comments
+    let tail = "#\n".repeat(20 * 1024);
+    let r = m
+        .run_sync(Command::shell(format!(
+            "{}false\n{tail}",
+            ":\n".repeat(10 * 1024)
+        )))
+        .unwrap();
+    assert_eq!(r.exit_code, Some(1), "{r:?}");
+    // a syntax error after 20 KiB of commands: they ran, then status 2
+    let r = m
+        .run_sync(Command::shell(format!(
+            "{}echo before\n)\necho after\n",
+            ":\n".repeat(10 * 1024)
+        )))
+        .unwrap();
+    assert_eq!(r.exit_code, Some(2), "{r:?}");
+    assert_eq!(r.stdout, "before\n", "{r:?}");
+}
+
 /// IFS as a set: a long IFS of multibyte characters splits as the short one would.
 #[test]
 fn a_long_ifs_splits_as_a_short_one() {
