@@ -20,7 +20,10 @@
 //! `cargo test -p shellbox-sim --test fuzz` runs it for 3 s (deterministic seed 1).
 //! For an hour: `SHELLBOX_FUZZ_SECS=3600 cargo test --release -p shellbox-sim --test fuzz
 //! -- --nocapture`; `SHELLBOX_FUZZ_SEED=n` picks another seed. A failure prints the seed,
-//! the case number and the script.
+//! the case number and the script; `SHELLBOX_FUZZ_PRINT=CASE` (or `FROM..TO`) prints the
+//! scripts of those cases as JSON lines without running them (`cargo test -p shellbox-sim
+//! --test fuzz fuzz_print_cases -- --nocapture`), and `examples/fuzz_replay.rs` replays
+//! one as the target runs it.
 
 use std::time::{Duration, Instant};
 
@@ -623,6 +626,54 @@ fn fuzz_child() {
         worst.rss_growth_bytes >> 20
     );
     assert!(peak < PEAK_LIMIT_MIB, "peak RSS {peak} MiB");
+}
+
+/// The scripts of cases `cases` (numbered as a failure reports them: the corpus first, then
+/// the generator's output, which depends only on the seed), without running anything.
+fn scripts_of_cases(seed: u64, cases: std::ops::Range<usize>) -> Vec<(usize, String)> {
+    let mut out: Vec<(usize, String)> = CORPUS
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| cases.contains(i))
+        .map(|(i, s)| (i, (*s).to_string()))
+        .collect();
+    let mut g = Gen {
+        rng: Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1),
+        depth: 0,
+    };
+    for case in CORPUS.len()..cases.end {
+        let script = g.script();
+        if cases.contains(&case) {
+            out.push((case, script));
+        }
+    }
+    out
+}
+
+/// `SHELLBOX_FUZZ_PRINT=CASE` (or `FROM..TO`, end excluded; with `SHELLBOX_FUZZ_SEED`)
+/// prints those cases' scripts to stdout without running them, one JSON line each
+/// (`{"case":n,"script":"..."}`), to replay one (`examples/fuzz_replay.rs`) or minimise it.
+/// A case number counts the corpus first, as a failure reports it: a failure from a run
+/// with a different `CORPUS` length is case `n - old_len + CORPUS.len()` now.
+#[test]
+fn fuzz_print_cases() {
+    let Some(spec) = std::env::var("SHELLBOX_FUZZ_PRINT").ok() else {
+        return;
+    };
+    let range = match spec.split_once("..") {
+        Some((a, b)) => a.parse().ok().zip(b.parse().ok()).map(|(a, b)| a..b),
+        None => spec.parse::<usize>().ok().map(|a| a..a + 1),
+    };
+    let Some(range) = range else {
+        panic!("SHELLBOX_FUZZ_PRINT={spec}: want CASE or FROM..TO");
+    };
+    let seed: u64 = std::env::var("SHELLBOX_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    for (case, script) in scripts_of_cases(seed, range) {
+        println!("{}", serde_json::json!({ "case": case, "script": script }));
+    }
 }
 
 /// Runs [`fuzz_child`] in a child process (this test binary again) under `RLIMIT_AS`.
