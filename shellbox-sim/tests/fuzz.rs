@@ -468,6 +468,13 @@ const CORPUS: &[&str] = &[
     "x=$(yes 'echo a' | head -c 4000000); eval \"$x\"",
     // tr ticked once per MiB, and a tick looks at the clock every 64th time
     "head -c 30000000 /dev/zero | tr '\\0' '\\n' > f; . ./f",
+    // the same pattern in the programs: a program text or pattern list of megabytes read in
+    // one step (sed -f 0.26-0.34 s, awk -f 1.8-2 s, grep -f 150-214 ms of CPU past the
+    // deadline), and xargs's million words freed in one step (47-165 ms)
+    "seq 300000 > f; while :; do sed -f f < /dev/null; done",
+    "seq 300000 > f; while :; do awk -f f < /dev/null; done",
+    "seq 30000 > g; seq 10 > f; grep -f g f",
+    "seq 300000 > f; while :; do xargs echo < f > /dev/null; done",
 ];
 
 /// This process's CPU time (user and system, every thread).

@@ -8,6 +8,7 @@
 
 use super::opts::{Arg, Parser};
 use super::Ctx;
+use crate::mem::PacedVec;
 use crate::shell::R;
 
 /// xargs's usage status.
@@ -46,8 +47,8 @@ fn words(
     eof: Option<&str>,
     mut check: impl FnMut() -> R<()>,
 ) -> R<Result<Vec<Vec<String>>, String>> {
-    // words grouped by input line (for -L)
-    let mut lines = Vec::new();
+    // words grouped by input line (for -L); buried, not freed, should the deadline pass
+    let mut lines: PacedVec<Vec<String>> = PacedVec::new(Vec::new());
     let mut cur_line: Vec<String> = Vec::new();
     let mut w = Vec::new();
     let mut in_word = false;
@@ -87,7 +88,7 @@ fn words(
                         if !cur_line.is_empty() {
                             lines.push(cur_line);
                         }
-                        return Ok(Ok(lines));
+                        return Ok(Ok(std::mem::take(&mut *lines)));
                     }
                     cur_line.push(s);
                     w.clear();
@@ -116,7 +117,7 @@ fn words(
     if !cur_line.is_empty() {
         lines.push(cur_line);
     }
-    Ok(Ok(lines))
+    Ok(Ok(std::mem::take(&mut *lines)))
 }
 
 fn parse_count(cx: &mut Ctx<'_, '_>, opt: char, v: &str) -> Option<usize> {
@@ -273,25 +274,29 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         }
     };
     drop(data);
-    // the words are moved into the groups, not copied
-    let mut batches: Vec<Vec<String>> = Vec::new();
+    // the words are moved into the groups, not copied; what is left when the deadline
+    // passes is buried with them
+    let mut lines = PacedVec::new(lines);
+    // buried, not freed, should the deadline pass (a million words take tens of ms)
+    let mut batches: PacedVec<Vec<String>> = PacedVec::new(Vec::new());
     if replace.is_some() {
-        batches = lines;
+        *batches = std::mem::take(&mut *lines);
     } else if let Some(l) = max_lines {
-        let mut lines = lines.into_iter();
-        loop {
+        let mut next = 0;
+        while next < lines.len() {
             if batches.len() % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
                 cx.check_time()?;
             }
-            // no line is empty: an empty group is the end of the input
-            let b: Vec<String> = lines.by_ref().take(l).flatten().collect();
-            if b.is_empty() {
-                break;
-            }
+            let end = next.saturating_add(l).min(lines.len());
+            let b: Vec<String> = lines[next..end]
+                .iter_mut()
+                .flat_map(std::mem::take)
+                .collect();
+            next = end;
             batches.push(b);
         }
     } else {
-        let mut all = lines.into_iter().flatten();
+        let mut all = lines.iter_mut().flat_map(std::mem::take);
         match max_args {
             Some(n) => loop {
                 if batches.len() % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
@@ -304,9 +309,17 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
                 batches.push(b);
             },
             None => {
-                let all: Vec<String> = all.collect();
-                if !all.is_empty() {
-                    batches.push(all);
+                drop(all);
+                // one command line of every word, moved line by line
+                let mut one = Vec::new();
+                for k in 0..lines.len() {
+                    if k % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
+                        cx.check_time()?;
+                    }
+                    one.append(&mut lines[k]);
+                }
+                if !one.is_empty() {
+                    batches.push(one);
                 }
             }
         }
@@ -315,11 +328,18 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         batches.push(Vec::new());
     }
     let mut status = 0;
-    for b in batches {
+    for k in 0..batches.len() {
         cx.tick()?;
+        let b = std::mem::take(&mut batches[k]);
         let argv: Vec<String> = match &replace {
             Some(r) => cmd.iter().map(|c| c.replace(r.as_str(), &b[0])).collect(),
-            None => cmd.iter().cloned().chain(b).collect(),
+            None => {
+                // the words are moved in one copy of their handles
+                let mut argv = Vec::with_capacity(cmd.len() + b.len());
+                argv.extend(cmd.iter().cloned());
+                argv.extend(b);
+                argv
+            }
         };
         if verbose {
             cx.err_line(&argv.join(" "));
