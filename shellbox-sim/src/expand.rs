@@ -843,7 +843,14 @@ impl Interp<'_> {
             let Some(fields) = split_fields(fields, &ifs) else {
                 return Err(self.interrupted());
             };
-            for f in fields {
+            // a command substitution splits into a million fields: look at the clock, and
+            // bury (not free) what is left when the command must stop
+            let mut fields = fields.into_iter().enumerate();
+            while let Some((n, f)) = fields.next() {
+                if n % 4096 == 4095 && crate::shell::stop_due() {
+                    crate::mem::bury((f, fields, std::mem::take(&mut out)));
+                    return Err(self.interrupted());
+                }
                 // most fields hold no pattern character: skip building the pattern
                 let b = f.s.as_bytes();
                 let maybe_glob = b.contains(&b'*')
@@ -1762,6 +1769,12 @@ impl Interp<'_> {
                     }
                 } else {
                     for (i, it) in items.iter().enumerate() {
+                        // "$@" of a million parameters: look at the clock, and bury (not
+                        // free) the items when the command must stop
+                        if i % 4096 == 4095 && crate::shell::stop_due() {
+                            crate::mem::bury(items);
+                            return Err(self.interrupted());
+                        }
                         if i > 0 {
                             fb.brk();
                             if in_dq {

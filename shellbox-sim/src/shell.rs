@@ -742,6 +742,9 @@ pub fn lossy_paced(data: &[u8], max_bytes: usize) -> Option<String> {
 /// Bytes a long copy or scan handles between two looks at the clock.
 pub const CHUNK_BYTES: usize = 1 << 20;
 
+/// How many elements an array assignment stores between two looks at the clock.
+pub const ITEMS_PER_CHECK: usize = 4096;
+
 /// How many PATH directories [`Interp::find_program`] tries between two looks at the clock
 /// (each is a path resolution in the virtual filesystem, well under a microsecond).
 pub const PATH_DIRS_PER_CHECK: usize = 64;
@@ -2991,7 +2994,15 @@ impl<'a> Interp<'a> {
                     } else {
                         AssocMap::new()
                     };
-                    for (k, v) in items {
+                    let mut rest = items.into_iter().enumerate();
+                    while let Some((j, (k, v))) = rest.next() {
+                        // a million elements: past the deadline the array is left short
+                        // (the rest buried, not freed), and the next tick ends the command
+                        if j % ITEMS_PER_CHECK == ITEMS_PER_CHECK - 1 && self.check_time().is_err()
+                        {
+                            crate::mem::bury((k, v, rest));
+                            break;
+                        }
                         m.insert(k.unwrap_or_default(), v);
                     }
                     sh.vars.get_mut(n).unwrap().value = Value::Assoc(m);
@@ -3015,7 +3026,15 @@ impl<'a> Interp<'a> {
                         .next_back()
                         .map(|k| k.saturating_add(1))
                         .unwrap_or(0);
-                    for (k, v) in items {
+                    let mut rest = items.into_iter().enumerate();
+                    while let Some((j, (k, v))) = rest.next() {
+                        // a million elements: past the deadline the array is left short
+                        // (the rest buried, not freed), and the next tick ends the command
+                        if j % ITEMS_PER_CHECK == ITEMS_PER_CHECK - 1 && self.check_time().is_err()
+                        {
+                            crate::mem::bury((k, v, rest));
+                            break;
+                        }
                         let idx = match k {
                             Some(k) => match self.eval_arith_str(sh, &k) {
                                 Ok(Ok(i)) => i,
