@@ -4,12 +4,15 @@
 //!
 //! `cargo run --release -p shellbox-sim --example fuzz_replay -- FILE [RUNS]` prints, for
 //! each run, the CPU time spent after the deadline, the wall time and how the run ended.
+//! `SHELLBOX_REPLAY_TIMEOUT_MS` sets another timeout (a script that builds big inputs
+//! before its loop needs longer than 200 ms to reach it).
 
 use std::time::{Duration, Instant};
 
 use shellbox_core::{Command, MachineSpec};
 use shellbox_sim::{SimMachineFactory, SimOptions};
 
+/// The fuzz target's timeout.
 const TIMEOUT: Duration = Duration::from_millis(200);
 
 /// This process's CPU time (user and system, every thread).
@@ -27,6 +30,10 @@ fn main() {
     let file = args.next().expect("usage: fuzz_replay FILE [RUNS]");
     let runs: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(1);
     let script = std::fs::read_to_string(&file).expect("read the script");
+    let timeout = std::env::var("SHELLBOX_REPLAY_TIMEOUT_MS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(TIMEOUT, Duration::from_millis);
     let f = SimMachineFactory::with_options(SimOptions {
         memory_bytes: Some(64 << 20),
         output_bytes: 16 << 20,
@@ -35,12 +42,12 @@ fn main() {
     for _ in 0..runs {
         let m = f.create_sim(MachineSpec::sim()).unwrap();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let watcher = std::thread::spawn(move || match done_rx.recv_timeout(TIMEOUT) {
+        let watcher = std::thread::spawn(move || match done_rx.recv_timeout(timeout) {
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Some(cpu_time()),
             _ => None,
         });
         let started = Instant::now();
-        let r = m.run_sync(Command::shell(script.as_str()).timeout(TIMEOUT));
+        let r = m.run_sync(Command::shell(script.as_str()).timeout(timeout));
         let took = started.elapsed();
         let cpu_end = cpu_time();
         let _ = done_tx.send(());

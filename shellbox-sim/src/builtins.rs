@@ -237,7 +237,7 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             let path = if f.contains('/') {
                 Some(f.clone())
             } else {
-                it.find_program(sh, f).or_else(|| Some(f.clone()))
+                it.find_program(sh, f)?.or_else(|| Some(f.clone()))
             };
             let data = match it.read_file(sh, path.as_deref().unwrap_or(f)) {
                 Ok(d) => d,
@@ -249,7 +249,9 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
                     }
                 },
             };
-            let text = String::from_utf8_lossy(&data).into_owned();
+            // decoded in pieces within the budget, looking at the clock
+            let text = it.decode_output(&data)?;
+            drop(data);
             let saved = if args.len() > 1 {
                 Some(std::mem::replace(
                     &mut sh.pos,
@@ -299,7 +301,7 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             if v || vv {
                 let mut st = 0;
                 for n in rest {
-                    match describe(it, sh, n) {
+                    match describe(it, sh, n)? {
                         Some((kind, text)) => {
                             let line = if vv {
                                 describe_long(n, &kind, &text)
@@ -359,7 +361,7 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             for n in names {
                 // one PATH walk per name: `type {1..65536}` must still end at its deadline
                 it.tick()?;
-                match describe(it, sh, &n) {
+                match describe(it, sh, &n)? {
                     Some((kind, text)) => {
                         let line = if t {
                             kind.clone()
@@ -392,7 +394,7 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             let mut st = 0;
             for a in args.iter().filter(|a| !a.starts_with('-')) {
                 it.tick()?;
-                if !a.contains('/') && it.find_program(sh, a).is_none() {
+                if !a.contains('/') && it.find_program(sh, a)?.is_none() {
                     it.err(sh, &format!("bash: line 1: hash: {a}: not found"));
                     st = 1;
                 }
@@ -649,19 +651,21 @@ fn cd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
 }
 
 /// What a name is: (`type -t` kind, detail).
-pub fn describe(it: &mut Interp<'_>, sh: &Shell, n: &str) -> Option<(String, String)> {
+/// Errors: the timeout or cancellation, looked at while PATH is searched.
+pub fn describe(it: &mut Interp<'_>, sh: &Shell, n: &str) -> R<Option<(String, String)>> {
     if crate::shell::is_keyword(n) {
-        return Some(("keyword".into(), String::new()));
+        return Ok(Some(("keyword".into(), String::new())));
     }
     if let Some(f) = sh.funcs.get(n) {
-        return Some(("function".into(), format!("{n} () \n{}", f.0)));
+        return Ok(Some(("function".into(), format!("{n} () \n{}", f.0))));
     }
     if is_builtin(n) {
-        return Some(("builtin".into(), String::new()));
+        return Ok(Some(("builtin".into(), String::new())));
     }
-    it.find_program(sh, n)
+    Ok(it
+        .find_program(sh, n)?
         .filter(|p| it.w.vfs.resolve(&sh.cwd, p, true).is_ok())
-        .map(|p| ("file".into(), p))
+        .map(|p| ("file".into(), p)))
 }
 
 fn describe_long(n: &str, kind: &str, text: &str) -> String {
@@ -1397,7 +1401,8 @@ fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             }
         }
     }
-    let text = String::from_utf8_lossy(&line).into_owned();
+    let text = it.decode_output(&line)?;
+    drop(line);
     // backslash processing
     let (text, escaped): (String, Vec<bool>) = if raw {
         let n = text.chars().count();
@@ -1422,7 +1427,9 @@ fn read_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         }
         (out, esc)
     };
-    let ifs = sh.ifs();
+    let Some(ifs) = sh.ifs_chars() else {
+        return Err(it.interrupted());
+    };
     let mut chars: Vec<char> = Vec::with_capacity(text.len());
     for c in text.chars() {
         if pace.due(1) {
@@ -1592,6 +1599,10 @@ fn mapfile(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             break;
         };
         seen += 1;
+        // a file of millions of lines: look at the clock
+        if seen.is_multiple_of(1024) {
+            it.check_time()?;
+        }
         if seen <= skip {
             continue;
         }
@@ -1675,7 +1686,7 @@ fn trap(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         };
         match &action {
             Some(a) => {
-                sh.traps.insert(name, a.clone());
+                sh.traps.insert(name, a.as_str().into());
             }
             None => {
                 sh.traps.remove(&name);

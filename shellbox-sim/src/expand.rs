@@ -7,7 +7,7 @@ use brush_parser::word::{
     WordPieceWithSource,
 };
 
-use crate::shell::{get_elem, Ctl, Interp, Shell, Value, CHUNK_BYTES, R};
+use crate::shell::{get_elem, Ctl, IfsChars, Interp, Pacer, Shell, Value, CHUNK_BYTES, R};
 
 thread_local! {
     static WORD_CACHE: std::cell::RefCell<std::collections::HashMap<String, std::rc::Rc<Vec<WordPieceWithSource>>>> =
@@ -560,7 +560,7 @@ fn push_flags(f: &mut Vec<u8>, flag: u8, n: usize) {
 
 /// Splits fields on IFS where they came from unquoted expansions; `None` when the
 /// command's deadline passed while splitting (checked once per [`CHUNK_BYTES`]).
-fn split_fields(fields: Vec<Field>, ifs: &str) -> Option<Vec<Field>> {
+fn split_fields(fields: Vec<Field>, ifs: &IfsChars) -> Option<Vec<Field>> {
     let mut out = Vec::new();
     let mut scanned = 0usize;
     for f in fields {
@@ -598,7 +598,7 @@ fn split_fields(fields: Vec<Field>, ifs: &str) -> Option<Vec<Field>> {
             let ch_len = utf8_len(bytes[i]);
             let flag = f.f[i];
             let c = &f.s[i..i + ch_len];
-            if flag == EXP && ifs.contains(c) {
+            if flag == EXP && c.chars().next().is_some_and(|c| ifs.contains(c)) {
                 flush(&mut cur, &mut run, i);
                 let ws = c == " " || c == "\t" || c == "\n";
                 if ws {
@@ -775,14 +775,25 @@ impl Interp<'_> {
         if let Some(name) = raw.strip_prefix('$') {
             if crate::builtins::valid_name(name) {
                 if let PV::S(v) = self.named_value(sh, name) {
-                    let ifs = sh.ifs();
-                    if !v.is_empty()
-                        && !v.chars().any(|c| {
-                            ifs.contains(c)
-                                || matches!(c, '*' | '?' | '[')
-                                || (c == '(' && sh.opts.extglob)
-                        })
-                    {
+                    let Some(ifs) = sh.ifs_chars() else {
+                        return Err(self.interrupted());
+                    };
+                    // scanned in pieces, looking at the clock: the value may be megabytes
+                    let mut pace = Pacer::default();
+                    let mut lone = !v.is_empty();
+                    for c in v.chars() {
+                        if pace.due(1) {
+                            return Err(self.interrupted());
+                        }
+                        if ifs.contains(c)
+                            || matches!(c, '*' | '?' | '[')
+                            || (c == '(' && sh.opts.extglob)
+                        {
+                            lone = false;
+                            break;
+                        }
+                    }
+                    if lone {
                         return Ok(Ok(vec![v]));
                     }
                 }
@@ -826,11 +837,20 @@ impl Interp<'_> {
             }
             let fields = self.expand_fields(sh, &w, false)?;
             out_bytes += fields.iter().map(|f| f.s.len() as u64).sum::<u64>();
-            let ifs = sh.ifs();
+            let Some(ifs) = sh.ifs_chars() else {
+                return Err(self.interrupted());
+            };
             let Some(fields) = split_fields(fields, &ifs) else {
                 return Err(self.interrupted());
             };
-            for f in fields {
+            // a command substitution splits into a million fields: look at the clock, and
+            // bury (not free) what is left when the command must stop
+            let mut fields = fields.into_iter().enumerate();
+            while let Some((n, f)) = fields.next() {
+                if n % 4096 == 4095 && crate::shell::stop_due() {
+                    crate::mem::bury((f, fields, std::mem::take(&mut out)));
+                    return Err(self.interrupted());
+                }
                 // most fields hold no pattern character: skip building the pattern
                 let b = f.s.as_bytes();
                 let maybe_glob = b.contains(&b'*')
@@ -1733,8 +1753,12 @@ impl Interp<'_> {
                     return Ok(true);
                 }
                 if in_dq && concat {
-                    let ifs = sh.ifs();
-                    let sep = ifs.chars().next().map(String::from).unwrap_or_default();
+                    let sep = sh
+                        .ifs()
+                        .chars()
+                        .next()
+                        .map(String::from)
+                        .unwrap_or_default();
                     // pushed item by item: the word's builder copies big text in
                     // pieces, looking between them whether the command must stop
                     for (i, item) in items.iter().enumerate() {
@@ -1745,6 +1769,12 @@ impl Interp<'_> {
                     }
                 } else {
                     for (i, it) in items.iter().enumerate() {
+                        // "$@" of a million parameters: look at the clock, and bury (not
+                        // free) the items when the command must stop
+                        if i % 4096 == 4095 && crate::shell::stop_due() {
+                            crate::mem::bury(items);
+                            return Err(self.interrupted());
+                        }
                         if i > 0 {
                             fb.brk();
                             if in_dq {

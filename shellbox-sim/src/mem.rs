@@ -62,6 +62,53 @@ pub fn bury<T: 'static>(value: T) {
     }
 }
 
+/// A vector a program builds (a million strings, a thousand compiled regexes) whose
+/// freeing is paced: freeing a million strings takes tens of milliseconds, enough to run
+/// past a deadline in one step. When dropped, it frees its elements [`FREE_PER_CHECK`] at
+/// a time, looking at [`crate::shell::stop_due`] between pieces, and buries ([`bury`])
+/// what is left once the command must stop (all of it when the running command's own
+/// timeout already fired, [`crate::shell::ending`]).
+pub struct PacedVec<E: 'static>(Vec<E>);
+
+/// How many elements [`PacedVec`] frees between two looks at the clock.
+pub const FREE_PER_CHECK: usize = 16 * 1024;
+
+impl<E: 'static> PacedVec<E> {
+    /// Holds `v`.
+    pub fn new(v: Vec<E>) -> Self {
+        PacedVec(v)
+    }
+}
+
+impl<E: 'static> std::ops::Deref for PacedVec<E> {
+    type Target = Vec<E>;
+    fn deref(&self) -> &Vec<E> {
+        &self.0
+    }
+}
+
+impl<E: 'static> std::ops::DerefMut for PacedVec<E> {
+    fn deref_mut(&mut self) -> &mut Vec<E> {
+        &mut self.0
+    }
+}
+
+impl<E: 'static> Drop for PacedVec<E> {
+    fn drop(&mut self) {
+        if !std::mem::needs_drop::<E>() {
+            return;
+        }
+        let v = &mut self.0;
+        while v.len() > FREE_PER_CHECK {
+            if crate::shell::ending() || crate::shell::stop_due() {
+                bury(std::mem::take(v));
+                return;
+            }
+            v.truncate(v.len() - FREE_PER_CHECK);
+        }
+    }
+}
+
 /// Drops everything [`bury`] kept on this thread.
 pub fn reap() {
     let dead = GRAVE

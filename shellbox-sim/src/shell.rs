@@ -234,11 +234,64 @@ impl Var {
         }
     }
     pub fn as_str(&self) -> String {
+        self.str_ref().to_string()
+    }
+
+    /// The value as [`Var::as_str`] gives it, borrowed: no copy of a big value.
+    pub fn str_ref(&self) -> &str {
         match &self.value {
-            Value::Str(s) => s.to_string(),
-            Value::Arr(m) => m.get(&0).map(|s| s.to_string()).unwrap_or_default(),
-            Value::Assoc(m) => m.get("0").map(String::from).unwrap_or_default(),
+            Value::Str(s) => s.as_str(),
+            Value::Arr(m) => m.get(&0).map_or("", |s| s.as_str()),
+            Value::Assoc(m) => m.get("0").unwrap_or(""),
         }
+    }
+}
+
+/// The characters of `$IFS` as a set. Word splitting and `read` ask about every character
+/// of their text; a long IFS (it is an ordinary variable, and can be grown to megabytes)
+/// holds few distinct characters, so each question is answered in O(1) instead of a scan
+/// of the whole value.
+pub struct IfsChars {
+    ascii: [bool; 128],
+    other: std::collections::HashSet<char>,
+    empty: bool,
+}
+
+impl IfsChars {
+    /// The set of `ifs`'s characters; `None` when the command must stop ([`stop_due`],
+    /// looked at once per [`CHUNK_BYTES`] characters).
+    pub fn new(ifs: &str) -> Option<IfsChars> {
+        let mut set = IfsChars {
+            ascii: [false; 128],
+            other: std::collections::HashSet::new(),
+            empty: ifs.is_empty(),
+        };
+        let mut pace = Pacer::default();
+        for c in ifs.chars() {
+            if pace.due(1) {
+                return None;
+            }
+            match usize::try_from(u32::from(c)) {
+                Ok(i) if i < 128 => set.ascii[i] = true,
+                _ => {
+                    set.other.insert(c);
+                }
+            }
+        }
+        Some(set)
+    }
+
+    /// Whether `c` is one of IFS's characters.
+    pub fn contains(&self, c: char) -> bool {
+        match usize::try_from(u32::from(c)) {
+            Ok(i) if i < 128 => self.ascii[i],
+            _ => self.other.contains(&c),
+        }
+    }
+
+    /// Whether IFS is empty (no splitting at all).
+    pub fn is_empty(&self) -> bool {
+        self.empty
     }
 }
 
@@ -285,7 +338,9 @@ pub struct Shell {
     pub opts: Opts,
     pub cwd: String,
     pub dirstack: Vec<String>,
-    pub traps: HashMap<String, String>,
+    /// The traps by signal name: a persistent map of shared texts, so a subshell's copy (and
+    /// a program's) is O(1) however long a trap's text is.
+    pub traps: imbl::HashMap<String, Rc<str>>,
     pub fds: Vec<Option<Fd>>,
     pub locals: Vec<Vec<(String, Option<Var>)>>,
     pub status: i32,
@@ -352,7 +407,7 @@ impl Shell {
             opts: Opts::default(),
             cwd,
             dirstack: Vec::new(),
-            traps: HashMap::new(),
+            traps: imbl::HashMap::new(),
             fds: Vec::new(),
             locals: Vec::new(),
             status: 0,
@@ -403,10 +458,15 @@ impl Shell {
     }
 
     pub fn get(&self, name: &str) -> Option<String> {
+        self.get_str(name).map(String::from)
+    }
+
+    /// [`Shell::get`] borrowed: no copy of a big value (PATH or IFS grown to megabytes).
+    pub fn get_str(&self, name: &str) -> Option<&str> {
         if let Some(t) = self.resolve(name) {
-            return self.vars.get(&t).map(|v| v.as_str());
+            return self.vars.get(&t).map(|v| v.str_ref());
         }
-        self.vars.get(name).map(|v| v.as_str())
+        self.vars.get(name).map(|v| v.str_ref())
     }
 
     pub fn getv(&self, name: &str) -> String {
@@ -477,8 +537,15 @@ impl Shell {
             .collect()
     }
 
-    pub fn ifs(&self) -> String {
-        self.get("IFS").unwrap_or_else(|| " \t\n".into())
+    /// `$IFS` (space, tab and newline when unset), borrowed.
+    pub fn ifs(&self) -> &str {
+        self.get_str("IFS").unwrap_or(" \t\n")
+    }
+
+    /// The set of `$IFS`'s characters ([`IfsChars::new`]); `None` when the command must
+    /// stop.
+    pub fn ifs_chars(&self) -> Option<IfsChars> {
+        IfsChars::new(self.ifs())
     }
 
     /// A subshell copy: same everything, traps reset.
@@ -675,6 +742,13 @@ pub fn lossy_paced(data: &[u8], max_bytes: usize) -> Option<String> {
 /// Bytes a long copy or scan handles between two looks at the clock.
 pub const CHUNK_BYTES: usize = 1 << 20;
 
+/// How many elements an array assignment stores between two looks at the clock.
+pub const ITEMS_PER_CHECK: usize = 4096;
+
+/// How many PATH directories [`Interp::find_program`] tries between two looks at the clock
+/// (each is a path resolution in the virtual filesystem, well under a microsecond).
+pub const PATH_DIRS_PER_CHECK: usize = 64;
+
 impl World {
     pub fn sync_time(&mut self) {
         self.vfs.now = self.epoch + (self.clock_ns / 1_000_000_000) as i64;
@@ -729,7 +803,7 @@ pub fn is_keyword(s: &str) -> bool {
 }
 
 thread_local! {
-    static PARSE_CACHE: RefCell<HashMap<String, Result<Arc<ast::Program>, String>>> = RefCell::new(HashMap::new());
+    static PARSE_CACHE: RefCell<HashMap<String, Result<Arc<ast::Program>, ParseFail>>> = RefCell::new(HashMap::new());
 }
 
 /// The deepest bracket nesting the simulator parses; brush-parser recurses once per level,
@@ -808,45 +882,207 @@ fn space_arith_for_semicolons(script: &str) -> String {
     out
 }
 
-pub fn parse_program(script: &str) -> Result<Arc<ast::Program>, String> {
-    if let Some(hit) = PARSE_CACHE.with(|c| c.borrow().get(script).cloned()) {
-        return hit;
+/// Why a script text did not parse.
+#[derive(Debug, Clone)]
+pub enum ParseFail {
+    /// The text ends inside a command (an open quote, here-document, substitution or
+    /// compound command): more text could complete it. The message is bash's syntax error
+    /// should no more text come.
+    Incomplete(String),
+    /// A syntax error: bash's message, and the (1-based) line of the text it is on when
+    /// the parser tells.
+    Syntax(String, Option<usize>),
+    /// The command must stop ([`stop_due`], looked at while the text was read).
+    Stopped,
+}
+
+impl ParseFail {
+    /// The syntax error to print; `None` for [`ParseFail::Stopped`].
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            ParseFail::Incomplete(m) | ParseFail::Syntax(m, _) => Some(m),
+            ParseFail::Stopped => None,
+        }
     }
+}
+
+/// How many bytes of a script text brush-parser's tokenizer reads between two looks at
+/// [`stop_due`] (it reads at a few hundred nanoseconds a byte).
+pub const PARSE_BYTES_PER_CHECK: usize = 16 * 1024;
+
+/// A script text as the parser reads it, looking at [`stop_due`] every
+/// [`PARSE_BYTES_PER_CHECK`] bytes: brush-parser tokenizes its whole input before it parses,
+/// and this is what lets a deadline end the reading of a big text. Once the command must
+/// stop it fails the read (the parse then fails) and records why.
+struct StopReader<'a> {
+    rest: &'a [u8],
+    since_check: usize,
+    stopped: bool,
+}
+
+impl std::io::Read for StopReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let avail = std::io::BufRead::fill_buf(self)?;
+        let n = avail.len().min(buf.len());
+        buf[..n].copy_from_slice(&avail[..n]);
+        std::io::BufRead::consume(self, n);
+        Ok(n)
+    }
+}
+
+impl std::io::BufRead for StopReader<'_> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        if self.since_check >= PARSE_BYTES_PER_CHECK {
+            self.since_check = 0;
+            if stop_due() {
+                self.stopped = true;
+            }
+        }
+        if self.stopped {
+            return Err(std::io::Error::other("the command must stop"));
+        }
+        // never more than up to the next look at the clock
+        let n = self
+            .rest
+            .len()
+            .min(PARSE_BYTES_PER_CHECK - self.since_check);
+        Ok(&self.rest[..n])
+    }
+
+    fn consume(&mut self, n: usize) {
+        let n = n.min(self.rest.len());
+        self.rest = &self.rest[n..];
+        self.since_check += n;
+    }
+}
+
+/// Whether brush-parser's error says the text ended inside a command (see
+/// [`ParseFail::Incomplete`]).
+fn ends_inside_a_command(e: &brush_parser::ParseError) -> bool {
+    use brush_parser::{ParseError as P, TokenizerError as T};
+    match e {
+        P::ParsingAtEndOfInput => true,
+        P::Tokenizing { inner, .. } => matches!(
+            inner,
+            T::UnterminatedEscapeSequence
+                | T::UnterminatedSingleQuote(_)
+                | T::UnterminatedAnsiCQuote(_)
+                | T::UnterminatedDoubleQuote(_)
+                | T::UnterminatedBackquote(_)
+                | T::UnterminatedExtendedGlob(_)
+                | T::UnterminatedVariable
+                | T::UnterminatedCommandSubstitution
+                | T::UnterminatedExpansion
+                | T::UnterminatedHereDocuments(..)
+        ),
+        P::ParsingNear(_) => false,
+    }
+}
+
+/// Parses `script` (not cached), its reading paced by [`StopReader`].
+fn parse_uncached(script: &str) -> Result<Arc<ast::Program>, ParseFail> {
     if !nesting_ok(script) {
-        return Err(format!(
-            "syntax error: nesting deeper than {MAX_NESTING} levels is not supported"
+        return Err(ParseFail::Syntax(
+            format!("syntax error: nesting deeper than {MAX_NESTING} levels is not supported"),
+            None,
         ));
     }
     let opts = brush_parser::ParserOptions::default();
     let parse = |text: &str| {
-        with_parser_stack(|| {
-            let mut p = brush_parser::Parser::new(std::io::Cursor::new(text.as_bytes()), &opts);
-            p.parse_program().map(Arc::new)
-        })
-        .map_err(|e| format!("syntax error: {e}"))
+        let mut reader = StopReader {
+            rest: text.as_bytes(),
+            since_check: 0,
+            stopped: false,
+        };
+        let mut incomplete = false;
+        let mut line = None;
+        let r = with_parser_stack(|| {
+            let mut p = brush_parser::Parser::new(&mut reader, &opts);
+            p.parse_program().map(Arc::new).inspect_err(|e| {
+                incomplete = ends_inside_a_command(e);
+                line = match e {
+                    brush_parser::ParseError::ParsingNear(at) => Some(at.line),
+                    brush_parser::ParseError::Tokenizing { position, .. } => {
+                        position.as_ref().map(|at| at.line)
+                    }
+                    brush_parser::ParseError::ParsingAtEndOfInput => None,
+                };
+            })
+        });
+        match r {
+            Ok(p) => Ok(p),
+            Err(_) if reader.stopped => Err(ParseFail::Stopped),
+            Err(e) if incomplete => Err(ParseFail::Incomplete(format!("syntax error: {e}"))),
+            Err(e) => Err(ParseFail::Syntax(format!("syntax error: {e}"), line)),
+        }
     };
     let mut r = parse(script);
-    if r.is_err() && script.contains("((") {
+    if matches!(r, Err(ParseFail::Incomplete(_) | ParseFail::Syntax(..))) && script.contains("((") {
         // brush-parser reads the `;;` of `for ((;;))` as a case terminator
         let fixed = space_arith_for_semicolons(script);
         if fixed != script {
-            if let Ok(p) = parse(&fixed) {
-                r = Ok(p);
+            match parse(&fixed) {
+                Ok(p) => r = Ok(p),
+                Err(ParseFail::Stopped) => r = Err(ParseFail::Stopped),
+                Err(_) => {}
             }
         }
     }
-    // cache small scripts only, so the cache stays small (at most ~512 x 64 KiB of text)
-    PARSE_CACHE.with(|c| {
-        if script.len() > 64 * 1024 {
-            return;
-        }
-        let mut c = c.borrow_mut();
-        if c.len() > 512 {
-            c.clear();
-        }
-        c.insert(script.to_string(), r.clone());
-    });
     r
+}
+
+/// Parses `script`; a text of at most 64 KiB is parsed once per thread and remembered.
+pub fn parse_program(script: &str) -> Result<Arc<ast::Program>, ParseFail> {
+    let small = script.len() <= 64 * 1024;
+    if small {
+        if let Some(hit) = PARSE_CACHE.with(|c| c.borrow().get(script).cloned()) {
+            return hit;
+        }
+    }
+    let r = parse_uncached(script);
+    // cache small scripts only, so the cache stays small (at most ~512 x 64 KiB of text);
+    // a parse cut short by the deadline is no answer
+    if small && !matches!(r, Err(ParseFail::Stopped)) {
+        PARSE_CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.len() > 512 {
+                c.clear();
+            }
+            c.insert(script.to_string(), r.clone());
+        });
+    }
+    r
+}
+
+/// Scripts longer than this are parsed and run a piece of about this size at a time (see
+/// [`Interp::run_script`]).
+pub const SCRIPT_PIECE_BYTES: usize = 16 * 1024;
+
+/// Where a piece of `script` that starts at `start` and holds at least `want` bytes ends:
+/// after the first newline from there that does not continue its line (a newline after an
+/// odd number of backslashes does), or at the end of the script.
+pub fn piece_end(script: &str, start: usize, want: usize) -> usize {
+    let bytes = script.as_bytes();
+    let mut from = start.saturating_add(want.max(1)) - 1;
+    while from < bytes.len() {
+        let Some(i) = bytes[from..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map(|i| from + i)
+        else {
+            break;
+        };
+        let backslashes = bytes[start..i]
+            .iter()
+            .rev()
+            .take_while(|&&b| b == b'\\')
+            .count();
+        if backslashes % 2 == 0 {
+            return i + 1;
+        }
+        from = i + 1;
+    }
+    bytes.len()
 }
 
 impl<'a> Interp<'a> {
@@ -1421,29 +1657,86 @@ impl<'a> Interp<'a> {
         Ok(st)
     }
 
-    /// Runs a script text in `sh` (eval, source, -c).
+    /// Runs a script text in `sh` (eval, source, -c, a script file). A script longer than
+    /// [`SCRIPT_PIECE_BYTES`] is parsed and run a piece of complete commands at a time, as
+    /// bash reads and runs one command at a time, looking at the clock between pieces: a
+    /// piece ends at a newline ([`piece_end`]), and one that ends inside a command grows to
+    /// twice its size until it parses (parsing a megabyte of script takes brush-parser the
+    /// better part of a second, so a whole big script is never one step).
     pub fn run_script(&mut self, sh: &mut Shell, script: &str) -> R<i32> {
-        match parse_program(script) {
-            Ok(p) => self.run_program(sh, &p),
-            Err(e) => {
-                // bash reads and runs complete commands one at a time: what precedes the
-                // bad line still runs
-                let lines: Vec<&str> = script.split_inclusive('\n').collect();
-                if lines.len() > 1 && lines.len() <= 400 {
-                    for k in (1..lines.len()).rev() {
-                        let prefix: String = lines[..k].concat();
-                        if let Ok(p) = parse_program(&prefix) {
-                            self.run_program(sh, &p)?;
-                            break;
-                        }
+        if script.len() <= SCRIPT_PIECE_BYTES {
+            return match parse_program(script) {
+                Ok(p) => self.run_program(sh, &p),
+                Err(e) => self.syntax_error(sh, script, e),
+            };
+        }
+        let mut st = 0;
+        let mut start = 0;
+        while start < script.len() {
+            self.check_time()?;
+            let mut want = SCRIPT_PIECE_BYTES;
+            let (end, prog) = loop {
+                let end = piece_end(script, start, want);
+                match parse_program(&script[start..end]) {
+                    Ok(p) => break (end, p),
+                    Err(ParseFail::Incomplete(_)) if end < script.len() => {
+                        want = want.saturating_mul(2);
+                        self.check_time()?;
                     }
+                    Err(e) => return self.syntax_error(sh, &script[start..end], e),
                 }
-                self.record(&format!("syntax: {e}"));
-                self.err(sh, &format!("bash: {e}"));
-                sh.status = 2;
-                Ok(2)
+            };
+            // a piece of comments and blank lines leaves the status as it is
+            if !prog.complete_commands.is_empty() {
+                st = self.run_program(sh, &prog)?;
+            }
+            start = end;
+        }
+        Ok(st)
+    }
+
+    /// A script (or the piece of one) that does not parse: bash reads and runs complete
+    /// commands one at a time, so the longest run of whole lines before the bad one that
+    /// parses still runs, then the syntax error is printed; status 2. The run is looked
+    /// for among all runs in a script of at most 400 lines, else among the 400 longest
+    /// that end before the error's line (none when the parser does not tell the line).
+    /// Errors: the timeout, also when `e` is [`ParseFail::Stopped`].
+    fn syntax_error(&mut self, sh: &mut Shell, script: &str, e: ParseFail) -> R<i32> {
+        let at = match &e {
+            ParseFail::Syntax(_, line) => *line,
+            _ => None,
+        };
+        let Some(e) = e.message() else {
+            return Err(self.interrupted());
+        };
+        let lines: Vec<&str> = script.split_inclusive('\n').collect();
+        // the runs to try: lines[..k] for k in `longest` down to `shortest`
+        let (longest, shortest) = match at {
+            _ if lines.len() <= 400 => (lines.len().saturating_sub(1), 1),
+            Some(l) => {
+                let longest = l.saturating_sub(1).min(lines.len().saturating_sub(1));
+                (longest, longest.saturating_sub(399).max(1))
+            }
+            None => (0, 1),
+        };
+        if longest >= shortest {
+            for k in (shortest..=longest).rev() {
+                self.check_time()?;
+                let prefix: String = lines[..k].concat();
+                match parse_program(&prefix) {
+                    Ok(p) => {
+                        self.run_program(sh, &p)?;
+                        break;
+                    }
+                    Err(ParseFail::Stopped) => return Err(self.interrupted()),
+                    Err(_) => {}
+                }
             }
         }
+        self.record(&format!("syntax: {e}"));
+        self.err(sh, &format!("bash: {e}"));
+        sh.status = 2;
+        Ok(2)
     }
 
     pub fn exec_list(&mut self, sh: &mut Shell, list: &ast::CompoundList) -> R<i32> {
@@ -2283,7 +2576,8 @@ impl<'a> Interp<'a> {
     fn command_subst_inner(&mut self, sh: &mut Shell, script: &str) -> R<String> {
         let prog = match parse_program(script) {
             Ok(p) => p,
-            Err(e) => {
+            Err(ParseFail::Stopped) => return Err(self.interrupted()),
+            Err(ParseFail::Incomplete(e) | ParseFail::Syntax(e, _)) => {
                 self.record(&format!("syntax: {e}"));
                 self.err(sh, &format!("bash: {e}"));
                 sh.subst_status = Some(2);
@@ -2349,7 +2643,7 @@ impl<'a> Interp<'a> {
     /// tens of megabytes of binary output (which decode to about twice their size) end at
     /// the deadline or the budget instead of in one uncheckable step. Errors: the timeout
     /// or cancellation when one is due, else the memory budget ([`Interp::interrupted`]).
-    fn decode_output(&self, data: &[u8]) -> R<String> {
+    pub fn decode_output(&self, data: &[u8]) -> R<String> {
         let left = self
             .w
             .memory_limit
@@ -2700,7 +2994,15 @@ impl<'a> Interp<'a> {
                     } else {
                         AssocMap::new()
                     };
-                    for (k, v) in items {
+                    let mut rest = items.into_iter().enumerate();
+                    while let Some((j, (k, v))) = rest.next() {
+                        // a million elements: past the deadline the array is left short
+                        // (the rest buried, not freed), and the next tick ends the command
+                        if j % ITEMS_PER_CHECK == ITEMS_PER_CHECK - 1 && self.check_time().is_err()
+                        {
+                            crate::mem::bury((k, v, rest));
+                            break;
+                        }
                         m.insert(k.unwrap_or_default(), v);
                     }
                     sh.vars.get_mut(n).unwrap().value = Value::Assoc(m);
@@ -2724,7 +3026,15 @@ impl<'a> Interp<'a> {
                         .next_back()
                         .map(|k| k.saturating_add(1))
                         .unwrap_or(0);
-                    for (k, v) in items {
+                    let mut rest = items.into_iter().enumerate();
+                    while let Some((j, (k, v))) = rest.next() {
+                        // a million elements: past the deadline the array is left short
+                        // (the rest buried, not freed), and the next tick ends the command
+                        if j % ITEMS_PER_CHECK == ITEMS_PER_CHECK - 1 && self.check_time().is_err()
+                        {
+                            crate::mem::bury((k, v, rest));
+                            break;
+                        }
                         let idx = match k {
                             Some(k) => match self.eval_arith_str(sh, &k) {
                                 Ok(Ok(i)) => i,
@@ -2851,30 +3161,38 @@ impl<'a> Interp<'a> {
         }
     }
 
-    /// Finds a program on PATH (or by path); returns the path.
-    pub fn find_program(&mut self, sh: &Shell, name: &str) -> Option<String> {
+    /// Finds a program on PATH (or by path); returns the path. PATH is read in place and
+    /// walked one directory at a time, looking at the clock every
+    /// [`PATH_DIRS_PER_CHECK`] directories: a PATH grown to millions of entries is as
+    /// slow to search as bash's (a lookup per entry) but ends at the deadline.
+    pub fn find_program(&mut self, sh: &Shell, name: &str) -> R<Option<String>> {
         if name.contains('/') {
-            return Some(name.to_string());
+            return Ok(Some(name.to_string()));
         }
-        let path = sh
-            .get("PATH")
-            .unwrap_or_else(|| crate::DEFAULT_PATH.to_string());
-        for dir in path.split(':') {
+        let path = sh.get_str("PATH").unwrap_or(crate::DEFAULT_PATH);
+        let mut p = String::new();
+        for (k, dir) in path.split(':').enumerate() {
+            if k % PATH_DIRS_PER_CHECK == PATH_DIRS_PER_CHECK - 1 {
+                self.check_time()?;
+            }
             let dir = if dir.is_empty() { "." } else { dir };
-            let p = format!("{}/{}", dir.trim_end_matches('/'), name);
+            p.clear();
+            p.push_str(dir.trim_end_matches('/'));
+            p.push('/');
+            p.push_str(name);
             if let Ok(ino) = self.w.vfs.resolve(&sh.cwd, &p, true) {
                 let n = self.w.vfs.get(ino);
                 if !n.is_dir() && n.mode & 0o111 != 0 {
-                    return Some(p);
+                    return Ok(Some(p));
                 }
             }
         }
-        None
+        Ok(None)
     }
 
     pub fn exec_external(&mut self, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
         let name = argv[0].clone();
-        let Some(path) = self.find_program(sh, &name) else {
+        let Some(path) = self.find_program(sh, &name)? else {
             self.record(&format!("command not found: {name}"));
             self.err(sh, &format!("bash: line 1: {name}: command not found"));
             return Ok(127);
@@ -2886,7 +3204,10 @@ impl<'a> Interp<'a> {
                 return Ok(127);
             }
         };
-        let node = self.w.vfs.get(ino).clone();
+        // the node is looked at in place: a clone would copy a script's text or a
+        // directory's entries on every launch
+        let node = self.w.vfs.get(ino);
+        let executable = node.mode & 0o111 != 0;
         match &node.kind {
             Kind::Exe(u) => {
                 let u = *u;
@@ -2896,12 +3217,13 @@ impl<'a> Interp<'a> {
                 self.err(sh, &format!("bash: line 1: {name}: Is a directory"));
                 Ok(126)
             }
+            Kind::File(_) if !executable => {
+                self.err(sh, &format!("bash: line 1: {name}: Permission denied"));
+                Ok(126)
+            }
             Kind::File(data) => {
-                if node.mode & 0o111 == 0 {
-                    self.err(sh, &format!("bash: line 1: {name}: Permission denied"));
-                    return Ok(126);
-                }
-                let text = String::from_utf8_lossy(data).into_owned();
+                // decoded in pieces within the budget, looking at the clock
+                let text = self.decode_output(data)?;
                 let mut opts = Opts::default();
                 if let Some(first) = text.lines().next() {
                     if let Some(interp) = first.strip_prefix("#!") {
@@ -2949,7 +3271,7 @@ impl<'a> Interp<'a> {
         opts: &Opts,
     ) -> R<i32> {
         let pid = self.w.new_pid();
-        let mut child = self.child_shell(sh, pid);
+        let mut child = self.child_shell(sh, pid)?;
         child.arg0 = arg0;
         child.pos = crate::mem::mstrs(&args).into();
         drop(args);
@@ -2968,31 +3290,76 @@ impl<'a> Interp<'a> {
         self.run_exit_trap(&mut child, st)
     }
 
-    pub fn child_shell(&mut self, sh: &Shell, pid: u32) -> Shell {
-        let mut child = Shell::new(pid, sh.cwd.clone());
-        for (k, v) in &sh.vars {
-            if v.exported {
-                child.vars.insert(k.clone(), v.clone());
-            }
-        }
-        child.fds = sh.fds.clone();
-        child.umask = sh.umask;
-        let ppid = sh.pid.to_string();
-        child.vars.insert("PPID".into(), Var::s(ppid));
-        let sh_lvl = sh
-            .get("SHLVL")
-            .and_then(|s| s.parse::<i64>().ok())
-            .unwrap_or(0)
-            + 1;
-        let mut v = Var::s(sh_lvl.to_string());
-        v.exported = true;
-        child.vars.insert("SHLVL".into(), v);
-        child.set("PWD", sh.cwd.clone()).ok();
-        if let Some(v) = child.vars.get_mut("PWD") {
-            v.exported = true;
-        }
-        child
+    /// A new shell process started by `sh` ([`child_shell_with`]), looking at the clock
+    /// every [`VARS_PER_CHECK`] variables.
+    pub fn child_shell(&self, sh: &Shell, pid: u32) -> R<Shell> {
+        child_shell_with(sh, pid, || self.check_time())
     }
+}
+
+/// How many variables [`child_shell_with`] looks at between two calls of its check.
+pub const VARS_PER_CHECK: usize = 1024;
+
+/// A new shell process started by `sh` with process id `pid`: `sh`'s exported variables
+/// (and its cwd, streams and umask), `PPID`, `SHLVL` one more, `PWD`. A shell can hold tens
+/// of thousands of variables: the child starts from a shared copy of `sh`'s map less the
+/// unexported ones, or from an empty map plus the exported ones, whichever changes fewer
+/// entries, and `check` is called every [`VARS_PER_CHECK`] variables (its error ends the
+/// copy).
+pub fn child_shell_with<E>(
+    sh: &Shell,
+    pid: u32,
+    mut check: impl FnMut() -> Result<(), E>,
+) -> Result<Shell, E> {
+    let mut child = Shell::new(pid, sh.cwd.clone());
+    let mut unexported: Vec<&String> = Vec::new();
+    let mut exported = 0usize;
+    for (k, (name, v)) in sh.vars.iter().enumerate() {
+        if k % VARS_PER_CHECK == VARS_PER_CHECK - 1 {
+            check()?;
+        }
+        if v.exported {
+            exported += 1;
+        } else {
+            unexported.push(name);
+        }
+    }
+    if unexported.len() < exported {
+        let mut vars = sh.vars.clone();
+        for (k, name) in unexported.into_iter().enumerate() {
+            if k % VARS_PER_CHECK == VARS_PER_CHECK - 1 {
+                check()?;
+            }
+            vars.remove(name);
+        }
+        child.vars = vars;
+    } else {
+        drop(unexported);
+        let exported = sh.vars.iter().filter(|(_, v)| v.exported);
+        for (k, (name, v)) in exported.enumerate() {
+            if k % VARS_PER_CHECK == VARS_PER_CHECK - 1 {
+                check()?;
+            }
+            child.vars.insert(name.clone(), v.clone());
+        }
+    }
+    child.fds = sh.fds.clone();
+    child.umask = sh.umask;
+    let ppid = sh.pid.to_string();
+    child.vars.insert("PPID".into(), Var::s(ppid));
+    let sh_lvl = sh
+        .get_str("SHLVL")
+        .and_then(|s| s.parse::<i64>().ok())
+        .unwrap_or(0)
+        + 1;
+    let mut v = Var::s(sh_lvl.to_string());
+    v.exported = true;
+    child.vars.insert("SHLVL".into(), v);
+    child.set("PWD", sh.cwd.clone()).ok();
+    if let Some(v) = child.vars.get_mut("PWD") {
+        v.exported = true;
+    }
+    Ok(child)
 }
 
 /// A declaration builtin's argument.

@@ -7,6 +7,8 @@ use shellbox_core::status::signal_exit_code;
 
 /// Runs utility `name` as a program (its own process: it changes no shell state).
 pub fn run(it: &mut Interp<'_>, sh: &mut Shell, name: &str, argv: Vec<String>) -> R<i32> {
+    // a million arguments take tens of milliseconds to free: not past the deadline
+    let argv = crate::mem::PacedVec::new(argv);
     if let Some(p) = crate::programs::find(name) {
         if let Some(main) = p.main {
             return crate::programs::run(main, it, sh, &argv);
@@ -935,11 +937,7 @@ fn shell_prog(it: &mut Interp<'_>, sh: &mut Shell, name: &str, args: &[String]) 
         (script.clone().unwrap_or_default(), arg0, params)
     } else if let Some(f) = rest.first() {
         match it.read_file(sh, f) {
-            Ok(d) => (
-                String::from_utf8_lossy(&d).into_owned(),
-                f.clone(),
-                rest[1..].to_vec(),
-            ),
+            Ok(d) => (it.decode_output(&d)?, f.clone(), rest[1..].to_vec()),
             Err(e) => {
                 it.err(sh, &format!("{name}: {f}: {}", e.msg()));
                 return Ok(127);
@@ -947,11 +945,7 @@ fn shell_prog(it: &mut Interp<'_>, sh: &mut Shell, name: &str, args: &[String]) 
         }
     } else {
         let d = it.read_all(sh, 0);
-        (
-            String::from_utf8_lossy(&d).into_owned(),
-            name.to_string(),
-            Vec::new(),
-        )
+        (it.decode_output(&d)?, name.to_string(), Vec::new())
     };
     let _ = script;
     it.run_child_script(sh, &text, arg0, params, &opts)

@@ -20,7 +20,10 @@
 //! `cargo test -p shellbox-sim --test fuzz` runs it for 3 s (deterministic seed 1).
 //! For an hour: `SHELLBOX_FUZZ_SECS=3600 cargo test --release -p shellbox-sim --test fuzz
 //! -- --nocapture`; `SHELLBOX_FUZZ_SEED=n` picks another seed. A failure prints the seed,
-//! the case number and the script.
+//! the case number and the script; `SHELLBOX_FUZZ_PRINT=CASE` (or `FROM..TO`) prints the
+//! scripts of those cases as JSON lines without running them (`cargo test -p shellbox-sim
+//! --test fuzz fuzz_print_cases -- --nocapture`), and `examples/fuzz_replay.rs` replays
+//! one as the target runs it.
 
 use std::time::{Duration, Instant};
 
@@ -443,6 +446,35 @@ const CORPUS: &[&str] = &[
     // `from_utf8_lossy`: 115 ms of CPU after a 200 ms deadline in the run, 310 ms for 40 MB
     // of /dev/urandom; it now decodes in pieces within the budget and looks at the clock
     "x=\"$(head -c 40000000 /dev/urandom)\"",
+    // the hour run, seed 20261201, case 57334: PATH grown to ~60 MB by doubling, then a
+    // loop of programs; each launch copied PATH, and `eval -c` (a name not on PATH) walked
+    // its million directories without looking at the clock (116 ms of CPU after a 200 ms
+    // deadline). Then the same made heavier: 2 million directories (4.5 s), `hash`, `type`,
+    // `command -v` and xargs's commands (1.3 s), a 100,000-character IFS against as long a
+    // word (14 s), 50,000 exported variables copied into each child shell, a 4 MB script
+    // parsed in one step (2-3 s)
+    "n+='${n#?(a)}' & i=0; while (( i++ < 29 )); do eval -c '$((1 << 255))' -x || local & \
+     PATH+=\"${PATH##?}\"; done || i[-9223372036854775808]='65536'\n\
+     REPLY=(${IFS[@]} '${IFS%%+(a|b)}' hello world)\n\
+     (( y[255] &&= 1000 )) || rm {~,%} $s \"{b,abc}\" <> /dev/null\n\
+     i=0; while (( i++ < 48 )); do wc -c f && echo \"${y%?*?}\"; done; \
+     shopt \"${n/@(x|y)*/~}\" $((m && 3)) \"${REPLY[@]}\"\n",
+    "PATH=/bin; for i in {1..21}; do PATH+=\":$PATH\"; done; while :; do nope; done",
+    "PATH=/bin; for i in {1..21}; do PATH+=\":$PATH\"; done; while :; do hash nope; type nope; \
+     command -v nope; done",
+    "PATH=/bin; for i in {1..21}; do PATH+=\":$PATH\"; done; seq 1000000 | /bin/xargs -n1 nope",
+    "IFS=$(printf '%100000s' | tr ' ' x); x=$(printf '%100000s' | tr ' ' y); while :; do : $x; done",
+    "for i in {1..50000}; do export v$i=x; done; while :; do bash -c :; done",
+    "x=$(yes 'echo a' | head -c 4000000); eval \"$x\"",
+    // tr ticked once per MiB, and a tick looks at the clock every 64th time
+    "head -c 30000000 /dev/zero | tr '\\0' '\\n' > f; . ./f",
+    // the same pattern in the programs: a program text or pattern list of megabytes read in
+    // one step (sed -f 0.26-0.34 s, awk -f 1.8-2 s, grep -f 150-214 ms of CPU past the
+    // deadline), and xargs's million words freed in one step (47-165 ms)
+    "seq 300000 > f; while :; do sed -f f < /dev/null; done",
+    "seq 300000 > f; while :; do awk -f f < /dev/null; done",
+    "seq 30000 > g; seq 10 > f; grep -f g f",
+    "seq 300000 > f; while :; do xargs echo < f > /dev/null; done",
 ];
 
 /// This process's CPU time (user and system, every thread).
@@ -601,6 +633,54 @@ fn fuzz_child() {
         worst.rss_growth_bytes >> 20
     );
     assert!(peak < PEAK_LIMIT_MIB, "peak RSS {peak} MiB");
+}
+
+/// The scripts of cases `cases` (numbered as a failure reports them: the corpus first, then
+/// the generator's output, which depends only on the seed), without running anything.
+fn scripts_of_cases(seed: u64, cases: std::ops::Range<usize>) -> Vec<(usize, String)> {
+    let mut out: Vec<(usize, String)> = CORPUS
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| cases.contains(i))
+        .map(|(i, s)| (i, (*s).to_string()))
+        .collect();
+    let mut g = Gen {
+        rng: Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1),
+        depth: 0,
+    };
+    for case in CORPUS.len()..cases.end {
+        let script = g.script();
+        if cases.contains(&case) {
+            out.push((case, script));
+        }
+    }
+    out
+}
+
+/// `SHELLBOX_FUZZ_PRINT=CASE` (or `FROM..TO`, end excluded; with `SHELLBOX_FUZZ_SEED`)
+/// prints those cases' scripts to stdout without running them, one JSON line each
+/// (`{"case":n,"script":"..."}`), to replay one (`examples/fuzz_replay.rs`) or minimise it.
+/// A case number counts the corpus first, as a failure reports it: a failure from a run
+/// with a different `CORPUS` length is case `n - old_len + CORPUS.len()` now.
+#[test]
+fn fuzz_print_cases() {
+    let Some(spec) = std::env::var("SHELLBOX_FUZZ_PRINT").ok() else {
+        return;
+    };
+    let range = match spec.split_once("..") {
+        Some((a, b)) => a.parse().ok().zip(b.parse().ok()).map(|(a, b)| a..b),
+        None => spec.parse::<usize>().ok().map(|a| a..a + 1),
+    };
+    let Some(range) = range else {
+        panic!("SHELLBOX_FUZZ_PRINT={spec}: want CASE or FROM..TO");
+    };
+    let seed: u64 = std::env::var("SHELLBOX_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    for (case, script) in scripts_of_cases(seed, range) {
+        println!("{}", serde_json::json!({ "case": case, "script": script }));
+    }
 }
 
 /// Runs [`fuzz_child`] in a child process (this test binary again) under `RLIMIT_AS`.

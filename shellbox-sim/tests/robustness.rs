@@ -441,3 +441,201 @@ fn quoting_a_big_value_in_pieces_gives_the_same_text() {
         );
     }
 }
+
+/// Runs `setup` (no timeout, `stdin` its input), then `script` under a 1 s timeout (with
+/// `env` added) on the same machine, and
+/// asserts the script timed out within `HANG` of its start: `setup` builds the big input
+/// the script then works on (files persist between commands), so the script reaches its
+/// costly step however slow the build is.
+fn assert_ends_at_deadline(env: &[(&str, String)], setup: &str, stdin: &str, script: &str) {
+    /// A bound against hangs only (an unoptimised build on a busy machine); the 100 ms
+    /// property is the release fuzz target's, whose corpus holds these cases.
+    const HANG: Duration = Duration::from_secs(10);
+    let m = SimMachineFactory::new()
+        .create_sim(MachineSpec::sim())
+        .unwrap();
+    let r = m
+        .run_sync(Command::shell(setup).stdin(stdin.to_string()))
+        .unwrap_or_else(|e| panic!("{setup:?}: {e}"));
+    assert_eq!(r.exit_code, Some(0), "{setup:?}: {r:?}");
+    let mut cmd = Command::shell(script).timeout(Duration::from_secs(1));
+    for (k, v) in env {
+        cmd = cmd.env(*k, v.as_str());
+    }
+    let started = std::time::Instant::now();
+    let r = m
+        .run_sync(cmd)
+        .unwrap_or_else(|e| panic!("{script:?}: {e}"));
+    let took = started.elapsed();
+    assert_no_panic(script, &r);
+    assert_eq!(
+        r.reason,
+        shellbox_core::ExitReason::TimedOut,
+        "{script:?}: {r:?}"
+    );
+    assert!(took < HANG, "{script:?}: {took:?} under a 1 s timeout");
+}
+
+/// Issue 16, the fuzz hour run (seed 20261201, case 57334): PATH grown to about 60 MB by
+/// string doubling, then programs run in a loop. Each launch copied PATH and walked its
+/// directories without looking at the clock (116 ms of CPU past a 200 ms deadline); a
+/// name not on a PATH of 2 million directories took 4.5 s (release) past the deadline.
+/// The lookup now reads PATH in place and looks at the clock every 64 directories, for a
+/// command, `hash`, `type`, `command -v` and the programs xargs runs.
+#[test]
+fn a_long_path_ends_at_its_deadline() {
+    let path = vec!["/bin"; 1 << 21].join(":");
+    let env = [("PATH", path)];
+    assert_ends_at_deadline(&env, ":", "", "while :; do nope; done");
+    assert_ends_at_deadline(
+        &env,
+        ":",
+        "",
+        "while :; do hash nope; type nope; command -v nope; done",
+    );
+    assert_ends_at_deadline(&env, "seq 100000 > /in", "", "/bin/xargs -n1 nope < /in");
+    // the same PATH grown in the script, as the fuzz case grew it
+    assert_ends_at_deadline(
+        &[],
+        ":",
+        "",
+        "PATH=/bin; for i in {1..21}; do PATH+=\":$PATH\"; done; while :; do nope; done",
+    );
+}
+
+/// A long IFS (found looking for the same pattern as issue 16's case 57334): word
+/// splitting and `read` looked each character of their text up in the whole IFS, so
+/// 100,000 characters against a 100,000-character IFS ran 14 s past a 200 ms deadline.
+/// IFS is now a set of its characters, made in pieces that look at the clock.
+#[test]
+fn a_long_ifs_ends_at_its_deadline() {
+    let setup = "printf '%100000s' | tr ' ' x > /ifs; printf '%100000s' | tr ' ' y > /text";
+    assert_ends_at_deadline(
+        &[],
+        setup,
+        "",
+        "IFS=$(cat /ifs); x=$(cat /text); while :; do : $x; done",
+    );
+    assert_ends_at_deadline(
+        &[],
+        setup,
+        "",
+        "IFS=$(cat /ifs); x=$(cat /text); while :; do read -r a b <<< \"$x\"; done",
+    );
+}
+
+/// A script of megabytes (eval of a grown string, `bash -c`, `source`, a script file):
+/// brush-parser tokenizes and parses its whole input in one step, half a second per
+/// megabyte, so a 4 MB eval ran 2-3 s (release) past a 200 ms deadline. A long script is
+/// now parsed and run a piece of complete commands at a time, as bash reads it, and the
+/// parser's reading looks at the clock every 16 KiB.
+#[test]
+fn a_big_script_ends_at_its_deadline() {
+    let script = "echo a\n".repeat(4_000_000 / 7);
+    for run in [
+        "eval \"$(cat /s.sh)\"",
+        "bash -c \"$(cat /s.sh)\"",
+        ". /s.sh",
+        "/s.sh",
+        "bash < /s.sh",
+    ] {
+        assert_ends_at_deadline(&[], "cat > /s.sh; chmod +x /s.sh", &script, run);
+    }
+}
+
+/// A script longer than a parse piece (16 KiB) runs as the whole would: commands that
+/// span piece boundaries (here-documents, compound commands, functions, continued lines,
+/// multi-line quotes) run whole, in order, the status is the last command's, a trailing
+/// piece of comments keeps it, and a syntax error still ends the script with status 2
+/// after what precedes it ran.
+#[test]
+fn a_long_script_runs_as_the_whole_would() {
+    let unit = "n=$((n + 1))\n\
+                cat <<EOF\nh$n\nline two\nEOF\n\
+                if [ $((n % 2)) = 0 ]; then\n  echo even$n\nelse\n  echo odd$n\nfi\n\
+                f() {\n  echo \"f$1\"\n}\n\
+                f \\\n  $n\n\
+                echo 'multi\nline'\n\
+                for i in 1 2; do\n  echo -n $i\ndone; echo\n\
+                # a comment with a quote ' in it\n";
+    let want_unit = |n: usize| {
+        let parity = if n.is_multiple_of(2) { "even" } else { "odd" };
+        format!("h{n}\nline two\n{parity}{n}\nf{n}\nmulti\nline\n12\n")
+    };
+    let copies = 400;
+    let script = unit.repeat(copies);
+    assert!(script.len() > 4 * 16 * 1024, "{}", script.len());
+    let want: String = (1..=copies).map(want_unit).collect();
+    let m = SimMachineFactory::new()
+        .create_sim(MachineSpec::sim())
+        .unwrap();
+    let r = m
+        .run_sync(Command::shell("cat > /s.sh").stdin(script.clone()))
+        .unwrap();
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    for run in ["bash /s.sh", ". /s.sh", "eval \"$(cat /s.sh)\""] {
+        let r = m
+            .run_sync(Command::shell(run).output_limit_bytes(16 << 20))
+            .unwrap();
+        assert_eq!(
+            r.exit_code,
+            Some(0),
+            "{run}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        assert!(r.stdout == want.as_bytes(), "{run}: stdout differs");
+    }
+    // the status is the last command's, through a trailing piece of comments
+    let tail = "#\n".repeat(20 * 1024);
+    let r = m
+        .run_sync(Command::shell(format!(
+            "{}false\n{tail}",
+            ":\n".repeat(10 * 1024)
+        )))
+        .unwrap();
+    assert_eq!(r.exit_code, Some(1), "{r:?}");
+    // a syntax error after 20 KiB of commands: they ran, then status 2
+    let r = m
+        .run_sync(Command::shell(format!(
+            "{}echo before\n)\necho after\n",
+            ":\n".repeat(10 * 1024)
+        )))
+        .unwrap();
+    assert_eq!(r.exit_code, Some(2), "{r:?}");
+    assert_eq!(r.stdout, "before\n", "{r:?}");
+}
+
+/// IFS as a set: a long IFS of multibyte characters splits as the short one would.
+#[test]
+fn a_long_ifs_splits_as_a_short_one() {
+    let r = run_with_timeout(
+        "IFS=$(printf 'é%.0s' {1..5000})x; v='aébxc'; set -- $v; echo $# $1 $2 $3; \
+         read -r p q r <<< \"$v\"; echo $p $q $r; IFS=; set -- $v; echo $#",
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout),
+        "3 a b c\na b c\n1\n",
+        "{r:?}"
+    );
+}
+
+/// A child shell gets the exported variables and only those, whether most of the parent's
+/// variables are exported (it starts from a shared copy less the others) or few are (it
+/// starts empty and copies those).
+#[test]
+fn a_child_shell_gets_the_exported_variables() {
+    for script in [
+        "for i in {1..3000}; do export e$i=$i; done; u=1; bash -c 'echo $e2999 ${u-unset} $SHLVL'",
+        "for i in {1..3000}; do v$i=1; done; export e=5; bash -c 'echo $e ${v1-unset} $SHLVL'",
+    ] {
+        let r = run_with_timeout(script, Duration::from_secs(60));
+        let out = String::from_utf8_lossy(&r.stdout);
+        let want = if script.contains("e2999") {
+            "2999 unset 2\n"
+        } else {
+            "5 unset 2\n"
+        };
+        assert_eq!(out, want, "{script}: {r:?}");
+    }
+}

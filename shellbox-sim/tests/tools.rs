@@ -27,6 +27,9 @@ const GREP: &[&str] = &[
     "printf 'a\\0b\\n' > bin; grep a bin; echo rc=$?; grep -c a bin; grep -a a bin | tr '\\0' @",
     "printf 'p1\\nq2\\n' > pats; printf 'xp1\\nq\\nq2\\n' > f; grep -f pats f; grep -F -x -f pats f; grep -E 'p[0-9]$' f; egrep 'q|x' f; fgrep p1 f",
     "printf 'a1\\0b2\\0' | grep -z a | tr '\\0' @; seq 1 30 | grep -c 1; seq 100 | grep -e 5 -e 7 | wc -l",
+    // a pattern list over 4 KiB is compiled in pieces and matched as their union
+    // (leftmost, then longest, across the pieces)
+    "seq 1000 3000 > pats; printf '1234567\\nx1500y\\n999\\n29991\\nab2000cd2001\\nA1001\\n' > f; grep -f pats f; grep -o -f pats f; grep -c -f pats f; grep -x -f pats f; grep -w -f pats f; grep -F -o -f pats f; grep -v -f pats f; grep -n -i -o -f pats f",
     "printf 'tab\\there\\n  sp\\n' > f; grep -P '\\t' f; grep '[[:space:]]sp' f; grep -E '^\\s+' f; grep '\\<sp\\>' f; grep 'e\\b' f",
 ];
 

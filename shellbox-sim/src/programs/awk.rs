@@ -46,8 +46,13 @@ const OPS: &[&str] = &[
     "~", "$", "=",
 ];
 
+/// What [`lex`] and the parser fail with when the command must stop
+/// ([`crate::shell::stop_due`]): a program text of megabytes is read in one go.
+const STOPPED: &str = "\u{0}stopped";
+
 fn lex(src: &str) -> Result<Vec<Tok>, String> {
     let c: Vec<char> = src.chars().collect();
+    let mut pace = crate::shell::Pacer::default();
     let mut i = 0;
     let mut out: Vec<Tok> = Vec::new();
     let operand_before = |out: &Vec<Tok>| {
@@ -58,6 +63,10 @@ fn lex(src: &str) -> Result<Vec<Tok>, String> {
         )
     };
     while i < c.len() {
+        // a token or a blank: a few dozen nanoseconds each
+        if pace.due(16) {
+            return Err(STOPPED.into());
+        }
         let ch = c[i];
         if ch == ' ' || ch == '\t' || ch == '\r' {
             i += 1;
@@ -250,6 +259,10 @@ struct Func {
 struct Parser {
     t: Vec<Tok>,
     i: usize,
+    /// Paces the parse (see [`STOPPED`]): counted per token, looked at per item and
+    /// statement.
+    pace: crate::shell::Pacer,
+    stopped: bool,
     res: Vec<String>,
     /// Inside `print`'s arguments: `>` ends them (a redirection, refused).
     no_gt: bool,
@@ -264,6 +277,9 @@ impl Parser {
         &self.t[self.i]
     }
     fn next(&mut self) -> Tok {
+        if self.pace.due(64) {
+            self.stopped = true;
+        }
         let t = self.t[self.i].clone();
         if self.i + 1 < self.t.len() {
             self.i += 1;
@@ -298,6 +314,9 @@ impl Parser {
     fn program(&mut self, funcs: &mut HashMap<String, Func>) -> PR<Vec<Item>> {
         let mut items = Vec::new();
         loop {
+            if self.stopped {
+                return Err(STOPPED.into());
+            }
             self.terms();
             match self.peek().clone() {
                 Tok::Eof => break,
@@ -368,6 +387,9 @@ impl Parser {
         self.expect("{")?;
         let mut v = Vec::new();
         loop {
+            if self.stopped {
+                return Err(STOPPED.into());
+            }
             self.terms();
             if self.is_op("}") {
                 self.next();
@@ -1524,7 +1546,9 @@ impl<'p> Awk<'p> {
                     .unwrap_or(Ex::Field(Box::new(Ex::Num(0.0))));
                 let v = self.eval(&target)?;
                 let s = self.to_s(&v);
-                let (new, n) = substitute(&re, &repl, &s, name == "gsub");
+                let Some((new, n)) = substitute(&re, &repl, &s, name == "gsub") else {
+                    return Err(Flow::Fail("\u{0}deadline".into()));
+                };
                 if n > 0 {
                     self.assign(&target, V::Str(new))?;
                 }
@@ -1949,11 +1973,13 @@ fn arith(op: &str, x: f64, y: f64) -> FR<f64> {
 }
 
 /// `sub`/`gsub`: `&` is the match, `\&` a literal `&`.
-fn substitute(re: &Re, repl: &str, s: &str, global: bool) -> (String, usize) {
+/// `s` with the first (or every) match of `re` replaced; `None` when the command must stop
+/// (a long string holds millions of matches: the clock is looked at every 4096).
+fn substitute(re: &Re, repl: &str, s: &str, global: bool) -> Option<(String, usize)> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut pos = 0;
-    let mut n = 0;
+    let mut n = 0usize;
     let rb: Vec<char> = repl.chars().collect();
     while pos <= b.len() {
         let Some((a, e)) = re.find_at(b, pos) else {
@@ -1982,6 +2008,9 @@ fn substitute(re: &Re, repl: &str, s: &str, global: bool) -> (String, usize) {
             }
         }
         n += 1;
+        if n.is_multiple_of(4096) && crate::shell::stop_due() {
+            return None;
+        }
         if e == a {
             if a < b.len() {
                 let w = match b[a] {
@@ -2006,7 +2035,7 @@ fn substitute(re: &Re, repl: &str, s: &str, global: bool) -> (String, usize) {
     if pos < b.len() {
         out.extend_from_slice(&b[pos..]);
     }
-    (String::from_utf8_lossy(&out).into_owned(), n)
+    Some((String::from_utf8_lossy(&out).into_owned(), n))
 }
 
 impl Func {
@@ -2186,6 +2215,8 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         let mut p = Parser {
             t: toks,
             i: 0,
+            pace: crate::shell::Pacer::default(),
+            stopped: false,
             res: Vec::new(),
             no_gt: false,
             no_in: false,
@@ -2195,6 +2226,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     });
     let (items, res_text) = match parsed {
         Ok(x) => x,
+        Err(m) if m == STOPPED => return Err(cx.interrupted()),
         Err(m) if m.starts_with("unsupported: ") => {
             return cx.unsupported(&format!("awk {}", &m["unsupported: ".len()..]))
         }
@@ -2205,6 +2237,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     };
     let mut res = Vec::new();
     for r in &res_text {
+        cx.check_time()?;
         match Re::new(r, Dialect::Extended, false) {
             Ok(re) => res.push(re),
             Err(super::posix::Error::Syntax(m) | super::posix::Error::Unsupported(m)) => {

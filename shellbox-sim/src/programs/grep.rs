@@ -9,11 +9,22 @@
 use super::opts::{Arg, Parser};
 use super::posix::{self, Dialect, Re};
 use super::Ctx;
+use crate::mem::PacedVec;
 use crate::shell::R;
 use crate::vfs::Kind;
 
 /// GNU grep's usage and error status.
 const TROUBLE: i32 = 2;
+
+/// Most bytes of translated pattern text compiled into one regex. Compiling takes the
+/// regex crates about 2 µs per pattern byte (three automata), in one step: a pattern list
+/// of megabytes (`grep -f` of a big file) is compiled this much at a time, looking at the
+/// clock between, and matched as the union of the pieces.
+const PATTERN_BYTES_PER_REGEX: usize = 4 * 1024;
+
+/// Bytes of lines (times the regexes they are matched against) and matches `grep` handles
+/// between two looks at the clock.
+const WORK_PER_CHECK: usize = 256 * 1024;
 
 const LONGS: &[&str] = &[
     "extended-regexp",
@@ -85,8 +96,31 @@ struct Opts {
     label: String,
 }
 
+/// The patterns as one regex, or as the union of several (see [`PATTERN_BYTES_PER_REGEX`]).
+/// Held so that, dropped after the timeout fired, the regexes are buried, not freed.
+struct Union(PacedVec<Re>);
+
+impl Union {
+    /// The leftmost-longest match of any of the regexes at or after `start`.
+    fn find_at(&self, hay: &[u8], start: usize) -> Option<(usize, usize)> {
+        let mut best: Option<(usize, usize)> = None;
+        for re in self.0.iter() {
+            if let Some((s, e)) = re.find_at(hay, start) {
+                best = match best {
+                    Some((bs, be)) if bs < s || (bs == s && be >= e) => Some((bs, be)),
+                    _ => Some((s, e)),
+                };
+            }
+        }
+        best
+    }
+    fn is_match(&self, hay: &[u8]) -> bool {
+        self.0.iter().any(|re| re.is_match(hay))
+    }
+}
+
 struct Matcher {
-    re: Re,
+    re: Union,
     word: bool,
     empty_ok: bool,
 }
@@ -265,7 +299,8 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
             Arg::Operand(v) => ops.push(v),
         }
     }
-    let patterns = match patterns {
+    // a list of a million patterns is buried, not freed, should the deadline pass
+    let patterns = PacedVec::new(match patterns {
         Some(p) => p,
         None => {
             if ops.is_empty() {
@@ -275,8 +310,8 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
             let first = ops.remove(0);
             first.split('\n').map(str::to_string).collect()
         }
-    };
-    let re = match build(&patterns, dialect, icase, o.line) {
+    });
+    let re = match build(cx, &patterns, dialect, icase, o.line)? {
         Ok(r) => r,
         Err(posix::Error::Syntax(m)) => {
             cx.err_line(&format!("grep: {m}"));
@@ -325,31 +360,71 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     })
 }
 
-fn build(patterns: &[String], dialect: char, icase: bool, line: bool) -> Result<Re, posix::Error> {
-    let mut parts = Vec::new();
+/// The patterns compiled: one regex, or for a long list one per
+/// [`PATTERN_BYTES_PER_REGEX`] of them, looking at the clock between (the outer error).
+fn build(
+    cx: &mut Ctx<'_, '_>,
+    patterns: &[String],
+    dialect: char,
+    icase: bool,
+    line: bool,
+) -> R<Result<Union, posix::Error>> {
+    let mut parts = PacedVec::new(Vec::new());
     let mut alt = patterns.len() > 1;
-    for p in patterns {
+    let mut bytes = 0usize;
+    for (k, p) in patterns.iter().enumerate() {
+        if k % 1024 == 1023 {
+            cx.check_time()?;
+        }
         let t = match dialect {
             'F' => regex::escape(p),
             'P' => p.clone(),
-            'E' => {
-                let (t, a) = posix::translate(p, Dialect::Extended)?;
-                alt |= a;
-                t
-            }
-            _ => {
-                let (t, a) = posix::translate(p, Dialect::Basic)?;
-                alt |= a;
-                t
-            }
+            'E' => match posix::translate(p, Dialect::Extended) {
+                Ok((t, a)) => {
+                    alt |= a;
+                    t
+                }
+                Err(e) => return Ok(Err(e)),
+            },
+            _ => match posix::translate(p, Dialect::Basic) {
+                Ok((t, a)) => {
+                    alt |= a;
+                    t
+                }
+                Err(e) => return Ok(Err(e)),
+            },
         };
-        parts.push(if line {
+        let part = if line {
             format!("^(?:{t})$")
         } else {
             format!("(?:{t})")
-        });
+        };
+        bytes += part.len();
+        parts.push(part);
     }
-    Re::build(&parts.join("|"), alt, icase)
+    if bytes <= PATTERN_BYTES_PER_REGEX {
+        return Ok(Re::build(&parts.join("|"), alt, icase).map(|re| Union(PacedVec::new(vec![re]))));
+    }
+    // a long list: its pieces are alternations (leftmost-longest within each), and the
+    // union takes the leftmost, then longest, of their matches
+    let mut res = Union(PacedVec::new(Vec::new()));
+    let mut piece: Vec<&str> = Vec::new();
+    let mut piece_bytes = 0;
+    for (k, part) in parts.iter().enumerate() {
+        piece_bytes += part.len();
+        piece.push(part);
+        if piece_bytes >= PATTERN_BYTES_PER_REGEX || k + 1 == patterns.len() {
+            cx.check_time()?;
+            let alternatives = piece.len() > 1 || alt;
+            match Re::build(&piece.join("|"), alternatives, icase) {
+                Ok(re) => res.0.push(re),
+                Err(e) => return Ok(Err(e)),
+            }
+            piece.clear();
+            piece_bytes = 0;
+        }
+    }
+    Ok(Ok(res))
 }
 
 struct Grep {
@@ -519,12 +594,19 @@ impl Grep {
         let mut last_printed: Option<usize> = None;
         let mut after_left = 0usize;
         let mut printed_any = false;
+        // the work since the clock was looked at: each line is matched against each regex
+        let mut work = 0usize;
         for (i, line) in lines.iter().enumerate() {
             if i % 256 == 255 {
                 cx.tick()?;
                 if self.out.len() > 1 << 16 {
                     self.flush(cx)?;
                 }
+            }
+            work += (line.len() + 16) * self.m.re.0.len();
+            if work >= WORK_PER_CHECK {
+                work = 0;
+                cx.check_time()?;
             }
             let hit = self.m.matches(line) != self.o.invert;
             if self.o.max.is_some_and(|m| count >= m) {
@@ -582,7 +664,13 @@ impl Grep {
             if self.o.only {
                 if !self.o.invert {
                     let mut at = 0;
+                    let mut found = 0usize;
                     while at <= line.len() {
+                        // a long line holds millions of matches
+                        found += 1;
+                        if found.is_multiple_of(4096) {
+                            cx.check_time()?;
+                        }
                         let Some((s, e)) = self.m.find(line, at) else {
                             break;
                         };

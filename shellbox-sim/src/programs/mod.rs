@@ -318,6 +318,12 @@ impl<'i, 'w> Ctx<'i, 'w> {
         self.it.check_time()
     }
 
+    /// Why a program stops when [`crate::shell::stop_due`] said it must: the timeout or
+    /// cancellation ([`Ctx::check_time`]'s error), else the memory budget.
+    pub(crate) fn interrupted(&self) -> Ctl {
+        self.it.interrupted()
+    }
+
     /// Charges `bytes` the program holds (a buffer it built) to the memory budget until
     /// it ends, and checks the budget.
     pub(crate) fn hold(&mut self, bytes: usize) -> R<()> {

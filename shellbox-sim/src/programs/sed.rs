@@ -241,15 +241,29 @@ fn parse_repl(text: &str) -> Vec<Piece> {
     out
 }
 
+/// What [`parse`] fails with when the command must stop ([`crate::shell::stop_due`], looked
+/// at every 64 commands: each may compile a regex, and `sed -f` reads scripts of megabytes).
+const STOPPED: &str = "\u{0}stopped";
+
 fn parse(script: &str, ere: bool) -> Result<Vec<Cmd>, Bad> {
-    let chars: Vec<char> = script.chars().collect();
+    let mut chars: Vec<char> = Vec::with_capacity(script.len());
+    let mut pace = crate::shell::Pacer::default();
+    for c in script.chars() {
+        if pace.due(4) {
+            return Err(Bad(STOPPED.into()));
+        }
+        chars.push(c);
+    }
     let mut p = P {
         s: &chars,
         i: 0,
         ere,
     };
-    let mut cmds = Vec::new();
+    let mut cmds: Vec<Cmd> = Vec::new();
     loop {
+        if cmds.len() % 64 == 63 && crate::shell::stop_due() {
+            return Err(Bad(STOPPED.into()));
+        }
         while p.peek().is_some_and(|c| c.is_whitespace() || c == ';') {
             p.i += 1;
         }
@@ -583,6 +597,7 @@ fn run_unit(
     let State { n: n0, hold } = st;
     let total = unit.lines.len();
     let mut idx = 0;
+    let mut steps = 0usize;
     let emit = |out: &mut Vec<u8>, s: &[u8], nl: bool| {
         out.extend_from_slice(s);
         if nl {
@@ -602,6 +617,11 @@ fn run_unit(
         let mut quit: Option<(i32, bool)> = None;
         let mut k = 0;
         'cycle: while k < cmds.len() {
+            // a script of many commands runs them all on every line
+            steps += 1;
+            if steps.is_multiple_of(4096) {
+                cx.check_time()?;
+            }
             let last = idx == total;
             let n = *n0;
             let c = &mut cmds[k];
@@ -781,7 +801,10 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
             Ok(Some(Arg::Short('f'))) | Ok(Some(Arg::Long("file"))) => match p.value() {
                 Ok(f) => match cx.read_input(&f) {
                     Ok(d) => {
-                        let mut t = String::from_utf8_lossy(&d).into_owned();
+                        // a script file of megabytes: decoded in pieces
+                        let Some(mut t) = crate::shell::lossy_paced(&d, usize::MAX) else {
+                            return Err(cx.interrupted());
+                        };
                         if t.ends_with('\n') {
                             t.pop();
                         }
@@ -821,9 +844,13 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         }
         scripts.push(ops.remove(0));
     }
+    cx.check_time()?;
     let script = scripts.join("\n");
+    drop(scripts);
+    cx.check_time()?;
     let mut cmds = match parse(&script, ere) {
         Ok(c) => c,
+        Err(Bad(m)) if m == STOPPED => return Err(cx.interrupted()),
         Err(Bad(m)) if m.starts_with("unsupported: ") => {
             return cx.unsupported_status(&format!("sed {}", &m["unsupported: ".len()..]), USAGE)
         }

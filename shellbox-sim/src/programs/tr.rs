@@ -281,8 +281,10 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut out = Vec::with_capacity(input.len());
     let mut last: Option<u8> = None;
     for (k, &b) in input.iter().enumerate() {
+        // a tick looks at the clock only every so many ticks: a MiB is a few ms of work
         if k % (1 << 20) == (1 << 20) - 1 {
             cx.tick()?;
+            cx.check_time()?;
         }
         if del[b as usize] {
             continue;

@@ -8,10 +8,15 @@
 
 use super::opts::{Arg, Parser};
 use super::Ctx;
+use crate::mem::PacedVec;
 use crate::shell::R;
 
 /// xargs's usage status.
 const USAGE: i32 = 1;
+
+/// Input bytes (or words, or command lines) xargs handles between two looks at the clock:
+/// its input can be tens of megabytes, and splitting it makes a string per word.
+const UNITS_PER_CHECK: usize = 64 * 1024;
 
 const LONGS: &[&str] = &[
     "null",
@@ -34,16 +39,25 @@ const LONGS: &[&str] = &[
     "version",
 ];
 
-/// Splits `data` into xargs's words; `Err` with GNU's message on an unmatched quote.
-fn words(data: &[u8], eof: Option<&str>) -> Result<Vec<Vec<String>>, String> {
-    // words grouped by input line (for -L)
-    let mut lines = Vec::new();
+/// Splits `data` into xargs's words, grouped by input line; the inner `Err` is GNU's
+/// message on an unmatched quote. `check` is called every [`UNITS_PER_CHECK`] bytes (the
+/// outer error: the command must stop).
+fn words(
+    data: &[u8],
+    eof: Option<&str>,
+    mut check: impl FnMut() -> R<()>,
+) -> R<Result<Vec<Vec<String>>, String>> {
+    // words grouped by input line (for -L); buried, not freed, should the deadline pass
+    let mut lines: PacedVec<Vec<String>> = PacedVec::new(Vec::new());
     let mut cur_line: Vec<String> = Vec::new();
     let mut w = Vec::new();
     let mut in_word = false;
     let mut quote: Option<u8> = None;
     let mut i = 0;
     while i < data.len() {
+        if i % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
+            check()?;
+        }
         let b = data[i];
         i += 1;
         if let Some(q) = quote {
@@ -51,7 +65,7 @@ fn words(data: &[u8], eof: Option<&str>) -> Result<Vec<Vec<String>>, String> {
                 quote = None;
             } else if b == b'\n' {
                 let kind = if q == b'\'' { "single" } else { "double" };
-                return Err(format!("xargs: unmatched {kind} quote; by default quotes are special to xargs unless you use the -0 option"));
+                return Ok(Err(format!("xargs: unmatched {kind} quote; by default quotes are special to xargs unless you use the -0 option")));
             } else {
                 w.push(b);
             }
@@ -74,7 +88,7 @@ fn words(data: &[u8], eof: Option<&str>) -> Result<Vec<Vec<String>>, String> {
                         if !cur_line.is_empty() {
                             lines.push(cur_line);
                         }
-                        return Ok(lines);
+                        return Ok(Ok(std::mem::take(&mut *lines)));
                     }
                     cur_line.push(s);
                     w.clear();
@@ -92,7 +106,7 @@ fn words(data: &[u8], eof: Option<&str>) -> Result<Vec<Vec<String>>, String> {
     }
     if let Some(q) = quote {
         let kind = if q == b'\'' { "single" } else { "double" };
-        return Err(format!("xargs: unmatched {kind} quote; by default quotes are special to xargs unless you use the -0 option"));
+        return Ok(Err(format!("xargs: unmatched {kind} quote; by default quotes are special to xargs unless you use the -0 option")));
     }
     if in_word {
         let s = String::from_utf8_lossy(&w).into_owned();
@@ -103,7 +117,7 @@ fn words(data: &[u8], eof: Option<&str>) -> Result<Vec<Vec<String>>, String> {
     if !cur_line.is_empty() {
         lines.push(cur_line);
     }
-    Ok(lines)
+    Ok(Ok(std::mem::take(&mut *lines)))
 }
 
 fn parse_count(cx: &mut Ctx<'_, '_>, opt: char, v: &str) -> Option<usize> {
@@ -218,25 +232,40 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         }
     };
     let sep = if null { Some(0) } else { delim };
-    // each group is the arguments of one command
+    // each group is the arguments of one command; the input is split, and the groups
+    // made, looking at the clock every UNITS_PER_CHECK bytes or groups
     let lines: Vec<Vec<String>> = if let Some(d) = sep {
         let body = data.strip_suffix(&[d]).unwrap_or(&data);
-        if data.is_empty() {
-            Vec::new()
-        } else {
-            body.split(|b| *b == d)
-                .map(|w| vec![String::from_utf8_lossy(w).into_owned()])
-                .collect()
+        let mut lines = Vec::new();
+        if !data.is_empty() {
+            for (k, w) in body.split(|b| *b == d).enumerate() {
+                if k % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
+                    cx.check_time()?;
+                }
+                lines.push(vec![String::from_utf8_lossy(w).into_owned()]);
+            }
         }
+        lines
     } else if replace.is_some() {
-        let text = String::from_utf8_lossy(&data).into_owned();
-        text.lines()
-            .map(|l| l.trim_start_matches([' ', '\t']))
-            .filter(|l| !l.is_empty())
-            .map(|l| vec![l.to_string()])
-            .collect()
+        let mut lines = Vec::new();
+        for (k, l) in data.split_inclusive(|b| *b == b'\n').enumerate() {
+            if k % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
+                cx.check_time()?;
+            }
+            // as str::lines: the line ends at "\n" or "\r\n"
+            let l = match l.strip_suffix(b"\n") {
+                Some(l) => l.strip_suffix(b"\r").unwrap_or(l),
+                None => l,
+            };
+            let l = String::from_utf8_lossy(l);
+            let l = l.trim_start_matches([' ', '\t']);
+            if !l.is_empty() {
+                lines.push(vec![l.to_string()]);
+            }
+        }
+        lines
     } else {
-        match words(&data, eof.as_deref()) {
+        match words(&data, eof.as_deref(), || cx.check_time())? {
             Ok(w) => w,
             Err(m) => {
                 cx.err_line(&m);
@@ -244,30 +273,73 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
             }
         }
     };
-    let mut batches: Vec<Vec<String>> = Vec::new();
+    drop(data);
+    // the words are moved into the groups, not copied; what is left when the deadline
+    // passes is buried with them
+    let mut lines = PacedVec::new(lines);
+    // buried, not freed, should the deadline pass (a million words take tens of ms)
+    let mut batches: PacedVec<Vec<String>> = PacedVec::new(Vec::new());
     if replace.is_some() {
-        batches = lines;
+        *batches = std::mem::take(&mut *lines);
     } else if let Some(l) = max_lines {
-        for chunk in lines.chunks(l) {
-            batches.push(chunk.concat());
+        let mut next = 0;
+        while next < lines.len() {
+            if batches.len() % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
+                cx.check_time()?;
+            }
+            let end = next.saturating_add(l).min(lines.len());
+            let b: Vec<String> = lines[next..end]
+                .iter_mut()
+                .flat_map(std::mem::take)
+                .collect();
+            next = end;
+            batches.push(b);
         }
     } else {
-        let all: Vec<String> = lines.concat();
+        let mut all = lines.iter_mut().flat_map(std::mem::take);
         match max_args {
-            Some(n) => batches.extend(all.chunks(n).map(<[String]>::to_vec)),
-            None if !all.is_empty() => batches.push(all),
-            None => {}
+            Some(n) => loop {
+                if batches.len() % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
+                    cx.check_time()?;
+                }
+                let b: Vec<String> = all.by_ref().take(n).collect();
+                if b.is_empty() {
+                    break;
+                }
+                batches.push(b);
+            },
+            None => {
+                drop(all);
+                // one command line of every word, moved line by line
+                let mut one = Vec::new();
+                for k in 0..lines.len() {
+                    if k % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
+                        cx.check_time()?;
+                    }
+                    one.append(&mut lines[k]);
+                }
+                if !one.is_empty() {
+                    batches.push(one);
+                }
+            }
         }
     }
     if batches.is_empty() && !no_empty && replace.is_none() {
         batches.push(Vec::new());
     }
     let mut status = 0;
-    for b in batches {
+    for k in 0..batches.len() {
         cx.tick()?;
+        let b = std::mem::take(&mut batches[k]);
         let argv: Vec<String> = match &replace {
             Some(r) => cmd.iter().map(|c| c.replace(r.as_str(), &b[0])).collect(),
-            None => cmd.iter().cloned().chain(b).collect(),
+            None => {
+                // the words are moved in one copy of their handles
+                let mut argv = Vec::with_capacity(cmd.len() + b.len());
+                argv.extend(cmd.iter().cloned());
+                argv.extend(b);
+                argv
+            }
         };
         if verbose {
             cx.err_line(&argv.join(" "));
