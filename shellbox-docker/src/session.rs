@@ -11,7 +11,7 @@ use bollard::models::ExecConfig;
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use shellbox_core::{async_trait, Error, OutputLimiter, ShellSession, ShellStatus, ShellUpdate};
-use shellbox_supervisor::proto::{MarkerScanner, Scan};
+use shellbox_supervisor::proto::{marker_ends_command, MarkerScanner, Scan};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
@@ -451,27 +451,19 @@ impl DockerSession {
                     }
                     continue;
                 }
-                Scan::Marker(n, status, _) if n == seq => {
-                    self.set_phase(Phase::Idle);
-                    return Ok(ShellUpdate {
-                        output: out.freeze(),
-                        status: ShellStatus::Completed,
-                        exit_code: Some(status),
-                        truncated: limiter.truncated(),
-                    });
-                }
-                // After an interrupt, the previous number with 130: the `^C` reached the
-                // shell while it parsed the command's line, and the shell dropped the whole
-                // line (its `__shellbox_seq=k` with it): interrupted before it began.
-                Scan::Marker(n, status @ 130, _)
-                    if n + 1 == seq
-                        && matches!(
+                Scan::Marker(n, status, _)
+                    if marker_ends_command(
+                        seq,
+                        n,
+                        status,
+                        matches!(
                             self.phase(),
                             Phase::Running {
                                 interrupted: Some(_),
                                 ..
                             }
-                        ) =>
+                        ),
+                    ) =>
                 {
                     self.set_phase(Phase::Idle);
                     return Ok(ShellUpdate {

@@ -97,6 +97,16 @@ pub const PTY_MARKER: u8 = 4;
 /// job in the foreground and no unread input (so a command that prints a marker, even the
 /// real one, and goes on running does not end its call).
 pub const PTY_DONE: u8 = 5;
+/// Whether a completion marker numbered `n` with `status` ends command `seq`: its own
+/// number; or, once the command was `interrupted`, the previous number with 130 (128 +
+/// SIGINT): the signal reached the shell while it still parsed the command's line, and the
+/// shell dropped the whole line, its `__shellbox_seq=<seq>` with it, and prompted again.
+/// Any other marker is a prompt for stray input (a line written to a command that ended
+/// without reading it), to be dropped.
+pub fn marker_ends_command(seq: u64, n: u64, status: i32, interrupted: bool) -> bool {
+    n == seq || (interrupted && status == 130 && n.checked_add(1) == Some(seq))
+}
+
 /// How often the relay repeats an interrupt to a shell running a built-in, milliseconds.
 pub const PTY_INTERRUPT_REPEAT_MS: u64 = 500;
 
@@ -389,6 +399,17 @@ impl Fail {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_marker_ends_its_command_or_after_an_interrupt_the_dropped_line() {
+        assert!(super::marker_ends_command(5, 5, 0, false));
+        assert!(!super::marker_ends_command(5, 4, 130, false));
+        assert!(super::marker_ends_command(5, 4, 130, true));
+        assert!(!super::marker_ends_command(5, 4, 0, true));
+        assert!(!super::marker_ends_command(5, 3, 130, true));
+        assert!(!super::marker_ends_command(0, u64::MAX, 130, true));
+    }
+
     use super::*;
 
     #[test]

@@ -20,8 +20,6 @@ const START_BOUND: Duration = Duration::from_secs(30);
 /// How long after `interrupt` the shell must be back at its prompt before it is replaced.
 pub const INTERRUPT_BOUND: Duration = Duration::from_secs(5);
 /// How long closing a session waits for the supervisor to confirm its processes are gone.
-/// The status a shell reports for a command line a SIGINT ended (128 + SIGINT).
-const INTERRUPTED_STATUS: i32 = 130;
 const KILL_BOUND: Duration = Duration::from_secs(10);
 /// The terminal bytes the host holds or has asked for at most (the relay's credit): output
 /// past it waits in the terminal, blocking the writer, until a call takes what is held.
@@ -462,16 +460,8 @@ impl PtySession {
                                 out.extend_from_slice(&kept);
                             }
                         }
-                        Item::Marker(n, code) if n == seq => {
-                            status = Some(code);
-                            break;
-                        }
-                        // The interrupt reached the shell while it still parsed the
-                        // command's line: the shell dropped the whole line (the line's
-                        // `__shellbox_seq=k` with it) and prompted again with the previous
-                        // number and 130. The command was interrupted before it began.
-                        Item::Marker(n, code @ INTERRUPTED_STATUS)
-                            if interrupted && n + 1 == seq =>
+                        Item::Marker(n, code)
+                            if proto::marker_ends_command(seq, n, code, interrupted) =>
                         {
                             status = Some(code);
                             break;
