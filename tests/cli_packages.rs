@@ -139,3 +139,91 @@ fn local_package_and_tool() {
         "Requested tools must be executable in the sandbox PATH",
     );
 }
+
+/// `shellbox pyenv build --only-binary` refuses a lock holding an sdist (uv `--no-build`)
+/// and never runs the sdist's build hook on the host; the environment is not made.
+#[cfg(feature = "pyenv")]
+#[test]
+fn pyenv_build_only_binary_refuses_an_sdist() {
+    let test = "pyenv_build_only_binary_refuses_an_sdist";
+    let Some(python) = interpreter() else {
+        eprintln!("SKIP {test}: no python3");
+        return;
+    };
+    if !has_uv() {
+        eprintln!("SKIP {test}: uv is not on PATH (scripts/setup-pyenv)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // An sdist whose setup.py, if anything ran it, would write a host file.
+    let hook_ran = dir.path().join("HOOK_RAN");
+    let src = dir.path().join("src/shellbox_sdist_probe-1.0");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(
+        src.join("setup.py"),
+        format!(
+            "open({:?}, 'w').write('ran')\nfrom setuptools import setup\nsetup(name='shellbox-sdist-probe', version='1.0')\n",
+            hook_ran.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("PKG-INFO"),
+        "Metadata-Version: 2.1\nName: shellbox-sdist-probe\nVersion: 1.0\n",
+    )
+    .unwrap();
+    let links = dir.path().join("links");
+    std::fs::create_dir(&links).unwrap();
+    let archive = links.join("shellbox_sdist_probe-1.0.tar.gz");
+    let status = Command::new("tar")
+        .arg("czf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(dir.path().join("src"))
+        .arg("shellbox_sdist_probe-1.0")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let sum = Command::new("sha256sum").arg(&archive).output().unwrap();
+    let sum = text(&sum.stdout);
+    let sum = sum.split_whitespace().next().unwrap();
+    let lock = dir.path().join("requirements.lock");
+    std::fs::write(
+        &lock,
+        format!("shellbox-sdist-probe==1.0 \\\n    --hash=sha256:{sum}\n"),
+    )
+    .unwrap();
+    let root = dir.path().join("env");
+    let out = shellbox(
+        &[
+            "pyenv",
+            "build",
+            "--root",
+            root.to_str().unwrap(),
+            "--lock",
+            lock.to_str().unwrap(),
+            "--python",
+            python.to_str().unwrap(),
+            "--only-binary",
+        ],
+        &[
+            ("UV_FIND_LINKS", links.to_str().unwrap()),
+            ("UV_NO_INDEX", "1"),
+            (
+                "UV_CACHE_DIR",
+                dir.path().join("uv-cache").to_str().unwrap(),
+            ),
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "an sdist built: {stderr}");
+    assert!(
+        stderr.contains("--no-build") || stderr.contains("no usable wheels"),
+        "{stderr}"
+    );
+    assert!(!hook_ran.exists(), "the sdist's build hook ran on the host");
+    assert!(
+        !root.join("bin/python").exists(),
+        "a failed build left an environment"
+    );
+}

@@ -437,6 +437,33 @@ pub(crate) fn refused_field(
     None
 }
 
+/// Which spec limit an engine says it discarded when it created the container, if any: the
+/// Docker Engine accepts a create whose `HostConfig` asks for a limit the host's cgroups
+/// cannot enforce, drops that limit and says so only in the create response's `Warnings`
+/// (moby's `verifyPlatformContainerResources`: "Your kernel does not support memory limit
+/// capabilities or the cgroup is not mounted. Limitation discarded.", "... PIDs limit
+/// discarded.", "... CPU period discarded."). A limit the spec asked for and the engine
+/// dropped is one it cannot honour. A warning that a limit applies without its swap part
+/// ("Memory limited without swap.") keeps the limit and is not a refusal.
+pub(crate) fn discarded_limit(spec: &MachineSpec, warnings: &[String]) -> Option<&'static str> {
+    for warning in warnings {
+        let w = warning.to_ascii_lowercase();
+        if !w.contains("discarded") {
+            continue;
+        }
+        if spec.memory_mb.is_some() && w.contains("memory limit") {
+            return Some("memory_mb");
+        }
+        if spec.cpus.is_some() && (w.contains("cpu") || w.contains("cfs")) {
+            return Some("cpus");
+        }
+        if w.contains("pids limit") {
+            return Some("pids_limit");
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -632,5 +659,49 @@ mod tests {
     fn start_ticks_of_self() {
         assert!(process_start_ticks(std::process::id()).is_some());
         assert!(!host_name().is_empty());
+    }
+
+    #[test]
+    fn discarded_limits_from_create_warnings() {
+        let spec = MachineSpec::docker("i").memory_mb(64).cpus(1);
+        let moby = |s: &str| vec![s.to_string()];
+        assert_eq!(
+            discarded_limit(
+                &spec,
+                &moby("Your kernel does not support memory limit capabilities or the cgroup is not mounted. Limitation discarded.")
+            ),
+            Some("memory_mb")
+        );
+        assert_eq!(
+            discarded_limit(
+                &spec,
+                &moby("Your kernel does not support swap limit capabilities or the cgroup is not mounted. Memory limited without swap.")
+            ),
+            None
+        );
+        assert_eq!(
+            discarded_limit(
+                &spec,
+                &moby("Your kernel does not support PIDs limit capabilities or the cgroup is not mounted. PIDs limit discarded.")
+            ),
+            Some("pids_limit")
+        );
+        assert_eq!(
+            discarded_limit(
+                &spec,
+                &moby("Your kernel does not support CPU CFS scheduler. CPU period discarded.")
+            ),
+            Some("cpus")
+        );
+        // A memory warning for a spec without memory_mb is not about the spec.
+        let plain = MachineSpec::docker("i");
+        assert_eq!(
+            discarded_limit(
+                &plain,
+                &moby("Your kernel does not support memory limit capabilities or the cgroup is not mounted. Limitation discarded.")
+            ),
+            None
+        );
+        assert_eq!(discarded_limit(&spec, &[]), None);
     }
 }

@@ -256,7 +256,9 @@ impl DockerMachineFactory {
     /// shellbox's `dev.shellbox.` namespace; [`Error::Unsupported`] for a source other than docker, registry,
     /// dockerfile or archive, an image without `setsid`, or a field the engine refuses
     /// (`storage_mb`, `gpus`, `cpus`, `memory_mb`, the runtime; the reason quotes the
-    /// engine), and on Podman for `gpus` or a runtime (which its compatible API ignores); [`Error::NotFound`] for a missing Dockerfile, context or archive;
+    /// engine) or creates the container without (`memory_mb`, `cpus`, `pids_limit` reported
+    /// discarded in the create response's `Warnings`), and on Podman for `gpus` or a runtime
+    /// (which its compatible API ignores); [`Error::NotFound`] for a missing Dockerfile, context or archive;
     /// [`Error::Backend`] for other engine failures (a missing Docker image, a failed pull or
     /// build, a workdir that cannot be created); [`Error::TimedOut`] when the spec's
     /// `startup_timeout` (which bounds everything here, image preparation included) runs
@@ -372,7 +374,15 @@ impl DockerMachineFactory {
             }
         };
         let volumes = from.map(|fork| &*fork.held.volumes);
-        let result = self.start(&spec, &name, &created.id, volumes).await;
+        // An engine that dropped a limit the spec asked for says so only in the response's
+        // warnings: such a machine would run unbounded, so it is refused (and removed below).
+        let result = match crate::config::discarded_limit(&spec, &created.warnings) {
+            Some(field) => Err(Error::unsupported(format!(
+                "the Docker Engine cannot honour {field}: it created the container without it ({})",
+                created.warnings.join("; ")
+            ))),
+            None => self.start(&spec, &name, &created.id, volumes).await,
+        };
         match result {
             Ok((setsid, supervisor)) => {
                 guard.disarm();

@@ -33,8 +33,11 @@
 //!   network `none`
 //!   under `Deny`, the default bridge under `Allow`; `memory_mb`, `cpus`, `storage_mb`, `gpus`
 //!   and an optional OCI runtime mapped to the engine's fields (a refusal by the engine is
-//!   [`Error::Unsupported`](shellbox_core::Error::Unsupported) carrying its reason); the
-//!   spec's env as container env; the workdir created at start.
+//!   [`Error::Unsupported`](shellbox_core::Error::Unsupported) carrying its reason, and so
+//!   is a limit the engine accepted but reported discarded in the create response's
+//!   `Warnings`, as Docker does for `memory_mb`, `cpus` or `pids_limit` when the host's
+//!   cgroups cannot enforce it); the spec's env as container env; the workdir created at
+//!   start.
 //! - **Commands** (the fast path, [`CommandPath::Auto`]): the embedded
 //!   `shellbox-supervisor` is copied into the container at create (`/.shellbox/`, root,
 //!   `0511`, the program `0555`, over the archive endpoint) and started once with one attached exec; every

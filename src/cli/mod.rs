@@ -168,8 +168,9 @@ pub(crate) struct MachineArgs {
     /// CPU limit in whole CPUs (docker only).
     #[arg(long, allow_hyphen_values = true)]
     pub(crate) cpus: Option<u32>,
-    /// Disk limit in MiB for what the machine writes (local: a size-limited root, as root;
-    /// docker: the engine's storage option; sim: the machine's disk budget).
+    /// Disk limit in MiB for what the machine writes (local, as root: a size-limited root
+    /// that with --system-directories copy-on-write also holds the layers, one bound for
+    /// both; docker: the engine's storage option; sim: the machine's disk budget).
     #[arg(long, value_name = "MIB", allow_hyphen_values = true)]
     pub(crate) storage_mb: Option<u64>,
     /// Most processes the machine may hold at once (default 1024; local: a pids cgroup;
@@ -508,6 +509,10 @@ enum PyenvCommand {
         /// A CPython version for uv to install (e.g. 3.12.12) or the path of an interpreter.
         #[arg(long)]
         python: String,
+        /// Install wheels only (`uv pip sync --no-build`): a source distribution in the lock
+        /// fails the build instead of running its build hooks on this host.
+        #[arg(long)]
+        only_binary: bool,
     },
 }
 
@@ -1290,9 +1295,15 @@ async fn gc(args: GcArgs) -> Result<ExitCode, Error> {
 #[cfg(feature = "pyenv")]
 async fn pyenv(command: PyenvCommand) -> Result<ExitCode, Error> {
     match command {
-        PyenvCommand::Build { root, lock, python } => {
+        PyenvCommand::Build {
+            root,
+            lock,
+            python,
+            only_binary,
+        } => {
             let env = tokio::task::spawn_blocking(move || {
-                shellbox::pyenv::build_python_environment(&root, &lock, &python)
+                let options = shellbox::pyenv::BuildOptions::default().only_binary(only_binary);
+                shellbox::pyenv::build_python_environment_with(&root, &lock, &python, &options)
             })
             .await
             .map_err(|e| Error::backend("build python environment", e.to_string()))?
