@@ -741,6 +741,176 @@ pub fn download(view: &GuestView, source: &str, target: &Path) -> Result<(), Err
     }
 }
 
+/// How long one [`download_file`] may take, from the source's resolution to the rename
+/// into place: a read that stalls (a hung network mount bound into the machine) ends the
+/// download with [`Error::TimedOut`] instead of holding it forever.
+pub const DOWNLOAD_FILE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The chunk [`download_file`] reads and writes at a time (REFERENCE.md 3.2's 64 KiB).
+const DOWNLOAD_FILE_CHUNK: usize = 64 * 1024;
+
+/// The local backend's bounded single-file download (REFERENCE.md 3.2; the rules of core's
+/// [`shellbox_core::download_file`]), done on the host from file descriptors: `source` is
+/// resolved as the machine sees it ([`crate::guest`], links followed in the guest
+/// namespace, copy-on-write layers through their fds in the machine's mount namespace) and
+/// opened `O_NONBLOCK`, and what was opened is checked to be a regular file (`fstat`) before
+/// a byte is read. No program of the machine runs, so a guest that replaced `cat`,
+/// `readlink` or `sh` (in a copy-on-write layer, or first on `PATH`) cannot stall or feed
+/// the download, and a guest swapping the path for a FIFO gets it refused, never opened
+/// for a blocking read. The bytes go in [`DOWNLOAD_FILE_CHUNK`]s into `item` in a staging
+/// directory beside `target` that is renamed over it; memory stays at one chunk.
+/// Bounded by [`DOWNLOAD_FILE_DEADLINE`] (checked between chunks and before the rename).
+///
+/// # Errors
+/// [`Error::NotFound`] when `source` does not exist in the machine; [`Error::Unsupported`]
+/// (the message says "regular file") when it is not a regular file (a directory, a FIFO, a
+/// device, a dangling link) or lies in or resolves into `/dev`, `/proc` or `/sys`, or when
+/// what stands at `target` is neither a regular file nor a symlink;
+/// [`Error::DownloadLimitExceeded`] when it holds more than `max_bytes` bytes (the old
+/// target intact); [`Error::TimedOut`] past [`DOWNLOAD_FILE_DEADLINE`]; [`Error::Transfer`]
+/// for a link on `target`'s way that core's `resolve_host_target` refuses, or a guest path
+/// a command keeps swapping; [`Error::Io`] for the staging file. On every error the staging
+/// directory is removed and `target` is as it was.
+pub fn download_file(
+    view: &GuestView,
+    source: &str,
+    target: &Path,
+    max_bytes: u64,
+) -> Result<(), Error> {
+    download_file_by(view, source, target, max_bytes, DOWNLOAD_FILE_DEADLINE)
+}
+
+/// [`download_file`] with its deadline given.
+pub(crate) fn download_file_by(
+    view: &GuestView,
+    source: &str,
+    target: &Path,
+    max_bytes: u64,
+    deadline: std::time::Duration,
+) -> Result<(), Error> {
+    use std::io::{Read, Write};
+    let started = std::time::Instant::now();
+    let not_regular = |what: &str| {
+        Error::unsupported(format!(
+            "{source} {what}; only a regular file can be downloaded with a byte limit"
+        ))
+    };
+    if crate::guest::refuse_kernel_path(source).is_err() {
+        return Err(not_regular(
+            "is inside a kernel-provided directory (/proc, /sys, /dev)",
+        ));
+    }
+    if target.file_name().is_none() {
+        return Err(Error::invalid(format!(
+            "download target {} has no file name",
+            target.display()
+        )));
+    }
+    let resolved = shellbox_core::transfer::resolve_host_target(target)?;
+    let target = resolved.as_path();
+    refuse_special_target(target)?;
+    let found = match resolve(view, source, true) {
+        Ok(found) => found,
+        Err(Error::Unsupported(_)) => {
+            return Err(not_regular(
+                "resolves into a kernel-provided directory (/proc, /sys, /dev) in the machine",
+            ))
+        }
+        Err(e) => return Err(e),
+    };
+    let (fd, st) = match found {
+        Resolved::Missing { .. } => {
+            // A dangling link is there, but is no regular file.
+            return match resolve(view, source, false) {
+                Ok(Resolved::Found { .. }) => Err(not_regular("is a dangling link")),
+                _ => Err(Error::not_found(source)),
+            };
+        }
+        Resolved::Found { object, .. } => match object {
+            Object::File(fd, st) => (fd, st),
+            Object::Dir(_) => return Err(not_regular("is a directory")),
+            Object::Other => return Err(not_regular("is not a regular file")),
+        },
+    };
+    // `resolve` opened it O_NONBLOCK and checked the open fd is a regular file; once more,
+    // on the fd this function reads.
+    if file_type(&st) != SFlag::S_IFREG
+        || nix::sys::stat::fstat(&fd)
+            .map(|s| file_type(&s) != SFlag::S_IFREG)
+            .unwrap_or(true)
+    {
+        return Err(not_regular("is not a regular file"));
+    }
+    let parent = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => std::env::current_dir().map_err(|e| Error::io("current directory", e))?,
+    };
+    let staging = shellbox_core::staging::StagingDir::create_in(&parent).map_err(|e| {
+        Error::io(
+            format!("create staging directory in {}", parent.display()),
+            e,
+        )
+    })?;
+    let staged = staging.path().join("item");
+    let mut out =
+        File::create(&staged).map_err(|e| Error::io(format!("create {}", staged.display()), e))?;
+    let mut src = File::from(fd);
+    let mut buf = vec![0u8; DOWNLOAD_FILE_CHUNK];
+    let mut written: u64 = 0;
+    let timed_out = || Error::TimedOut {
+        operation: format!("download_file {source}"),
+        after: deadline,
+    };
+    loop {
+        if started.elapsed() > deadline {
+            return Err(timed_out());
+        }
+        let n = match src.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io(format!("read {source} in the machine"), e)),
+        };
+        written += n as u64;
+        if written > max_bytes {
+            return Err(Error::DownloadLimitExceeded(format!(
+                "{source} holds more than {max_bytes} bytes"
+            )));
+        }
+        out.write_all(&buf[..n])
+            .map_err(|e| Error::io(format!("write {}", staged.display()), e))?;
+    }
+    out.sync_all()
+        .map_err(|e| Error::io(format!("write {}", staged.display()), e))?;
+    drop(out);
+    if started.elapsed() > deadline {
+        return Err(timed_out());
+    }
+    refuse_special_target(target)?;
+    std::fs::rename(&staged, target).map_err(|e| {
+        Error::io(
+            format!("rename {} to {}", staged.display(), target.display()),
+            e,
+        )
+    })
+}
+
+/// [`Error::Unsupported`] when something other than a regular file or a symlink stands at
+/// `target` (a directory, device, FIFO, socket): renaming over it would replace a host
+/// node that is no file of the user's (core's `download_file` rule).
+fn refuse_special_target(target: &Path) -> Result<(), Error> {
+    match std::fs::symlink_metadata(target) {
+        Ok(meta) if !meta.file_type().is_file() && !meta.file_type().is_symlink() => {
+            Err(Error::unsupported(format!(
+                "download target {} exists and is not a regular file (a directory, device, fifo \
+                 or socket); only a regular file or a symlink there is replaced",
+                target.display()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn system_time(st: &FileStat) -> Option<std::time::SystemTime> {
     let nanos = u32::try_from(st.st_mtime_nsec).ok()?;
     if st.st_mtime >= 0 {

@@ -1536,6 +1536,34 @@ impl Machine for LocalMachine {
             .map_err(|e| Error::backend("download", e))?
     }
 
+    /// Done on the host from file descriptors ([`crate::fsops::download_file`]): no program
+    /// of the machine runs, the source is opened without blocking and checked to be a
+    /// regular file, and the download is bounded by
+    /// [`DOWNLOAD_FILE_DEADLINE`](crate::fsops::DOWNLOAD_FILE_DEADLINE)
+    /// ([`Error::TimedOut`]).
+    async fn download_file(
+        &self,
+        source: &str,
+        target: &Path,
+        max_bytes: u64,
+    ) -> Result<(), Error> {
+        validate_guest_path(source)?;
+        let _gate = self.gate.read().await;
+        self.check_open()?;
+        let view = crate::guest::GuestView::new(
+            &self.layout,
+            &self.factory.facts,
+            &self.namespaces()?.layers,
+        );
+        let source = source.to_string();
+        let target = target.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            crate::fsops::download_file(&view, &source, &target, max_bytes)
+        })
+        .await
+        .map_err(|e| Error::backend("download_file", e))?
+    }
+
     async fn close(&self) -> Result<(), Error> {
         let _gate = self.gate.write().await;
         if self.closed.swap(true, Ordering::SeqCst) {

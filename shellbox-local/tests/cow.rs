@@ -589,3 +589,51 @@ fn host_mounts_nested_in_layers_stay_read_only() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// A copy-on-write guest that replaces the programs first on `PATH` (`cat`, `readlink`,
+/// `sh` in `/usr/local/bin`, and `/usr/bin/cat` itself in its layer) with ones that sleep
+/// cannot stall `download_file`: the local backend reads the file on the host from a
+/// descriptor and runs no program of the machine (defect 2a of issue 12's review: the
+/// download ran the guest's `cat` and hung).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn download_file_runs_no_guest_program() {
+    let test = "download_file_runs_no_guest_program";
+    let Some(factory) = cow_factory(test) else {
+        return;
+    };
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    sh(
+        &m,
+        "set -e; printf 'payload' > /tmp/f; \
+         for p in cat readlink sh; do printf '#!/bin/sh\\nexec sleep 1000\\n' > /usr/local/bin/$p; \
+         chmod +x /usr/local/bin/$p; done; \
+         printf '#!/bin/sh\\nexec sleep 1000\\n' > /usr/bin/cat.new; chmod +x /usr/bin/cat.new; \
+         /bin/mv /usr/bin/cat.new /usr/bin/cat",
+    )
+    .await;
+    let host = tempfile::tempdir().unwrap();
+    let target = host.path().join("out");
+    // A guard against the hang, not a timing assertion: the download either finishes or
+    // waits on the guest's sleep forever.
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        m.download_file("/tmp/f", &target, 1 << 20),
+    )
+    .await
+    .expect("download_file hung on the guest's replaced programs")
+    .expect("download_file");
+    assert_eq!(std::fs::read(&target).unwrap(), b"payload");
+    // The layer's replaced /usr/bin/cat downloads as the file it is.
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        m.download_file("/usr/bin/cat", &target, 1 << 20),
+    )
+    .await
+    .expect("download_file hung")
+    .expect("download_file of a layer file");
+    assert_eq!(
+        std::fs::read(&target).unwrap(),
+        b"#!/bin/sh\nexec sleep 1000\n"
+    );
+    m.close().await.unwrap();
+}

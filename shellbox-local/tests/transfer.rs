@@ -380,3 +380,67 @@ async fn special_files_kernel_paths_and_missing_sources() {
     assert!(!out.exists());
     m.close().await.unwrap();
 }
+
+/// A guest loop swapping a path between a regular file and a FIFO (hard link, then
+/// rename over it) cannot make `download_file` block on opening the FIFO: each download
+/// either copies the file or is refused as no regular file (defect 2b of issue 12's
+/// review: the in-machine script checked `[ -f ]`, then blocked on `3<"$r"` once the FIFO
+/// stood there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn download_file_refuses_a_racing_fifo_without_blocking() {
+    let test = "download_file_refuses_a_racing_fifo_without_blocking";
+    let Some(m) = machine(test).await else {
+        return;
+    };
+    let m = std::sync::Arc::new(m);
+    sh(
+        &*m,
+        "set -e; mkdir -p /tmp/race; printf regular > /tmp/race/file; \
+         mkfifo /tmp/race/fifo; ln /tmp/race/file /tmp/race/p",
+    )
+    .await;
+    let racer = {
+        let m = m.clone();
+        tokio::spawn(async move {
+            m.run(
+                Command::shell(
+                    "cd /tmp/race; while [ ! -e stop ]; do ln -f fifo t1; mv -f t1 p; \
+                     ln -f file t2; mv -f t2 p; done; echo stopped",
+                )
+                .timeout(Duration::from_secs(600)),
+            )
+            .await
+        })
+    };
+    let host = tempfile::tempdir().unwrap();
+    let target = host.path().join("out");
+    let (mut copied, mut refused) = (0u32, 0u32);
+    for i in 0..400 {
+        // A guard against the hang, not a timing assertion.
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(60),
+            m.download_file("/tmp/race/p", &target, 1 << 20),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("download {i} blocked on the FIFO"));
+        match outcome {
+            Ok(()) => {
+                assert_eq!(std::fs::read(&target).unwrap(), b"regular", "download {i}");
+                copied += 1;
+            }
+            Err(e) => {
+                assert!(
+                    e.is_unsupported() && e.to_string().contains("regular file"),
+                    "download {i}: {e:?}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    sh(&*m, "touch /tmp/race/stop").await;
+    let r = racer.await.unwrap().unwrap();
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "stopped\n", "{r:?}");
+    eprintln!("{test}: {copied} copied, {refused} refused as a FIFO");
+    assert!(copied + refused == 400);
+    m.close().await.unwrap();
+}
