@@ -562,7 +562,8 @@ impl LocalMachineFactory {
         let ImageSource::Packages(packages) = &spec.source else {
             return self.plan(spec).map(drop);
         };
-        if packages.pypi_packages.is_some() {
+        if let Some(requirements) = &packages.pypi_packages {
+            crate::packages::check_requirements(requirements)?;
             let settings = self.inner.packages.clone();
             tokio::task::spawn_blocking(move || crate::packages::check_settings(&settings))
                 .await
@@ -1536,11 +1537,10 @@ impl Machine for LocalMachine {
             .map_err(|e| Error::backend("download", e))?
     }
 
-    /// Done on the host from file descriptors ([`crate::fsops::download_file`]): no program
-    /// of the machine runs, the source is opened without blocking and checked to be a
-    /// regular file, and the download is bounded by
-    /// [`DOWNLOAD_FILE_DEADLINE`](crate::fsops::DOWNLOAD_FILE_DEADLINE)
-    /// ([`Error::TimedOut`]).
+    /// Done on the host from file descriptors (the machine seen as in
+    /// [`Machine::download`]): no program of the machine runs, the source is opened without
+    /// blocking and checked to be a regular file, and the whole download is bounded by a
+    /// 600 s deadline ([`Error::TimedOut`]).
     async fn download_file(
         &self,
         source: &str,

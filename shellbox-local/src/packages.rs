@@ -109,6 +109,9 @@ pub(crate) async fn host_spec(
         return Ok((spec, Vec::new()));
     };
     capabilities.check_spec("local", &spec)?;
+    if let Some(requirements) = pypi_packages {
+        check_requirements(requirements)?;
+    }
     let image = match pypi_packages.clone() {
         None => HostImage::default(),
         Some(requirements) => {
@@ -126,6 +129,19 @@ pub(crate) async fn host_spec(
         },
         tools,
     ))
+}
+
+/// Checks the requirements as `shellbox-pyenv` does before it runs uv
+/// ([`shellbox_pyenv::requirement_problem`]: empty, a leading `-`, CR/LF/NUL, a `$`
+/// environment reference uv would expand from the host, a backslash continuation), for
+/// `create` and `check_environment` alike.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming the first bad requirement.
+pub(crate) fn check_requirements(requirements: &[String]) -> Result<(), Error> {
+    shellbox_pyenv::normalize_requirements(requirements)
+        .map(drop)
+        .map_err(|e| Error::invalid(format!("pypi_packages: {e}")))
 }
 
 /// Resolves the requirements into an environment and the image that mounts it. Blocking.

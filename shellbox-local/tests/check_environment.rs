@@ -150,3 +150,71 @@ async fn package_settings_are_judged_as_create_judges_them() {
     // Nothing was resolved into the cache.
     assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 0);
 }
+
+/// A requirement naming an environment variable (`${HOME}`, `$HOME`: uv expands them from
+/// the host's environment, so a URL could carry a host secret out) or ending in a backslash
+/// (uv joins it to the next requirement) is refused by `check_environment` and `create`
+/// alike with `InvalidInput`, before uv runs: the factory's uv here is the real one behind
+/// a wrapper that records each call, and it records none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requirements_with_env_references_never_reach_uv() {
+    let test = "requirements_with_env_references_never_reach_uv";
+    let Some(uv) = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join("uv"))
+            .find(|p| p.is_file())
+    }) else {
+        eprintln!("SKIP {test}: no uv on PATH");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("uv-calls");
+    let wrapper = dir.path().join("uv");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho \"$@\" >> '{}'\nexec '{}' \"$@\"\n",
+            log.display(),
+            uv.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cache = dir.path().join("cache");
+    let Some(factory) = common::factory_with(
+        test,
+        LocalOptions {
+            package_cache: Some(cache.clone()),
+            uv: Some(wrapper.clone()),
+            ..LocalOptions::default()
+        },
+    ) else {
+        return;
+    };
+    let none = ExecutionRequirements::default();
+    let home = std::env::var("HOME").unwrap_or_default();
+    for requirements in [
+        vec!["six @ http://127.0.0.1:9/${HOME}/six-1.17.0-py2.py3-none-any.whl"],
+        vec!["six==${HOME}"],
+        vec!["six==$HOME"],
+        vec!["si\\", "x==1.17.0"],
+    ] {
+        let spec = MachineSpec::packages(PackageSpec::python(requirements.clone()));
+        let checked = factory.check_environment(&none, &spec).await;
+        let created = factory.create(spec).await.map(drop);
+        for (what, r) in [("check", &checked), ("create", &created)] {
+            match r {
+                Err(Error::InvalidInput(m)) => assert!(
+                    home.len() < 4 || !m.contains(&home),
+                    "{what} {requirements:?}: the message shows HOME's value: {m}"
+                ),
+                other => panic!("{what} {requirements:?}: {other:?}"),
+            }
+        }
+    }
+    assert!(
+        !log.exists(),
+        "uv ran: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}

@@ -52,7 +52,7 @@ pub use build::{
 pub use environment::{in_system_directories, PythonEnvironment};
 pub use error::{DifferingInput, PyenvError};
 pub use resolve::{
-    cache_key, lock_path, normalize_requirements, resolve_python_environment,
+    cache_key, lock_path, normalize_requirements, requirement_problem, resolve_python_environment,
     resolve_python_environment_with, ResolveOptions, ENVIRONMENT_NAME, REQUIREMENTS_IN_NAME,
     REQUIREMENTS_LOCK_NAME, REQUIREMENTS_PENDING_NAME, RESOLVE_LOCK_NAME,
 };

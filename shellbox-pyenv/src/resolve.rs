@@ -81,19 +81,48 @@ pub fn cache_key(python_version: &str, requirements: &[String]) -> String {
     sha256_hex(text.as_bytes())
 }
 
+/// Why `requirement` cannot be one line of the `requirements.in` uv compiles, or `None`:
+/// core's rules ([`PackageSpec::requirement_problem`]: empty, a leading `-`, CR, LF or NUL),
+/// then two that uv's (and pip's) requirements-file parsing would otherwise act on:
+///
+/// - a `$`: uv expands `${VAR}` from the environment it runs in (the host's), so
+///   `six @ http://host/${SECRET_TOKEN}/six.whl` would send a host secret to that URL and
+///   print it in errors; `$` is refused outright (no PEP 508 requirement needs it);
+/// - a `\`: a line ending in one is joined to the next (`si\` then `x==1.17.0` is
+///   `six==1.17.0`), so one requirement could change another; a backslash is refused
+///   anywhere (PEP 508 names, versions, markers and URLs have none).
+pub fn requirement_problem(requirement: &str) -> Option<&'static str> {
+    if let Some(problem) = PackageSpec::requirement_problem(requirement) {
+        Some(problem)
+    } else if requirement.contains('$') {
+        Some(
+            "a requirement must not contain '$' (uv would expand ${VAR} from the host's \
+             environment)",
+        )
+    } else if requirement.contains('\\') {
+        Some(
+            "a requirement must not contain a backslash (a requirements file joins a line \
+             ending in one to the next)",
+        )
+    } else {
+        None
+    }
+}
+
 /// Checks, trims, sorts and deduplicates requirement lines.
 ///
 /// # Errors
 /// [`PyenvError::InvalidRequirement`] for an empty one, one starting with `-` (an option
-/// such as `--index-url` or `-e`), or one holding CR, LF or NUL
-/// ([`PackageSpec::requirement_problem`]).
+/// such as `--index-url` or `-e`), one holding CR, LF or NUL, a `$` (an environment
+/// variable reference uv would expand from the host) or a backslash (a line continuation)
+/// ([`requirement_problem`]).
 pub fn normalize_requirements<S: AsRef<str>>(
     requirements: &[S],
 ) -> Result<Vec<String>, PyenvError> {
     let mut out = Vec::with_capacity(requirements.len());
     for requirement in requirements {
         let requirement = requirement.as_ref();
-        if let Some(reason) = PackageSpec::requirement_problem(requirement) {
+        if let Some(reason) = requirement_problem(requirement) {
             return Err(PyenvError::InvalidRequirement {
                 requirement: requirement.to_string(),
                 reason: reason.to_string(),
@@ -374,6 +403,12 @@ mod tests {
             "--index-url=http://evil",
             "a\nb",
             "a\rb",
+            "six @ http://127.0.0.1:8765/${SECRET_TOKEN}/six-1.17.0-py2.py3-none-any.whl",
+            "six==${HOME}",
+            "six==$HOME",
+            "si\\",
+            "six \\",
+            "six==1.17.0 \\ ",
         ] {
             assert!(
                 matches!(
