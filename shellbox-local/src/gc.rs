@@ -8,7 +8,7 @@
 //! reused pid is told apart, and this host's name). [`gc`] removes the directories whose
 //! owner is gone, with their pids cgroup (every process in it killed) and their
 //! size-limited root filesystem; it never touches a directory without a readable marker,
-//! one of another host, or one whose owner is alive.
+//! one of another host or user, or one whose owner is alive.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -116,7 +116,8 @@ pub struct GcReport {
     pub removed: Vec<PathBuf>,
     /// Directories whose owner is alive (left alone).
     pub kept: usize,
-    /// Directories marked by another host, or without a readable marker (left alone).
+    /// Directories marked by another host, without a readable marker, or owned by another
+    /// user (left alone).
     pub skipped: usize,
     /// Directories that should have been removed but could not be, with the reason.
     pub failed: Vec<(PathBuf, String)>,
@@ -132,7 +133,9 @@ pub fn gc() -> Result<GcReport, Error> {
 
 /// Removes every `shellbox-local-*` machine directory (and every `shellbox-etc-*`
 /// directory of a factory's shared `/etc`) directly in `dir` whose
-/// [`OWNER_FILE`] names a process of this host that no longer exists: first its pids
+/// [`OWNER_FILE`] names a process of this host that no longer exists and that is owned by
+/// this process's effective uid (another user's directories are skipped, also when gc
+/// runs as root, as the staging gc does): first its pids
 /// cgroup (every process in it killed), then its size-limited root filesystem (unmounted),
 /// then the directory. Blocks (file system work).
 ///
@@ -156,6 +159,16 @@ pub fn gc_in(dir: &Path) -> Result<GcReport, Error> {
             .file_type()
             .is_ok_and(|t| t.is_dir() && !t.is_symlink());
         if !is_dir {
+            continue;
+        }
+        // Only this user's own directories: root running gc must not remove another
+        // user's machines (their marker names a pid of theirs this process cannot judge
+        // the way they would, and the directory is not ours to delete).
+        let ours = std::fs::symlink_metadata(&private).is_ok_and(|m| {
+            std::os::unix::fs::MetadataExt::uid(&m) == nix::unistd::geteuid().as_raw()
+        });
+        if !ours {
+            report.skipped += 1;
             continue;
         }
         let owner = std::fs::read_to_string(private.join(OWNER_FILE))

@@ -795,3 +795,50 @@ async fn storage_mb_is_bounded_by_host_memory() {
     assert_eq!(r.exit_code, Some(0), "{r:?}");
     m.close().await.unwrap();
 }
+
+/// `gc` removes only directories of the user running it: one owned by another user
+/// (here `nobody`), whose marker names a dead pid, is left alone even when gc runs as
+/// root (defect 8 of issue 12's review); the same directory chown'd back to this user goes.
+#[test]
+fn gc_leaves_other_users_directories_alone() {
+    let test = "gc_leaves_other_users_directories_alone";
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIP {test}: chown to another user needs a root host process");
+        return;
+    }
+    let base = tempfile::tempdir().unwrap();
+    let mut dead = std::process::Command::new("true").spawn().unwrap();
+    let pid = dead.id();
+    dead.wait().unwrap();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string();
+    let marker = shellbox_local::Owner {
+        pid,
+        start_ticks: Some(1),
+        host,
+    }
+    .to_json();
+    let mut dirs = Vec::new();
+    for name in ["shellbox-local-otheruser", "shellbox-etc-otheruser"] {
+        let dir = base.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join(shellbox_local::OWNER_FILE), &marker).unwrap();
+        std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+        dirs.push(dir);
+    }
+    let report = shellbox_local::gc_in(base.path()).unwrap();
+    assert!(report.removed.is_empty(), "{report:?}");
+    assert_eq!(report.skipped, 2, "{report:?}");
+    for dir in &dirs {
+        assert!(
+            dir.join(shellbox_local::OWNER_FILE).exists(),
+            "{}",
+            dir.display()
+        );
+        std::os::unix::fs::chown(dir, Some(0), Some(0)).unwrap();
+    }
+    let report = shellbox_local::gc_in(base.path()).unwrap();
+    assert_eq!(report.removed.len(), 2, "{report:?}");
+}
