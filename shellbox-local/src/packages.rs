@@ -240,9 +240,11 @@ pub(crate) async fn check_tools(
 }
 
 /// The factory's settings a `pypi_packages` spec needs, checked as
-/// [`host_spec`] checks them before it resolves anything: a package cache, and a Python
+/// [`host_spec`] checks them before it resolves anything: a package cache, a Python
 /// version (the interpreter's own when only `python_interpreter` is set, which runs it)
-/// that is a full CPython version. Blocking.
+/// that is a full CPython version, and a `python_interpreter` that runs and is CPython of
+/// that version ([`shellbox_pyenv::check_interpreter`], as the resolve checks it first).
+/// Blocking.
 ///
 /// # Errors
 /// [`Error::InvalidInput`], as `create` gives for the same settings.
@@ -260,6 +262,18 @@ pub(crate) fn check_settings(settings: &PackageSettings) -> Result<(), Error> {
             }
             .to_string(),
         ));
+    }
+    if let Some(python) = &settings.python_interpreter {
+        // create's check of the interpreter (resolve_python_environment_with makes it
+        // before anything else), with its message.
+        let python = std::path::absolute(python).map_err(|e| {
+            Error::invalid(format!(
+                "python_interpreter {}: cannot make the path absolute: {e}",
+                python.display()
+            ))
+        })?;
+        shellbox_pyenv::check_interpreter(&python, &version)
+            .map_err(|e| Error::invalid(e.to_string()))?;
     }
     Ok(())
 }

@@ -120,7 +120,7 @@ async fn package_settings_are_judged_as_create_judges_them() {
     let cache = tempfile::tempdir().unwrap();
     let none = ExecutionRequirements::default();
     let spec = MachineSpec::packages(PackageSpec::python(["six==1.17.0"]));
-    for options in [
+    let mut cases = vec![
         LocalOptions {
             package_cache: Some(cache.path().to_path_buf()),
             python_version: Some("3.12".into()),
@@ -131,7 +131,45 @@ async fn package_settings_are_judged_as_create_judges_them() {
             python_interpreter: Some("/shellbox-no-such-python".into()),
             ..LocalOptions::default()
         },
-    ] {
+    ];
+    // A real interpreter of another version than the one asked for (the factory's
+    // python_version one patch level above the interpreter's own).
+    let python = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join("python3"))
+            .find(|p| p.is_file())
+    });
+    match &python {
+        Some(python) => {
+            let out = std::process::Command::new(python)
+                .args([
+                    "-I",
+                    "-c",
+                    "import sys; print('%d.%d.%d' % sys.version_info[:3])",
+                ])
+                .output()
+                .unwrap();
+            let own = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            let (minor, patch) = own.rsplit_once('.').unwrap();
+            let other = format!("{minor}.{}", patch.parse::<u32>().unwrap() + 1);
+            cases.push(LocalOptions {
+                package_cache: Some(cache.path().to_path_buf()),
+                python_version: Some(other),
+                python_interpreter: Some(python.clone()),
+                ..LocalOptions::default()
+            });
+        }
+        None => eprintln!("SKIP {test} (wrong interpreter version case): no python3 on PATH"),
+    }
+    for (options, spec) in cases.into_iter().flat_map(|o| {
+        [
+            (o.clone(), spec.clone()),
+            (
+                o,
+                MachineSpec::packages(PackageSpec::python(Vec::<String>::new())),
+            ),
+        ]
+    }) {
         let Some(factory) = common::factory_with(test, options.clone()) else {
             return;
         };

@@ -198,7 +198,7 @@ pub fn resolve_python_environment_with<S: AsRef<str>>(
                     reason: "its path is not UTF-8".into(),
                 })?
                 .to_string();
-            check_interpreter_version(&interpreter, python_version)?;
+            check_interpreter(&interpreter, python_version)?;
             Some(text)
         }
         None => None,
@@ -307,8 +307,16 @@ pub(crate) fn compile_step(uv: &Path, python_version: &str) -> UvStep {
     }
 }
 
-/// Checks that `python` runs and is CPython `version`.
-fn check_interpreter_version(python: &Path, version: &str) -> Result<(), PyenvError> {
+/// Checks that the interpreter `python` runs, is CPython `version` (`X.Y.Z`) and has a
+/// resolvable prefix: the check [`resolve_python_environment_with`] makes of
+/// [`ResolveOptions::python_interpreter`] before any cache or network work, for callers
+/// that want its verdict without resolving (a backend's `check_environment`). Blocking (it
+/// runs `python` twice).
+///
+/// # Errors
+/// [`PyenvError::InterpreterUnusable`] when it cannot run, fails, or is another
+/// implementation or version (the message names what it is).
+pub fn check_interpreter(python: &Path, version: &str) -> Result<(), PyenvError> {
     let unusable = |reason: String| PyenvError::InterpreterUnusable {
         path: python.to_path_buf(),
         reason,
