@@ -534,6 +534,7 @@ impl LocalMachineFactory {
             &|p| p.is_dir(),
         )?;
         let workdir = plan::plan_workdir_in(&spec.workdir, &mounts, &self.inner.overlaid())?;
+        self.check_layer_workdir(&workdir)?;
         let mut bin_dirs = image
             .bin_dirs
             .iter()
@@ -545,6 +546,49 @@ impl LocalMachineFactory {
             workdir,
             bin_dirs,
         })
+    }
+
+    /// A workdir in a copy-on-write layer is made there by `mkdir -p` once the machine
+    /// runs; a component of it that already exists as something other than a directory in
+    /// the layer's lower directory (`/usr/bin/awk`, `/usr/bin/sh/x`, `/etc/passwd/x`) would
+    /// fail that, so it is refused here, for `create` and `check_environment` alike. Links
+    /// are followed as the host resolves them (the machine shows the same lower files).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming the workdir and the component in its way.
+    fn check_layer_workdir(&self, workdir: &str) -> Result<(), Error> {
+        let Some(layer) = self
+            .inner
+            .overlaid()
+            .into_iter()
+            .filter(|d| plan::is_within(workdir, d))
+            .max_by_key(String::len)
+        else {
+            return Ok(());
+        };
+        let lower = if layer == "/etc" {
+            self.inner.etc.dir().to_path_buf()
+        } else {
+            PathBuf::from(&layer)
+        };
+        let mut host = lower;
+        let mut guest = layer.clone();
+        for component in workdir[layer.len()..].split('/').filter(|c| !c.is_empty()) {
+            host.push(component);
+            guest = format!("{}/{component}", guest.trim_end_matches('/'));
+            match std::fs::metadata(&host) {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(_) => {
+                    return Err(Error::invalid(format!(
+                        "workdir {workdir}: {guest} exists in the machine and is not a directory, \
+                         so the workdir cannot be made there; choose a directory path"
+                    )))
+                }
+                // Missing (made by mkdir -p) or unreadable: left to the machine.
+                Err(_) => return Ok(()),
+            }
+        }
+        Ok(())
     }
 
     /// [`MachineFactory::check_environment`]'s spec checks on this backend, in `create`'s

@@ -637,3 +637,37 @@ async fn download_file_runs_no_guest_program() {
     );
     m.close().await.unwrap();
 }
+
+/// A copy-on-write workdir whose path passes through, or ends at, an existing
+/// non-directory (`/usr/bin/awk`, `/usr/bin/sh/x`, `/etc/passwd/x`) is `InvalidInput` for
+/// both `check_environment` and `create` (defect 5 of issue 12's review: check said ok,
+/// create failed with kind io blaming overlayfs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workdir_through_a_file_is_invalid_in_check_and_create() {
+    use shellbox_core::{Error, ExecutionRequirements, MachineFactory};
+    let test = "workdir_through_a_file_is_invalid_in_check_and_create";
+    let Some(factory) = cow_factory(test) else {
+        return;
+    };
+    let none = ExecutionRequirements::default();
+    for workdir in ["/usr/bin/awk", "/usr/bin/sh/x", "/etc/passwd/x"] {
+        let spec = MachineSpec::host().workdir(workdir);
+        let checked = factory.check_environment(&none, &spec).await;
+        let created = factory.create(spec).await.map(drop);
+        for (what, r) in [("check", &checked), ("create", &created)] {
+            match r {
+                Err(Error::InvalidInput(m)) => {
+                    assert!(m.contains("not a directory"), "{what} {workdir}: {m}")
+                }
+                other => panic!("{what} {workdir}: {other:?}"),
+            }
+        }
+    }
+    // A new directory below an existing one is still made in the layer.
+    let m = factory
+        .create_local(MachineSpec::host().workdir("/usr/local/shellbox-new/wd"))
+        .await
+        .unwrap();
+    assert_eq!(sh(&m, "pwd").await, "/usr/local/shellbox-new/wd\n");
+    m.close().await.unwrap();
+}
