@@ -606,6 +606,7 @@ impl LocalMachineFactory {
         let ImageSource::Packages(packages) = &spec.source else {
             return self.plan(spec).map(drop);
         };
+        let tools = crate::packages::check_tool_list(&packages.tools, &spec.env)?;
         if let Some(requirements) = &packages.pypi_packages {
             crate::packages::check_requirements(requirements)?;
             let settings = self.inner.packages.clone();
@@ -620,7 +621,7 @@ impl LocalMachineFactory {
         let planned = self.plan(&host)?;
         if packages.pypi_packages.is_none() {
             let spec_path = spec.env.get("PATH").map(String::as_str);
-            crate::packages::check_tools_on_host(&packages.tools, &planned, spec_path)?;
+            crate::packages::check_tools_on_host(&tools, &planned, spec_path)?;
         }
         Ok(())
     }

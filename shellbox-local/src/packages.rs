@@ -109,6 +109,7 @@ pub(crate) async fn host_spec(
         return Ok((spec, Vec::new()));
     };
     capabilities.check_spec("local", &spec)?;
+    let tools = check_tool_list(tools, &spec.env)?;
     if let Some(requirements) = pypi_packages {
         check_requirements(requirements)?;
     }
@@ -121,7 +122,6 @@ pub(crate) async fn host_spec(
                 .map_err(|e| Error::backend("resolve the Python environment", e.to_string()))??
         }
     };
-    let tools = tools.clone();
     Ok((
         MachineSpec {
             source: ImageSource::Host(image),
@@ -175,21 +175,88 @@ fn resolve(settings: &PackageSettings, requirements: &[String]) -> Result<HostIm
     Ok(env.host_image())
 }
 
-/// The check of [`TOOLS_REFUSAL`]: prints each argument that is not an executable regular
-/// file (a name: in some directory of `PATH`; a path: itself), then `PATH` on stderr.
-const TOOLS_SCRIPT: &str = r#"for t do
+/// The check of [`TOOLS_REFUSAL`]: prints each argument (a program name, see
+/// [`check_tool_list`]) that is not an executable regular file in some directory of `PATH`
+/// that counts ([`path_entry_counts`]: the same rule as [`check_tools_on_host`]), then
+/// `PATH` on stderr. `set -f`: a `PATH` entry such as `/usr/*` is not a glob.
+const TOOLS_SCRIPT: &str = r#"set -f
+for t do
   found=
-  case $t in
-    */*) [ -f "$t" ] && [ -x "$t" ] && found=1 ;;
-    *) saved=$IFS; IFS=:
-       for d in $PATH; do
-         [ -n "$d" ] && [ -f "$d/$t" ] && [ -x "$d/$t" ] && { found=1; break; }
-       done
-       IFS=$saved ;;
-  esac
+  saved=$IFS; IFS=:
+  for d in $PATH; do
+    case $d in /*) ;; *) continue ;; esac
+    case $d in */./*|*/.|*/../*|*/..|*//*|/etc|/etc/*|/proc|/proc/*|/sys|/sys/*|/dev|/dev/*) continue ;; esac
+    [ -f "$d/$t" ] && [ -x "$d/$t" ] && { found=1; break; }
+  done
+  IFS=$saved
   [ -n "$found" ] || printf '%s\n' "$t"
 done
 printf '%s' "$PATH" >&2"#;
+
+/// Whether a `PATH` entry is one the tools check looks in, in the machine
+/// ([`TOOLS_SCRIPT`]) and on the host ([`check_tools_on_host`]) alike: absolute, with no
+/// `.` or `..` component and no empty one (`//`), and not in `/etc` (the machine's own
+/// copy), `/proc`, `/sys` or `/dev` (the kernel's). Other entries (`usr/bin`,
+/// `/tmp/../usr/bin`) are skipped: a tool found only through them is missing.
+fn path_entry_counts(dir: &str) -> bool {
+    dir.starts_with('/')
+        && !dir.contains("//")
+        && !dir.split('/').any(|c| c == "." || c == "..")
+        && !["/etc", "/proc", "/sys", "/dev"]
+            .iter()
+            .any(|k| crate::plan::is_within(dir, k))
+}
+
+/// Room kept for what the machine adds to the tools check's environment (`PATH` with the
+/// bin dirs, `HOME`, `LANG`, `PYTHONHASHSEED`) when [`check_tool_list`] sizes it.
+const TOOLS_CHECK_ENV_RESERVE_BYTES: usize = 64 * 1024;
+
+/// The spec's tools as `create` and `check_environment` both take them: each must be a
+/// program name looked up on the machine's `PATH` (REFERENCE.md 4.6: "found on PATH"), so
+/// one holding `/` (`/bin/sh`, `../usr/bin/env`, `/proc/self/exe`) is refused; duplicates
+/// are dropped (first kept); and the check's command (its script, the tools and the spec's
+/// environment, each string with its NUL, plus [`TOOLS_CHECK_ENV_RESERVE_BYTES`]) must fit
+/// the supervisor's argv-and-environment bound
+/// ([`MAX_ARGV_ENV_BYTES`](shellbox_supervisor::proto::MAX_ARGV_ENV_BYTES)), judged before
+/// anything runs.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for a tool holding `/`, or a list too large to check in one
+/// command.
+pub(crate) fn check_tool_list(
+    tools: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+) -> Result<Vec<String>, Error> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for tool in tools {
+        if tool.contains('/') {
+            return Err(Error::invalid(format!(
+                "tools: {tool:?} holds '/'; a tool is a program name found on the sandbox PATH \
+                 (put its directory in the spec's PATH or a bin dir instead)"
+            )));
+        }
+        if seen.insert(tool.as_str()) {
+            out.push(tool.clone());
+        }
+    }
+    let strings = ["/bin/sh", "-c", TOOLS_SCRIPT, "sh"]
+        .iter()
+        .map(|a| a.len() + 1)
+        .chain(out.iter().map(|t| t.len() + 1))
+        .chain(env.iter().map(|(k, v)| k.len() + v.len() + 2))
+        .fold(0usize, usize::saturating_add);
+    let most = shellbox_supervisor::proto::MAX_ARGV_ENV_BYTES;
+    if strings.saturating_add(TOOLS_CHECK_ENV_RESERVE_BYTES) > most {
+        return Err(Error::invalid(format!(
+            "tools: {} distinct tools and the spec's environment take {strings} bytes, more than \
+             one command's argv and environment may ({most} bytes less \
+             {TOOLS_CHECK_ENV_RESERVE_BYTES} kept for the machine's own variables)",
+            out.len()
+        )));
+    }
+    Ok(out)
+}
 
 /// Checks that every tool is executable on the machine's `PATH` with one command in the
 /// machine, and returns the machine; with no tools it is returned at once.
@@ -324,13 +391,14 @@ fn executable_on_host(host: &Path, mounts: &[ReadOnlyMount]) -> bool {
             .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// The tools of a shell-only package spec that are not executable on the machine's `PATH`
+/// The tools of a shell-only package spec (program names, as [`check_tool_list`] leaves
+/// them) that are not executable on the machine's `PATH`
 /// (`bin_dirs`, then [`DEFAULT_PATH`](crate::plan::DEFAULT_PATH); the spec env's `PATH`
-/// when it sets one, as it does for commands), judged on the host
+/// when it sets one, as it does for commands; only the entries [`path_entry_counts`]
+/// keeps), judged on the host
 /// directories the machine would show there ([`host_path_of`]) without making it: what
-/// `create`'s check in the machine would find. A tool naming a path is looked up as that
-/// path (relative to the workdir). Copy-on-write layers start as the host directories, so
-/// the same rule holds for them.
+/// `create`'s check in the machine would find. Copy-on-write layers start as the host
+/// directories, so the same rule holds for them.
 ///
 /// # Errors
 /// [`Error::Unsupported`] beginning with [`TOOLS_REFUSAL`], as `create` refuses.
@@ -350,15 +418,7 @@ pub(crate) fn check_tools_on_host(
             .collect(),
     };
     let found = |tool: &str| -> bool {
-        if tool.contains('/') {
-            let guest = if tool.starts_with('/') {
-                tool.to_string()
-            } else {
-                format!("{}/{tool}", planned.workdir.trim_end_matches('/'))
-            };
-            return host_path_of(&guest, mounts).is_some_and(|h| executable_on_host(&h, mounts));
-        }
-        path.iter().filter(|d| !d.is_empty()).any(|dir| {
+        path.iter().filter(|d| path_entry_counts(d)).any(|dir| {
             host_path_of(&format!("{}/{tool}", dir.trim_end_matches('/')), mounts)
                 .is_some_and(|h| executable_on_host(&h, mounts))
         })

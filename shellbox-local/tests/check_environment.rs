@@ -55,40 +55,100 @@ async fn tools_are_judged_as_the_machine_would_see_them() {
         }
         MachineSpec::packages(p)
     };
-    let cases: Vec<(&str, MachineSpec, bool)> = vec![
-        ("a tool in a bin dir", tools(&["shellbox-tool", "sh"]), true),
-        ("a tool by its path", tools(&[&tool_path]), true),
-        ("a link within the mount", tools(&["shellbox-in"]), true),
+    let many_sh = MachineSpec::packages(PackageSpec {
+        pypi_packages: None,
+        tools: vec!["sh".to_string(); 400_000],
+    });
+    let too_many = MachineSpec::packages(PackageSpec {
+        pypi_packages: None,
+        tools: (0..60_000)
+            .map(|i| format!("shellbox-absent-tool-{i:06}"))
+            .collect(),
+    });
+    // "accepted", or the kind both refuse with.
+    let cases: Vec<(&str, MachineSpec, &str)> = vec![
         (
-            "a relative path from /",
-            tools(&["usr/bin/env"]).workdir("/"),
-            true,
+            "a tool in a bin dir",
+            tools(&["shellbox-tool", "sh"]),
+            "accepted",
         ),
-        ("not executable", tools(&["shellbox-noexec"]), false),
+        (
+            "a link within the mount",
+            tools(&["shellbox-in"]),
+            "accepted",
+        ),
+        ("not executable", tools(&["shellbox-noexec"]), "unsupported"),
         (
             "a link out of what the machine sees",
             tools(&["shellbox-out"]),
-            false,
-        ),
-        (
-            "a host file the machine hides",
-            tools(&[&hidden.path().join("real").display().to_string()]),
-            false,
+            "unsupported",
         ),
         (
             "the spec's PATH",
             tools(&["shellbox-tool"]).env("PATH", &only_bin),
-            true,
+            "accepted",
         ),
         (
             "sh off the spec's PATH",
             tools(&["sh"]).env("PATH", &only_bin),
-            false,
+            "unsupported",
         ),
-        ("a tool in /etc", tools(&["/etc/passwd"]), false),
+        // A tool is a program name found on PATH: one holding '/' is refused by both.
+        ("a tool by its path", tools(&[&tool_path]), "invalid_input"),
+        (
+            "a relative path from /",
+            tools(&["usr/bin/env"]).workdir("/"),
+            "invalid_input",
+        ),
+        (
+            "a host file the machine hides",
+            tools(&[&hidden.path().join("real").display().to_string()]),
+            "invalid_input",
+        ),
+        ("a tool in /etc", tools(&["/etc/passwd"]), "invalid_input"),
+        (
+            "a link in /etc/alternatives",
+            tools(&["/etc/alternatives/awk"]),
+            "invalid_input",
+        ),
+        (
+            "a path climbing from the workdir",
+            tools(&["../usr/bin/env"]).workdir("/tmp"),
+            "invalid_input",
+        ),
+        (
+            "an unnormalised path",
+            tools(&["/tmp/../usr/bin/env"]),
+            "invalid_input",
+        ),
+        ("a kernel path", tools(&["/proc/self/exe"]), "invalid_input"),
+        // PATH entries count only when absolute and normalised, outside /etc and the
+        // kernel's directories; never as globs.
+        (
+            "a glob in the spec's PATH",
+            tools(&["sh"]).env("PATH", "/usr/*"),
+            "unsupported",
+        ),
+        (
+            "a relative spec PATH from /",
+            tools(&["sh"]).env("PATH", "usr/bin").workdir("/"),
+            "unsupported",
+        ),
+        (
+            "an unnormalised spec PATH",
+            tools(&["sh"]).env("PATH", "/tmp/../usr/bin"),
+            "unsupported",
+        ),
+        (
+            "a spec PATH in /etc",
+            tools(&["awk"]).env("PATH", "/etc/alternatives"),
+            "unsupported",
+        ),
+        ("one tool 400000 times", many_sh, "accepted"),
+        ("tools past the command size", too_many, "invalid_input"),
     ];
     let none = ExecutionRequirements::default();
-    for (what, spec, accepted) in cases {
+    for (what, spec, expected) in cases {
         let checked = factory.check_environment(&none, &spec).await;
         let created = match factory.create(spec).await {
             Ok(m) => {
@@ -102,10 +162,15 @@ async fn tools_are_judged_as_the_machine_would_see_them() {
             verdict(&created),
             "{what}: check {checked:?}, create {created:?}"
         );
-        assert_eq!(created.is_ok(), accepted, "{what}: {created:?}");
+        let got = match &created {
+            Ok(()) => "accepted".to_string(),
+            Err(e) => e.kind().to_string(),
+        };
+        assert_eq!(got, expected, "{what}: {created:?}");
         if let Err(e) = checked {
-            assert!(e.is_unsupported(), "{what}: {e}");
-            assert!(e.to_string().contains(shellbox_local::TOOLS_REFUSAL), "{e}");
+            if e.is_unsupported() {
+                assert!(e.to_string().contains(shellbox_local::TOOLS_REFUSAL), "{e}");
+            }
         }
     }
 }

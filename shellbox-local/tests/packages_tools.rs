@@ -31,13 +31,8 @@ async fn tools_must_be_executable_on_the_sandbox_path() {
     let Some(factory) = common::factory(test) else {
         return;
     };
-    // Shell only, present tools (names and a path): the host's programs.
-    let spec = MachineSpec::packages(
-        PackageSpec::shell()
-            .tool("sh")
-            .tool("cat")
-            .tool("/usr/bin/env"),
-    );
+    // Shell only, present tools: the host's programs.
+    let spec = MachineSpec::packages(PackageSpec::shell().tool("sh").tool("cat").tool("env"));
     factory
         .check_environment(&ExecutionRequirements::default(), &spec)
         .await
@@ -57,7 +52,7 @@ async fn tools_must_be_executable_on_the_sandbox_path() {
         PackageSpec::shell()
             .tool("sh")
             .tool("shellbox-no-such-tool")
-            .tool("/etc/passwd"),
+            .tool("passwd-shellbox-absent"),
     );
     let e = factory
         .create(spec)
@@ -68,12 +63,23 @@ async fn tools_must_be_executable_on_the_sandbox_path() {
     let text = e.to_string();
     assert!(text.contains(TOOLS_REFUSAL), "{text}");
     assert!(
-        text.contains("shellbox-no-such-tool, /etc/passwd not found"),
+        text.contains("shellbox-no-such-tool, passwd-shellbox-absent not found"),
         "{text}"
     );
     assert!(!text.contains("sh,"), "{text}");
     assert!(text.contains("PATH=/usr/local/sbin:"), "{text}");
     assert_eq!(my_roots(), before, "the refused machine was not closed");
+
+    // A tool is a program name: a path is refused before anything is made.
+    let e = factory
+        .create(MachineSpec::packages(
+            PackageSpec::shell().tool("/usr/bin/env"),
+        ))
+        .await
+        .err()
+        .expect("a tool by path refused");
+    assert!(matches!(e, shellbox_core::Error::InvalidInput(_)), "{e:?}");
+    assert_eq!(my_roots(), before, "a machine was made for an invalid spec");
 
     // The spec's env reaches the check: a tool found only on its PATH.
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
