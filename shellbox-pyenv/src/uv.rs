@@ -263,6 +263,7 @@ pub(crate) fn run_step_in(
     if let Some(cwd) = cwd {
         command.current_dir(cwd);
     }
+    die_with_owner(&mut command);
     let output = command
         .args(&step.argv[1..])
         .envs(step.env.iter().map(|(k, v)| (k, v)))
@@ -300,6 +301,30 @@ pub(crate) fn run_step_in(
         exit_code,
         stderr,
     })
+}
+
+/// Makes the spawned uv die (`SIGKILL`) when the thread that spawned it ends
+/// (`PR_SET_PDEATHSIG`), so a build whose owner is killed (`kill -9` of the process) leaves
+/// no uv writing into the environment or its cache; the next build takes the lock, finds
+/// no marker and rebuilds. The death signal fires when the spawning *thread* exits; this
+/// one waits for uv, so it outlives it. Should the owner have died between the fork and
+/// the `prctl` (the parent pid is no longer the spawner's), the child exits at once.
+#[allow(unsafe_code)]
+fn die_with_owner(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let owner = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before exec and calls only
+    // async-signal-safe system calls (prctl, getppid), allocating nothing.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)?;
+            if nix::unistd::getppid() != owner {
+                return Err(std::io::Error::other("the build's owner exited"));
+            }
+            Ok(())
+        });
+    }
 }
 
 #[cfg(test)]

@@ -730,3 +730,125 @@ fn lock_timeout_gives_up_on_a_held_lock() {
         "1.17.0\n"
     );
 }
+
+/// The pids of uv processes whose command line mentions `needle`.
+fn uv_processes_mentioning(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let is_uv = args
+            .first()
+            .is_some_and(|a| Path::new(a).file_name().is_some_and(|n| n == "uv"));
+        if is_uv && args.iter().any(|a| a.contains(needle)) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Killing a build's owner (`kill -9` of the process) while `uv pip sync` runs leaves no
+/// uv behind (uv gets `PR_SET_PDEATHSIG` `SIGKILL`), and the next build of the same root
+/// recovers the half-written directory: it takes the lock, finds no marker and rebuilds
+/// (defect 6 of issue 12's review: uv ran on as an orphan writing into the cache).
+///
+/// The owner is this test binary run again as a child (the environment variable below
+/// makes it the child); its `uv pip sync` downloads the locked wheel from a local server
+/// that accepts the connection and never answers, so the sync is in progress when the
+/// child is killed.
+#[test]
+fn uv_dies_with_a_killed_owner_and_the_next_build_recovers() {
+    const CHILD: &str = "SHELLBOX_PYENV_TEST_OWNER_ROOT";
+    let test = "uv_dies_with_a_killed_owner_and_the_next_build_recovers";
+    if let Some(root) = std::env::var_os(CHILD) {
+        // The child: build until killed.
+        let lock = std::env::var_os("SHELLBOX_PYENV_TEST_OWNER_LOCK").unwrap();
+        let uv = std::env::var_os("SHELLBOX_PYENV_TEST_OWNER_UV").unwrap();
+        let python = std::env::var("SHELLBOX_PYENV_TEST_OWNER_PYTHON").unwrap();
+        let options = BuildOptions::default().uv(PathBuf::from(uv));
+        let _ = build_python_environment_with(root, Path::new(&lock), &python, &options);
+        return;
+    }
+    let (Some(uv), Some(python)) = (real_uv(test), test_python(test)) else {
+        return;
+    };
+    let dir = scratch();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (connected_tx, connected_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+            let _ = connected_tx.send(());
+        }
+    });
+    let lock = write_lock(
+        dir.path(),
+        "stalled.lock",
+        &format!(
+            "six @ http://127.0.0.1:{port}/six-1.17.0-py2.py3-none-any.whl \\\n    \
+             --hash=sha256:4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274\n"
+        ),
+    );
+    let root = dir.path().join("envs/killed");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, &root)
+        .env("SHELLBOX_PYENV_TEST_OWNER_LOCK", &lock)
+        .env("SHELLBOX_PYENV_TEST_OWNER_UV", &uv)
+        .env("SHELLBOX_PYENV_TEST_OWNER_PYTHON", &python)
+        // uv would otherwise give up on the silent server after 30 s.
+        .env("UV_HTTP_TIMEOUT", "3600")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // A guard against a hang, not a timing assertion: uv connects once the venv exists.
+    connected_rx
+        .recv_timeout(std::time::Duration::from_secs(300))
+        .expect("uv pip sync never asked the local server for the wheel");
+    let needle = root.display().to_string();
+    let before = uv_processes_mentioning(&needle);
+    assert!(!before.is_empty(), "no uv of the build runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+    // The kernel delivers the death signal as the owner exits; give the kill a moment to
+    // land (uv would otherwise wait on the silent server for an hour).
+    let mut left = uv_processes_mentioning(&needle);
+    for _ in 0..100 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        left = uv_processes_mentioning(&needle);
+    }
+    assert!(left.is_empty(), "uv outlived its killed owner: {left:?}");
+    assert!(!root.join(MARKER_NAME).exists());
+
+    // The next build takes the lock and rebuilds the half-written root.
+    let good = write_lock(dir.path(), "six.lock", SIX_LOCK);
+    let env = build_python_environment_with(
+        &root,
+        &good,
+        python.to_str().unwrap(),
+        &BuildOptions::default().uv(uv.clone()),
+    )
+    .unwrap();
+    assert_eq!(
+        run_python(&env, "import six; print(six.__version__)"),
+        "1.17.0\n"
+    );
+    assert!(root.join(MARKER_NAME).is_file());
+}
