@@ -70,6 +70,8 @@ fn num_arg(s: Option<&String>, default: i64) -> Option<i64> {
 }
 
 pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
+    // a million arguments (`set -- $(cat f)`) are freed a piece at a time
+    let argv = crate::mem::PacedVec::new(argv);
     let name = argv[0].as_str();
     let args = &argv[1..];
     match name {
@@ -167,7 +169,7 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             if n < 0 || n as usize > sh.pos.len() {
                 return Ok(1);
             }
-            std::rc::Rc::make_mut(&mut sh.pos).drain(..n as usize);
+            shift_pos(it, sh, n as usize)?;
             Ok(0)
         }
         "set" => set_cmd(it, sh, args),
@@ -253,10 +255,8 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             let text = it.decode_output(&data)?;
             drop(data);
             let saved = if args.len() > 1 {
-                Some(std::mem::replace(
-                    &mut sh.pos,
-                    crate::mem::mstrs(&args[1..]).into(),
-                ))
+                let pos = it.positional(&args[1..])?;
+                Some(std::mem::replace(&mut sh.pos, pos))
             } else {
                 None
             };
@@ -264,7 +264,7 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, argv: Vec<String>) -> R<i32> {
             let r = it.run_script(sh, &text);
             sh.funcdepth -= 1;
             if let Some(p) = saved {
-                sh.pos = p;
+                crate::shell::drop_pos(std::mem::replace(&mut sh.pos, p));
             }
             match r {
                 Err(Ctl::Return(s)) => Ok(s),
@@ -744,24 +744,59 @@ fn set_o_value(sh: &Shell, name: &str) -> Option<bool> {
     })
 }
 
-fn set_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
-    if args.is_empty() {
-        let mut names: Vec<&String> = sh.vars.keys().collect();
-        names.sort();
-        let mut out = String::new();
-        for n in names {
-            if let Some(Value::Str(v)) = sh.vars.get(n).map(|v| &v.value) {
-                out.push_str(&format!("{n}={}\n", crate::shell::xtrace_quote(v)));
+/// `shift n`. Shifting a long list moves (or, shared with a subshell or a caller, copies)
+/// all of it: a long one looks at the clock first, copies [`crate::shell::ITEMS_PER_CHECK`]
+/// at a time and frees what it drops a piece at a time, so a loop of `shift`s over a
+/// million parameters ends at its deadline (each used to be a step of milliseconds with a
+/// look at the clock only every 256 commands).
+fn shift_pos(it: &mut Interp<'_>, sh: &mut Shell, n: usize) -> R<()> {
+    let per = crate::shell::ITEMS_PER_CHECK;
+    if sh.pos.len() <= per {
+        std::rc::Rc::make_mut(&mut sh.pos).drain(..n);
+        return Ok(());
+    }
+    it.check_time()?;
+    match std::rc::Rc::get_mut(&mut sh.pos) {
+        Some(v) => {
+            if n > per {
+                crate::mem::drop_paced(v.drain(..n).collect::<Vec<_>>());
+            } else {
+                v.drain(..n);
             }
         }
-        it.out(sh, &out)?;
+        None => {
+            let mut kept = Vec::with_capacity(sh.pos.len() - n);
+            for (i, p) in sh.pos[n..].iter().enumerate() {
+                if i % per == per - 1 && it.check_time().is_err() {
+                    crate::mem::bury(kept);
+                    return Err(it.interrupted());
+                }
+                kept.push(p.clone());
+            }
+            sh.pos = std::rc::Rc::new(kept);
+        }
+    }
+    Ok(())
+}
+
+fn set_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
+    if args.is_empty() {
+        let names = sorted_names(it, sh.vars.keys().map(String::as_str))?;
+        let mut l = Listing::new();
+        for n in names {
+            if let Some(v) = sh.vars.get(n) {
+                l.set_line(it, sh, n, v)?;
+            }
+        }
+        l.flush(it, sh)?;
         return Ok(0);
     }
     let mut i = 0;
     while i < args.len() {
         let a = &args[i];
         if a == "--" {
-            sh.pos = crate::mem::mstrs(&args[i + 1..]).into();
+            let pos = it.positional(&args[i + 1..])?;
+            crate::shell::drop_pos(std::mem::replace(&mut sh.pos, pos));
             return Ok(0);
         }
         if a == "-o" || a == "+o" {
@@ -822,10 +857,12 @@ fn set_cmd(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             continue;
         }
         if a == "-" {
-            sh.pos = crate::mem::mstrs(&args[i + 1..]).into();
+            let pos = it.positional(&args[i + 1..])?;
+            crate::shell::drop_pos(std::mem::replace(&mut sh.pos, pos));
             return Ok(0);
         }
-        sh.pos = crate::mem::mstrs(&args[i..]).into();
+        let pos = it.positional(&args[i..])?;
+        crate::shell::drop_pos(std::mem::replace(&mut sh.pos, pos));
         return Ok(0);
     }
     Ok(0)
@@ -937,41 +974,279 @@ fn shopt(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     Ok(st)
 }
 
-fn decl_line(n: &str, v: &Var) -> String {
-    let mut flags = String::new();
-    match v.value {
-        Value::Arr(_) => flags.push('a'),
-        Value::Assoc(_) => flags.push('A'),
-        _ => {}
-    }
-    if v.integer {
-        flags.push('i');
-    }
-    if v.readonly {
-        flags.push('r');
-    }
-    if v.exported {
-        flags.push('x');
-    }
-    if flags.is_empty() {
-        flags.push('-');
-    }
-    match &v.value {
-        Value::Str(s) => format!(
-            "declare -{flags} {n}=\"{}\"",
-            s.replace('\\', "\\\\")
-                .replace('"', "\\\"")
-                .replace('$', "\\$")
-        ),
-        Value::Arr(m) => {
-            let items: Vec<String> = m.iter().map(|(k, v)| format!("[{k}]=\"{v}\"")).collect();
-            format!("declare -{flags} {n}=({})", items.join(" "))
+/// Bytes a [`Listing`] builds before it writes them out.
+const LISTING_FLUSH_BYTES: usize = 64 << 10;
+
+/// How a [`Listing`] quotes a value or a key.
+#[derive(Clone, Copy, PartialEq)]
+enum Quote {
+    /// As it is.
+    Plain,
+    /// `'...'`, a quote written `'\''` (bash's `sh_single_quote`).
+    Single,
+    /// `"..."` with `\ " $` and `` ` `` escaped (bash's `sh_double_quote`).
+    Double,
+    /// `$'...'` (bash's `ansic_quote`, [`crate::utils::ansi_quote_into`]).
+    Ansic,
+}
+
+/// The text of a listing (`declare -p`, `export -p`, `readonly -p`, `local`, `set`,
+/// `declare -f`), written to stdout as it is built, [`LISTING_FLUSH_BYTES`] at a time, so
+/// it is held to the output and memory budgets as any write is. It looks at the clock
+/// every [`crate::shell::ITEMS_PER_CHECK`] items (variables, elements) and every
+/// [`crate::shell::CHUNK_BYTES`] of a value: built in one step, the listing of a huge
+/// environment ran far past the deadline (issue 16, the 10-minute fuzz run with seed 1,
+/// case 15705: `REPLY+=$(local)`).
+struct Listing {
+    out: String,
+    items: usize,
+}
+
+/// `s` in pieces of about [`crate::shell::CHUNK_BYTES`], cut at character boundaries.
+fn pieces(s: &str) -> impl Iterator<Item = &str> {
+    let mut rest = s;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
         }
-        Value::Assoc(m) => {
-            let items: Vec<String> = m.iter().map(|(k, v)| format!("[{k}]=\"{v}\" ")).collect();
-            format!("declare -{flags} {n}=({})", items.join(""))
+        let mut end = rest.len().min(crate::shell::CHUNK_BYTES);
+        while !rest.is_char_boundary(end) {
+            end += 1;
+        }
+        let (piece, tail) = rest.split_at(end);
+        rest = tail;
+        Some(piece)
+    })
+}
+
+/// Whether bash writes `s` as `$'...'` (its `ansic_shouldquote`: a character that is not
+/// printable); `Err` when the command must stop part-way through a long value.
+fn should_ansic(it: &Interp<'_>, s: &str) -> R<bool> {
+    for piece in pieces(s) {
+        if piece.chars().any(|c| c.is_control()) {
+            return Ok(true);
+        }
+        if s.len() > crate::shell::CHUNK_BYTES {
+            it.check_time()?;
         }
     }
+    Ok(false)
+}
+
+/// Whether `s` holds a character the shell would interpret (bash's
+/// `sh_contains_shell_metas`): then `set` single-quotes a value and `declare -p`
+/// double-quotes an associative array's key.
+fn has_shell_metas(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.iter().enumerate().any(|(i, c)| match c {
+        b' ' | b'\t' | b'\n' | b'\'' | b'"' | b'\\' | b'|' | b'&' | b';' | b'(' | b')' | b'<'
+        | b'>' | b'!' | b'{' | b'}' | b'*' | b'[' | b'?' | b']' | b'^' | b'$' | b'`' => true,
+        b'~' => i == 0 || b[i - 1] == b'=' || b[i - 1] == b':',
+        b'#' => i == 0,
+        _ => false,
+    })
+}
+
+impl Listing {
+    fn new() -> Self {
+        Listing {
+            out: String::new(),
+            items: 0,
+        }
+    }
+
+    /// Counts one item; every [`crate::shell::ITEMS_PER_CHECK`]th looks at the clock and
+    /// the memory budget.
+    fn item(&mut self, it: &Interp<'_>) -> R<()> {
+        self.items += 1;
+        if self.items.is_multiple_of(crate::shell::ITEMS_PER_CHECK) {
+            it.check_time()?;
+            it.check_memory()?;
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, it: &mut Interp<'_>, sh: &Shell, s: &str) -> R<()> {
+        self.out.push_str(s);
+        if self.out.len() >= LISTING_FLUSH_BYTES {
+            self.flush(it, sh)?;
+        }
+        Ok(())
+    }
+
+    /// Writes out what is built.
+    fn flush(&mut self, it: &mut Interp<'_>, sh: &Shell) -> R<()> {
+        if !self.out.is_empty() {
+            it.out(sh, &self.out)?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    /// `s` quoted as `how`, a piece at a time.
+    fn quoted(&mut self, it: &mut Interp<'_>, sh: &Shell, s: &str, how: Quote) -> R<()> {
+        self.push(
+            it,
+            sh,
+            match how {
+                Quote::Plain => "",
+                Quote::Single => "'",
+                Quote::Double => "\"",
+                Quote::Ansic => "$'",
+            },
+        )?;
+        let big = s.len() > crate::shell::CHUNK_BYTES;
+        for piece in pieces(s) {
+            match how {
+                Quote::Plain => self.out.push_str(piece),
+                Quote::Single => {
+                    for (i, part) in piece.split('\'').enumerate() {
+                        if i > 0 {
+                            self.out.push_str("'\\''");
+                        }
+                        self.out.push_str(part);
+                    }
+                }
+                Quote::Double => {
+                    for c in piece.chars() {
+                        if matches!(c, '\\' | '"' | '$' | '`') {
+                            self.out.push('\\');
+                        }
+                        self.out.push(c);
+                    }
+                }
+                Quote::Ansic => crate::utils::ansi_quote_into(&mut self.out, piece),
+            }
+            self.push(it, sh, "")?;
+            if big {
+                it.check_time()?;
+            }
+        }
+        self.push(
+            it,
+            sh,
+            match how {
+                Quote::Plain => "",
+                Quote::Single => "'",
+                Quote::Double => "\"",
+                Quote::Ansic => "'",
+            },
+        )
+    }
+
+    /// A value as `declare -p` writes it: `$'...'` when it holds a control character,
+    /// else double-quoted.
+    fn value(&mut self, it: &mut Interp<'_>, sh: &Shell, s: &str) -> R<()> {
+        let how = if should_ansic(it, s)? {
+            Quote::Ansic
+        } else {
+            Quote::Double
+        };
+        self.quoted(it, sh, s, how)
+    }
+
+    /// An array's elements as bash writes them after `name=`: `([0]="x" [1]=$'a\nb')`, an
+    /// associative array's `([k]="v" ["x y"]="w" )` (each pair followed by a space, keys
+    /// quoted when they hold shell characters).
+    fn elements(&mut self, it: &mut Interp<'_>, sh: &Shell, v: &Value) -> R<()> {
+        match v {
+            Value::Str(s) => self.value(it, sh, s),
+            Value::Arr(m) => {
+                self.push(it, sh, "(")?;
+                for (i, (k, e)) in m.iter().enumerate() {
+                    self.item(it)?;
+                    self.push(it, sh, &format!("{}[{k}]=", if i > 0 { " " } else { "" }))?;
+                    self.value(it, sh, e)?;
+                }
+                self.push(it, sh, ")")
+            }
+            Value::Assoc(m) => {
+                self.push(it, sh, "(")?;
+                for (k, e) in m.iter() {
+                    self.item(it)?;
+                    self.push(it, sh, "[")?;
+                    let how = if should_ansic(it, k)? {
+                        Quote::Ansic
+                    } else if has_shell_metas(k) || k == "@" || k == "*" {
+                        Quote::Double
+                    } else {
+                        Quote::Plain
+                    };
+                    self.quoted(it, sh, k, how)?;
+                    self.push(it, sh, "]=")?;
+                    self.value(it, sh, e)?;
+                    self.push(it, sh, " ")?;
+                }
+                self.push(it, sh, ")")
+            }
+        }
+    }
+
+    /// One `declare -FLAGS name=VALUE` line, as `declare -p` and `export -p` print a
+    /// variable (bash's `print_assignment` after its attributes, in bash's order).
+    fn declare_line(&mut self, it: &mut Interp<'_>, sh: &Shell, n: &str, v: &Var) -> R<()> {
+        self.item(it)?;
+        let mut flags = String::new();
+        match v.value {
+            Value::Arr(_) => flags.push('a'),
+            Value::Assoc(_) => flags.push('A'),
+            Value::Str(_) => {}
+        }
+        for (on, c) in [
+            (v.integer, 'i'),
+            (v.nameref, 'n'),
+            (v.readonly, 'r'),
+            (v.exported, 'x'),
+        ] {
+            if on {
+                flags.push(c);
+            }
+        }
+        if flags.is_empty() {
+            flags.push('-');
+        }
+        self.push(it, sh, &format!("declare -{flags} {n}="))?;
+        self.elements(it, sh, &v.value)?;
+        self.push(it, sh, "\n")
+    }
+
+    /// One `name=VALUE` line as `set` prints a variable: a scalar as it is, single-quoted
+    /// when it holds shell characters, `$'...'` when it holds control characters (bash's
+    /// `print_var_value`); an array as `declare -p` writes its elements.
+    fn set_line(&mut self, it: &mut Interp<'_>, sh: &Shell, n: &str, v: &Var) -> R<()> {
+        self.item(it)?;
+        self.push(it, sh, &format!("{n}="))?;
+        match &v.value {
+            Value::Str(s) => {
+                let how = if should_ansic(it, s)? {
+                    Quote::Ansic
+                } else if has_shell_metas(s) {
+                    Quote::Single
+                } else {
+                    Quote::Plain
+                };
+                self.quoted(it, sh, s, how)?;
+            }
+            other => self.elements(it, sh, other)?,
+        }
+        self.push(it, sh, "\n")
+    }
+}
+
+/// The names of `names` in byte order (bash sorts a listing with `strcmp`), sorted a
+/// piece at a time: each [`crate::shell::ITEMS_PER_CHECK`] insertions look at the clock.
+fn sorted_names<'a>(
+    it: &Interp<'_>,
+    names: impl Iterator<Item = &'a str>,
+) -> R<std::collections::BTreeSet<&'a str>> {
+    let mut set = std::collections::BTreeSet::new();
+    for (i, n) in names.enumerate() {
+        if i % crate::shell::ITEMS_PER_CHECK == crate::shell::ITEMS_PER_CHECK - 1 {
+            it.check_time()?;
+        }
+        set.insert(n);
+    }
+    Ok(set)
 }
 
 /// `declare`/`typeset`/`local`/`export`/`readonly`.
@@ -1076,31 +1351,43 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
         return Ok(st);
     }
     if items.is_empty() {
-        // listing
-        let mut names: Vec<String> = sh.vars.keys().cloned().collect();
-        names.sort();
-        let mut out = String::new();
+        // listing, paced and written in pieces (see `Listing`)
+        let mut l = Listing::new();
         if func {
-            let mut f: Vec<&String> = sh.funcs.keys().collect();
-            f.sort();
-            for n in f {
-                out.push_str(&format!("declare -f {n}\n"));
+            let names = sorted_names(it, sh.funcs.keys().map(String::as_str))?;
+            for n in names {
+                l.item(it)?;
+                if flags_on.contains('F') {
+                    l.push(it, sh, &format!("declare -f {n}\n"))?;
+                } else if let Some(f) = sh.funcs.get(n) {
+                    l.push(it, sh, &format!("{n} () \n"))?;
+                    l.push(it, sh, &f.0.to_string())?;
+                    l.push(it, sh, "\n")?;
+                }
+            }
+        } else if cmd == "local" {
+            // bash lists the function's own variables; one declared and not set yet
+            // as `declare -- name`
+            let frame = sh.locals.last().map(Vec::as_slice).unwrap_or_default();
+            let names = sorted_names(it, frame.iter().map(|(n, _)| n.as_str()))?;
+            for n in names {
+                match sh.vars.get(n) {
+                    Some(v) => l.declare_line(it, sh, n, v)?,
+                    None => l.push(it, sh, &format!("declare -- {n}\n"))?,
+                }
             }
         } else {
+            let names = sorted_names(it, sh.vars.keys().map(String::as_str))?;
             for n in names {
-                let v = &sh.vars[&n];
+                let v = &sh.vars[n];
                 if (export && !v.exported) || (readonly && !v.readonly) {
+                    l.item(it)?;
                     continue;
                 }
-                if cmd == "export" || flags_on.contains('x') {
-                    out.push_str(&format!("declare -x {n}=\"{}\"\n", v.as_str()));
-                } else {
-                    out.push_str(&decl_line(&n, v));
-                    out.push('\n');
-                }
+                l.declare_line(it, sh, n, v)?;
             }
         }
-        it.out(sh, &out)?;
+        l.flush(it, sh)?;
         return Ok(0);
     }
     let mut st = 0;
@@ -1137,8 +1424,9 @@ pub fn declare(it: &mut Interp<'_>, sh: &mut Shell, cmd: &str, args: Vec<DeclArg
         if print {
             match sh.vars.get(&name) {
                 Some(v) => {
-                    let l = decl_line(&name, v);
-                    it.out(sh, &format!("{l}\n"))?;
+                    let mut l = Listing::new();
+                    l.declare_line(it, sh, &name, v)?;
+                    l.flush(it, sh)?;
                 }
                 None => {
                     it.err(sh, &format!("bash: declare: {name}: not found"));

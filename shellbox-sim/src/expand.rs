@@ -593,6 +593,8 @@ fn split_fields(fields: Vec<Field>, ifs: &IfsChars) -> Option<Vec<Field>> {
         while i < bytes.len() {
             scanned += 1;
             if scanned.is_multiple_of(CHUNK_BYTES) && crate::shell::stop_due() {
+                // a million fields made so far: buried, not freed
+                crate::mem::bury(out);
                 return None;
             }
             let ch_len = utf8_len(bytes[i]);
@@ -820,7 +822,9 @@ impl Interp<'_> {
         } else {
             vec![raw.to_string()]
         };
-        let mut out = Vec::new();
+        // a million words made so far are freed a piece at a time (or buried) when the
+        // expansion of a later word ends the command
+        let mut out = crate::mem::PacedVec::new(Vec::new());
         // the words made so far count against the machine's memory with what it holds
         let mut out_bytes = 0u64;
         for (k, w) in words.into_iter().enumerate() {
@@ -848,7 +852,7 @@ impl Interp<'_> {
             let mut fields = fields.into_iter().enumerate();
             while let Some((n, f)) = fields.next() {
                 if n % 4096 == 4095 && crate::shell::stop_due() {
-                    crate::mem::bury((f, fields, std::mem::take(&mut out)));
+                    crate::mem::bury((f, fields, std::mem::take(&mut *out)));
                     return Err(self.interrupted());
                 }
                 // most fields hold no pattern character: skip building the pattern
@@ -880,7 +884,7 @@ impl Interp<'_> {
                 }
             }
         }
-        Ok(Ok(out))
+        Ok(Ok(std::mem::take(&mut *out)))
     }
 
     /// Expansion without splitting or globbing (assignments, case words, here-strings).

@@ -109,6 +109,30 @@ impl<E: 'static> Drop for PacedVec<E> {
     }
 }
 
+/// Drops what `items` yields [`FREE_PER_CHECK`] elements at a time, looking at
+/// [`crate::shell::stop_due`] between pieces, and buries ([`bury`]) the rest once the
+/// command must stop, as [`PacedVec`] does: for a million-element array or argument list
+/// being replaced (`a=("${a[@]}")`, `set -- $(cat f)`), whose freeing in one step ran
+/// tens of milliseconds past a deadline. An `imbl` map's consuming iterator frees its
+/// elements a leaf at a time.
+pub fn drop_paced<I: IntoIterator>(items: I)
+where
+    I::IntoIter: 'static,
+{
+    let mut rest = items.into_iter();
+    loop {
+        for _ in 0..FREE_PER_CHECK {
+            if rest.next().is_none() {
+                return;
+            }
+        }
+        if crate::shell::ending() || crate::shell::stop_due() {
+            bury(rest);
+            return;
+        }
+    }
+}
+
 /// Drops everything [`bury`] kept on this thread.
 pub fn reap() {
     let dead = GRAVE
@@ -238,11 +262,6 @@ impl std::fmt::Display for MStr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.as_str().fmt(f)
     }
-}
-
-/// Metered copies of `v` (positional parameters from an argument list).
-pub fn mstrs(v: &[String]) -> Vec<MStr> {
-    v.iter().map(|s| MStr::from(s.as_str())).collect()
 }
 
 /// Bytes held in plain (unmetered) values for the length of one step, such as the fields

@@ -745,6 +745,29 @@ pub const CHUNK_BYTES: usize = 1 << 20;
 /// How many elements an array assignment stores between two looks at the clock.
 pub const ITEMS_PER_CHECK: usize = 4096;
 
+/// Drops `v`, a variable's replaced value: a big array a piece at a time
+/// ([`crate::mem::drop_paced`]), so replacing a million-element array (`a=("${a[@]}")`,
+/// `a=($(cat f))`) does not free it all in one step past the deadline.
+pub fn drop_value(v: Value) {
+    match v {
+        Value::Arr(m) if m.len() > crate::mem::FREE_PER_CHECK => crate::mem::drop_paced(m),
+        Value::Assoc(m) if m.map.len() > crate::mem::FREE_PER_CHECK => {
+            crate::mem::drop_paced(m.map)
+        }
+        _ => {}
+    }
+}
+
+/// Drops a replaced list of positional parameters: a big one held only here a piece at a
+/// time ([`crate::mem::drop_paced`]); a shared one is only released.
+pub fn drop_pos(pos: Rc<Vec<MStr>>) {
+    if pos.len() > crate::mem::FREE_PER_CHECK {
+        if let Ok(v) = Rc::try_unwrap(pos) {
+            crate::mem::drop_paced(v);
+        }
+    }
+}
+
 /// How many PATH directories [`Interp::find_program`] tries between two looks at the clock
 /// (each is a path resolution in the virtual filesystem, well under a microsecond).
 pub const PATH_DIRS_PER_CHECK: usize = 64;
@@ -1179,6 +1202,24 @@ impl<'a> Interp<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Metered copies of `args` as positional parameters, made [`ITEMS_PER_CHECK`] at a
+    /// time with a look at the clock and the memory budget between: a million words
+    /// (`set -- $(cat f)`, `f $(cat f)`) copied in one step ran tens of milliseconds past
+    /// the deadline. `Err` when the command must stop (what was made is buried).
+    pub fn positional(&self, args: &[String]) -> R<Rc<Vec<MStr>>> {
+        let mut v = Vec::with_capacity(args.len());
+        for (i, a) in args.iter().enumerate() {
+            if i % ITEMS_PER_CHECK == ITEMS_PER_CHECK - 1 {
+                if let Err(e) = self.check_time().and_then(|()| self.check_memory()) {
+                    crate::mem::bury(v);
+                    return Err(e);
+                }
+            }
+            v.push(MStr::from(a.as_str()));
+        }
+        Ok(Rc::new(v))
     }
 
     pub fn check_deadline(&self) -> R<()> {
@@ -2661,7 +2702,8 @@ impl<'a> Interp<'a> {
         sh.subst_status = None;
         let mut assigns: Vec<&ast::Assignment> = Vec::new();
         let mut redirs: Vec<ast::IoRedirect> = Vec::new();
-        let mut argv: Vec<String> = Vec::new();
+        // a million words: left by an interrupted expansion, freed a piece at a time
+        let mut argv: crate::mem::PacedVec<String> = crate::mem::PacedVec::new(Vec::new());
         let mut decl: Vec<DeclArg> = Vec::new();
         let mut procsubst_files: Vec<String> = Vec::new();
         // the argument vector counts against the memory budget while it is built and run
@@ -2738,6 +2780,7 @@ impl<'a> Interp<'a> {
                 }
             }
         }
+        let argv = std::mem::take(&mut *argv);
         let r = self.exec_simple_expanded(sh, assigns, redirs, argv, decl, is_decl);
         for f in procsubst_files {
             let _ = self.w.vfs.unlink("/", &f);
@@ -3005,7 +3048,8 @@ impl<'a> Interp<'a> {
                         }
                         m.insert(k.unwrap_or_default(), v);
                     }
-                    sh.vars.get_mut(n).unwrap().value = Value::Assoc(m);
+                    let v = sh.vars.get_mut(n).unwrap();
+                    drop_value(std::mem::replace(&mut v.value, Value::Assoc(m)));
                 } else {
                     // `a+=(x)` moves the array out and back (amortized O(1) per element);
                     // keyed items may read the array while their index is evaluated, so
@@ -3046,7 +3090,7 @@ impl<'a> Interp<'a> {
                         next = idx.saturating_add(1);
                     }
                     match sh.vars.get_mut(n) {
-                        Some(v) => v.value = Value::Arr(m),
+                        Some(v) => drop_value(std::mem::replace(&mut v.value, Value::Arr(m))),
                         None => {
                             sh.vars.insert(
                                 n.clone(),
@@ -3136,7 +3180,10 @@ impl<'a> Interp<'a> {
             self.err(sh, "bash: maximum function nesting level exceeded (1000)");
             return Ok(1);
         }
-        let saved_pos = std::mem::replace(&mut sh.pos, crate::mem::mstrs(&argv[1..]).into());
+        // a million arguments are freed a piece at a time
+        let argv = crate::mem::PacedVec::new(argv);
+        let pos = self.positional(&argv[1..])?;
+        let saved_pos = std::mem::replace(&mut sh.pos, pos);
         sh.locals.push(Vec::new());
         sh.funcdepth += 1;
         sh.funcnames.push(argv[0].clone());
@@ -3153,7 +3200,7 @@ impl<'a> Interp<'a> {
         sh.funcdepth -= 1;
         sh.funcnames.pop();
         sh.pop_local_frame();
-        sh.pos = saved_pos;
+        drop_pos(std::mem::replace(&mut sh.pos, saved_pos));
         match r {
             Ok(s) => Ok(s),
             Err(Ctl::Return(s)) => Ok(s),
@@ -3273,8 +3320,8 @@ impl<'a> Interp<'a> {
         let pid = self.w.new_pid();
         let mut child = self.child_shell(sh, pid)?;
         child.arg0 = arg0;
-        child.pos = crate::mem::mstrs(&args).into();
-        drop(args);
+        child.pos = self.positional(&args)?;
+        drop(crate::mem::PacedVec::new(args));
         child.opts.errexit = opts.errexit;
         child.opts.nounset = opts.nounset;
         child.opts.pipefail = opts.pipefail;

@@ -254,17 +254,28 @@ pub fn shell_quote(s: &str) -> String {
     out
 }
 
-/// Appends `s` as the inside of a `$'...'` word: newline, tab, CR, quote and backslash
-/// escaped, other control characters in octal.
+/// Appends `s` as the inside of a `$'...'` word as bash's `ansic_quote` writes it (`%q`,
+/// `${v@Q}`, `declare -p`): `\a \b \E \f \n \r \t \v`, quote and backslash escaped, each
+/// byte of another control character in three octal digits (`\001`, `\302\205`).
 pub fn ansi_quote_into(out: &mut String, s: &str) {
     for c in s.chars() {
         match c {
+            '\x07' => out.push_str("\\a"),
+            '\x08' => out.push_str("\\b"),
+            '\x1b' => out.push_str("\\E"),
+            '\x0c' => out.push_str("\\f"),
             '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\x0b' => out.push_str("\\v"),
             '\'' => out.push_str("\\'"),
             '\\' => out.push_str("\\\\"),
-            c if c.is_control() => out.push_str(&format!("\\{:03o}", c as u32)),
+            c if c.is_control() => {
+                let mut b = [0u8; 4];
+                for byte in c.encode_utf8(&mut b).bytes() {
+                    out.push_str(&format!("\\{byte:03o}"));
+                }
+            }
             c => out.push(c),
         }
     }

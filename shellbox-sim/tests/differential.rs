@@ -50,6 +50,41 @@ const SCRIPTS: &[&str] = &[
     r#"s=abcabc; echo ${s/[!a]/_} ${s//[!a]/_} ${s//[a-b]} ${s//[]a]/-} ${s/bc*/} ${s//\*/x} ${s%%[c]} ${s##*[[:alpha:]]}"#,
 ];
 
+/// Listings (`declare -p`, `export -p`, `readonly -p`, `local`, `set`, `declare -F`) quote
+/// values as bash 5.2 does: `$'...'` for control characters (`\a \b \E \f \n \r \t \v`,
+/// other bytes in octal), else double quotes with `\ " $` and `` ` `` escaped; `set` single-
+/// quotes values with shell characters; array elements and associative keys alike.
+const LISTINGS: &[&str] = &[
+    r#"v='a"b'; w=$'a\nb'; t='a$b`c\\d'; u=$'\x01x\a\b\e\f\r\t\v\x7f\'\\'; e=; y=é; declare -p v w t u e y"#,
+    r#"v='a"b'; w=$'a\nb'; t='a$b`c\\d!'; export v w t; export -p | grep -E '^declare -x (v|w|t)='; readonly r=$'z\nz' s=q; readonly -p | grep -E ' (r|s)='"#,
+    r#"a=(x $'a\nb' 'q"r' '$`\' '' $'\t' é "it's" '#~'); declare -p a; declare -ai ai=(1 2); declare -p ai; declare -ar ar=(z); declare -p ar"#,
+    r#"declare -A m=(['x y']='q"'); declare -p m; declare -A n=([$'n\nl']=$'a\nb'); declare -p n; declare -A o=(['#h']=2); declare -p o; declare -A p=([k]=v); declare -p p"#,
+    r#"x='a b'; y=plain; z=$'c\nd'; q="it's"; t='~a'; u='a~b'; h='#x'; g='a#x'; e=; a=(1 'b c' $'\n'); set | grep -aE '^(x|y|z|q|t|u|h|g|e|a)='"#,
+    r#"f() { local l=$'1\n' ll; local m='2"'; local; }; f; g() { local; }; g"#,
+    r#"x=1; declare -n r=x; declare -p r; f() { :; }; g() { :; }; declare -F"#,
+    r#"printf '%q\n' $'\x01\a\e\x7f' "it's"; v=$'\b\f\v'; echo "${v@Q}""#,
+];
+
+#[test]
+fn listings_match_real_bash() {
+    if !common::has_bash5() {
+        eprintln!("SKIP listings_match_real_bash: no bash 5 on this host");
+        return;
+    }
+    let failures: Vec<String> = LISTINGS
+        .iter()
+        .map(|script| (script, common::run_both(script)))
+        .filter(|(_, c)| !c.same())
+        .map(|(script, c)| c.describe(script))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} differences:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 #[test]
 fn scripts_match_real_bash() {
     if !common::has_bash5() {

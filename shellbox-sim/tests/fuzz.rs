@@ -475,6 +475,16 @@ const CORPUS: &[&str] = &[
     "seq 300000 > f; while :; do awk -f f < /dev/null; done",
     "seq 30000 > g; seq 10 > f; grep -f g f",
     "seq 300000 > f; while :; do xargs echo < f > /dev/null; done",
+    // the 10-minute run, seed 1, case 15705, minimised: `REPLY+=$(local)` in a loop (the
+    // listing holds REPLY, so REPLY doubles); listings were built whole, never looking at
+    // the clock, and they quote their values now as bash does
+    "f() { local REPLY=x; while :; do REPLY+=$(local); done; }; f",
+    "while :; do REPLY+=$(declare -p); done",
+    "while :; do REPLY+=$(set); done",
+    "export REPLY=x; while :; do REPLY+=$(export -p); done",
+    "readonly r=x; while :; do REPLY+=$(readonly -p)$(typeset -p); done",
+    "a=({1..200000}); while :; do declare -p a; done > /dev/null",
+    "eval \"$(printf 'f%s() { :; }\\n' {1..20000})\"; while :; do declare -f; declare -F; done > /dev/null",
 ];
 
 /// This process's CPU time (user and system, every thread).
@@ -571,6 +581,83 @@ fn check_one(f: &SimMachineFactory, seed: u64, case: usize, script: &str, worst:
         }
         Err(e) => fail(format!("unexpected error: {e}")),
     }
+}
+
+/// CPU time `script` spends after its deadline (`timeout`) on a machine where `setup` ran
+/// first without one (so the script reaches its costly step however slow the build is);
+/// `None` when it ended before its deadline. Measured as [`check_one`] does: a watcher
+/// thread reads this process's CPU time when the deadline passes.
+fn cpu_past_deadline(setup: &str, script: &str, timeout: Duration) -> Option<Duration> {
+    let f = SimMachineFactory::with_options(SimOptions {
+        memory_bytes: Some(2 << 30),
+        ..SimOptions::default()
+    });
+    let m = f.create_sim(MachineSpec::sim()).unwrap();
+    let r = m
+        .run_sync(Command::shell(setup))
+        .unwrap_or_else(|e| panic!("{setup:?}: {e}"));
+    assert_eq!(r.exit_code, Some(0), "{setup:?}: {r:?}");
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let watcher = std::thread::spawn(move || match done_rx.recv_timeout(timeout) {
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Some(cpu_time()),
+        _ => None,
+    });
+    let r = m.run_sync(Command::shell(script).timeout(timeout));
+    let cpu_end = cpu_time();
+    let _ = done_tx.send(());
+    let at = watcher.join().expect("the watcher thread");
+    match r {
+        Ok(r) => {
+            assert!(
+                !String::from_utf8_lossy(&r.stderr).contains("internal error"),
+                "{script:?}: {r:?}"
+            );
+            assert_eq!(r.reason, ExitReason::TimedOut, "{script:?}: {r:?}");
+        }
+        Err(Error::Terminated(why)) => panic!("{script:?}: terminated: {why}"),
+        Err(e) => panic!("{script:?}: {e}"),
+    }
+    drop(m);
+    at.map(|at| cpu_end.saturating_sub(at))
+}
+
+/// Issue 16, million-item lists and listings: each step below copied, moved or freed a
+/// million strings (or built a whole listing) without looking at the clock, 40-120 ms of
+/// CPU past a deadline in release (`shift` of a long list: hundreds). Each now looks at
+/// the clock every 4096 items and frees big lists a piece at a time; each runs a few
+/// times, so the deadline falls in different steps. The bound is [`CPU_AFTER_DEADLINE`].
+#[test]
+fn million_item_steps_end_at_their_deadline() {
+    let setup = "seq 1000000 > f";
+    let scripts = [
+        "while :; do set -- $(cat f); done",
+        "set -- $(cat f); while shift; do :; done",
+        "set -- $(cat f); while :; do (shift); done",
+        "f() { shift; }; while :; do f $(cat f); done",
+        "a=($(cat f)); while :; do a=(\"${a[@]}\"); done",
+        "while :; do a=($(cat f)); done",
+        "a=($(cat f)); while :; do declare -p a; done > /dev/null",
+        "a=($(cat f)); while :; do set > /dev/null; done",
+        "while :; do REPLY+=$(declare -p); done",
+    ];
+    let runs = if cfg!(debug_assertions) { 1 } else { 3 };
+    let mut worst = Vec::new();
+    for script in scripts {
+        let most = (0..runs)
+            .filter_map(|_| cpu_past_deadline(setup, script, Duration::from_millis(1500)))
+            .max()
+            .unwrap_or_default();
+        eprintln!("{script}: {most:?} of CPU past the deadline");
+        worst.push((script, most));
+    }
+    let over: Vec<_> = worst
+        .iter()
+        .filter(|(_, d)| *d > CPU_AFTER_DEADLINE)
+        .collect();
+    assert!(
+        over.is_empty(),
+        "over {CPU_AFTER_DEADLINE:?} of CPU past the deadline: {over:?}"
+    );
 }
 
 fn peak_rss_mib() -> Option<u64> {
