@@ -162,6 +162,139 @@ const SOURCES: &[&str] = &[
     "/nope",
 ];
 
+/// Big inputs for the text programs.
+const INPUTS: &[&str] = &[
+    "seq 100000",
+    "seq 1000000",
+    "seq -w 1 300000",
+    "printf '%s\\n' {1..20000}",
+    "printf 'a b\\tc:d,e\\n%.0s' {1..50000}",
+    "yes 'abc def' | head -n 200000",
+    "printf '%200000s\\n' x",
+    "head -c 1000000 /dev/urandom",
+    "head -c 3000000 /dev/zero",
+    "cat f",
+    "echo 'b a c'",
+    "seq 1000000 | tr '\\n' ' '",
+];
+const GREP: &[&str] = &[
+    "1",
+    "-v 5",
+    "-c 7",
+    "-n '^9'",
+    "-o '[0-9]'",
+    "-i A",
+    "-E '(1|2)+$'",
+    "-F -e 1 -e 2",
+    "-w 10",
+    "-x 99",
+    "-E 'a.*b'",
+    "'\\(1\\)\\1'",
+    "-c ''",
+    "-E '(a|b)*c'",
+    "-q 12345",
+    "-m 3 1",
+    "-oE '.{1,3}'",
+    "-l x",
+];
+const SED: &[&str] = &[
+    "'s/1/x/g'",
+    "-n '/5$/p'",
+    "'y/123/abc/'",
+    "'$!N;P;D'",
+    "'1~3d'",
+    "-E 's/([0-9])+/<\\1>/g'",
+    "'/1/,/2/d'",
+    "=",
+    "-n '$p'",
+    "'s/./&&/g'",
+    "'G'",
+    "':a;N;$!ba;s/\\n/ /g'",
+    "-n 'h;x;p'",
+    "'s/x*/-/g'",
+    "10q",
+];
+const AWK: &[&str] = &[
+    "'{ s += $1 } END { print s }'",
+    "-F: '{ print $2 }'",
+    "'NR % 2'",
+    "'{ a[$1]++ } END { for (k in a) n++; print n }'",
+    "'{ gsub(/1/, \"x\"); print }'",
+    "'length > 3'",
+    "'{ printf \"%s-%d\\n\", $0, NR }'",
+    "'BEGIN { while (i++ < 1e6) s = s \"x\" }'",
+    "'{ $2 = $1; print }'",
+    "'{ n = split($0, p, \"\"); t += n } END { print t }'",
+    "'END { print NR }'",
+    "'{ x = x $0 } END { print length(x) }'",
+    "-v OFS=, '{ $1 = $1 } 1'",
+    "'{ print toupper($0) }'",
+];
+const XARGS: &[&str] = &[
+    "-n 1 echo",
+    "-n 1000 echo",
+    "echo",
+    "-I{} echo {}",
+    "-0 echo",
+    "-n 100 printf '%s\\n'",
+    "-d , echo",
+    "-L 2 echo",
+    "-s 100 echo",
+    "wc -l",
+];
+const SORT: &[&str] = &[
+    "",
+    "-n",
+    "-r",
+    "-u",
+    "-k2",
+    "-t: -k1,1n",
+    "-nr",
+    "-s -k1,1",
+    "-V",
+    "-h",
+    "-f",
+    "-b",
+    "-c",
+    "-nu",
+    "-k1.2,1.3",
+];
+const CUT: &[&str] = &[
+    "-c1-3",
+    "-d' ' -f2",
+    "-b 2-",
+    "-f1 -d:",
+    "-c 5",
+    "--complement -c1",
+    "-d, -f2-",
+    "-s -f2",
+    "-c 1-1000000",
+];
+const TR: &[&str] = &[
+    "a-z A-Z",
+    "-d 0-9",
+    "-s ' '",
+    "-c '[:alnum:]' x",
+    "-cd '[:digit:]\\n'",
+    "'\\n' ' '",
+    "-s '\\n'",
+    "'\\0' x",
+    "0-9 a-j",
+    "-d '\\n'",
+];
+const HEAD_TAIL: &[&str] = &[
+    "-n 5",
+    "-c 1000",
+    "-n -3",
+    "-c -100",
+    "-n 100000",
+    "-c 2000000",
+    "-n +5",
+    "-1",
+    "",
+];
+const WC: &[&str] = &["-l", "-w", "-c", "-m", "-L", "", "-lwc"];
+
 struct Gen {
     rng: Rng,
     depth: usize,
@@ -260,6 +393,9 @@ impl Gen {
                 _ => format!("{n}={}", self.word()),
             };
         }
+        if r < 30 && self.rng.chance(60) {
+            return self.text_pipeline();
+        }
         if r < 30 {
             let (u, s) = (
                 self.rng
@@ -296,6 +432,51 @@ impl Gen {
                 " {redir} {}",
                 self.rng.pick(&["f", "/dev/null", "/tmp/g", "x", "/"])
             ));
+        }
+        c
+    }
+
+    /// A text program (grep, sed, awk, xargs, sort, cut, tr, head, tail, wc) with
+    /// plausible options, reading a big input (seq, printf, yes, a device, a file the
+    /// script made) from a pipe, a redirection or an operand, sometimes feeding another.
+    fn text_pipeline(&mut self) -> String {
+        let input = self.rng.pick(INPUTS).to_string();
+        let mut p = match self.rng.below(4) {
+            0 => format!("{} < f", self.text_program()),
+            1 => format!("{} f", self.text_program()),
+            _ => format!("{input} | {}", self.text_program()),
+        };
+        for _ in 0..self.rng.below(3) {
+            p.push_str(" | ");
+            p.push_str(&self.text_program());
+        }
+        if self.rng.chance(20) {
+            p.push_str(
+                self.rng
+                    .pick(&[" > f", " > /dev/null", " >> f", " | tee f | wc -l"]),
+            );
+        }
+        p
+    }
+
+    fn text_program(&mut self) -> String {
+        let (prog, choices): (&str, &[&str]) = match self.rng.below(10) {
+            0 => ("grep", GREP),
+            1 => ("sed", SED),
+            2 => ("awk", AWK),
+            3 => ("xargs", XARGS),
+            4 => ("sort", SORT),
+            5 => ("cut", CUT),
+            6 => ("tr", TR),
+            7 => ("head", HEAD_TAIL),
+            8 => ("tail", HEAD_TAIL),
+            _ => ("wc", WC),
+        };
+        let mut c = format!("{prog} {}", self.rng.pick(choices));
+        if self.rng.chance(10) {
+            // an odd number or word in an option's place
+            c.push(' ');
+            c.push_str(self.rng.pick(NUMBERS));
         }
         c
     }
@@ -361,6 +542,14 @@ impl Gen {
         }
         if self.rng.chance(20) {
             s.push_str("x=$(printf '%1000s'); x=$x$x$x$x; ");
+        }
+        if self.rng.chance(15) {
+            s.push_str(self.rng.pick(&[
+                "seq 300000 > f; ",
+                "seq 1000000 > f; ",
+                "printf '%s:%s\\n' {1..30000} > f; ",
+                "head -c 2000000 /dev/urandom > f; ",
+            ]));
         }
         for _ in 0..1 + self.rng.below(4) {
             s.push_str(&self.pipeline());
