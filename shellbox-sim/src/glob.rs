@@ -74,12 +74,17 @@ impl<E> Walk<'_, E> {
 /// Whether a pattern has unescaped glob metacharacters.
 pub fn has_meta(p: &str, extglob: bool) -> bool {
     let c: Vec<char> = p.chars().collect();
+    // no `[` after the last `]` can open a bracket expression: without this each `[` of a
+    // long text scanned to its end (quadratic)
+    let last_close = c.iter().rposition(|&x| x == ']');
     let mut i = 0;
     while i < c.len() {
         match c[i] {
             '\\' => i += 1,
             '*' | '?' => return true,
-            '[' if bracket_end(&c, i).is_some() => return true,
+            '[' if last_close.is_some_and(|e| e > i) && bracket_end(&c, i).is_some() => {
+                return true
+            }
             '@' | '!' | '+' if extglob && c.get(i + 1) == Some(&'(') => return true,
             _ => {}
         }
@@ -103,19 +108,13 @@ pub fn unescape(p: &str) -> String {
     out
 }
 
-/// Escapes glob metacharacters so the text matches literally.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(
-            c,
-            '*' | '?' | '[' | ']' | '\\' | '(' | ')' | '|' | '@' | '!' | '+'
-        ) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
+/// Whether a pattern escapes the byte `b` with a backslash to match it literally (a
+/// pattern character, a backslash, or one of an extended pattern's).
+pub fn is_special(b: u8) -> bool {
+    matches!(
+        b,
+        b'*' | b'?' | b'[' | b']' | b'\\' | b'(' | b')' | b'|' | b'@' | b'!' | b'+'
+    )
 }
 
 fn bracket_end(p: &[char], start: usize) -> Option<usize> {

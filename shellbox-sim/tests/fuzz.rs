@@ -674,6 +674,12 @@ const CORPUS: &[&str] = &[
     "readonly r=x; while :; do REPLY+=$(readonly -p)$(typeset -p); done",
     "a=({1..200000}); while :; do declare -p a; done > /dev/null",
     "eval \"$(printf 'f%s() { :; }\\n' {1..20000})\"; while :; do declare -f; declare -F; done > /dev/null",
+    // the 5-minute run, seed 1, case 1552, minimised: a quoted capture of megabytes of
+    // binary (holding `*`, `?`, `[`) was made into a pattern, a String per character, and
+    // scanned for pattern characters in one step (50-250 ms of CPU past the deadline); a
+    // quoted field is no pattern, and a big unquoted one looks at the clock between steps
+    "head -c 2000000 /dev/urandom > f; : \"$(cat f & cat f)\" | while :; do :; done",
+    "head -c 2000000 /dev/urandom > f; IFS=; while :; do : $(cat f); done",
 ];
 
 /// This process's CPU time (user and system, every thread).
