@@ -1708,11 +1708,13 @@ impl<'a> Interp<'a> {
         if script.len() <= SCRIPT_PIECE_BYTES {
             return match parse_program(script) {
                 Ok(p) => self.run_program(sh, &p),
-                Err(e) => self.syntax_error(sh, script, e),
+                Err(e) => self.syntax_error(sh, script, e, 0),
             };
         }
         let mut st = 0;
         let mut start = 0;
+        // lines before the piece: a syntax error's line counts from the script's start
+        let mut lines_before = 0;
         while start < script.len() {
             self.check_time()?;
             let mut want = SCRIPT_PIECE_BYTES;
@@ -1724,9 +1726,13 @@ impl<'a> Interp<'a> {
                         want = want.saturating_mul(2);
                         self.check_time()?;
                     }
-                    Err(e) => return self.syntax_error(sh, &script[start..end], e),
+                    Err(e) => return self.syntax_error(sh, &script[start..end], e, lines_before),
                 }
             };
+            lines_before += script.as_bytes()[start..end]
+                .iter()
+                .filter(|b| **b == b'\n')
+                .count();
             // a piece of comments and blank lines leaves the status as it is
             if !prog.complete_commands.is_empty() {
                 st = self.run_program(sh, &prog)?;
@@ -1741,14 +1747,38 @@ impl<'a> Interp<'a> {
     /// parses still runs, then the syntax error is printed; status 2. The run is looked
     /// for among all runs in a script of at most 400 lines, else among the 400 longest
     /// that end before the error's line (none when the parser does not tell the line).
+    /// `script` is a piece of a longer one after `lines_before` lines: the message's line
+    /// counts from the whole script's start, as bash's does.
     /// Errors: the timeout, also when `e` is [`ParseFail::Stopped`].
-    fn syntax_error(&mut self, sh: &mut Shell, script: &str, e: ParseFail) -> R<i32> {
+    fn syntax_error(
+        &mut self,
+        sh: &mut Shell,
+        script: &str,
+        e: ParseFail,
+        lines_before: usize,
+    ) -> R<i32> {
         let at = match &e {
             ParseFail::Syntax(_, line) => *line,
             _ => None,
         };
         let Some(e) = e.message() else {
             return Err(self.interrupted());
+        };
+        let e = match at {
+            Some(l) if lines_before > 0 => {
+                // brush-parser writes "line L col C" (the last such in its message)
+                let piece_at = format!("line {l} col");
+                match e.rfind(&piece_at) {
+                    Some(i) => format!(
+                        "{}line {} col{}",
+                        &e[..i],
+                        l.saturating_add(lines_before),
+                        &e[i + piece_at.len()..]
+                    ),
+                    None => e.to_string(),
+                }
+            }
+            _ => e.to_string(),
         };
         let lines: Vec<&str> = script.split_inclusive('\n').collect();
         // the runs to try: lines[..k] for k in `longest` down to `shortest`

@@ -105,3 +105,51 @@ fn scripts_match_real_bash() {
         failures.join("\n")
     );
 }
+
+/// The first line number in `err` ("line 3001: ..." from bash, "at line 3001 col 1" from
+/// the simulator's parser).
+fn line_named(err: &str) -> Option<usize> {
+    let at = err.find("line ")? + "line ".len();
+    let digits: String = err[at..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// A syntax error in a script longer than a parse piece (16 KiB; the simulator parses a
+/// long script a piece at a time) names the line bash names, counted from the script's
+/// start, not from its piece's; what precedes the error runs, as in bash.
+#[test]
+fn a_syntax_error_in_a_long_script_names_bash_s_line() {
+    if !common::has_bash5() {
+        eprintln!("SKIP a_syntax_error_in_a_long_script_names_bash_s_line: no bash 5 on this host");
+        return;
+    }
+    let a = |n: usize| "echo a\n".repeat(n);
+    for script in [
+        format!("{}fi\necho after\n", a(3000)),
+        format!("{}echo )\necho after\n", a(5000)),
+        // a compound command across the first piece's end: the piece grows until it holds
+        // the error
+        format!("{}if true; then\n{}echo )\nfi\n", a(2300), a(100)),
+    ] {
+        let real = std::process::Command::new("bash")
+            .args(["--norc", "--noprofile", "-c", &script])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let m = shellbox_sim::SimMachineFactory::new()
+            .create_sim(shellbox_core::MachineSpec::sim())
+            .unwrap();
+        let sim = m
+            .run_sync(shellbox_core::Command::from_argv(["bash", "-c", &script]))
+            .unwrap();
+        let (real_err, sim_err) = (
+            String::from_utf8_lossy(&real.stderr),
+            String::from_utf8_lossy(&sim.stderr),
+        );
+        let want = line_named(&real_err);
+        assert!(want.is_some_and(|l| l > 2000), "bash: {real_err}");
+        assert_eq!(line_named(&sim_err), want, "bash: {real_err}sim: {sim_err}");
+        assert_eq!(sim.exit_code, real.status.code(), "{sim_err}");
+        assert!(sim.stdout == real.stdout, "stdout differs; sim: {sim_err}");
+    }
+}
