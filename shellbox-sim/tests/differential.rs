@@ -48,6 +48,9 @@ const SCRIPTS: &[&str] = &[
     r#"shopt -s extglob; s=foo.bar.baz; echo ${s%%+(.ba?)} ${s##@(f|o)*(o)} ${s//@(a|ba)/_} ${s/?(x)b/Q} ${s%!(z)} ${s//!(.)/-}"#,
     r#"s='éaé€𝄞b'; echo ${s#?} ${s%?} ${s//é/e} ${s//[[:alpha:]]/_} ${s/€*/} ${#s}; t=aaaa; echo ${t//a/bb} ${t//*(a)/x} ${t/#*/y}"#,
     r#"s=abcabc; echo ${s/[!a]/_} ${s//[!a]/_} ${s//[a-b]} ${s//[]a]/-} ${s/bc*/} ${s//\*/x} ${s%%[c]} ${s##*[[:alpha:]]}"#,
+    // lists over 4096 items take the paced paths of `set --`, `shift` (of a list of its
+    // own and of one shared with a subshell), function calls and array assignment
+    r#"set -- $(seq 10000); shift; echo $# $1; shift 5000; echo $# $1; (shift 10; echo $# $1); echo $# $1; f() { shift 2; echo $# $1 ${10}; }; f "$@"; a=("$@"); a=("${a[@]}"); echo ${#a[@]} ${a[4998]}; set -- $(seq 5000); echo $# ${5000}; a=($(seq 6000)); echo ${#a[@]} ${a[-1]}"#,
 ];
 
 /// Listings (`declare -p`, `export -p`, `readonly -p`, `local`, `set`, `declare -F`) quote
