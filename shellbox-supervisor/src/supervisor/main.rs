@@ -80,6 +80,7 @@ extern "C" {
     fn getgid() -> u32;
     fn syscall(n: i64, ...) -> i64;
     fn signal(sig: c_int, handler: usize) -> usize;
+    fn sigaction(sig: c_int, act: *const usize, old: *mut usize) -> c_int;
     fn pthread_sigmask(how: c_int, set: *const [u64; 16], old: *mut [u64; 16]) -> c_int;
     fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
     fn open(path: *const i8, flags: c_int, ...) -> c_int;
@@ -295,8 +296,11 @@ struct Exec {
     groups: Vec<u32>,
     /// The supervisor's own (uid, gid) at its start, which a command runs as by default.
     own: (u32, u32),
-    /// Capabilities left in a command's bounding set (`--keep-caps`; none by default).
-    keep_caps: u64,
+    /// Capabilities still in the bounding set that a command must not keep (what the
+    /// supervisor's drop at its start left; normally none).
+    bounding_left: u64,
+    /// Signals (bit N for signal N) whose disposition is not the default in the supervisor.
+    non_default_signals: u64,
     rlimits: Vec<(u32, u64)>,
 }
 
@@ -348,7 +352,8 @@ impl Exec {
             user: start.user,
             groups: start.groups.clone(),
             own: settings().own,
-            keep_caps: settings().keep_caps,
+            bounding_left: settings().bounding_left,
+            non_default_signals: settings().non_default_signals,
             rlimits: start.rlimits.clone(),
         })
     }
@@ -381,8 +386,10 @@ unsafe fn command_child(
     setsid();
     let empty = [0u64; 16];
     pthread_sigmask(SIG_SETMASK, &empty, std::ptr::null_mut());
+    // Default dispositions: only those the supervisor changed (read at its start: the
+    // ignored SIGPIPE and std's fault handlers) differ from the default.
     for sig in 1..32 {
-        if sig != SIGKILL && sig != 19 {
+        if ex.non_default_signals & (1 << sig) != 0 {
             signal(sig, 0);
         }
     }
@@ -393,19 +400,13 @@ unsafe fn command_child(
         };
         setrlimit(resource as c_int, &l);
     }
-    // No capability can come back: empty the bounding set while CAP_SETPCAP is still
+    // No capability can come back: the supervisor emptied its bounding set (but for
+    // `--keep-caps`) at its start, which every keeper and command inherits; whatever that
+    // drop left (it needs CAP_SETPCAP) is dropped here, while CAP_SETPCAP is still
     // effective (before the account switch clears it).
-    // Only those still in it: each drop allocates new credentials even for a capability
-    // already gone, and bwrap left just the supervisor's few. A read past the kernel's
-    // last capability fails, which ends the walk.
     for cap in 0..64u64 {
-        match prctl(PR_CAPBSET_READ, cap, 0, 0, 0) {
-            0 => {}
-            1 if ex.keep_caps & (1 << cap) != 0 => {}
-            1 => {
-                prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
-            }
-            _ => break,
+        if ex.bounding_left & (1 << cap) != 0 {
+            prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
         }
     }
     // The keeper runs as its own account: the command gets the requested one, or the
@@ -568,6 +569,12 @@ struct Settings {
     /// container's own set, minus what would reach the supervisor). Default 0: a command
     /// has no capability at all.
     keep_caps: u64,
+    /// Capabilities left in the supervisor's bounding set after its start that are not in
+    /// `keep_caps` (a drop refused: no CAP_SETPCAP); each command drops them itself.
+    bounding_left: u64,
+    /// Signals (bit N for signal N) whose disposition was not the default at start (std
+    /// ignores SIGPIPE and handles SIGSEGV/SIGBUS); a command's process resets these.
+    non_default_signals: u64,
     /// `--reap-strays`: the supervisor is a child subreaper and SIGKILLs every child of its
     /// own that is not one of its keepers (the orphans of a keeper a command killed).
     reap_strays: bool,
@@ -606,6 +613,42 @@ fn parse_args() -> (u64, bool, bool) {
         }
     }
     (keep, own_account, reap_strays)
+}
+
+/// Empties this thread's capability bounding set but for `keep` (each drop allocates new
+/// credentials, so it is done once here instead of in every command), and reads which
+/// signals have a disposition other than the default. Returns (the capabilities left that
+/// are not in `keep`, the non-default signals), as bit masks.
+///
+/// # Safety
+/// At start, before any thread exists.
+unsafe fn drop_bounding_set(keep: u64) -> (u64, u64) {
+    let mut left = 0u64;
+    // A read past the kernel's last capability fails, which ends the walk.
+    for cap in 0..64u64 {
+        match prctl(PR_CAPBSET_READ, cap, 0, 0, 0) {
+            1 if keep & (1 << cap) == 0 => {
+                if prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                    left |= 1 << cap;
+                }
+            }
+            0 | 1 => {}
+            _ => break,
+        }
+    }
+    let mut signals = 0u64;
+    for sig in 1..32 {
+        if sig == SIGKILL || sig == 19 {
+            continue;
+        }
+        // glibc's `struct sigaction` starts with the handler (0 is SIG_DFL); a query
+        // only (no new action).
+        let mut old = [0usize; 32];
+        if sigaction(sig, std::ptr::null(), old.as_mut_ptr()) == 0 && old[0] != 0 {
+            signals |= 1 << sig;
+        }
+    }
+    (left, signals)
 }
 
 /// Switches the supervisor to [`SUPERVISOR_ID`] (real, effective, saved UID and GID),
@@ -1116,9 +1159,14 @@ fn main() {
     let (keep_caps, own_account, reap_strays) = parse_args();
     // SAFETY: getuid/getgid cannot fail.
     let own = unsafe { (getuid(), getgid()) };
+    // SAFETY: plain system calls at start-up, before any thread exists (the bounding set
+    // is per thread: every thread, keeper and command started later inherits it).
+    let (bounding_left, non_default_signals) = unsafe { drop_bounding_set(keep_caps) };
     let _ = SETTINGS.set(Settings {
         own,
         keep_caps,
+        bounding_left,
+        non_default_signals,
         reap_strays,
     });
     // SAFETY: plain system calls at start-up, before any thread exists.
