@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::mpsc;
 
 /// The supervisor program: a statically linked executable for the target this crate was
@@ -71,13 +71,147 @@ type Routes = Arc<Mutex<HashMap<u32, mpsc::UnboundedSender<Reply>>>>;
 /// the consumer keeps up.
 const GRANT_BYTES: u64 = proto::OUTPUT_WINDOW_BYTES / 4;
 
+/// The host→supervisor half of the channel, shared by every sender and the writer task.
+///
+/// A frame is written at once by whoever sends it when nothing is queued before it and
+/// the channel takes it without waiting (the common case: a command's request is one
+/// pipe write from the caller's own thread, with no wake-up of another task on the way);
+/// otherwise it is queued, in order, for the writer task, which writes the queue out as
+/// the channel accepts it and shuts the writer down once the last [`Client`] and
+/// [`Running`] are gone.
+struct Outbox {
+    writer: std::pin::Pin<Box<dyn AsyncWrite + Send>>,
+    /// Frames not written yet, in order; the first may be partly written.
+    queue: std::collections::VecDeque<Vec<u8>>,
+    /// Bytes of `queue[0]` already written.
+    front_written: usize,
+    /// The writer task, while it waits for frames.
+    waker: Option<std::task::Waker>,
+    /// No frame comes any more: shut the writer down once the queue is written.
+    closed: bool,
+    /// A write failed: the channel is gone.
+    failed: bool,
+}
+
+type SharedOutbox = Arc<Mutex<Outbox>>;
+
+fn lock_outbox(outbox: &SharedOutbox) -> std::sync::MutexGuard<'_, Outbox> {
+    outbox.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Sends one frame (see [`Outbox`]).
+///
+/// # Errors
+/// `BrokenPipe` when the channel is gone (a write failed before or now).
+fn send_frame(outbox: &SharedOutbox, gone: &AtomicBool, frame: Vec<u8>) -> io::Result<()> {
+    let broken = || io::Error::new(io::ErrorKind::BrokenPipe, "the supervisor is gone");
+    let mut st = lock_outbox(outbox);
+    if st.failed || st.closed {
+        return Err(broken());
+    }
+    if st.queue.is_empty() {
+        // A waker that does nothing: were the write to wait, the writer task takes over
+        // (woken below) and polls with its own.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut written = 0;
+        while written < frame.len() {
+            match st.writer.as_mut().poll_write(&mut cx, &frame[written..]) {
+                std::task::Poll::Ready(Ok(n)) if n > 0 => written += n,
+                std::task::Poll::Ready(_) => {
+                    st.failed = true;
+                    gone.store(true, Ordering::SeqCst);
+                    if let Some(w) = st.waker.take() {
+                        w.wake();
+                    }
+                    return Err(broken());
+                }
+                std::task::Poll::Pending => break,
+            }
+        }
+        if written == frame.len() {
+            return Ok(());
+        }
+        st.front_written = written;
+    }
+    st.queue.push_back(frame);
+    if let Some(w) = st.waker.take() {
+        w.wake();
+    }
+    Ok(())
+}
+
+/// The writer task's work: writes queued frames as the channel takes them, until the
+/// outbox is closed and empty (then shuts the writer down) or a write fails.
+async fn write_loop(outbox: SharedOutbox, gone: Arc<AtomicBool>) {
+    use std::task::Poll;
+    let ok = std::future::poll_fn(|cx| {
+        let mut guard = lock_outbox(&outbox);
+        let st = &mut *guard;
+        loop {
+            if st.failed {
+                return Poll::Ready(false);
+            }
+            let Some(front) = st.queue.front() else {
+                if st.closed {
+                    return Poll::Ready(true);
+                }
+                st.waker = Some(cx.waker().clone());
+                return Poll::Pending;
+            };
+            match st
+                .writer
+                .as_mut()
+                .poll_write(cx, &front[st.front_written..])
+            {
+                Poll::Ready(Ok(n)) if n > 0 => {
+                    st.front_written += n;
+                    if st.front_written == front.len() {
+                        st.queue.pop_front();
+                        st.front_written = 0;
+                    }
+                }
+                Poll::Ready(_) => {
+                    st.failed = true;
+                    return Poll::Ready(false);
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    })
+    .await;
+    if !ok {
+        gone.store(true, Ordering::SeqCst);
+        return;
+    }
+    let _ = std::future::poll_fn(|cx| lock_outbox(&outbox).writer.as_mut().poll_shutdown(cx)).await;
+}
+
 struct Shared {
-    tx: mpsc::UnboundedSender<Vec<u8>>,
+    outbox: SharedOutbox,
     routes: Routes,
     next: AtomicU32,
     gone: Arc<AtomicBool>,
     /// Output bytes received and not yet taken from a [`Running`].
     buffered: Arc<AtomicU64>,
+}
+
+impl Shared {
+    /// Sends one frame ([`send_frame`]).
+    fn send(&self, frame: Vec<u8>) -> io::Result<()> {
+        send_frame(&self.outbox, &self.gone, frame)
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The last client and command are gone: the writer task writes what is queued,
+        // then closes the channel (the supervisor exits).
+        let mut st = lock_outbox(&self.outbox);
+        st.closed = true;
+        if let Some(w) = st.waker.take() {
+            w.wake();
+        }
+    }
 }
 
 /// The host side of one supervisor's control channel. Cheap to clone; the channel closes
@@ -108,7 +242,7 @@ impl Client {
     /// `UnexpectedEof` when the channel closes first (the supervisor did not start: the
     /// backend's stderr says why); `InvalidData` when the first frame is not READY; any read
     /// error.
-    pub async fn connect<R, W>(reader: R, mut writer: W) -> io::Result<Client>
+    pub async fn connect<R, W>(reader: R, writer: W) -> io::Result<Client>
     where
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
@@ -128,19 +262,15 @@ impl Client {
         let routes: Routes = Arc::default();
         let gone = Arc::new(AtomicBool::new(false));
         let buffered = Arc::new(AtomicU64::new(0));
-        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        {
-            let gone = gone.clone();
-            tokio::spawn(async move {
-                while let Some(frame) = rx.recv().await {
-                    if writer.write_all(&frame).await.is_err() {
-                        gone.store(true, Ordering::SeqCst);
-                        break;
-                    }
-                }
-                let _ = writer.shutdown().await;
-            });
-        }
+        let outbox: SharedOutbox = Arc::new(Mutex::new(Outbox {
+            writer: Box::pin(writer),
+            queue: std::collections::VecDeque::new(),
+            front_written: 0,
+            waker: None,
+            closed: false,
+            failed: false,
+        }));
+        tokio::spawn(write_loop(outbox.clone(), gone.clone()));
         {
             let (routes, gone, buffered) = (routes.clone(), gone.clone(), buffered.clone());
             tokio::spawn(async move {
@@ -152,7 +282,7 @@ impl Client {
         }
         Ok(Client {
             shared: Arc::new(Shared {
-                tx,
+                outbox,
                 routes,
                 next: AtomicU32::new(1),
                 gone,
@@ -225,7 +355,7 @@ impl Client {
         let id = self.shared.next.fetch_add(1, Ordering::Relaxed).max(1);
         let (tx, rx) = mpsc::unbounded_channel();
         lock(&self.shared.routes).insert(id, tx);
-        let send = |frame| self.shared.tx.send(frame).map_err(|_| gone());
+        let send = |frame| self.shared.send(frame);
         let sent = (|| {
             // The request, the first stdin chunk and the end go out in one write when
             // they fit one chunk (the common case: one pipe write per command).
@@ -370,7 +500,7 @@ impl Running {
                 self.consumed += n;
                 if self.consumed >= GRANT_BYTES {
                     let grant = std::mem::take(&mut self.consumed);
-                    let _ = self.shared.tx.send(proto::frame(
+                    let _ = self.shared.send(proto::frame(
                         proto::CREDIT,
                         self.id,
                         &grant.to_le_bytes(),
@@ -394,7 +524,7 @@ impl Running {
     /// Asks the supervisor to SIGKILL every process the command started (its main process,
     /// its background ones and escapees); replies keep coming until its EXIT.
     pub fn kill(&self) {
-        let _ = self.shared.tx.send(proto::frame(proto::KILL, self.id, &[]));
+        let _ = self.shared.send(proto::frame(proto::KILL, self.id, &[]));
     }
 }
 
@@ -440,9 +570,7 @@ impl Input {
         }
         for chunk in data.chunks(proto::CHUNK_BYTES) {
             self.shared
-                .tx
-                .send(proto::frame(proto::STDIN, self.id, chunk))
-                .map_err(|_| gone())?;
+                .send(proto::frame(proto::STDIN, self.id, chunk))?;
         }
         Ok(())
     }
@@ -451,12 +579,11 @@ impl Input {
     pub fn close(&self) {
         let _ = self
             .shared
-            .tx
             .send(proto::frame(proto::STDIN_END, self.id, &[]));
     }
 
     /// As [`Running::kill`].
     pub fn kill(&self) {
-        let _ = self.shared.tx.send(proto::frame(proto::KILL, self.id, &[]));
+        let _ = self.shared.send(proto::frame(proto::KILL, self.id, &[]));
     }
 }

@@ -38,12 +38,6 @@ struct PollFd {
 }
 
 #[repr(C)]
-struct RLimit {
-    cur: u64,
-    max: u64,
-}
-
-#[repr(C)]
 struct CapHeader {
     version: u32,
     pid: c_int,
@@ -58,11 +52,9 @@ struct CapData {
 
 extern "C" {
     fn fork() -> c_int;
-    fn clone(f: extern "C" fn(*mut u8) -> c_int, stack: *mut u8, flags: c_int, arg: *mut u8, ...) -> c_int;
-    fn execve(path: *const i8, argv: *const *const i8, envp: *const *const i8) -> c_int;
     fn _exit(code: c_int) -> !;
     fn setsid() -> c_int;
-    fn chdir(path: *const i8) -> c_int;
+    fn signal(sig: c_int, handler: usize) -> usize;
     fn dup2(old: c_int, new: c_int) -> c_int;
     fn close(fd: c_int) -> c_int;
     fn pipe2(fds: *mut c_int, flags: c_int) -> c_int;
@@ -72,15 +64,13 @@ extern "C" {
     fn waitpid(pid: c_int, status: *mut c_int, options: c_int) -> c_int;
     fn kill(pid: c_int, sig: c_int) -> c_int;
     fn prctl(option: c_int, a2: u64, a3: u64, a4: u64, a5: u64) -> c_int;
-    fn setrlimit(resource: c_int, limit: *const RLimit) -> c_int;
     fn setgroups(n: usize, list: *const u32) -> c_int;
     fn setresuid(r: u32, e: u32, s: u32) -> c_int;
     fn setresgid(r: u32, e: u32, s: u32) -> c_int;
     fn getuid() -> u32;
     fn getgid() -> u32;
     fn syscall(n: i64, ...) -> i64;
-    fn signal(sig: c_int, handler: usize) -> usize;
-    fn pthread_sigmask(how: c_int, set: *const [u64; 16], old: *mut [u64; 16]) -> c_int;
+    fn sigaction(sig: c_int, act: *const usize, old: *mut usize) -> c_int;
     fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
     fn open(path: *const i8, flags: c_int, ...) -> c_int;
     fn __errno_location() -> *mut c_int;
@@ -101,7 +91,6 @@ const EACCES: c_int = 13;
 const ENOEXEC: c_int = 8;
 const SIGKILL: c_int = 9;
 const SIGCONT: c_int = 18;
-const SIG_SETMASK: c_int = 2;
 const WALL: c_int = 0x4000_0000;
 const PR_SET_DUMPABLE: c_int = 4;
 const PR_SET_CHILD_SUBREAPER: c_int = 36;
@@ -110,9 +99,6 @@ const PR_CAPBSET_DROP: c_int = 24;
 const PR_CAPBSET_READ: c_int = 23;
 const PR_CAP_AMBIENT_CLEAR_ALL: u64 = 4;
 const SYS_CAPSET: i64 = 126;
-const SYS_SETGROUPS: i64 = 116;
-const SYS_SETRESUID: i64 = 117;
-const SYS_SETRESGID: i64 = 119;
 const CLONE_VM: c_int = 0x100;
 const CLONE_VFORK: c_int = 0x4000;
 const SIGCHLD: c_int = 17;
@@ -121,17 +107,321 @@ const CHILD_STACK_BYTES: usize = 64 * 1024;
 const SYS_CLOSE_RANGE: i64 = 436;
 const CAP_VERSION_3: u32 = 0x2008_0522;
 
+/// The system calls of a keeper and of a command's process before its exec. Both share the
+/// supervisor's memory (`CLONE_VM`) and its thread-local storage, errno among it, so none
+/// of these goes through a libc wrapper that writes errno or takes a lock: each returns
+/// the kernel's result, `-errno` on failure. On architectures without the raw calls here
+/// a keeper is a copy of the supervisor (see [`KEEPER_SHARES_MEMORY`]) and these are
+/// libc's calls, whose errno is the copy's own.
+mod sys {
+    #[allow(non_camel_case_types)]
+    type c_int = i32;
+
+    /// Whether a keeper shares the supervisor's memory (`CLONE_VM`: no page tables to copy,
+    /// no copy-on-write faults, nothing to tear down) or is a copy of it.
+    pub const KEEPER_SHARES_MEMORY: bool = cfg!(target_arch = "x86_64");
+
+    #[cfg(target_arch = "x86_64")]
+    mod nr {
+        pub const WRITE: usize = 1;
+        pub const CLOSE: usize = 3;
+        pub const RT_SIGACTION: usize = 13;
+        pub const RT_SIGPROCMASK: usize = 14;
+        pub const CLONE: usize = 56;
+        pub const EXECVE: usize = 59;
+        pub const WAIT4: usize = 61;
+        pub const FCNTL: usize = 72;
+        pub const CHDIR: usize = 80;
+        pub const SETSID: usize = 112;
+        pub const SETGROUPS: usize = 116;
+        pub const SETRESUID: usize = 117;
+        pub const SETRESGID: usize = 119;
+        pub const CAPSET: usize = 126;
+        pub const PRCTL: usize = 157;
+        pub const EXIT_GROUP: usize = 231;
+        pub const DUP3: usize = 292;
+        pub const PRLIMIT64: usize = 302;
+        pub const CLOSE_RANGE: usize = 436;
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn raw(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize) -> isize {
+        let ret: isize;
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") n as isize => ret,
+            in("rdi") a,
+            in("rsi") b,
+            in("rdx") c,
+            in("r10") d,
+            in("r8") e,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+        ret
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    extern "C" {
+        fn __errno_location() -> *mut c_int;
+    }
+
+    /// libc's result as the kernel's: `-errno` on failure.
+    #[cfg(not(target_arch = "x86_64"))]
+    unsafe fn ret(r: i64) -> isize {
+        if r < 0 {
+            -(*__errno_location()) as isize
+        } else {
+            r as isize
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    mod libc {
+        #[allow(non_camel_case_types)]
+        type c_int = i32;
+        extern "C" {
+            pub fn write(fd: c_int, buf: *const u8, n: usize) -> isize;
+            pub fn close(fd: c_int) -> c_int;
+            pub fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int;
+            pub fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
+            pub fn setsid() -> c_int;
+            pub fn syscall(n: i64, ...) -> i64;
+            pub fn prctl(option: c_int, a2: u64, a3: u64, a4: u64, a5: u64) -> c_int;
+            pub fn prlimit(pid: c_int, resource: c_int, new: *const u64, old: *mut u64) -> c_int;
+            pub fn chdir(path: *const i8) -> c_int;
+            pub fn execve(path: *const i8, argv: *const *const i8, envp: *const *const i8) -> c_int;
+            pub fn waitpid(pid: c_int, status: *mut c_int, options: c_int) -> c_int;
+            pub fn _exit(code: c_int) -> !;
+            pub fn signal(sig: c_int, handler: usize) -> usize;
+            pub fn pthread_sigmask(how: c_int, set: *const [u64; 16], old: *mut [u64; 16]) -> c_int;
+            pub fn clone(f: extern "C" fn(*mut u8) -> c_int, stack: *mut u8, flags: c_int, arg: *mut u8, ...) -> c_int;
+            pub fn setgroups(n: usize, list: *const u32) -> c_int;
+            pub fn setresuid(r: u32, e: u32, s: u32) -> c_int;
+            pub fn setresgid(r: u32, e: u32, s: u32) -> c_int;
+        }
+    }
+
+    pub unsafe fn write(fd: c_int, buf: *const u8, n: usize) -> isize {
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::WRITE, fd as usize, buf as usize, n, 0, 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::write(fd, buf, n) as i64);
+    }
+
+    pub unsafe fn close(fd: c_int) -> isize {
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::CLOSE, fd as usize, 0, 0, 0, 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::close(fd) as i64);
+    }
+
+    /// `old` at fd `new`, without close-on-exec (also when they are the same fd).
+    pub unsafe fn dup_to(old: c_int, new: c_int) -> isize {
+        const F_SETFD: usize = 2;
+        if old == new {
+            #[cfg(target_arch = "x86_64")]
+            return raw(nr::FCNTL, old as usize, F_SETFD, 0, 0, 0);
+            #[cfg(not(target_arch = "x86_64"))]
+            return ret(libc::fcntl(old, F_SETFD as c_int, 0) as i64);
+        }
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::DUP3, old as usize, new as usize, 0, 0, 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::dup3(old, new, 0) as i64);
+    }
+
+    pub unsafe fn setsid() -> isize {
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::SETSID, 0, 0, 0, 0, 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::setsid() as i64);
+    }
+
+    /// Unblocks every signal of this thread.
+    pub unsafe fn unblock_signals() -> isize {
+        const SIG_SETMASK: usize = 2;
+        #[cfg(target_arch = "x86_64")]
+        {
+            let empty = 0u64;
+            raw(nr::RT_SIGPROCMASK, SIG_SETMASK, &empty as *const u64 as usize, 0, 8, 0)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let empty = [0u64; 16];
+            ret(libc::pthread_sigmask(SIG_SETMASK as c_int, &empty, std::ptr::null_mut()) as i64)
+        }
+    }
+
+    /// Sets `sig`'s disposition to the default.
+    pub unsafe fn default_signal(sig: c_int) -> isize {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // The kernel's struct: handler (SIG_DFL), flags, restorer, mask.
+            let act = [0u64; 4];
+            raw(nr::RT_SIGACTION, sig as usize, act.as_ptr() as usize, 0, 8, 0)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            libc::signal(sig, 0);
+            0
+        }
+    }
+
+    pub unsafe fn set_rlimit(resource: u32, value: u64) -> isize {
+        let limit = [value, value];
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::PRLIMIT64, 0, resource as usize, limit.as_ptr() as usize, 0, 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::prlimit(0, resource as c_int, limit.as_ptr(), std::ptr::null_mut()) as i64);
+    }
+
+    pub unsafe fn prctl(option: c_int, a2: u64, a3: u64, a4: u64, a5: u64) -> isize {
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::PRCTL, option as usize, a2 as usize, a3 as usize, a4 as usize, a5 as usize);
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::prctl(option, a2, a3, a4, a5) as i64);
+    }
+
+    pub unsafe fn setgroups(n: usize, list: *const u32) -> isize {
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::SETGROUPS, n, list as usize, 0, 0, 0);
+        // The raw call, not libc's all-threads broadcast (a copy has one thread anyway).
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::setgroups(n, list) as i64);
+    }
+
+    /// The raw `setresgid(2)` of this process only (libc's broadcasts to every thread).
+    pub unsafe fn setresgid(id: u32) -> isize {
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::SETRESGID, id as usize, id as usize, id as usize, 0, 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::setresgid(id, id, id) as i64);
+    }
+
+    /// The raw `setresuid(2)` of this process only.
+    pub unsafe fn setresuid(id: u32) -> isize {
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::SETRESUID, id as usize, id as usize, id as usize, 0, 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::setresuid(id, id, id) as i64);
+    }
+
+    /// `capset(2)` of this thread: `kept` (capabilities 0-31) effective and permitted,
+    /// nothing inheritable, nothing of 32-63.
+    pub unsafe fn capset(kept: u32) -> isize {
+        const CAP_VERSION_3: u32 = 0x2008_0522;
+        let header = [CAP_VERSION_3, 0u32];
+        // effective, permitted, inheritable; twice (capabilities 0-31, then 32-63).
+        let data = [kept, kept, 0u32, 0, 0, 0];
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::CAPSET, header.as_ptr() as usize, data.as_ptr() as usize, 0, 0, 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::syscall(super::SYS_CAPSET, header.as_ptr(), data.as_ptr()));
+    }
+
+    pub unsafe fn chdir(path: *const i8) -> isize {
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::CHDIR, path as usize, 0, 0, 0, 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::chdir(path) as i64);
+    }
+
+    /// Returns only on failure: `-errno`.
+    pub unsafe fn execve(path: *const i8, argv: *const *const i8, envp: *const *const i8) -> isize {
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::EXECVE, path as usize, argv as usize, envp as usize, 0, 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::execve(path, argv, envp) as i64);
+    }
+
+    /// `wait4(-1, status, __WALL)`: a pid, or `-errno`.
+    pub unsafe fn wait_any(status: &mut c_int) -> isize {
+        const WALL: usize = 0x4000_0000;
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::WAIT4, -1isize as usize, status as *mut c_int as usize, WALL, 0, 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::waitpid(-1, status, WALL as c_int) as i64);
+    }
+
+    pub unsafe fn close_range(first: u32, last: u32) -> isize {
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::CLOSE_RANGE, first as usize, last as usize, 0, 0, 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::syscall(super::SYS_CLOSE_RANGE, first, last, 0u32));
+    }
+
+    /// Ends this process (its thread group: a keeper or a command's process is one).
+    pub unsafe fn exit(code: c_int) -> ! {
+        #[cfg(target_arch = "x86_64")]
+        {
+            raw(nr::EXIT_GROUP, code as usize, 0, 0, 0, 0);
+            core::arch::asm!("ud2", options(noreturn));
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        libc::_exit(code)
+    }
+
+    /// `clone(2)` running `f(arg)` on the stack ending at `stack_top` (16-byte aligned) in
+    /// the child, which exits with its result; `flags` as the kernel takes them (the exit
+    /// signal in the low byte). Returns the child's pid or `-errno`.
+    ///
+    /// # Safety
+    /// With `CLONE_VM`, the child runs in this process's memory: `f` may make only the
+    /// calls of this module, on data that outlives its use.
+    pub unsafe fn clone(flags: usize, stack_top: *mut u8, f: extern "C" fn(*mut u8) -> c_int, arg: *mut u8) -> isize {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let ret: isize;
+            // The child starts on `stack_top` with the registers of this call: it calls
+            // `f(arg)` (kept in callee-saved registers) and exits with its result.
+            core::arch::asm!(
+                "syscall",
+                "test rax, rax",
+                "jnz 2f",
+                "xor ebp, ebp",
+                "mov rdi, r13",
+                "call r12",
+                "mov edi, eax",
+                "mov eax, {exit}",
+                "syscall",
+                "ud2",
+                "2:",
+                exit = const nr::EXIT_GROUP,
+                inlateout("rax") nr::CLONE as isize => ret,
+                in("rdi") flags,
+                in("rsi") stack_top,
+                in("rdx") 0usize,
+                in("r10") 0usize,
+                in("r8") 0usize,
+                in("r12") f,
+                in("r13") arg,
+                lateout("rcx") _,
+                lateout("r11") _,
+            );
+            ret
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let exit_signal = (flags & 0xff) as c_int;
+            ret(libc::clone(f, stack_top, (flags as c_int & !0xff) | exit_signal, arg) as i64)
+        }
+    }
+}
+
 fn errno() -> c_int {
     // SAFETY: glibc's thread-local errno.
     unsafe { *__errno_location() }
 }
 
-/// Writes all of `b` to `fd` (async-signal-safe; for the forked children).
+/// Writes all of `b` to `fd` (raw system calls only: also for keepers and commands'
+/// processes, see [`sys`]).
 fn raw_write_all(fd: c_int, mut b: &[u8]) {
     while !b.is_empty() {
         // SAFETY: writing from a live slice.
-        let n = unsafe { write(fd, b.as_ptr(), b.len()) };
-        if n < 0 && errno() == EINTR {
+        let n = unsafe { sys::write(fd, b.as_ptr(), b.len()) };
+        if n == -(EINTR as isize) {
             continue;
         }
         if n <= 0 {
@@ -224,9 +514,10 @@ type Commands = Arc<Mutex<HashMap<u32, Arc<Cmd>>>>;
 struct Children {
     generation: Mutex<u64>,
     cond: Condvar,
-    /// The pids of the keepers not reaped yet. Held across each keeper's fork until its pid
-    /// is in, so [`kill_strays`] never takes a keeper being born for a stray.
-    keepers: Mutex<std::collections::HashSet<c_int>>,
+    /// The keepers not reaped yet, by pid, with the job each runs on (freed when it is
+    /// reaped). Held across each keeper's start until its pid is in, so [`kill_strays`]
+    /// never takes a keeper being born for a stray.
+    keepers: Mutex<HashMap<c_int, Box<KeeperJob>>>,
 }
 
 /// Reaps every child of the supervisor. With `--reap-strays`, after each reaped child
@@ -241,7 +532,15 @@ fn reaper(children: Arc<Children>) {
         // SAFETY: waitpid with a valid status pointer.
         let r = unsafe { waitpid(-1, &mut status, WALL) };
         if r > 0 {
-            let keeper = children.keepers.lock().unwrap_or_else(|e| e.into_inner()).remove(&r);
+            let job = children.keepers.lock().unwrap_or_else(|e| e.into_inner()).remove(&r);
+            let keeper = job.is_some();
+            if let Some(job) = job {
+                if sys::KEEPER_SHARES_MEMORY && !job.started.load(std::sync::atomic::Ordering::Acquire) {
+                    // Killed before its command's process exec'd, which may still run on
+                    // this memory: never freed.
+                    std::mem::forget(job);
+                }
+            }
             // A keeper that exited on its own had no child left (it exits at ECHILD), so
             // only a killed keeper or a stray can leave strays.
             if settings().reap_strays && (!keeper || status & 0x7f != 0) {
@@ -274,7 +573,7 @@ fn kill_strays(children: &Children) {
             continue;
         }
         for pid in text.split_whitespace().filter_map(|p| p.parse::<c_int>().ok()) {
-            if !keepers.contains(&pid) {
+            if !keepers.contains_key(&pid) {
                 // SAFETY: kill(2) of a child of this process not reaped yet (the reaper
                 // thread, which alone reaps, is here), so the pid cannot have been reused.
                 unsafe { kill(pid, SIGKILL) };
@@ -295,8 +594,11 @@ struct Exec {
     groups: Vec<u32>,
     /// The supervisor's own (uid, gid) at its start, which a command runs as by default.
     own: (u32, u32),
-    /// Capabilities left in a command's bounding set (`--keep-caps`; none by default).
-    keep_caps: u64,
+    /// Capabilities still in the bounding set that a command must not keep (what the
+    /// supervisor's drop at its start left; normally none).
+    bounding_left: u64,
+    /// Signals (bit N for signal N) whose disposition is not the default in the supervisor.
+    non_default_signals: u64,
     rlimits: Vec<(u32, u64)>,
 }
 
@@ -348,7 +650,8 @@ impl Exec {
             user: start.user,
             groups: start.groups.clone(),
             own: settings().own,
-            keep_caps: settings().keep_caps,
+            bounding_left: settings().bounding_left,
+            non_default_signals: settings().non_default_signals,
             rlimits: start.rlimits.clone(),
         })
     }
@@ -361,102 +664,101 @@ fn null_terminated(v: &[CString]) -> Vec<*const i8> {
         .collect()
 }
 
-/// The command's process, in the keeper's fork: stdio, session, limits, cwd, user,
-/// capabilities, default signals, then exec. Never returns.
+/// Everything a keeper and its command's process read, alive until the keeper was reaped
+/// (both run in the supervisor's memory: [`sys::KEEPER_SHARES_MEMORY`]). Built before the
+/// keeper starts; the supervisor's threads never touch it after that.
+struct KeeperJob {
+    ex: Exec,
+    stdio: [RawFd; 3],
+    status_w: RawFd,
+    argv: Vec<*const i8>,
+    envp: Vec<*const i8>,
+    /// `/bin/sh`, a placeholder for the script, the arguments: a script without `#!`.
+    sh_argv: Vec<*const i8>,
+    /// The keeper's stack, then the command process's (left uninitialised).
+    stacks: Vec<u8>,
+    /// Set by the keeper once its command's process exec'd or exited: from then on only
+    /// the keeper (on its own stack) uses this job. A keeper killed before (only a command
+    /// with `CAP_KILL` can) leaves a process that may still run on it, so such a job is
+    /// never freed.
+    started: std::sync::atomic::AtomicBool,
+}
+
+// SAFETY: the raw pointers point into the job's own strings, which move with it.
+unsafe impl Send for KeeperJob {}
+
+/// Stack of a keeper (its loop and its account switch; it makes raw system calls only).
+const KEEPER_STACK_BYTES: usize = 32 * 1024;
+
+/// The top of `len` bytes at `base`, 16-byte aligned.
+fn stack_top(base: *mut u8, len: usize) -> *mut u8 {
+    let top = base as usize + len;
+    (top - top % 16) as *mut u8
+}
+
+/// The command's process, in the keeper's `CLONE_VM | CLONE_VFORK` child: stdio, session,
+/// limits, cwd, user, capabilities, default signals, then exec. Never returns.
 ///
 /// # Safety
-/// Called in a freshly forked child; only async-signal-safe calls on prepared data.
-unsafe fn command_child(
-    ex: &Exec,
-    stdio: [RawFd; 3],
-    argv: &[*const i8],
-    envp: &[*const i8],
-    sh_argv: &mut [*const i8],
-) -> ! {
-    for (i, &fd) in stdio.iter().enumerate() {
-        if dup2(fd, i as c_int) < 0 {
-            _exit(126);
+/// `job` is the keeper's live job; only [`sys`] calls (this process shares the keeper's
+/// memory and thread-local storage).
+unsafe fn command_child(job: *mut KeeperJob) -> ! {
+    let ex = &(*job).ex;
+    for (i, &fd) in (*job).stdio.iter().enumerate() {
+        if sys::dup_to(fd, i as c_int) < 0 {
+            sys::exit(126);
         }
     }
-    setsid();
-    let empty = [0u64; 16];
-    pthread_sigmask(SIG_SETMASK, &empty, std::ptr::null_mut());
+    sys::setsid();
+    sys::unblock_signals();
+    // Default dispositions: only those the supervisor changed (read at its start: the
+    // ignored SIGPIPE and std's fault handlers) differ from the default.
     for sig in 1..32 {
-        if sig != SIGKILL && sig != 19 {
-            signal(sig, 0);
+        if ex.non_default_signals & (1 << sig) != 0 {
+            sys::default_signal(sig);
         }
     }
     for &(resource, value) in &ex.rlimits {
-        let l = RLimit {
-            cur: value,
-            max: value,
-        };
-        setrlimit(resource as c_int, &l);
+        sys::set_rlimit(resource, value);
     }
-    // No capability can come back: empty the bounding set while CAP_SETPCAP is still
+    // No capability can come back: the supervisor emptied its bounding set (but for
+    // `--keep-caps`) at its start, which every keeper and command inherits; whatever that
+    // drop left (it needs CAP_SETPCAP) is dropped here, while CAP_SETPCAP is still
     // effective (before the account switch clears it).
-    // Only those still in it: each drop allocates new credentials even for a capability
-    // already gone, and bwrap left just the supervisor's few. A read past the kernel's
-    // last capability fails, which ends the walk.
     for cap in 0..64u64 {
-        match prctl(PR_CAPBSET_READ, cap, 0, 0, 0) {
-            0 => {}
-            1 if ex.keep_caps & (1 << cap) != 0 => {}
-            1 => {
-                prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
-            }
-            _ => break,
+        if ex.bounding_left & (1 << cap) != 0 {
+            sys::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
         }
     }
     // The keeper runs as its own account: the command gets the requested one, or the
     // supervisor's (`ex.own`) when none was asked for.
     let (uid, gid) = ex.user.unwrap_or(ex.own);
-    // Raw system calls: this child shares the keeper's memory (CLONE_VM), so libc's
-    // all-threads credential broadcast must not run here.
-    let groups_ok = ex.user.is_none()
-        || syscall(SYS_SETGROUPS, ex.groups.len(), ex.groups.as_ptr()) == 0;
-    if !groups_ok
-        || syscall(SYS_SETRESGID, gid, gid, gid) != 0
-        || syscall(SYS_SETRESUID, uid, uid, uid) != 0
-    {
+    let groups_ok = ex.user.is_none() || sys::setgroups(ex.groups.len(), ex.groups.as_ptr()) == 0;
+    if !groups_ok || sys::setresgid(gid) != 0 || sys::setresuid(uid) != 0 {
         raw_write_all(2, b"shellbox: cannot switch user\n");
-        _exit(126);
+        sys::exit(126);
     }
     // No capability survives into the command (no_new_privs keeps exec from granting any).
-    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-    let header = CapHeader {
-        version: CAP_VERSION_3,
-        pid: 0,
-    };
-    let data = [
-        CapData {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        },
-        CapData {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        },
-    ];
-    if syscall(SYS_CAPSET, &header as *const CapHeader, data.as_ptr()) != 0 {
-        _exit(126);
+    sys::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    if sys::capset(0) != 0 {
+        sys::exit(126);
     }
-    if chdir(ex.cwd.as_ptr()) != 0 {
+    if sys::chdir(ex.cwd.as_ptr()) != 0 {
         raw_write_all(2, b"sh: cd: can't cd to ");
         raw_write_all(2, ex.cwd.as_bytes());
         raw_write_all(2, b"\n");
-        _exit(2);
+        sys::exit(2);
     }
+    let argv = (*job).argv.as_ptr();
+    let envp = (*job).envp.as_ptr();
+    let sh_argv = (*job).sh_argv.as_mut_ptr();
     let mut denied = false;
     for c in &ex.candidates {
-        execve(c.as_ptr(), argv.as_ptr(), envp.as_ptr());
-        match errno() {
+        match -sys::execve(c.as_ptr(), argv, envp) as c_int {
             ENOEXEC => {
                 // POSIX: a file the kernel cannot run is a shell script.
-                sh_argv[1] = c.as_ptr();
-                execve(c"/bin/sh".as_ptr(), sh_argv.as_ptr(), envp.as_ptr());
+                *sh_argv.add(1) = c.as_ptr();
+                sys::execve(c"/bin/sh".as_ptr(), sh_argv, envp);
                 denied = true;
             }
             EACCES => denied = true,
@@ -467,85 +769,56 @@ unsafe fn command_child(
     raw_write_all(2, ex.argv[0].as_bytes());
     if denied {
         raw_write_all(2, b": Permission denied\n");
-        _exit(126)
+        sys::exit(126)
     }
     raw_write_all(2, b": not found\n");
-    _exit(127)
-}
-
-/// The keeper, in the supervisor's fork: becomes the subreaper of the command's subtree,
-/// forks the command, reports its wait status on `status_w` and reaps until the subtree is
-/// gone. Never returns.
-///
-/// # Safety
-/// Called in a freshly forked child of a multi-threaded process; async-signal-safe calls
-/// only, on data prepared before the fork.
-unsafe fn keeper(
-    ex: &Exec,
-    stdio: [RawFd; 3],
-    status_w: RawFd,
-    argv: &[*const i8],
-    envp: &[*const i8],
-    sh_argv: &mut [*const i8],
-    stack: &mut [u8],
-) -> ! {
-    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-    become_keeper_account();
-    // The command's process borrows the keeper's memory until it execs (CLONE_VM |
-    // CLONE_VFORK, as posix_spawn does): no second copy of the page tables per command.
-    let mut child = ChildArgs {
-        ex,
-        stdio,
-        argv,
-        envp,
-        sh_argv,
-    };
-    let top = stack.as_mut_ptr().add(stack.len());
-    let top = top.sub(top as usize % 16);
-    let pid = clone(
-        command_main,
-        top,
-        CLONE_VM | CLONE_VFORK | SIGCHLD,
-        (&mut child as *mut ChildArgs).cast(),
-    );
-    // Only the status pipe stays open here, so the command's pipes end when it does.
-    if status_w > 0 {
-        syscall(SYS_CLOSE_RANGE, 0u32, (status_w - 1) as u32, 0u32);
-    }
-    syscall(SYS_CLOSE_RANGE, (status_w + 1) as u32, u32::MAX, 0u32);
-    if pid < 0 {
-        _exit(1);
-    }
-    let mut reported = false;
-    loop {
-        let mut st = 0;
-        let r = waitpid(-1, &mut st, WALL);
-        if r == pid && !reported {
-            raw_write_all(status_w, &st.to_ne_bytes());
-            close(status_w);
-            reported = true;
-        } else if r < 0 && errno() != EINTR {
-            _exit(0);
-        }
-    }
-}
-
-/// What the command's vforked child reads: the keeper's data, which stays untouched while
-/// the keeper is suspended (`CLONE_VFORK`).
-struct ChildArgs<'a> {
-    ex: &'a Exec,
-    stdio: [RawFd; 3],
-    argv: &'a [*const i8],
-    envp: &'a [*const i8],
-    sh_argv: &'a mut [*const i8],
+    sys::exit(127)
 }
 
 extern "C" fn command_main(arg: *mut u8) -> c_int {
-    // SAFETY: `arg` is the keeper's `ChildArgs`, alive until this child execs or exits;
-    // `command_child` makes only raw system calls on it.
+    // SAFETY: `arg` is the keeper's job, alive while the keeper lives (it is suspended
+    // until this process execs or exits).
+    unsafe { command_child(arg.cast()) }
+}
+
+/// The keeper, started by the supervisor with [`sys::clone`] (sharing its memory where
+/// [`sys::KEEPER_SHARES_MEMORY`]): becomes the subreaper of the command's subtree, starts
+/// the command's process (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does), reports its
+/// wait status on the job's status pipe and reaps until the subtree is gone. Never returns.
+extern "C" fn keeper_main(arg: *mut u8) -> c_int {
+    let job: *mut KeeperJob = arg.cast();
+    // SAFETY: the job lives until this process is reaped; only `sys` calls.
     unsafe {
-        let a = &mut *(arg as *mut ChildArgs);
-        command_child(a.ex, a.stdio, a.argv, a.envp, a.sh_argv)
+        sys::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        become_keeper_account();
+        let stacks = (*job).stacks.as_mut_ptr();
+        let top = stack_top(stacks.add(KEEPER_STACK_BYTES), CHILD_STACK_BYTES);
+        let pid = sys::clone((CLONE_VM | CLONE_VFORK | SIGCHLD) as usize, top, command_main, arg);
+        (*job).started.store(true, std::sync::atomic::Ordering::Release);
+        // Each account switch (the keeper's, the command's in this memory) reset the
+        // memory's dumpable flag to the system's `suid_dumpable`: not dumpable, again.
+        sys::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        // Only the status pipe stays open here, so the command's pipes end when it does.
+        let status_w = (*job).status_w;
+        if status_w > 0 {
+            sys::close_range(0, (status_w - 1) as u32);
+        }
+        sys::close_range((status_w + 1) as u32, u32::MAX);
+        if pid < 0 {
+            sys::exit(1);
+        }
+        let mut reported = false;
+        loop {
+            let mut st = 0;
+            let r = sys::wait_any(&mut st);
+            if r == pid && !reported {
+                raw_write_all(status_w, &st.to_ne_bytes());
+                sys::close(status_w);
+                reported = true;
+            } else if r < 0 && r != -(EINTR as isize) {
+                sys::exit(0);
+            }
+        }
     }
 }
 
@@ -563,11 +836,15 @@ const SUPERVISOR_ID: u32 = 0x7fff_fffd;
 struct Settings {
     /// The (uid, gid) the supervisor started as: a command's account when it names none.
     own: (u32, u32),
-    /// `--keep-caps=MASK` (decimal bit mask of capability numbers): capabilities a command
-    /// keeps in its bounding set, so a root command gets them back at its exec (the
-    /// container's own set, minus what would reach the supervisor). Default 0: a command
-    /// has no capability at all.
-    keep_caps: u64,
+    /// Capabilities left in the supervisor's bounding set after its start that are not in
+    /// `--keep-caps=MASK` (decimal bit mask of capability numbers: what a command keeps in
+    /// its bounding set, so a root command gets them back at its exec — the container's
+    /// own set, minus what would reach the supervisor; default 0, no capability at all):
+    /// a drop refused (no CAP_SETPCAP). Each command drops them itself.
+    bounding_left: u64,
+    /// Signals (bit N for signal N) whose disposition was not the default at start (std
+    /// ignores SIGPIPE and handles SIGSEGV/SIGBUS); a command's process resets these.
+    non_default_signals: u64,
     /// `--reap-strays`: the supervisor is a child subreaper and SIGKILLs every child of its
     /// own that is not one of its keepers (the orphans of a keeper a command killed).
     reap_strays: bool,
@@ -608,6 +885,42 @@ fn parse_args() -> (u64, bool, bool) {
     (keep, own_account, reap_strays)
 }
 
+/// Empties this thread's capability bounding set but for `keep` (each drop allocates new
+/// credentials, so it is done once here instead of in every command), and reads which
+/// signals have a disposition other than the default. Returns (the capabilities left that
+/// are not in `keep`, the non-default signals), as bit masks.
+///
+/// # Safety
+/// At start, before any thread exists.
+unsafe fn drop_bounding_set(keep: u64) -> (u64, u64) {
+    let mut left = 0u64;
+    // A read past the kernel's last capability fails, which ends the walk.
+    for cap in 0..64u64 {
+        match prctl(PR_CAPBSET_READ, cap, 0, 0, 0) {
+            1 if keep & (1 << cap) == 0 => {
+                if prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                    left |= 1 << cap;
+                }
+            }
+            0 | 1 => {}
+            _ => break,
+        }
+    }
+    let mut signals = 0u64;
+    for sig in 1..32 {
+        if sig == SIGKILL || sig == 19 {
+            continue;
+        }
+        // glibc's `struct sigaction` starts with the handler (0 is SIG_DFL); a query
+        // only (no new action).
+        let mut old = [0usize; 32];
+        if sigaction(sig, std::ptr::null(), old.as_mut_ptr()) == 0 && old[0] != 0 {
+            signals |= 1 << sig;
+        }
+    }
+    (left, signals)
+}
+
 /// Switches the supervisor to [`SUPERVISOR_ID`] (real, effective, saved UID and GID),
 /// keeping `CAP_KILL`, `CAP_SETUID`, `CAP_SETGID` and `CAP_SETPCAP` (for its keepers and
 /// their commands' account switches), so no command can signal, trace or read it: a command
@@ -638,16 +951,17 @@ unsafe fn become_supervisor_account() {
 /// possible (a user namespace mapping only one UID), the keeper stays as it is.
 ///
 /// # Safety
-/// In a forked child; async-signal-safe calls only.
+/// In a keeper; [`sys`] calls only (with the raw `setresuid`, which changes this process
+/// alone, not every thread that shares its memory as libc's would).
 unsafe fn become_keeper_account() {
     const PR_SET_KEEPCAPS: c_int = 8;
     // CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP
     const KEPT: u32 = (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8);
-    prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0);
-    if setresgid(KEEPER_ID, KEEPER_ID, KEEPER_ID) != 0 || setresuid(KEEPER_ID, KEEPER_ID, KEEPER_ID) != 0 {
+    sys::prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0);
+    if sys::setresgid(KEEPER_ID) != 0 || sys::setresuid(KEEPER_ID) != 0 {
         return;
     }
-    set_effective_and_permitted(KEPT);
+    sys::capset(KEPT);
 }
 
 /// `capset(2)` of this thread: `kept` (bits of capabilities 0–31) as its effective and
@@ -799,33 +1113,36 @@ fn run_command(
         Ok(p) => p,
         Err(e) => return out.fail(id, proto::FAIL_SYSTEM, &format!("pipe: {e}")),
     };
-    let argv = null_terminated(&ex.argv);
-    let envp = null_terminated(&ex.env);
+    let mut job = Box::new(KeeperJob {
+        ex,
+        stdio: [in_r, out_w, err_w],
+        status_w: st_w,
+        argv: Vec::new(),
+        envp: Vec::new(),
+        sh_argv: Vec::new(),
+        // Never read before written: a stack needs no zeroing.
+        stacks: Vec::with_capacity(KEEPER_STACK_BYTES + CHILD_STACK_BYTES),
+        started: std::sync::atomic::AtomicBool::new(false),
+    });
+    job.argv = null_terminated(&job.ex.argv);
+    job.envp = null_terminated(&job.ex.env);
     let mut sh_argv: Vec<*const i8> = vec![c"/bin/sh".as_ptr(), std::ptr::null()];
-    sh_argv.extend(ex.argv.iter().skip(1).map(|c| c.as_ptr()));
+    sh_argv.extend(job.ex.argv.iter().skip(1).map(|c| c.as_ptr()));
     sh_argv.push(std::ptr::null());
-    let mut child_stack = vec![0u8; CHILD_STACK_BYTES];
-    // Held until the new keeper's pid is in the set (see `kill_strays`); the child never
-    // touches its copy.
+    job.sh_argv = sh_argv;
+    let keeper_top = stack_top(job.stacks.as_mut_ptr(), KEEPER_STACK_BYTES);
+    let job_ptr: *mut KeeperJob = &mut *job;
+    let flags = if sys::KEEPER_SHARES_MEMORY { CLONE_VM } else { 0 } | SIGCHLD;
+    // Held until the new keeper's pid is in the set (see `kill_strays`); the keeper never
+    // touches it.
     let mut keepers = children.keepers.lock().unwrap_or_else(|e| e.into_inner());
-    // SAFETY: fork; the child only runs `keeper` (async-signal-safe calls on prepared data).
-    let keeper_pid = unsafe { fork() };
-    if keeper_pid == 0 {
-        // SAFETY: in the forked child, as `keeper` requires.
-        unsafe {
-            keeper(
-                &ex,
-                [in_r, out_w, err_w],
-                st_w,
-                &argv,
-                &envp,
-                &mut sh_argv,
-                &mut child_stack,
-            )
-        };
-    }
+    // SAFETY: the keeper runs `keeper_main` on the job, which lives until it is reaped
+    // (the reaper frees it, under this lock, so not before it is in the set).
+    let keeper_pid = unsafe { sys::clone(flags as usize, keeper_top, keeper_main, job_ptr.cast()) };
+    let clone_error = (keeper_pid < 0).then(|| std::io::Error::from_raw_os_error(-keeper_pid as c_int));
+    let keeper_pid = keeper_pid as c_int;
     if keeper_pid > 0 {
-        keepers.insert(keeper_pid);
+        keepers.insert(keeper_pid, job);
     }
     drop(keepers);
     for fd in [in_r, out_w, err_w, st_w] {
@@ -835,7 +1152,8 @@ fn run_command(
         for fd in [in_w, out_r, err_r, st_r] {
             close_fd(fd);
         }
-        return out.fail(id, proto::FAIL_SYSTEM, &format!("fork: {}", std::io::Error::last_os_error()));
+        let e = clone_error.unwrap_or_else(|| std::io::Error::other("no pid"));
+        return out.fail(id, proto::FAIL_SYSTEM, &format!("start its keeper (clone): {e}"));
     }
     {
         let mut g = children.generation.lock().unwrap_or_else(|e| e.into_inner());
@@ -1116,9 +1434,13 @@ fn main() {
     let (keep_caps, own_account, reap_strays) = parse_args();
     // SAFETY: getuid/getgid cannot fail.
     let own = unsafe { (getuid(), getgid()) };
+    // SAFETY: plain system calls at start-up, before any thread exists (the bounding set
+    // is per thread: every thread, keeper and command started later inherits it).
+    let (bounding_left, non_default_signals) = unsafe { drop_bounding_set(keep_caps) };
     let _ = SETTINGS.set(Settings {
         own,
-        keep_caps,
+        bounding_left,
+        non_default_signals,
         reap_strays,
     });
     // SAFETY: plain system calls at start-up, before any thread exists.
