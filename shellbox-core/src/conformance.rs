@@ -1493,7 +1493,7 @@ pub async fn session_prompt_cannot_be_faked(h: &Harness) {
     );
     // Nor can a background job, printing the marker of a later command while the shell
     // waits at its prompt between calls, or while that command runs.
-    let forge = r#"P=$(eval "printf '%s' \"$PS1\""; eval "${PROMPT_COMMAND-}"); F="${P%%:*}:$((__shellbox_seq + 2)):7;"; (sleep 1; printf '%s' "$F"; sleep 2; printf '%s' "$F"; printf '%s' "$F") >/dev/tty 2>&1 &"#;
+    let forge = r#"N=$(set | grep -o 'SB[0-9a-f]\{32\}:' | head -n 1); F="${N}7:7;"; (sleep 1; printf '%s' "$F"; sleep 2; printf '%s' "$F"; printf '%s' "$F") >/dev/tty 2>&1 &"#;
     assert_eq!(complete(&*s, forge).await.1, 0);
     assert_eq!(complete(&*s, "true").await.1, 0);
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -1674,7 +1674,7 @@ pub async fn session_reset_after_exit(h: &Harness) {
 /// Heredocs, quotes, long lines, control characters, binary output and text that looks
 /// like any completion marker all complete with the exact bytes.
 pub async fn session_output_is_exact(h: &Harness) {
-    let Some((m, s, _)) = open_session(h).await else {
+    let Some((m, s, kind)) = open_session(h).await else {
         return;
     };
     assert_eq!(
@@ -1716,6 +1716,24 @@ pub async fn session_output_is_exact(h: &Harness) {
         assert_eq!(code, 0, "{lookalike}");
         assert!(out.ends_with(b"\ntail\n"), "{lookalike}: {:?}", text(&out));
     }
+    // The session's own marker prefix (read from the shell's prompt settings) with numbers
+    // that are not the running command's: text like any other, passed on byte for byte.
+    if kind == SessionKind::Interactive {
+        let (out, code) = complete(
+            &*s,
+            "N=$(set | grep -o 'SB[0-9a-f]\\{32\\}:' | head -n 1); \
+             echo \"$N\"; for j in 0 1 2 99 1000000; do printf '%s%s:0;' \"$N\" \"$j\"; done; echo; echo tail",
+        )
+        .await;
+        assert_eq!(code, 0, "{out:?}");
+        let (prefix, _) = out.split_once('\n').unwrap_or_default();
+        assert!(prefix.len() > 10, "the session's marker prefix: {out:?}");
+        let markers: String = [0, 1, 2, 99, 1000000]
+            .iter()
+            .map(|j| format!("{prefix}{j}:0;"))
+            .collect();
+        assert_eq!(out, format!("{prefix}\n{markers}\ntail\n"));
+    }
     let (out, code) = complete_bytes(
         &*s,
         "set > /dev/null; set | wc -l > /dev/null; printf '\\000\\001\\377\\376\\r\\n\\033[0mend'",
@@ -1739,6 +1757,113 @@ pub async fn session_output_is_exact(h: &Harness) {
         complete(&*s, "test -e sb_nul_ran || echo absent").await,
         ("absent\n".into(), 0)
     );
+    m.close().await.unwrap();
+}
+
+/// Runs `command` without an interrupt: it must leave Running within [`SESSION_WAIT`],
+/// either Completed or Reset (the shell replaced); the last update, all output gathered.
+async fn settle(s: &dyn ShellSession, command: &str) -> ShellUpdate {
+    let started = Instant::now();
+    let mut u = s
+        .execute(command, SESSION_WAIT, SESSION_LIMIT)
+        .await
+        .unwrap_or_else(|e| panic!("execute {command:?} failed: {e}"));
+    let mut out = u.output.to_vec();
+    while u.status == ShellStatus::Running {
+        assert!(
+            started.elapsed() < SESSION_WAIT,
+            "{command:?} left the call Running for {SESSION_WAIT:?}; so far {:?}",
+            text(&out)
+        );
+        u = s.read(Duration::from_secs(1), SESSION_LIMIT).await.unwrap();
+        out.extend_from_slice(&u.output);
+    }
+    u.output = out.into();
+    u
+}
+
+/// What a command may do to the shell's own plumbing — send the shell's output elsewhere
+/// (`exec >file 2>&1`), clear or change the session's variables (`PROMPT_COMMAND`, `PS1`,
+/// `__shellbox_seq`), switch line editing (`set -o vi`, `set -o emacs`, `set +o emacs`),
+/// turn the terminal's echo back on (`stty echo`) or replace the shell (`exec sh`,
+/// `exec bash --norc`) — never leaves a call hanging: it completes (and later commands
+/// complete with their own status and exactly their own output) or it ends promptly in
+/// `Reset`, after which the next command runs in a fresh shell.
+pub async fn session_plumbing_changes(h: &Harness) {
+    let Some((m, s, kind)) = open_session(h).await else {
+        return;
+    };
+    let bash = complete(&*s, "echo \"${BASH_VERSION:+bash}\"").await.0 == "bash\n";
+    let has_bash = text(
+        &sh(&*m, "command -v bash >/dev/null && echo yes")
+            .await
+            .stdout,
+    ) == "yes\n";
+    s.close().await.unwrap();
+    let mut cases = vec![
+        "exec >/tmp/sb_plumb.log 2>&1",
+        "exec 2>/tmp/sb_plumb.log",
+        "PS1=",
+        "PS1='$ '",
+        "__shellbox_seq=0",
+        "unset __shellbox_seq",
+        "__shellbox_seq=x",
+        "set -o vi",
+        "set -o emacs",
+        "set +o emacs",
+        "set +o vi",
+    ];
+    if bash {
+        cases.extend([
+            "PROMPT_COMMAND=",
+            "unset PROMPT_COMMAND",
+            "PROMPT_COMMAND='echo hi'",
+        ]);
+    }
+    if kind == SessionKind::Interactive {
+        cases.extend(["stty echo", "stty echo icanon opost", "exec sh"]);
+        if has_bash {
+            cases.push("exec bash --norc");
+        }
+    }
+    for case in cases {
+        let s = m.open_shell().await.unwrap();
+        complete(&*s, "SB_PLUMB=kept").await;
+        let u = settle(&*s, case).await;
+        eprintln!("{case:?}: {:?} {:?}", u.status, u.exit_code);
+        let next = settle(&*s, "echo next").await;
+        match u.status {
+            ShellStatus::Reset => {
+                // A fresh shell runs the next command: exactly its output.
+                assert_eq!(
+                    (next.status, text(&next.output), next.exit_code),
+                    (ShellStatus::Completed, "next\n".into(), Some(0)),
+                    "after {case:?} reset the session"
+                );
+            }
+            _ => {
+                assert_eq!(
+                    next.status,
+                    ShellStatus::Completed,
+                    "after {case:?}: {next:?}"
+                );
+                assert_eq!(next.exit_code, Some(0), "after {case:?}: {next:?}");
+                let redirected = case.starts_with("exec >");
+                let want = if redirected { "" } else { "next\n" };
+                assert_eq!(text(&next.output), want, "after {case:?}");
+                let (out, code) = complete(&*s, "(exit 4)").await;
+                assert_eq!((out.as_str(), code), ("", 4), "after {case:?}");
+                if !redirected && !case.starts_with("exec ") {
+                    assert_eq!(
+                        complete(&*s, "echo \"$SB_PLUMB\"").await,
+                        ("kept\n".into(), 0),
+                        "after {case:?} the shell's state stays"
+                    );
+                }
+            }
+        }
+        s.close().await.unwrap();
+    }
     m.close().await.unwrap();
 }
 
@@ -2352,6 +2477,7 @@ macro_rules! conformance_tests {
             session_background_job_ending_between_calls,
             session_reset_after_exit,
             session_output_is_exact,
+            session_plumbing_changes,
             session_output_limit,
             session_close,
             background_process_outlives_its_command,

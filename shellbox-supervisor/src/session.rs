@@ -144,20 +144,27 @@ enum Phase {
 /// ([`proto::PTY_DATA`] and the others): terminal bytes, read credit, interrupt, the
 /// marker prefix; terminal bytes and completions.
 ///
-/// - **Completion**: each command gets a sequence number `k`; the shell prints
-///   `SB<nonce>:<k>:<$?>;` whenever it is back at its prompt (`PROMPT_COMMAND` in bash,
-///   `PS1` in sh), the nonce 32 random hex digits per session. The relay takes the marker
-///   out of the output and reports it ([`proto::PTY_DONE`]) only once it has seen from
-///   outside the shell that the shell waits at its prompt (foreground, blocked reading the
-///   terminal, no unread input). Printed look-alikes cannot end a command, nor can a command
-///   that prints the real marker (read from `$PROMPT_COMMAND`) and goes on running: that
-///   marker is passed on as output. The `PTY_DONE` of the current `k` ends the call
-///   `Completed` with its status; after an interrupt, so does `k-1` with 130 (the signal
-///   reached the shell while it parsed the line, and the shell dropped the whole line
-///   before its `__shellbox_seq=k` ran); others (a prompt for stray input) are dropped.
-/// - **Sending a command**: one line `__shellbox_seq=k; eval '<command>'` (heredocs and
-///   several lines are one `eval`; a syntax error is one failed command with 2), as octal
-///   escapes through `printf` when it holds control bytes or lines over 1000 bytes.
+/// - **Completion**: the shell prints `SB<nonce>:0:<$?>;` to `/dev/tty` whenever it is
+///   back at its prompt (`PROMPT_COMMAND` in bash, a command substitution in `PS1` in sh,
+///   both read-only), the nonce 32 random hex digits per session. The relay takes the
+///   marker out of the output and reports it ([`proto::PTY_DONE`]) only once it has seen
+///   from outside the shell that the shell waits at its prompt (foreground, blocked reading
+///   the terminal in its prompt's call, the command line read, no unread input). Printed
+///   look-alikes cannot end a command, nor can a command that prints the real marker (read
+///   from `$PROMPT_COMMAND`) and goes on running: that marker is passed on as output. A
+///   confirmed prompt after the call's line ends the call `Completed` with its status
+///   (after an interrupt that made the shell drop the line, 130); a prompt for stray input
+///   the relay drops.
+/// - **Plumbing a command changes**: the marker goes to `/dev/tty`, so `exec >log 2>&1`
+///   keeps the session working; the terminal's settings are put back before each command
+///   line (a command's `stty echo` never shows the next line). A shell that waits at its
+///   prompt with no marker come, or a program that replaced the shell (`exec sh`) waiting
+///   for terminal input, is ended by the relay after 100 ms: the call reports `Reset`
+///   rather than `Running` for ever (bash's `set -o vi` and `set -o emacs` turn readline
+///   on, which makes bash leave or wait elsewhere: `Reset`).
+/// - **Sending a command**: one line `eval '<command>'` (heredocs and several lines are
+///   one `eval`; a syntax error is one failed command with 2), as octal escapes through
+///   `printf` when it holds control bytes or lines over 1000 bytes.
 /// - **Interrupt**: the relay sends SIGINT to the terminal's foreground process group once
 ///   the command line was read, to each new foreground group after that (a job the shell
 ///   was still forking), and repeatedly to the shell itself while it runs a built-in,
@@ -303,18 +310,27 @@ impl PtySession {
         Some(shell.task)
     }
 
-    /// The first line written to a new shell: no history, empty PS2, the completion marker
-    /// through PROMPT_COMMAND (bash, history expansion off) or PS1 (sh), sequence 0. In sh,
-    /// `ignoreeof`: busybox ash takes a SIGCHLD that interrupts its prompt's read (a
-    /// background job ending between calls) for end of input and would exit (it prints
+    /// The first line written to a new shell: no history, empty `PS2`, the completion
+    /// marker `SB<nonce>:0:<$?>;` through `PROMPT_COMMAND` (bash, history expansion off) or
+    /// `PS1` (sh, a command substitution), written to `/dev/tty` (the shell's controlling
+    /// terminal, whatever a command did to its stdout and stderr: `exec >log 2>&1`). The
+    /// prompt variables are read-only: a command's `PS1=` or `PROMPT_COMMAND=` fails (status
+    /// 1 or 2) instead of silencing the marker. In sh, each prompt first turns the terminal's
+    /// echo off again (`stty -echo icanon`): busybox ash edits its line itself, echoing what
+    /// it reads, when it finds echo on at its prompt (after a command's `stty echo`); and
+    /// `ignoreeof`: ash takes a SIGCHLD that interrupts its prompt's read (a background job
+    /// ending between calls) for end of input and would exit (it prints
     /// `Use "exit" to leave shell.` instead).
     fn init_line(&self) -> String {
         let nonce = String::from_utf8_lossy(&self.prefix[2..self.prefix.len() - 1]).into_owned();
         format!(
-            "unset HISTFILE PROMPT_COMMAND; set +o history 2>/dev/null; PS2=''; __shellbox_seq=0; \
+            "unset HISTFILE PROMPT_COMMAND; set +o history 2>/dev/null; PS2=''; \
              if [ -n \"${{BASH_VERSION-}}\" ]; then set +H; PS1=''; \
-             PROMPT_COMMAND='printf \"SB{nonce}:%s:%s;\" \"$__shellbox_seq\" \"$?\"'; \
-             else PS1='SB{nonce}:${{__shellbox_seq}}:$?;'; set -o ignoreeof 2>/dev/null; fi\n"
+             PROMPT_COMMAND='printf \"SB{nonce}:0:%s;\" \"$?\" >/dev/tty'; \
+             readonly PROMPT_COMMAND; \
+             else PS1='$(printf \"SB{nonce}:0:%s;\" \"$?\" >/dev/tty; \
+             exec stty -echo icanon </dev/tty 2>/dev/null)'; \
+             set -o ignoreeof 2>/dev/null; fi; readonly PS1 PS2\n"
         )
     }
 
@@ -433,7 +449,7 @@ impl PtySession {
 
     /// Gathers output of command `seq` until its marker, the shell's end, the interrupt
     /// bound or `wait`.
-    async fn gather(&self, seq: u64, wait: Duration, limit: u64) -> Result<ShellUpdate, Error> {
+    async fn gather(&self, wait: Duration, limit: u64) -> Result<ShellUpdate, Error> {
         let deadline = Instant::now().checked_add(wait);
         let mut limiter = OutputLimiter::new(limit);
         let mut out = BytesMut::new();
@@ -442,13 +458,6 @@ impl PtySession {
             let Some(shell) = self.current() else {
                 return self.reset(out, &limiter);
             };
-            let interrupted = matches!(
-                self.phase(),
-                Phase::Running {
-                    interrupted: Some(_),
-                    ..
-                }
-            );
             let (status, ended) = {
                 let mut st = shell.queue.lock();
                 let mut status = None;
@@ -460,14 +469,16 @@ impl PtySession {
                                 out.extend_from_slice(&kept);
                             }
                         }
-                        Item::Marker(n, code)
-                            if proto::marker_ends_command(seq, n, code, interrupted) =>
-                        {
+                        // The relay confirmed the shell back at its prompt after the line
+                        // this call sent (a prompt for stray input, while the shell sat at
+                        // a confirmed one, it drops): that is the command's end, whatever
+                        // number the marker carries (a command may have changed the
+                        // variable, or after an interrupt the shell dropped the line before
+                        // it set it: the previous number with 130).
+                        Item::Marker(_, code) => {
                             status = Some(code);
                             break;
                         }
-                        // A prompt for something else (stray input after an earlier command).
-                        Item::Marker(..) => {}
                     }
                 }
                 (status, st.ended && st.items.is_empty())
@@ -595,20 +606,16 @@ async fn pump(mut running: Running, queue: Arc<Queue>, input: Input) {
     }
 }
 
-/// The line that runs `command` as command number `seq` (see [`PtySession`]).
-fn command_line(command: &str, seq: u64) -> Vec<u8> {
+/// The line that runs `command` (see [`PtySession`]).
+fn command_line(command: &str) -> Vec<u8> {
     let plain = command
         .bytes()
         .all(|b| (0x20..0x7f).contains(&b) || b == b'\t' || b == b'\n')
         && command.split('\n').all(|l| l.len() <= LINE_MAX - 64);
     if plain {
-        return format!(
-            "__shellbox_seq={seq}; eval '{}'\n",
-            command.replace('\'', r"'\''")
-        )
-        .into_bytes();
+        return format!("eval '{}'\n", command.replace('\'', r"'\''")).into_bytes();
     }
-    let mut line = format!("__shellbox_seq={seq}; eval \"$(printf '");
+    let mut line = String::from("eval \"$(printf '");
     let mut width = line.len();
     for b in command.bytes() {
         if width >= LINE_MAX - 8 {
@@ -658,13 +665,13 @@ impl ShellSession for PtySession {
             seq,
             interrupted: None,
         });
-        let line = pty_frame(PTY_DATA, &command_line(command, seq));
+        let line = pty_frame(PTY_DATA, &command_line(command));
         if let Err(e) = self.send(&line) {
             self.check_open()?;
             tracing::debug!(target: "shellbox_supervisor", "writing a command to the session failed: {e}");
             return self.reset(BytesMut::new(), &OutputLimiter::new(0));
         }
-        self.gather(seq, wait, output_limit_bytes).await
+        self.gather(wait, output_limit_bytes).await
     }
 
     async fn read(&self, wait: Duration, output_limit_bytes: u64) -> Result<ShellUpdate, Error> {
@@ -674,10 +681,10 @@ impl ShellSession for PtySession {
         }
         let _call = self.calls.lock().await;
         self.check_open()?;
-        let Phase::Running { seq, .. } = self.phase() else {
+        if !matches!(self.phase(), Phase::Running { .. }) {
             return Err(idle_error("read from"));
-        };
-        self.gather(seq, wait, output_limit_bytes).await
+        }
+        self.gather(wait, output_limit_bytes).await
     }
 
     async fn write(&self, data: &[u8]) -> Result<(), Error> {
@@ -729,14 +736,14 @@ mod tests {
     #[test]
     fn command_lines_stay_printable_and_short() {
         assert_eq!(
-            command_line("echo 'a'", 3),
-            b"__shellbox_seq=3; eval 'echo '\\''a'\\'''\n".to_vec()
+            command_line("echo 'a'"),
+            b"eval 'echo '\\''a'\\'''\n".to_vec()
         );
         assert_eq!(
-            command_line("printf '\x01%s\\n'", 4),
-            b"__shellbox_seq=4; eval \"$(printf 'printf \\047\\001\\045s\\134n\\047')\"\n".to_vec()
+            command_line("printf '\x01%s\\n'"),
+            b"eval \"$(printf 'printf \\047\\001\\045s\\134n\\047')\"\n".to_vec()
         );
-        let l = String::from_utf8(command_line(&"x".repeat(5000), 5)).unwrap();
+        let l = String::from_utf8(command_line(&"x".repeat(5000))).unwrap();
         assert!(l.lines().all(|line| line.len() <= LINE_MAX), "{l}");
         assert!(l.lines().count() >= 5);
     }

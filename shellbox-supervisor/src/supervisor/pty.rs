@@ -92,7 +92,7 @@ const WNOHANG: c_int = 1;
 
 /// The kernel's `struct termios` (`TCGETS`/`TCSETS`).
 #[repr(C)]
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Termios {
     iflag: u32,
     oflag: u32,
@@ -276,7 +276,7 @@ pub(crate) fn main() -> ! {
         fcntl(master, F_SETFL, fl | O_NONBLOCK);
         // Nothing of this process is for a command to read (its memory holds the marker).
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-        Relay::new(master, slave, pid).run(chld[0])
+        Relay::new(master, slave, pid, t).run(chld[0])
     }
 }
 
@@ -334,9 +334,9 @@ fn deadlocked(pid: c_int) -> bool {
 #[derive(Debug, PartialEq, Eq)]
 enum Wait {
     /// Blocked in a `read` of fd 0 (or a poll); the signature of that call: the syscall
-    /// number, its first three arguments, the stack pointer and the program counter. The
-    /// shell's own prompt always waits in one and the same call, at one depth, into one
-    /// buffer; a `read` built-in (or any other reader) differs in them.
+    /// number, its first three arguments and the program counter. The shell's own prompt
+    /// always waits in one and the same call, into one buffer; a `read` built-in (or any
+    /// other reader) differs in them.
     Input(String),
     /// Running, or blocked in anything else.
     Other,
@@ -365,11 +365,13 @@ fn wait_state(pid: c_int) -> Wait {
     if !reading || fields.len() < 6 {
         return Wait::Other;
     }
+    // The stack pointer is left out: bash's `set +o emacs` (and `+o vi` in vi mode) inside
+    // `eval` has bash read its next lines from a nested input stream, the same call one
+    // level deeper; a reader other than the shell's line read differs in its buffer and
+    // size already.
     let mut sig = fields[..4].join(" ");
-    for f in &fields[fields.len() - 2..] {
-        sig.push(' ');
-        sig.push_str(f);
-    }
+    sig.push(' ');
+    sig.push_str(fields[fields.len() - 1]);
     Wait::Input(sig)
 }
 
@@ -398,6 +400,23 @@ fn bytes_read(pid: c_int) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix("rchar:"))
         .and_then(|n| n.trim().parse().ok())
+}
+
+/// What program process `pid` runs: its `/proc/PID/exe` and where its code and its
+/// arguments were placed (`startcode`, `arg_start` of `/proc/PID/stat`), which an `execve`
+/// changes even for the same program (other arguments, or another random layout).
+fn image(pid: c_int) -> Option<String> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the comm, field 3 (state) is index 0: startcode is field 26, arg_start 48.
+    Some(format!(
+        "{} {} {}",
+        exe.display(),
+        fields.get(23)?,
+        fields.get(45).unwrap_or(&"")
+    ))
 }
 
 /// The processes of process group `group` (from `/proc`).
@@ -490,6 +509,16 @@ const BUILT_IN_CPU_NS: u64 = 3_000_000;
 /// that waits (`wait`) rather than computes.
 const BUILT_IN_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// How long the shell may wait for input at its prompt, its command line read, with no
+/// marker come (a command cleared or redirected the shell's prompt machinery), or how long
+/// a program that replaced the shell (`exec sh`) may wait for terminal input, before the
+/// relay ends it (the session resets rather than waiting for a marker that cannot come).
+const LOST_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
+/// The longest pause between checks for a lost marker while a command runs.
+const LOST_CHECK_MAX: std::time::Duration = std::time::Duration::from_millis(50);
+/// The first pause before a check for a lost marker after a command line was written.
+const LOST_CHECK_FIRST: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// An interrupt the host asked for, not yet resolved by the shell's prompt.
 struct Interrupt {
     /// The process group signalled last (0: none yet) and when.
@@ -526,10 +555,21 @@ struct Relay {
     reading_since: Option<std::time::Instant>,
     /// How the shell waits at its prompt, learned at the first one ([`Relay::at_prompt`]).
     prompt_signature: Option<String>,
+    /// The shell's program ([`image`]), learned with the prompt's signature.
+    shell_image: Option<String>,
+    /// The terminal's settings as the relay made them, put back before each command line
+    /// (a command's `stty echo` would show the next line; `stty opost` would turn its `\n`
+    /// into `\r\n`).
+    settings: Termios,
+    /// Since when the shell has been seen waiting for input with no marker to come
+    /// ([`Relay::check_lost`]), when the next check is due and the pause after it.
+    lost_since: Option<std::time::Instant>,
+    next_lost_check: std::time::Instant,
+    lost_backoff: std::time::Duration,
 }
 
 impl Relay {
-    fn new(master: c_int, slave: c_int, main: c_int) -> Self {
+    fn new(master: c_int, slave: c_int, main: c_int, settings: Termios) -> Self {
         Relay {
             master,
             slave,
@@ -547,6 +587,11 @@ impl Relay {
             interrupt: None,
             reading_since: None,
             prompt_signature: None,
+            shell_image: None,
+            settings,
+            lost_since: None,
+            next_lost_check: std::time::Instant::now(),
+            lost_backoff: LOST_CHECK_FIRST,
         }
     }
 
@@ -658,9 +703,91 @@ impl Relay {
                 Some(known) => *known == sig,
                 None => {
                     self.prompt_signature = Some(sig);
+                    self.shell_image = image(self.main);
                     true
                 }
             },
+        }
+    }
+
+    /// Whether [`Relay::check_lost`] has anything to watch: a command line was sent, no
+    /// marker waits, and the shell's prompt is known.
+    fn lost_checks_armed(&self) -> bool {
+        !self.idle
+            && self.pending.is_none()
+            && self.input.is_empty()
+            && self.prompt_signature.is_some()
+    }
+
+    /// Whether the shell waits for input with no marker to come: in the foreground, its
+    /// command line read, nothing unread, blocked reading the terminal either in its own
+    /// prompt's call ([`Wait::Input`] with the learned signature: it printed no marker, so
+    /// a command cleared or redirected its prompt machinery) or as another program that
+    /// replaced it (`exec sh`: [`image`] changed).
+    fn waits_without_marker(&self) -> bool {
+        if self.foreground() != self.main || self.unread_input() != 0 {
+            return false;
+        }
+        if let Some((base, len)) = self.line_read {
+            if bytes_read(self.main).is_none_or(|n| n < base + len as u64) {
+                return false;
+            }
+        }
+        let Wait::Input(sig) = wait_state(self.main) else {
+            return false;
+        };
+        self.prompt_signature.as_ref() == Some(&sig) || image(self.main) != self.shell_image
+    }
+
+    /// Ends a shell that waits for input with no marker to come
+    /// ([`Relay::waits_without_marker`], for [`LOST_GRACE`], the terminal read first: a
+    /// marker found there is confirmed as usual): the session resets instead of hanging.
+    fn check_lost(&mut self) {
+        if !self.lost_checks_armed() {
+            self.lost_since = None;
+            return;
+        }
+        let now = std::time::Instant::now();
+        if now < self.next_lost_check {
+            return;
+        }
+        self.next_lost_check = now + self.lost_backoff;
+        self.lost_backoff = (self.lost_backoff * 2).min(LOST_CHECK_MAX);
+        if !self.waits_without_marker() {
+            self.lost_since = None;
+            return;
+        }
+        // What the shell wrote before it waited may still be in the terminal (no credit).
+        self.drain_for_marker();
+        if self.pending.is_some() {
+            self.lost_since = None;
+            return;
+        }
+        let since = *self.lost_since.get_or_insert(now);
+        if now.duration_since(since) >= LOST_GRACE {
+            // SAFETY: kill(2) of the shell, our own child.
+            unsafe { kill(self.main, SIGKILL) };
+        }
+    }
+
+    /// Reads what the terminal holds (up to [`DRAIN_MAX`], past the credit) until a marker
+    /// comes or it is empty.
+    fn drain_for_marker(&mut self) {
+        let mut buf = vec![0u8; proto::CHUNK_BYTES];
+        let mut total = 0usize;
+        while total < DRAIN_MAX && self.pending.is_none() {
+            // SAFETY: reading into a live buffer.
+            let n = unsafe { read(self.master, buf.as_mut_ptr(), buf.len()) };
+            if n < 0 && errno() == EINTR {
+                continue;
+            }
+            if n <= 0 {
+                return;
+            }
+            let n = n as usize;
+            total += n;
+            self.credit = self.credit.saturating_sub(n as u64);
+            self.output(&buf[..n], false);
         }
     }
 
@@ -895,6 +1022,13 @@ impl Relay {
                         // The command line: the shell must read all of it before a prompt
                         // counts as the one after it.
                         self.line_read = bytes_read(self.main).map(|base| (base, payload.len()));
+                        // The terminal as the session set it up, whatever the last command
+                        // left (before the line is written, so it is never echoed).
+                        // SAFETY: ioctl on our own descriptor from a live struct.
+                        unsafe { ioctl(self.slave, TCSETS, &self.settings as *const Termios) };
+                        self.lost_since = None;
+                        self.lost_backoff = LOST_CHECK_FIRST;
+                        self.next_lost_check = std::time::Instant::now() + LOST_CHECK_FIRST;
                     }
                     if !payload.is_empty() {
                         self.idle = false;
@@ -936,6 +1070,12 @@ impl Relay {
         }
         if self.interrupt.is_some() {
             wait = wait.min(std::time::Duration::from_millis(1));
+        }
+        if self.lost_checks_armed() {
+            wait = wait.min(
+                self.next_lost_check
+                    .saturating_duration_since(std::time::Instant::now()),
+            );
         }
         Timespec {
             sec: wait.as_secs() as i64,
@@ -1023,6 +1163,7 @@ impl Relay {
             }
             self.check_pending();
             self.check_interrupt();
+            self.check_lost();
         }
         // The program ended (or the host went away): what it wrote last is in the terminal.
         if master_open && status.is_some() {
