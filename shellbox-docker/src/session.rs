@@ -23,21 +23,44 @@ const START_BOUND: Duration = Duration::from_secs(30);
 pub const INTERRUPT_BOUND: Duration = Duration::from_secs(5);
 /// How often a call waiting for output asks the engine whether the shell's exec still runs.
 const EXEC_POLL: Duration = Duration::from_millis(500);
+/// How often a call waiting for a command that has run this long looks at the shell's
+/// process ([`PROBE`]): a program that replaced the shell (`exec sh`) and waits for terminal
+/// input will never print a marker.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// Run as the shell's account: `sh -c PROBE sh <pid>`: the shell process's `stat` after its
+/// command name, then its `syscall` line.
+const PROBE: &str = r#"read -r l < "/proc/$1/stat" || exit 1
+echo "${l##*) }"
+cat "/proc/$1/syscall" 2>/dev/null"#;
+/// The system calls a program waits for terminal input in: `read` of fd 0, or a poll.
+#[cfg(target_arch = "x86_64")]
+const INPUT_WAITS: (i64, &[i64]) = (0, &[7, 23, 270, 271]);
+#[cfg(target_arch = "aarch64")]
+const INPUT_WAITS: (i64, &[i64]) = (63, &[72, 73]);
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const INPUT_WAITS: (i64, &[i64]) = (-1, &[]);
 /// How long the kill of a session's processes may take.
 const KILL_BOUND: Duration = Duration::from_secs(10);
 /// The longest input line sent to the terminal.
 const LINE_MAX: usize = 1000;
 
-/// Started with `sh -c START sh`: set the terminal up, then become the shell.
+/// Started with `sh -c START sh`: set the terminal up, start an audit session of its own
+/// where the kernel lets it (see [`DockerSession`]) and say its number, then become the
+/// shell.
 const START: &str = "stty -echo -opost -ixon || exit 97
+if echo \"$(id -u 2>/dev/null || echo 0)\" > /proc/self/loginuid 2>/dev/null; then
+  read -r s < /proc/self/sessionid; printf 'SBAUDIT:%s;\\n' \"$s\"; fi
 if command -v bash >/dev/null 2>&1; then exec bash --noprofile --norc --noediting -i; fi
 exec sh -i";
 
-/// Run as root: `sh -c SESSION_KILL sh <session id>`. Kills every process carrying
-/// `SHELLBOX_SESSION_ID=<id>` and every process of a terminal session led by one of them,
-/// then checks `/proc` every 50 ms until none is left alive (exit 0) or 5 s pass (exit 1).
+/// Run as root: `sh -c SESSION_KILL sh <session id> [<audit session>]`. Kills every process
+/// carrying `SHELLBOX_SESSION_ID=<id>`, every process of a terminal session led by one of
+/// them and every process of the audit session (`/proc/PID/sessionid`), then checks
+/// `/proc` every 50 ms until none is left alive (exit 0) or 5 s pass (exit 1).
 const SESSION_KILL: &str = r#"m=$1
+a=${2-}
 case "$m" in ''|*[!0-9a-f]*) exit 3;; esac
+case "$a" in *[!0-9]*) exit 3;; esac
 sids=' '
 n=0
 while :; do
@@ -55,6 +78,11 @@ while :; do
     if grep -zqsxF "SHELLBOX_SESSION_ID=$m" "$d/environ" 2>/dev/null; then
       hit=1
       [ "$4" = "$q" ] && sids="$sids$q "
+    fi
+    if [ -n "$a" ]; then
+      as=
+      read -r as < "$d/sessionid" 2>/dev/null
+      [ "$as" = "$a" ] && hit=1
     fi
     case "$sids" in *" $4 "*) hit=1;; esac
     if [ "$hit" = 1 ]; then kill -KILL "$q" 2>/dev/null; live=1; fi
@@ -87,6 +115,9 @@ enum Phase {
 /// The reading side of the running shell.
 struct ShellIo {
     exec_id: String,
+    /// The shell's pid in the container and where its program was placed (`startcode` and
+    /// `arg_start` of its `stat`), as its first prompt said; an `execve` changes them.
+    image: Option<(String, String)>,
     output: Output,
     scanner: MarkerScanner,
 }
@@ -156,6 +187,9 @@ pub struct DockerSession {
     prefix: Vec<u8>,
     /// The value of `SHELLBOX_SESSION_ID` the shell's processes carry.
     session_id: String,
+    /// The audit session (`/proc/PID/sessionid`) of the current shell, when it could start
+    /// one of its own.
+    audit_session: Mutex<Option<String>>,
     phase: Mutex<Phase>,
     seq: AtomicU64,
     /// Held by a call while it reads output.
@@ -190,6 +224,7 @@ impl DockerSession {
             inner,
             prefix: format!("SB{nonce}:").into_bytes(),
             session_id: crate::factory::unique_hex(),
+            audit_session: Mutex::new(None),
             phase: Mutex::new(Phase::NoShell),
             seq: AtomicU64::new(0),
             io: tokio::sync::Mutex::new(None),
@@ -225,16 +260,32 @@ impl DockerSession {
         String::from_utf8_lossy(&self.prefix[2..self.prefix.len() - 1]).into_owned()
     }
 
+    /// The shell variable that holds the running command's number: named after the nonce
+    /// (`__shellbox_seq_<its first 8 hex digits>`), so no command sets it by accident.
+    fn seq_variable(&self) -> String {
+        format!("__shellbox_seq_{}", &self.nonce_text()[..8])
+    }
+
     /// The first line written to a new shell: no history, empty PS2, the completion marker
-    /// through PROMPT_COMMAND (bash, with history expansion off: `set +H`, so `!!` in a
-    /// command is literal) or PS1 (ash), sequence 0.
+    /// through a read-only `PROMPT_COMMAND` (bash, with history expansion off: `set +H`, so
+    /// `!!` in a command is literal) or a command substitution in a read-only `PS1` (ash),
+    /// written to `/dev/tty` after the terminal is set up again (`stty -echo -opost -ixon
+    /// icanon`: a command's `stty echo` would show the next command line), sequence 0.
     fn init_line(&self) -> String {
         let nonce = self.nonce_text();
+        let seq = self.seq_variable();
+        let prompt = format!("__shellbox_prompt_{}", &nonce[..8]);
+        let stty = "stty -echo -opost -ixon icanon </dev/tty 2>/dev/null";
         format!(
-            "unset HISTFILE PROMPT_COMMAND; set +o history 2>/dev/null; PS2=''; __shellbox_seq=0; \
+            "unset HISTFILE PROMPT_COMMAND; set +o history 2>/dev/null; PS2=''; {seq}=0; \
              if [ -n \"${{BASH_VERSION-}}\" ]; then set +H; PS1=''; \
-             PROMPT_COMMAND='printf \"SB{nonce}:%s:%s;\" \"$__shellbox_seq\" \"$?\"'; \
-             else PS1='SB{nonce}:${{__shellbox_seq}}:$?;'; fi\n"
+             {prompt}() {{ local s=$?; {stty}; \
+             printf \"SB{nonce}:%s:%s;\" \"${{{seq}}}\" \"$s\" >/dev/tty; }}; \
+             readonly -f {prompt}; PROMPT_COMMAND={prompt}; \
+             readonly PROMPT_COMMAND; \
+             else PS1='$(s=$?; {stty}; printf \"SB{nonce}:%s:%s;\" \"${{{seq}}}\" \"$s\" >/dev/tty)'; \
+             fi; readonly PS1 PS2; read -r l </proc/$$/stat && printf 'SBIMG:%s %s;' \"$$\" \"${{l##*) }}\"; \
+             unset l\n"
         )
     }
 
@@ -283,6 +334,7 @@ impl DockerSession {
             .map_err(|e| Error::io("write to the session terminal", e))?;
         let mut shell = ShellIo {
             exec_id: exec.id,
+            image: None,
             output,
             scanner: MarkerScanner::new(self.prefix.clone()),
         };
@@ -326,6 +378,8 @@ impl DockerSession {
                 }
             }
         }
+        *self.audit_session.lock().unwrap_or_else(|p| p.into_inner()) = audit_session(&seen);
+        shell.image = shell_image(&seen);
         *io = Some(shell);
         *self.input.lock().await = Some(Box::pin(input));
         self.set_phase(Phase::Idle);
@@ -387,9 +441,16 @@ impl DockerSession {
         if self.inner.closed.load(Ordering::SeqCst) {
             return;
         }
+        let audit = self
+            .audit_session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_default();
         let attempt = tokio::time::timeout(
             KILL_BOUND,
-            self.inner.root_exec(SESSION_KILL, &[&self.session_id]),
+            self.inner
+                .root_exec(SESSION_KILL, &[&self.session_id, &audit]),
         )
         .await;
         match attempt {
@@ -440,6 +501,10 @@ impl DockerSession {
         let mut out = BytesMut::new();
         let mut poll = tokio::time::interval_at(Instant::now() + EXEC_POLL, EXEC_POLL);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut probe = tokio::time::interval_at(Instant::now() + PROBE_EVERY, PROBE_EVERY);
+        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // How many probes in a row found the shell replaced and waiting.
+        let mut replaced = 0;
         loop {
             let Some(shell) = io.as_mut() else {
                 return self.reset(io, out, &limiter).await;
@@ -473,8 +538,13 @@ impl DockerSession {
                         truncated: limiter.truncated(),
                     });
                 }
-                // A prompt for something else (stray input after an earlier command).
-                Scan::Marker(..) => continue,
+                // Not this command's end: text (a command printed it), passed on as it came.
+                Scan::Marker(_, _, raw) => {
+                    if let Some(kept) = limiter.admit(raw.into()) {
+                        out.extend_from_slice(&kept);
+                    }
+                    continue;
+                }
                 Scan::NeedMore => {}
             }
             let interrupt_deadline = match self.phase() {
@@ -506,6 +576,24 @@ impl DockerSession {
                 _ = sleep_until_opt(interrupt_deadline) => {
                     tracing::debug!(target: "shellbox_docker", container = %self.inner.name, "the shell did not come back within {INTERRUPT_BOUND:?} of an interrupt: replacing it");
                     return self.reset(io, out, &limiter).await;
+                }
+                _ = probe.tick(), if shell.image.is_some() => {
+                    self.check_open()?;
+                    let Some((pid, placed)) = shell.image.clone() else {
+                        continue;
+                    };
+                    let answer = crate::machine::exec_collect(
+                        &self.inner.docker,
+                        &self.inner.id,
+                        probe_exec(&pid),
+                    )
+                    .await;
+                    let hit = matches!(&answer, Ok((0, out, _)) if replaced_and_waiting(&placed, out));
+                    replaced = if hit { replaced + 1 } else { 0 };
+                    if replaced >= 2 {
+                        tracing::debug!(target: "shellbox_docker", container = %self.inner.name, "another program replaced the session's shell and waits for input: replacing it");
+                        return self.reset(io, out, &limiter).await;
+                    }
                 }
                 _ = poll.tick() => {
                     self.check_open()?;
@@ -563,6 +651,25 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
+    }
+}
+
+/// The exec of [`PROBE`] for the shell `pid`, as the container's (and the shell's) account.
+fn probe_exec(pid: &str) -> ExecConfig {
+    ExecConfig {
+        attach_stdin: Some(false),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        cmd: Some(vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            PROBE.into(),
+            "sh".into(),
+            pid.into(),
+        ]),
+        working_dir: Some("/".into()),
+        ..Default::default()
     }
 }
 
@@ -638,6 +745,53 @@ where
     Ok((Box::pin(output), Box::pin(writer)))
 }
 
+/// The audit session number the shell's start reported (`SBAUDIT:<n>;` before its first
+/// prompt), if any.
+fn audit_session(seen: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(seen);
+    let (_, rest) = text.split_once("SBAUDIT:")?;
+    let (n, _) = rest.split_once(';')?;
+    (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| n.to_string())
+}
+
+/// The shell's pid and program placement its first prompt reported (`SBIMG:<pid> <stat
+/// after the command name>;`), if any.
+fn shell_image(seen: &[u8]) -> Option<(String, String)> {
+    let text = String::from_utf8_lossy(seen);
+    let (_, rest) = text.split_once("SBIMG:")?;
+    let (line, _) = rest.split_once(';')?;
+    let (pid, stat) = line.split_once(' ')?;
+    Some((pid.to_string(), placement(stat)?))
+}
+
+/// `startcode` and `arg_start` from `stat` fields after the command name.
+fn placement(stat: &str) -> Option<String> {
+    let f: Vec<&str> = stat.split_whitespace().collect();
+    Some(format!("{} {}", f.get(23)?, f.get(45)?))
+}
+
+/// Whether [`PROBE`]'s answer shows another program in the shell's place, in the
+/// terminal's foreground, waiting for terminal input.
+fn replaced_and_waiting(placed: &str, answer: &str) -> bool {
+    let mut lines = answer.lines();
+    let Some(stat) = lines.next() else {
+        return false;
+    };
+    let f: Vec<&str> = stat.split_whitespace().collect();
+    let foreground = f.len() > 5 && f[2] == f[5];
+    let Some(now) = placement(stat) else {
+        return false;
+    };
+    let call: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
+    let nr = call.first().and_then(|n| n.parse::<i64>().ok());
+    let waits = match nr {
+        Some(n) if n == INPUT_WAITS.0 => call.get(1) == Some(&"0x0"),
+        Some(n) => INPUT_WAITS.1.contains(&n),
+        None => false,
+    };
+    now != placed && foreground && waits
+}
+
 fn chunk_bytes(item: LogOutput) -> Bytes {
     match item {
         LogOutput::StdOut { message }
@@ -647,19 +801,17 @@ fn chunk_bytes(item: LogOutput) -> Bytes {
     }
 }
 
-/// The line that runs `command` as command number `seq` (see the module docs).
-pub(crate) fn command_line(command: &str, seq: u64) -> String {
+/// The line that runs `command` as command number `seq`, held in the shell variable `var`
+/// (see [`DockerSession`]).
+pub(crate) fn command_line(command: &str, var: &str, seq: u64) -> String {
     let plain = command
         .bytes()
         .all(|b| (0x20..0x7f).contains(&b) || b == b'\t' || b == b'\n')
         && command.split('\n').all(|l| l.len() <= LINE_MAX - 64);
     if plain {
-        return format!(
-            "__shellbox_seq={seq}; eval '{}'\n",
-            command.replace('\'', r"'\''")
-        );
+        return format!("{var}={seq}; eval '{}'\n", command.replace('\'', r"'\''"));
     }
-    let mut line = format!("__shellbox_seq={seq}; eval \"$(printf '");
+    let mut line = format!("{var}={seq}; eval \"$(printf '");
     let mut width = line.len();
     for b in command.bytes() {
         if width >= LINE_MAX - 8 {
@@ -710,7 +862,7 @@ impl ShellSession for DockerSession {
             interrupted: None,
         });
         if let Err(e) = self
-            .write_input(command_line(command, seq).as_bytes())
+            .write_input(command_line(command, &self.seq_variable(), seq).as_bytes())
             .await
         {
             self.check_open()?;
@@ -784,16 +936,16 @@ mod tests {
     #[test]
     fn command_lines() {
         assert_eq!(
-            command_line("echo 'a'", 3),
+            command_line("echo 'a'", "__shellbox_seq", 3),
             "__shellbox_seq=3; eval 'echo '\\''a'\\'''\n"
         );
-        let l = command_line("printf '\x01%s\\n'", 4);
+        let l = command_line("printf '\x01%s\\n'", "__shellbox_seq", 4);
         assert_eq!(
             l,
             "__shellbox_seq=4; eval \"$(printf 'printf \\047\\001\\045s\\134n\\047')\"\n"
         );
         let long = "x".repeat(5000);
-        let l = command_line(&long, 5);
+        let l = command_line(&long, "__shellbox_seq", 5);
         assert!(l.lines().all(|line| line.len() <= LINE_MAX), "{l}");
         assert!(l.lines().count() >= 5);
     }

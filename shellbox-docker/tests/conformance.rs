@@ -62,6 +62,7 @@ mod bash {
         session_background_job_ending_between_calls,
         session_reset_after_exit,
         session_output_is_exact,
+        session_plumbing_changes,
         session_output_limit,
         session_close
     );
@@ -93,10 +94,36 @@ mod exec_path {
         session_interrupt,
         session_reset_after_exit,
         session_output_is_exact,
+        session_plumbing_changes,
         session_output_limit,
         session_close,
         fork_sees_files_at_snapshot_time,
         forks_are_private,
         deleted_snapshot_keeps_its_forks
+    );
+}
+
+/// The exec path's session on the bash image: bash's `PROMPT_COMMAND` marker without the
+/// supervisor's relay.
+mod exec_path_bash {
+    use super::*;
+
+    async fn harness(test: &str) -> Option<Harness> {
+        let factory = common::setup(test)
+            .await?
+            .command_path(shellbox_docker::CommandPath::Exec);
+        let image = common::bash_image(test, factory.docker()).await?;
+        Some(Harness {
+            factory: Arc::new(factory),
+            spec: shellbox_core::MachineSpec::docker(image),
+        })
+    }
+
+    shellbox_core::conformance_tests!(@cases harness;
+        session_state_persists,
+        session_interrupt,
+        session_reset_after_exit,
+        session_output_is_exact,
+        session_plumbing_changes
     );
 }

@@ -128,3 +128,63 @@ async fn session_interrupt_bound_replaces_a_shell_that_does_not_come_back() {
     );
     m.close().await.unwrap();
 }
+
+/// A Reset leaves no process of the session behind, on both command paths, even one that
+/// dropped the session's environment marker and left its terminal session (`env -u
+/// SHELLBOX_SESSION_ID setsid ...`), with or without the terminal as its stdio.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_reset_kills_escapees_that_dropped_the_session_marker() {
+    for path in [
+        shellbox_docker::CommandPath::Supervisor,
+        shellbox_docker::CommandPath::Exec,
+    ] {
+        let Some(f) = common::setup("session_reset_kills_escapees").await else {
+            return;
+        };
+        let f = f.command_path(path);
+        let m = f.create_machine(common::spec()).await.unwrap();
+        let s = m.open_shell().await.unwrap();
+        let u = s
+            .execute(
+                "(env -u SHELLBOX_SESSION_ID setsid sleep 5001 &); \
+                 (env -u SHELLBOX_SESSION_ID setsid sleep 5002 </dev/null >/dev/null 2>&1 &); \
+                 (env -i setsid sleep 5003 </dev/null >/dev/null 2>&1 &); sleep 0.2; echo started",
+                Duration::from_secs(20),
+                1 << 20,
+            )
+            .await
+            .unwrap();
+        let u = finish(&*s, u).await;
+        assert_eq!(
+            (u.status, &u.output[..]),
+            (ShellStatus::Completed, &b"started\n"[..]),
+            "{path:?}"
+        );
+        let before = processes(&m).await;
+        assert!(
+            before.contains("sleep 5001") && before.contains("sleep 5003"),
+            "{path:?}: {before}"
+        );
+        let u = s
+            .execute("exit 3", Duration::from_secs(20), 1 << 20)
+            .await
+            .unwrap();
+        let u = finish(&*s, u).await;
+        assert_eq!(u.status, ShellStatus::Reset, "{path:?}: {u:?}");
+        let left = processes(&m).await;
+        assert!(
+            !left.contains("sleep 500"),
+            "{path:?}: a Reset left the session's processes behind: {left}"
+        );
+        let u = s
+            .execute("echo fresh", Duration::from_secs(20), 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!(
+            (u.status, &u.output[..]),
+            (ShellStatus::Completed, &b"fresh\n"[..]),
+            "{path:?}"
+        );
+        m.close().await.unwrap();
+    }
+}
