@@ -140,6 +140,61 @@ fn drive_pty(backend_args: &[&str], tmp: &Path, long: &str, prompt: &str) {
     );
 }
 
+/// Typed ahead in one burst, every byte counts: two lines written at once both run, in
+/// order; a command line and a Ctrl-C right behind its Enter (one write) interrupts the
+/// command; then a command after it, and Ctrl-D exits 0. The line editor reads the
+/// terminal raw and takes what is there at once: it must not keep only the first line.
+fn drive_typeahead(backend_args: &[&str], tmp: &Path, long: &str, prompt: &str) {
+    let mut cmd = shellbox();
+    cmd.arg("shell")
+        .args(backend_args)
+        .env("TMPDIR", tmp)
+        .env("TERM", "xterm");
+    let mut p = Session::spawn(cmd).unwrap();
+    p.set_expect_timeout(Some(Duration::from_secs(60)));
+    p.expect(prompt).unwrap();
+    // (The editor's echo of the typed lines, `a-$((6*7))`, cannot match their output.)
+    p.send("echo a-$((6*7))\recho b-$((6*8))\r").unwrap();
+    p.expect("a-42").unwrap();
+    p.expect("b-48").unwrap();
+    p.expect(prompt).unwrap();
+    p.send(format!("{long}\r\x03")).unwrap();
+    let interrupted = format!("{} [130]$ ", prompt.trim_end_matches("$ "));
+    p.expect(interrupted.as_str()).unwrap();
+    p.send_line("echo af''ter").unwrap();
+    p.expect("after").unwrap();
+    p.expect(prompt).unwrap();
+    p.send([4u8]).unwrap();
+    p.expect(Eof).unwrap();
+    let status = format!("{:?}", p.get_process().wait().unwrap());
+    assert!(
+        status.starts_with("Exited(") && status.ends_with(", 0)"),
+        "Ctrl-D must exit 0, not {status}"
+    );
+}
+
+#[cfg(feature = "sim")]
+#[test]
+fn sim_shell_keeps_typeahead() {
+    let tmp = tempfile::tempdir().unwrap();
+    drive_typeahead(
+        &["--backend", "sim"],
+        tmp.path(),
+        "while :; do :; done",
+        "sim$ ",
+    );
+}
+
+#[cfg(feature = "local")]
+#[test]
+fn local_shell_keeps_typeahead() {
+    if !available("local_shell_keeps_typeahead", &["--backend", "local"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    drive_typeahead(&["--backend", "local"], tmp.path(), "sleep 100", "local$ ");
+}
+
 #[cfg(feature = "docker")]
 #[test]
 fn docker_shell_through_a_terminal() {

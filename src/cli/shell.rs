@@ -144,28 +144,33 @@ enum FromEditor {
     Input(Vec<u8>),
     /// Ctrl-D while a command runs: end of input for it (the terminal's EOF character).
     InputEnd,
+    /// Ctrl-C typed right behind a line's Enter, before the terminal left the editor's raw
+    /// mode: an interrupt of the command that line starts.
+    Interrupt,
     /// The editor failed (the message says how).
     Failed(String),
 }
 
 /// The terminal settings of stdin when shellbox started, put back however it leaves (the
-/// editor thread may be inside a raw-mode read when a signal ends the session).
-struct TerminalGuard(Option<nix::sys::termios::Termios>);
+/// editor thread may be inside a raw-mode read when a signal ends the session), on that
+/// terminal (a duplicate of the original stdin: fd 0 may be [`Keyboard`]'s by then).
+struct TerminalGuard(Option<(std::os::fd::OwnedFd, nix::sys::termios::Termios)>);
 
 impl TerminalGuard {
     fn save() -> Self {
-        TerminalGuard(nix::sys::termios::tcgetattr(std::io::stdin().as_fd()).ok())
+        let stdin = std::io::stdin();
+        let saved = nix::sys::termios::tcgetattr(stdin.as_fd())
+            .ok()
+            .and_then(|t| Some((stdin.as_fd().try_clone_to_owned().ok()?, t)));
+        TerminalGuard(saved)
     }
 }
 
 impl Drop for TerminalGuard {
     fn drop(&mut self) {
-        if let Some(termios) = &self.0 {
-            let _ = nix::sys::termios::tcsetattr(
-                std::io::stdin().as_fd(),
-                nix::sys::termios::SetArg::TCSANOW,
-                termios,
-            );
+        if let Some((terminal, termios)) = &self.0 {
+            let _ =
+                nix::sys::termios::tcsetattr(terminal, nix::sys::termios::SetArg::TCSANOW, termios);
         }
     }
 }
@@ -176,6 +181,7 @@ fn editor(
     prompts: std::sync::mpsc::Receiver<String>,
     to_loop: mpsc::UnboundedSender<FromEditor>,
     forward: bool,
+    keyboard: Option<Arc<Keyboard>>,
 ) {
     use rustyline::error::ReadlineError;
     let mut editor = match rustyline::DefaultEditor::new() {
@@ -188,7 +194,14 @@ fn editor(
     let mut next = prompts.recv();
     while let Ok(prompt) = next {
         let line = loop {
-            match editor.readline(prompt.as_str()) {
+            if let Some(k) = &keyboard {
+                k.begin_line();
+            }
+            let read = editor.readline(prompt.as_str());
+            if let Some(k) = &keyboard {
+                k.end_line();
+            }
+            match read {
                 Ok(line) => break line,
                 // Ctrl-C at the prompt drops the line, as a shell does.
                 Err(ReadlineError::Interrupted) => continue,
@@ -205,14 +218,232 @@ fn editor(
         if !line.trim().is_empty() {
             let _ = editor.add_history_entry(line.as_str());
         }
+        // (A Ctrl-C typed behind the line's Enter is sent after the line, which it stops.)
         if to_loop.send(FromEditor::Line(line)).is_err() {
             return;
         }
-        next = if forward {
+        if let Some(k) = &keyboard {
+            k.flush_interrupt(&to_loop);
+        }
+        next = if forward && keyboard.is_none() {
             forward_input(&prompts, &to_loop)
         } else {
             prompts.recv()
         };
+    }
+}
+
+/// The terminal shellbox was started on, put between the user and the line editor.
+///
+/// rustyline reads the terminal raw and takes all that is there at once, keeping only the
+/// first line: lines typed ahead in one burst, and a Ctrl-C typed right behind an Enter,
+/// would be lost with its reader. So the editor reads a pseudo-terminal of shellbox's own
+/// (its stdin, fd 0, is that terminal's slave), and a thread ([`Keyboard::pump`]) reads the
+/// real terminal and decides where each byte goes:
+/// - while the editor reads a line (the real terminal raw, as the editor wants it), bytes
+///   pass to the editor up to the end of one line (Enter, Ctrl-J, or Ctrl-C, which makes
+///   the editor drop the line; a bracketed paste passes whole); the rest is held for the
+///   next prompts, so lines typed ahead run one after another, in order;
+/// - a Ctrl-C among the held bytes when the line is handed over interrupts the command the
+///   line starts, and, as the terminal's own Ctrl-C does, drops what was typed ahead before
+///   it;
+/// - while a command runs (the real terminal in its cooked mode, so Ctrl-C is SIGINT and
+///   typed lines are echoed and edited by the terminal), the lines it delivers go to the
+///   command's input ([`FromEditor::Input`]) on an interactive session, and stay in the
+///   terminal for the next prompt otherwise.
+struct Keyboard {
+    /// The real terminal (a duplicate of the original stdin).
+    real: std::os::fd::OwnedFd,
+    /// shellbox's own terminal: the editor reads its slave.
+    master: std::os::fd::OwnedFd,
+    /// Whether a running command takes typed input (an interactive session).
+    forward: bool,
+    state: std::sync::Mutex<Keys>,
+}
+
+/// What [`Keyboard`] holds.
+#[derive(Default)]
+struct Keys {
+    /// The editor reads a line.
+    editing: bool,
+    /// A typed line's command runs.
+    running: bool,
+    /// Bytes pass to the editor until the end of a line has passed.
+    feeding: bool,
+    /// Inside a bracketed paste (`ESC [ 200 ~` to `ESC [ 201 ~`).
+    pasting: bool,
+    /// Typed ahead, for later prompts.
+    held: std::collections::VecDeque<u8>,
+    /// A Ctrl-C was typed behind the line just read: the command it starts is interrupted.
+    interrupt: bool,
+    /// The real terminal's settings at start (cooked), and raw ones for the editor.
+    modes: Option<(nix::sys::termios::Termios, nix::sys::termios::Termios)>,
+}
+
+const PASTE_START: &[u8] = b"\x1b[200~";
+const PASTE_END: &[u8] = b"\x1b[201~";
+
+impl Keyboard {
+    /// Puts shellbox's own terminal between the real one (stdin) and the line editor:
+    /// `None` (nothing changed) when stdin is not a terminal or a step fails.
+    fn interpose(forward: bool) -> Option<Arc<Keyboard>> {
+        use nix::sys::termios::{
+            tcgetattr, ControlFlags, InputFlags, LocalFlags, SpecialCharacterIndices,
+        };
+        let stdin = std::io::stdin();
+        if !stdin.is_terminal() {
+            return None;
+        }
+        let cooked = tcgetattr(stdin.as_fd()).ok()?;
+        let mut raw = cooked.clone();
+        raw.local_flags &=
+            !(LocalFlags::ECHO | LocalFlags::ICANON | LocalFlags::IEXTEN | LocalFlags::ISIG);
+        raw.input_flags &= !(InputFlags::BRKINT
+            | InputFlags::ICRNL
+            | InputFlags::INPCK
+            | InputFlags::ISTRIP
+            | InputFlags::IXON);
+        raw.control_flags |= ControlFlags::CS8;
+        raw.control_chars[SpecialCharacterIndices::VMIN as usize] = 1;
+        raw.control_chars[SpecialCharacterIndices::VTIME as usize] = 0;
+        let pty = nix::pty::openpty(None, None).ok()?;
+        let real = stdin.as_fd().try_clone_to_owned().ok()?;
+        // fd 0 becomes the slave (the editor's stdin); `pty.slave`'s own fd closes on drop.
+        nix::unistd::dup2_stdin(&pty.slave).ok()?;
+        Some(Arc::new(Keyboard {
+            real,
+            master: pty.master,
+            forward,
+            state: std::sync::Mutex::new(Keys {
+                modes: Some((cooked, raw)),
+                ..Keys::default()
+            }),
+        }))
+    }
+
+    fn keys(&self) -> std::sync::MutexGuard<'_, Keys> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Before the editor reads a line: the real terminal raw, held bytes up to a line's end
+    /// passed to the editor, and bytes typed from now on too until a line's end passed.
+    fn begin_line(&self) {
+        use nix::sys::termios::{tcsetattr, SetArg};
+        let mut keys = self.keys();
+        if let Some((_, raw)) = &keys.modes {
+            let _ = tcsetattr(&self.real, SetArg::TCSANOW, raw);
+        }
+        keys.editing = true;
+        keys.feeding = true;
+        self.feed(&mut keys);
+    }
+
+    /// The editor has its line: the real terminal cooked again; a Ctrl-C held behind the
+    /// line is an interrupt for its command (and drops what was typed before it).
+    fn end_line(&self) {
+        use nix::sys::termios::{tcsetattr, SetArg};
+        let mut keys = self.keys();
+        keys.editing = false;
+        keys.feeding = false;
+        if let Some((cooked, _)) = &keys.modes {
+            let _ = tcsetattr(&self.real, SetArg::TCSANOW, cooked);
+        }
+        if let Some(at) = keys.held.iter().rposition(|&b| b == 3) {
+            keys.held.drain(..=at);
+            keys.interrupt = true;
+        }
+    }
+
+    /// A typed line's command starts (`true`) or has ended.
+    fn set_running(&self, running: bool) {
+        self.keys().running = running;
+    }
+
+    /// Sends the interrupt [`Keyboard::end_line`] found, if any.
+    fn flush_interrupt(&self, to_loop: &mpsc::UnboundedSender<FromEditor>) {
+        if std::mem::take(&mut self.keys().interrupt) {
+            let _ = to_loop.send(FromEditor::Interrupt);
+        }
+    }
+
+    /// Passes held bytes to the editor until the end of a line has passed (outside a
+    /// bracketed paste: Enter, Ctrl-J, Ctrl-C).
+    fn feed(&self, keys: &mut Keys) {
+        if !keys.feeding {
+            return;
+        }
+        let mut out = Vec::new();
+        while let Some(b) = keys.held.pop_front() {
+            out.push(b);
+            if out.ends_with(PASTE_START) {
+                keys.pasting = true;
+            } else if out.ends_with(PASTE_END) {
+                keys.pasting = false;
+            }
+            if !keys.pasting && matches!(b, b'\r' | b'\n' | 3) {
+                keys.feeding = false;
+                break;
+            }
+        }
+        let mut rest = &out[..];
+        while !rest.is_empty() {
+            match nix::unistd::write(&self.master, rest) {
+                Ok(n) => rest = &rest[n..],
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Reads the real terminal until it hangs up or `to_loop` closes (see [`Keyboard`]).
+    fn pump(&self, to_loop: mpsc::UnboundedSender<FromEditor>) {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let mut buf = [0u8; 4096];
+        while !to_loop.is_closed() {
+            let mut fds = [PollFd::new(self.real.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(50u16)) {
+                Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+            let mut keys = self.keys();
+            // Under the lock the terminal's mode cannot change: a poll that finds it
+            // readable now means a read that does not block.
+            let mut fds = [PollFd::new(self.real.as_fd(), PollFlags::POLLIN)];
+            let readable = match poll(&mut fds, PollTimeout::ZERO) {
+                Ok(n) if n > 0 => fds[0].revents().unwrap_or(PollFlags::empty()),
+                _ => continue,
+            };
+            if !readable.contains(PollFlags::POLLIN) {
+                // Hung up: nothing more will come.
+                break;
+            }
+            let n = match nix::unistd::read(&self.real, &mut buf) {
+                Ok(n) => n,
+                Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => continue,
+                Err(_) => break,
+            };
+            if keys.editing || !keys.running || !self.forward {
+                // For the editor, or typed ahead for the next prompt (a cooked line, or the
+                // terminal's end-of-file as Ctrl-D).
+                if n == 0 && !keys.editing {
+                    keys.held.push_back(4);
+                }
+                keys.held.extend(&buf[..n]);
+                self.feed(&mut keys);
+            } else if n == 0 {
+                let _ = to_loop.send(FromEditor::InputEnd);
+            } else {
+                let _ = to_loop.send(FromEditor::Input(buf[..n].to_vec()));
+            }
+        }
+        // The terminal is gone: the editor's line is dropped (Ctrl-C) and its next read
+        // ends (Ctrl-D on an empty line).
+        let mut keys = self.keys();
+        keys.held.clear();
+        keys.held.extend([3, 4]);
+        keys.feeding = keys.editing;
+        self.feed(&mut keys);
     }
 }
 
@@ -328,9 +559,18 @@ async fn interactive(
     let forward = tty && session.interactive();
     let (prompts, prompt_rx) = std::sync::mpsc::channel::<String>();
     let (to_loop, mut events) = mpsc::unbounded_channel();
+    let keyboard = Keyboard::interpose(forward);
+    if let Some(k) = &keyboard {
+        let (k, to_loop) = (k.clone(), to_loop.clone());
+        std::thread::Builder::new()
+            .name("shellbox-keyboard".into())
+            .spawn(move || k.pump(to_loop))
+            .map_err(|e| Error::io("start the keyboard reader", e))?;
+    }
+    let editor_keyboard = keyboard.clone();
     std::thread::Builder::new()
         .name("shellbox-editor".into())
-        .spawn(move || editor(prompt_rx, to_loop, forward))
+        .spawn(move || editor(prompt_rx, to_loop, forward, editor_keyboard))
         .map_err(|e| Error::io("start the line editor", e))?;
     // Installed before the first command: from now on SIGINT (Ctrl-C while a command runs;
     // at the prompt the editor reads Ctrl-C as a key) interrupts instead of ending shellbox.
@@ -371,7 +611,7 @@ async fn interactive(
                     Some(FromEditor::Failed(message)) => {
                         return Err(Failure { kind: "io", message })
                     }
-                    Some(FromEditor::Input(_) | FromEditor::InputEnd) => {}
+                    Some(FromEditor::Input(_) | FromEditor::InputEnd | FromEditor::Interrupt) => {}
                 },
                 // A SIGINT at the prompt comes from outside (kill -INT): nothing to stop.
                 _ = sigint.recv() => {}
@@ -384,7 +624,10 @@ async fn interactive(
         if line.trim().is_empty() {
             continue;
         }
-        match run_line(
+        if let Some(k) = &keyboard {
+            k.set_running(true);
+        }
+        let ran = run_line(
             &session,
             &line,
             output_limit_bytes,
@@ -393,8 +636,11 @@ async fn interactive(
             &mut endings,
             &mut screen,
         )
-        .await
-        {
+        .await;
+        if let Some(k) = &keyboard {
+            k.set_running(false);
+        }
+        match ran {
             Ran::Status(status) => last = status,
             Ran::Signalled(signal) => return Ok(ExitCode::from((128 + signal) as u8)),
         }
@@ -448,6 +694,11 @@ async fn run_line(
                 }
                 event = events.recv() => {
                     let data = match event {
+                        Some(FromEditor::Interrupt) => {
+                            interrupt_wanted = true;
+                            try_interrupt(&**session, &mut interrupt_wanted, screen).await;
+                            continue;
+                        }
                         Some(FromEditor::Input(data)) => data,
                         // The terminal's EOF character (^D) for the command's terminal.
                         Some(FromEditor::InputEnd) => vec![4],
