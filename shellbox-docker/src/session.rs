@@ -145,18 +145,30 @@ struct ShellIo {
 ///   bash reads plain lines, as ash does (busybox's line editing falls back to plain reads
 ///   when echo is off). No history (`set +o history`, `HISTFILE` unset) and no history
 ///   expansion (bash's `set +H`: `!!` stays literal), empty `PS2`.
-/// - **Completion**: each command gets a sequence number `k`. The shell prints, whenever it
-///   is back at its prompt, `SB<nonce>:<k>:<$?>;`, where the nonce is 32 random hex digits
-///   drawn per session: through `PROMPT_COMMAND` in bash (bash keeps a stale prompt after a
-///   syntax error in `eval`, its `PROMPT_COMMAND` still runs), through `PS1` (with
-///   `${__shellbox_seq}` and `$?` expanded) in ash. The host strips the first marker of the
-///   current `k` from the output and reports `Completed` with its status (after an
-///   interrupt, `k-1` with 130 too: the shell dropped the line it was parsing); markers of
-///   other numbers (a prompt for stray input written after a command ended) are dropped. A command
-///   cannot end itself early by printing marker-like text: the nonce is in no output and no
-///   file; only a command that deliberately reads the shell's own `PS1` or `PROMPT_COMMAND`
-///   and prints it expanded can, which only confuses the session it runs in (its own).
-/// - **Sending a command**: one line, `__shellbox_seq=k; eval '<command>'`, with `'` written
+/// - **Completion**: each command gets a sequence number `k`, held in a shell variable
+///   named after the nonce (`__shellbox_seq_<8 hex digits>`, so no command changes it by
+///   accident). The shell prints, whenever it is back at its prompt, `SB<nonce>:<k>:<$?>;`
+///   to `/dev/tty` (so `exec >log 2>&1` does not silence it), where the nonce is 32 random
+///   hex digits drawn per session: through a read-only `PROMPT_COMMAND` (a read-only
+///   function) in bash (bash keeps a stale prompt after a syntax error in `eval`, its
+///   `PROMPT_COMMAND` still runs), through a command substitution in a read-only `PS1` in
+///   ash; a command's `PS1=` or `PROMPT_COMMAND=` fails instead. Before it prints, the prompt
+///   sets the terminal up again (`stty -echo -opost -ixon icanon`: a command's `stty echo`
+///   would show the next command line, and busybox ash edits, and echoes, its line itself
+///   when it finds echo on). The host strips the first marker of the current `k` from the
+///   output and reports `Completed` with its status (after an interrupt, `k-1` with 130 too:
+///   the shell dropped the line it was parsing); markers of other numbers are passed on as
+///   the text they are. A command cannot end itself early by printing marker-like text: the
+///   nonce is in no output and no file; only a command that deliberately reads the shell's
+///   own prompt settings and prints the current marker, or sets the number's variable, can,
+///   which only confuses the session it runs in (its own).
+/// - **A program in the shell's place**: `exec sh` (or any program the shell `exec`s) prints
+///   no marker. While a call waits, once a second the shell's process is looked at (an exec
+///   of a small `sh` script as the container's account); a process whose program changed since the
+///   first prompt (`startcode`, `arg_start`), in the terminal's foreground and waiting for
+///   terminal input on two looks in a row, is taken for such a program: the session is
+///   killed and the call reports `Reset`.
+/// - **Sending a command**: one line, `__shellbox_seq_<hex>=k; eval '<command>'`, with `'` written
 ///   as `'\''`, so the whole command (heredocs, several lines) is one `eval` and a syntax
 ///   error in it is one failed command with status 2. A command with bytes outside printable
 ///   ASCII (other than tab and newline) or with a line longer than 1000 bytes (the terminal
@@ -170,9 +182,15 @@ struct ShellIo {
 ///   `read` is `Reset`.
 /// - **Reset**: when the shell exits (`exit`, killed), noticed by the end of the exec's
 ///   output or by the engine reporting the exec ended (background jobs may hold the terminal
-///   open), every process of the session (its terminal session, and every process carrying
-///   its `SHELLBOX_SESSION_ID`) is killed, and the next `execute` starts a fresh shell in the
-///   workdir. Files are the container's and stay.
+///   open), every process of the session is killed — its terminal session, every process
+///   carrying its `SHELLBOX_SESSION_ID`, and every process of its audit session: the shell's
+///   start writes its own `/proc/self/loginuid`, which the kernel allows once to a process
+///   whose login UID is unset (as under Docker's default), and so gets a session number
+///   (`/proc/PID/sessionid`) every process it starts inherits and none can change without
+///   `CAP_AUDIT_CONTROL`: `env -u SHELLBOX_SESSION_ID setsid ...` does not escape it. (Where
+///   the login UID was already set, e.g. a rootless engine started from a login, only the
+///   first two rules apply.) The next `execute` starts a fresh shell in the workdir. Files
+///   are the container's and stay.
 /// - **Bounds**: nothing is read from the terminal between calls, so a command writing more
 ///   than the terminal buffers blocks until the next `read`; within a call, bytes past the
 ///   call's `output_limit_bytes` are read and dropped (`truncated`).
