@@ -27,6 +27,8 @@ const EXEC_POLL: Duration = Duration::from_millis(500);
 /// process ([`PROBE`]): a program that replaced the shell (`exec sh`) and waits for terminal
 /// input will never print a marker.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// How long one look at the shell's process may take (a busy engine: the look is skipped).
+const PROBE_BOUND: Duration = Duration::from_secs(5);
 /// Run as the shell's account: `sh -c PROBE sh <pid>`: the shell process's `stat` after its
 /// command name, then its `syscall` line.
 const PROBE: &str = r#"read -r l < "/proc/$1/stat" || exit 1
@@ -118,6 +120,10 @@ struct ShellIo {
     /// The shell's pid in the container and where its program was placed (`startcode` and
     /// `arg_start` of its `stat`), as its first prompt said; an `execve` changes them.
     image: Option<(String, String)>,
+    /// When the shell's process is looked at next while a call waits, and how many looks
+    /// found another program in its place with no output since.
+    next_probe: Instant,
+    replaced: u32,
     output: Output,
     scanner: MarkerScanner,
 }
@@ -164,10 +170,11 @@ struct ShellIo {
 ///   which only confuses the session it runs in (its own).
 /// - **A program in the shell's place**: `exec sh` (or any program the shell `exec`s) prints
 ///   no marker. While a call waits, once a second the shell's process is looked at (an exec
-///   of a small `sh` script as the container's account); a process whose program changed since the
-///   first prompt (`startcode`, `arg_start`), in the terminal's foreground and waiting for
-///   terminal input on two looks in a row, is taken for such a program: the session is
-///   killed and the call reports `Reset`.
+///   of a small `sh` script as the container's account); a process whose program changed
+///   since the first prompt (`startcode`, `arg_start`, `arg_end`: another program, other
+///   arguments or another random layout), in the terminal's foreground and waiting for
+///   terminal input on two looks with no output between them, is taken for such a program:
+///   the session is killed and the call reports `Reset`.
 /// - **Sending a command**: one line, `__shellbox_seq_<hex>=k; eval '<command>'`, with `'` written
 ///   as `'\''`, so the whole command (heredocs, several lines) is one `eval` and a syntax
 ///   error in it is one failed command with status 2. A command with bytes outside printable
@@ -353,6 +360,8 @@ impl DockerSession {
         let mut shell = ShellIo {
             exec_id: exec.id,
             image: None,
+            next_probe: Instant::now(),
+            replaced: 0,
             output,
             scanner: MarkerScanner::new(self.prefix.clone()),
         };
@@ -519,10 +528,6 @@ impl DockerSession {
         let mut out = BytesMut::new();
         let mut poll = tokio::time::interval_at(Instant::now() + EXEC_POLL, EXEC_POLL);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut probe = tokio::time::interval_at(Instant::now() + PROBE_EVERY, PROBE_EVERY);
-        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // How many probes in a row found the shell replaced and waiting.
-        let mut replaced = 0;
         loop {
             let Some(shell) = io.as_mut() else {
                 return self.reset(io, out, &limiter).await;
@@ -576,12 +581,41 @@ impl DockerSession {
             tokio::select! {
                 biased;
                 item = shell.output.next() => match item {
-                    Some(Ok(chunk)) => shell.scanner.push(&chunk),
+                    Some(Ok(chunk)) => {
+                        shell.replaced = 0;
+                        shell.scanner.push(&chunk);
+                    }
                     Some(Err(_)) | None => {
                         self.check_open()?;
                         return self.reset(io, out, &limiter).await;
                     }
                 },
+                _ = tokio::time::sleep_until(shell.next_probe), if shell.image.is_some() => {
+                    self.check_open()?;
+                    let Some((pid, placed)) = shell.image.clone() else {
+                        continue;
+                    };
+                    let answer = tokio::time::timeout(
+                        PROBE_BOUND,
+                        crate::machine::exec_collect(
+                            &self.inner.docker,
+                            &self.inner.id,
+                            probe_exec(&pid),
+                        ),
+                    )
+                    .await
+                    .ok();
+                    // (A look that misses, the program busy for a moment, undoes nothing: the
+                    // shell it replaced cannot come back; output since the last look does.)
+                    shell.next_probe = Instant::now() + PROBE_EVERY;
+                    if matches!(&answer, Some(Ok((0, out, _))) if replaced_and_waiting(&placed, out)) {
+                        shell.replaced += 1;
+                    }
+                    if shell.replaced >= 2 {
+                        tracing::debug!(target: "shellbox_docker", container = %self.inner.name, "another program replaced the session's shell and waits for input: replacing it");
+                        return self.reset(io, out, &limiter).await;
+                    }
+                }
                 _ = sleep_until_opt(deadline) => {
                     self.check_open()?;
                     return Ok(ShellUpdate {
@@ -594,24 +628,6 @@ impl DockerSession {
                 _ = sleep_until_opt(interrupt_deadline) => {
                     tracing::debug!(target: "shellbox_docker", container = %self.inner.name, "the shell did not come back within {INTERRUPT_BOUND:?} of an interrupt: replacing it");
                     return self.reset(io, out, &limiter).await;
-                }
-                _ = probe.tick(), if shell.image.is_some() => {
-                    self.check_open()?;
-                    let Some((pid, placed)) = shell.image.clone() else {
-                        continue;
-                    };
-                    let answer = crate::machine::exec_collect(
-                        &self.inner.docker,
-                        &self.inner.id,
-                        probe_exec(&pid),
-                    )
-                    .await;
-                    let hit = matches!(&answer, Ok((0, out, _)) if replaced_and_waiting(&placed, out));
-                    replaced = if hit { replaced + 1 } else { 0 };
-                    if replaced >= 2 {
-                        tracing::debug!(target: "shellbox_docker", container = %self.inner.name, "another program replaced the session's shell and waits for input: replacing it");
-                        return self.reset(io, out, &limiter).await;
-                    }
                 }
                 _ = poll.tick() => {
                     self.check_open()?;
@@ -767,7 +783,7 @@ where
 /// prompt), if any.
 fn audit_session(seen: &[u8]) -> Option<String> {
     let text = String::from_utf8_lossy(seen);
-    let (_, rest) = text.split_once("SBAUDIT:")?;
+    let (_, rest) = text.rsplit_once("SBAUDIT:")?;
     let (n, _) = rest.split_once(';')?;
     (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| n.to_string())
 }
@@ -776,16 +792,19 @@ fn audit_session(seen: &[u8]) -> Option<String> {
 /// after the command name>;`), if any.
 fn shell_image(seen: &[u8]) -> Option<(String, String)> {
     let text = String::from_utf8_lossy(seen);
-    let (_, rest) = text.split_once("SBIMG:")?;
+    // The last one: the terminal may have echoed the start line (with the format text)
+    // before `stty -echo` took effect.
+    let (_, rest) = text.rsplit_once("SBIMG:")?;
     let (line, _) = rest.split_once(';')?;
     let (pid, stat) = line.split_once(' ')?;
     Some((pid.to_string(), placement(stat)?))
 }
 
-/// `startcode` and `arg_start` from `stat` fields after the command name.
+/// `startcode`, `arg_start` and `arg_end` from `stat` fields after the command name:
+/// another program, other arguments or another random layout change them.
 fn placement(stat: &str) -> Option<String> {
     let f: Vec<&str> = stat.split_whitespace().collect();
-    Some(format!("{} {}", f.get(23)?, f.get(45)?))
+    Some(format!("{} {} {}", f.get(23)?, f.get(45)?, f.get(46)?))
 }
 
 /// Whether [`PROBE`]'s answer shows another program in the shell's place, in the
@@ -808,6 +827,17 @@ fn replaced_and_waiting(placed: &str, answer: &str) -> bool {
         None => false,
     };
     now != placed && foreground && waits
+}
+
+#[cfg(test)]
+#[test]
+fn start_reports_are_read_behind_an_echoed_start_line() {
+    let seen = b"printf 'SBIMG:%s %s;' \"$$\" x\nSBAUDIT:12;\nSBIMG:7 S 0 7 7 0 7 0 0 0 0 0 0 0 0 0 20 0 1 0 9 9 9 1 4198400 5 6 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 1 2 3 100 106 106 200 0;";
+    assert_eq!(audit_session(seen).as_deref(), Some("12"));
+    assert_eq!(
+        shell_image(seen),
+        Some(("7".to_string(), "4198400 100 106".to_string()))
+    );
 }
 
 fn chunk_bytes(item: LogOutput) -> Bytes {
@@ -879,6 +909,10 @@ impl ShellSession for DockerSession {
             seq,
             interrupted: None,
         });
+        if let Some(shell) = io.as_mut() {
+            shell.next_probe = Instant::now() + PROBE_EVERY;
+            shell.replaced = 0;
+        }
         if let Err(e) = self
             .write_input(command_line(command, &self.seq_variable(), seq).as_bytes())
             .await

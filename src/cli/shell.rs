@@ -285,13 +285,14 @@ const PASTE_END: &[u8] = b"\x1b[201~";
 
 impl Keyboard {
     /// Puts shellbox's own terminal between the real one (stdin) and the line editor:
-    /// `None` (nothing changed) when stdin is not a terminal or a step fails.
+    /// `None` (nothing changed) when stdin or stdout is not a terminal or a step fails.
     fn interpose(forward: bool) -> Option<Arc<Keyboard>> {
         use nix::sys::termios::{
             tcgetattr, ControlFlags, InputFlags, LocalFlags, SpecialCharacterIndices,
         };
         let stdin = std::io::stdin();
-        if !stdin.is_terminal() {
+        // (With stdout elsewhere the editor reads plain lines, as on a pipe.)
+        if !stdin.is_terminal() || !std::io::stdout().is_terminal() {
             return None;
         }
         let cooked = tcgetattr(stdin.as_fd()).ok()?;

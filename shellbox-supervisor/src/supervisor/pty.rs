@@ -403,19 +403,21 @@ fn bytes_read(pid: c_int) -> Option<u64> {
 }
 
 /// What program process `pid` runs: its `/proc/PID/exe` and where its code and its
-/// arguments were placed (`startcode`, `arg_start` of `/proc/PID/stat`), which an `execve`
-/// changes even for the same program (other arguments, or another random layout).
+/// arguments were placed (`startcode`, `arg_start`, `arg_end` of `/proc/PID/stat`), which an
+/// `execve` changes even for the same program (other arguments, or another random layout).
 fn image(pid: c_int) -> Option<String> {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = stat.rsplit_once(')')?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the comm, field 3 (state) is index 0: startcode is field 26, arg_start 48.
+    // After the comm, field 3 (state) is index 0: startcode is field 26, arg_start 48,
+    // arg_end 49.
     Some(format!(
-        "{} {} {}",
+        "{} {} {} {}",
         exe.display(),
         fields.get(23)?,
-        fields.get(45).unwrap_or(&"")
+        fields.get(45).unwrap_or(&""),
+        fields.get(46).unwrap_or(&"")
     ))
 }
 
