@@ -154,6 +154,92 @@ async fn pool_hands_over_warm_machines_and_refills() {
     }
 }
 
+/// A pool from a snapshot hands over forks: each sees the snapshotted files and none of
+/// its siblings' or the source's later writes, through `create` and `create_from` of that
+/// snapshot alike, and refills with forks; another snapshot passes through. On a backend
+/// that declares no snapshots, the snapshot a pool would need is refused as Unsupported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_from_snapshot_hands_over_forks() {
+    for (inner, spec) in backends("pool_from_snapshot_hands_over_forks").await {
+        let source = inner.create(spec.clone()).await.unwrap();
+        if !inner.capabilities().snapshots {
+            let e = source.snapshot().await.err().unwrap();
+            assert!(e.is_unsupported(), "{}: {e:?}", inner.backend());
+            source.close().await.unwrap();
+            continue;
+        }
+        source
+            .run(Command::shell(
+                "mkdir -p /tmp/state && echo prepared > /tmp/state/f",
+            ))
+            .await
+            .unwrap();
+        let snapshot = source.snapshot().await.unwrap();
+        source
+            .run(Command::shell("echo later > /tmp/state/f"))
+            .await
+            .unwrap();
+        let pool = PoolFactory::from_snapshot(inner.clone(), snapshot.clone(), spec.clone(), 2);
+        pool.fill().await.unwrap();
+        assert_eq!(pool.idle_machines(), 2);
+        let a = pool.create(spec.clone()).await.unwrap();
+        let b = pool.create_from(&snapshot, spec.clone()).await.unwrap();
+        for m in [&a, &b] {
+            let r = m.run(Command::shell("cat /tmp/state/f")).await.unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&r.stdout),
+                "prepared\n",
+                "{}",
+                inner.backend()
+            );
+        }
+        a.run(Command::shell("echo mine > /tmp/state/f"))
+            .await
+            .unwrap();
+        let r = b.run(Command::shell("cat /tmp/state/f")).await.unwrap();
+        assert_eq!(String::from_utf8_lossy(&r.stdout), "prepared\n");
+        let r = source
+            .run(Command::shell("cat /tmp/state/f"))
+            .await
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&r.stdout), "later\n");
+        // Refilled with forks of the snapshot, not fresh machines.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while pool.idle_machines() < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "{}: pool did not refill",
+                inner.backend()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let c = pool.create(spec.clone()).await.unwrap();
+        let r = c.run(Command::shell("cat /tmp/state/f")).await.unwrap();
+        assert_eq!(String::from_utf8_lossy(&r.stdout), "prepared\n");
+        // Another snapshot, or a plain create of another spec, passes through untouched.
+        let other = source.snapshot().await.unwrap();
+        let d = pool.create_from(&other, spec.clone()).await.unwrap();
+        let r = d.run(Command::shell("cat /tmp/state/f")).await.unwrap();
+        assert_eq!(String::from_utf8_lossy(&r.stdout), "later\n");
+        let fresh = pool.create(spec.clone().env("POOL", "no")).await.unwrap();
+        let r = fresh
+            .run(Command::shell("test -e /tmp/state/f"))
+            .await
+            .unwrap();
+        assert_eq!(r.exit_code, Some(1));
+        assert_eq!(pool.idle_machines(), 2);
+        // The pool keeps its own handle: the caller's drop does not stop refills.
+        drop(snapshot);
+        let e = pool.create(spec.clone()).await.unwrap();
+        let r = e.run(Command::shell("cat /tmp/state/f")).await.unwrap();
+        assert_eq!(String::from_utf8_lossy(&r.stdout), "prepared\n");
+        pool.close().await.unwrap();
+        for m in [a, b, c, d, e, fresh, source] {
+            m.close().await.unwrap();
+        }
+    }
+}
+
 /// A transcript recorded on the simulator replays on local bubblewrap with no divergence,
 /// and a planted change is reported at its line.
 #[cfg(all(feature = "sim", feature = "local"))]

@@ -666,7 +666,7 @@ pub async fn check_environment_agrees_with_create(h: &Harness) {
             with(ImageSource::Packages(PackageSpec::shell().tool("sh"))),
         ),
         (
-            "packages: a present tool by path",
+            "packages: a tool by path (invalid everywhere)",
             with(ImageSource::Packages(PackageSpec::shell().tool("/bin/sh"))),
         ),
         (

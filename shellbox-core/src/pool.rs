@@ -9,7 +9,8 @@ use crate::{
     Capabilities, Error, ExecutionRequirements, Machine, MachineFactory, MachineSpec, Snapshot,
 };
 
-/// A factory that keeps `size` machines of one spec created ahead of demand.
+/// A factory that keeps `size` machines of one spec created ahead of demand, or forked ahead
+/// of demand from one snapshot ([`PoolFactory::from_snapshot`]).
 ///
 /// `create` with exactly the pooled spec hands over an idle machine at once (when one is
 /// ready) and refills the pool in the background on the current tokio runtime; every other
@@ -18,6 +19,12 @@ use crate::{
 /// machines already handed over are the caller's. A refill that fails is logged and retried
 /// on the next pooled `create`, which then creates directly — a pool never hides an error
 /// from a caller that would have seen it without the pool.
+///
+/// A pool [from a snapshot](PoolFactory::from_snapshot) makes its machines with
+/// [`create_from`](MachineFactory::create_from) of that snapshot (issue 15: "on local and
+/// sim, a pool from a snapshot forks instead of creating"), and hands one over both for
+/// `create` with the pooled spec and for `create_from` of the same snapshot (same
+/// [`Snapshot::id`] and backend) with the pooled spec.
 pub struct PoolFactory {
     shared: Arc<Shared>,
 }
@@ -25,6 +32,8 @@ pub struct PoolFactory {
 struct Shared {
     inner: Arc<dyn MachineFactory>,
     spec: MachineSpec,
+    /// Pooled machines start from this snapshot (`create_from`) rather than `create`.
+    from: Option<Snapshot>,
     size: usize,
     idle: Mutex<Vec<Box<dyn Machine>>>,
     in_flight: AtomicUsize,
@@ -65,7 +74,7 @@ impl Shared {
     /// Creates one reserved machine and puts it in the pool (or closes it when the pool
     /// closed meanwhile).
     async fn create_one(self: &Arc<Self>) -> Result<(), Error> {
-        let result = self.inner.create(self.spec.clone()).await;
+        let result = self.make().await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         let machine = result?;
         if self.closed.load(Ordering::SeqCst) {
@@ -73,6 +82,28 @@ impl Shared {
         }
         self.idle().push(machine);
         Ok(())
+    }
+
+    /// Makes one machine the way this pool's machines are made.
+    async fn make(&self) -> Result<Box<dyn Machine>, Error> {
+        match &self.from {
+            Some(snapshot) => self.inner.create_from(snapshot, self.spec.clone()).await,
+            None => self.inner.create(self.spec.clone()).await,
+        }
+    }
+
+    /// Hands over an idle machine and refills in the background, or makes one directly when
+    /// none is ready.
+    async fn hand_over(self: &Arc<Self>) -> Result<Box<dyn Machine>, Error> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        let ready = self.idle().pop();
+        self.refill_in_background();
+        match ready {
+            Some(machine) => Ok(machine),
+            None => self.make().await,
+        }
     }
 
     fn refill_in_background(self: &Arc<Self>) {
@@ -94,16 +125,51 @@ impl PoolFactory {
     /// Pools `size` machines of `spec` from `inner`. Nothing is created until
     /// [`PoolFactory::fill`] or the first pooled `create`.
     pub fn new(inner: Arc<dyn MachineFactory>, spec: MachineSpec, size: usize) -> Self {
+        PoolFactory::with_source(inner, spec, None, size)
+    }
+
+    /// Pools `size` machines made from `snapshot` with `spec`
+    /// ([`MachineFactory::create_from`] of `inner`: forks of the snapshotted machine, each
+    /// with its own copy-on-write view where the backend has one). The pool holds a clone of
+    /// the snapshot until it is dropped, so the snapshot stays usable for refills even when
+    /// the caller drops its handle; [`Snapshot::delete`] by the caller makes later refills
+    /// fail (the pool then reports the inner factory's error on a pooled `create` with no
+    /// idle machine). Nothing is created until [`PoolFactory::fill`] or the first pooled
+    /// `create`.
+    pub fn from_snapshot(
+        inner: Arc<dyn MachineFactory>,
+        snapshot: Snapshot,
+        spec: MachineSpec,
+        size: usize,
+    ) -> Self {
+        PoolFactory::with_source(inner, spec, Some(snapshot), size)
+    }
+
+    fn with_source(
+        inner: Arc<dyn MachineFactory>,
+        spec: MachineSpec,
+        from: Option<Snapshot>,
+        size: usize,
+    ) -> Self {
         PoolFactory {
             shared: Arc::new(Shared {
                 inner,
                 spec,
+                from,
                 size,
                 idle: Mutex::new(Vec::new()),
                 in_flight: AtomicUsize::new(0),
                 closed: AtomicBool::new(false),
             }),
         }
+    }
+
+    /// Whether `snapshot` is the one this pool forks from (same backend and id).
+    fn pools_snapshot(&self, snapshot: &Snapshot) -> bool {
+        self.shared
+            .from
+            .as_ref()
+            .is_some_and(|s| s.backend() == snapshot.backend() && s.id() == snapshot.id())
     }
 
     /// Creates machines until `size` are idle, and waits for them.
@@ -155,7 +221,9 @@ impl MachineFactory for PoolFactory {
     }
 
     /// Hands over an idle machine for the pooled spec (then refills in the background), or
-    /// creates one directly when none is ready or the spec differs.
+    /// makes one directly when none is ready; another spec is created by the inner factory.
+    /// A pool [from a snapshot](PoolFactory::from_snapshot) hands over (or makes) a machine
+    /// started from its snapshot.
     ///
     /// # Errors
     /// [`Error::Closed`] for the pooled spec after [`PoolFactory::close`]; whatever the inner
@@ -164,15 +232,7 @@ impl MachineFactory for PoolFactory {
         if spec != self.shared.spec {
             return self.shared.inner.create(spec).await;
         }
-        if self.shared.closed.load(Ordering::SeqCst) {
-            return Err(Error::Closed);
-        }
-        let ready = self.shared.idle().pop();
-        self.shared.refill_in_background();
-        match ready {
-            Some(machine) => Ok(machine),
-            None => self.shared.inner.create(spec).await,
-        }
+        self.shared.hand_over().await
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -190,12 +250,21 @@ impl MachineFactory for PoolFactory {
             .await
     }
 
-    /// Not pooled: passes through to the inner factory.
+    /// Hands over a pooled machine when this pool forks from `snapshot` and `spec` is the
+    /// pooled spec (as [`create`](MachineFactory::create) does); otherwise passes through
+    /// to the inner factory.
+    ///
+    /// # Errors
+    /// As [`create`](MachineFactory::create) for a pooled request; whatever the inner
+    /// factory returns otherwise.
     async fn create_from(
         &self,
         snapshot: &Snapshot,
         spec: MachineSpec,
     ) -> Result<Box<dyn Machine>, Error> {
+        if self.pools_snapshot(snapshot) && spec == self.shared.spec {
+            return self.shared.hand_over().await;
+        }
         self.shared.inner.create_from(snapshot, spec).await
     }
 

@@ -113,9 +113,13 @@ pub struct SimBuiltins {}
 ///   `Some(vec![])` gives CPython only; `Some(requirements)` gives CPython with these PyPI
 ///   requirements (e.g. `six==1.17.0`), locked with hashes and installed from binary wheels
 ///   only (the local backend, through `shellbox-pyenv`'s `resolve_python_environment`).
-/// - `tools`: program names (or absolute paths) that must be executable on the machine's
-///   `PATH`; a backend that cannot provide one refuses the spec with
-///   [`Error::Unsupported`] naming it.
+/// - `tools`: program names (no `/`) that must be found executable on the machine's
+///   `PATH` (REFERENCE 4.6: "each tool is found on PATH and executable"), judged with the
+///   spec's own `PATH` when its env sets one; a backend that cannot provide one refuses the
+///   spec with [`Error::Unsupported`] naming it. A path (`/usr/bin/env`, `../bin/sh`) is
+///   [`Error::InvalidInput`] on every backend: what a path names depends on links and
+///   mounts that only the running machine resolves, so a check before create could not
+///   give create's verdict.
 ///
 /// Local accepts it (Python through uv), sim accepts it with `pypi_packages: None` and
 /// tools from its command table, docker refuses it (build an image with
@@ -185,10 +189,10 @@ impl PackageSpec {
             }
         }
         for tool in &self.tools {
-            if tool.is_empty() || tool.starts_with('-') || tool.contains(['\r', '\n', '\0']) {
+            if tool.is_empty() || tool.starts_with('-') || tool.contains(['/', '\r', '\n', '\0']) {
                 return Err(Error::invalid(format!(
-                    "tools: a tool must be a program name or path (non-empty, no leading '-', \
-                     no CR, LF or NUL): {tool:?}"
+                    "tools: a tool must be a program name found on PATH (non-empty, no '/', \
+                     no leading '-', no CR, LF or NUL): {tool:?}"
                 )));
             }
         }
@@ -532,13 +536,13 @@ mod tests {
             assert!(matches!(e, Error::InvalidInput(_)), "{bad:?}: {e:?}");
             assert!(e.to_string().contains("pypi_packages"), "{e}");
         }
-        for bad in ["", "-x", "a\nb", "a\0"] {
+        for bad in ["", "-x", "a\nb", "a\0", "/usr/bin/env", "../bin/sh", "bin/"] {
             let e = MachineSpec::packages(PackageSpec::shell().tool(bad))
                 .validate()
                 .unwrap_err();
             assert!(e.to_string().contains("tools"), "{bad:?}: {e}");
         }
-        MachineSpec::packages(PackageSpec::shell().tool("/usr/bin/env"))
+        MachineSpec::packages(PackageSpec::shell().tool("env"))
             .validate()
             .unwrap();
     }

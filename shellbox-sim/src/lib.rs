@@ -197,7 +197,7 @@ impl SimMachineFactory {
     /// `gpus > 0` or the network is [`NetworkPolicy::Allow`].
     pub fn create_sim(&self, spec: MachineSpec) -> Result<SimMachine, Error> {
         spec.validate()?;
-        check_source(&spec.source)?;
+        check_source(&spec)?;
         if spec.cpus.is_some() {
             return Err(Error::unsupported("the sim backend cannot limit cpus"));
         }
@@ -262,16 +262,20 @@ impl SimMachineFactory {
     }
 }
 
-/// Whether the simulator runs machines from `source`: [`ImageSource::Sim`], or an
+/// Whether the simulator runs machines of `spec`'s source: [`ImageSource::Sim`], or an
 /// [`ImageSource::Packages`] without Python (`pypi_packages: None`; this simulator runs no
-/// Python) whose tools are all programs of its command table (what `/bin` lists, e.g.
-/// `sh`, `cat`, `sed`, `awk`; a tool may also be named `/bin/<name>` or `/usr/bin/<name>`).
+/// Python) whose tools are all programs of its command table (what `/bin` and `/usr/bin`
+/// list, e.g. `sh`, `cat`, `sed`, `awk`) found through the machine's `PATH`: the spec's
+/// `PATH` when its env sets one (as a command's lookup will use it), else
+/// [`DEFAULT_PATH`]; a fresh machine's programs are only in `/bin` and `/usr/bin`, so that
+/// `PATH` must name one of them.
 ///
 /// # Errors
-/// [`Error::Unsupported`] for another source, for `pypi_packages: Some(_)`, or naming
-/// (comma-separated, in the spec's order) every tool the simulator does not have.
-pub fn check_source(source: &ImageSource) -> Result<(), Error> {
-    match source {
+/// [`Error::Unsupported`] for another source, for `pypi_packages: Some(_)`, naming
+/// (comma-separated, in the spec's order) every tool the simulator does not have, or when
+/// the spec's `PATH` reaches neither `/bin` nor `/usr/bin`.
+pub fn check_source(spec: &MachineSpec) -> Result<(), Error> {
+    match &spec.source {
         ImageSource::Sim(_) => Ok(()),
         ImageSource::Packages(packages) => {
             if packages.pypi_packages.is_some() {
@@ -285,15 +289,23 @@ pub fn check_source(source: &ImageSource) -> Result<(), Error> {
                 .tools
                 .iter()
                 .map(String::as_str)
-                .filter(|tool| {
-                    let name = tool
-                        .strip_prefix("/usr/bin/")
-                        .or_else(|| tool.strip_prefix("/bin/"))
-                        .unwrap_or(tool);
-                    !names.contains(&name)
-                })
+                .filter(|tool| !names.contains(tool))
                 .collect();
-            if missing.is_empty() {
+            let path = spec
+                .env
+                .get("PATH")
+                .map(String::as_str)
+                .unwrap_or(DEFAULT_PATH);
+            let reaches_programs = path
+                .split(':')
+                .any(|dir| matches!(dir.trim_end_matches('/'), "/bin" | "/usr/bin"));
+            if missing.is_empty() && !packages.tools.is_empty() && !reaches_programs {
+                Err(Error::unsupported(format!(
+                    "the machine's PATH {path:?} reaches neither /bin nor /usr/bin, where the \
+                     sim backend's programs are: tools {} would not be found",
+                    packages.tools.join(", ")
+                )))
+            } else if missing.is_empty() {
                 Ok(())
             } else {
                 Err(Error::unsupported(format!(
@@ -333,7 +345,7 @@ impl MachineFactory for SimMachineFactory {
         spec: &MachineSpec,
     ) -> Result<(), Error> {
         SIM_CAPABILITIES.check_spec(self.backend(), spec)?;
-        check_source(&spec.source)?;
+        check_source(spec)?;
         shellbox_core::check_execution_requirements(&SIM_CAPABILITIES, requirements, spec, None)
     }
 

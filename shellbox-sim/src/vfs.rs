@@ -3,6 +3,7 @@
 //! taken from the machine's virtual clock.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// A filesystem error, named like the errno it stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +115,11 @@ impl Inode {
 /// The virtual filesystem.
 #[derive(Debug, Clone)]
 pub struct Vfs {
-    nodes: Vec<Option<Inode>>,
+    /// The inodes, shared copy-on-write between a machine and its snapshots: cloning a
+    /// `Vfs` (a snapshot, a fork) is O(1); the first change after a clone copies the table
+    /// of inode pointers once (not the inodes), and a change to an inode copies that inode
+    /// only when a snapshot or fork still shares it (issue 15: structural sharing).
+    nodes: Arc<Vec<Option<Arc<Inode>>>>,
     free: Vec<usize>,
     /// Bytes held by regular files.
     pub used_bytes: u64,
@@ -136,19 +141,19 @@ impl Vfs {
     pub fn new(disk_limit: u64, now: i64, bin_names: &'static [&'static str]) -> Self {
         let mut v = Vfs {
             bin_names,
-            nodes: Vec::with_capacity(24),
+            nodes: Arc::new(Vec::with_capacity(24)),
             free: Vec::new(),
             used_bytes: 0,
             disk_limit,
             now,
             bins_ready: false,
         };
-        v.nodes.push(Some(Inode {
+        Arc::make_mut(&mut v.nodes).push(Some(Arc::new(Inode {
             kind: Kind::Dir(BTreeMap::new(), ROOT),
             mode: 0o755,
             nlink: 2,
             mtime: now,
-        }));
+        })));
         for d in ["bin", "dev", "etc", "home", "root", "tmp", "usr", "var"] {
             let m = match d {
                 "tmp" => 0o1777,
@@ -181,12 +186,13 @@ impl Vfs {
     }
 
     fn alloc(&mut self, node: Inode) -> usize {
+        let nodes = Arc::make_mut(&mut self.nodes);
         if let Some(i) = self.free.pop() {
-            self.nodes[i] = Some(node);
+            nodes[i] = Some(Arc::new(node));
             i
         } else {
-            self.nodes.push(Some(node));
-            self.nodes.len() - 1
+            nodes.push(Some(Arc::new(node)));
+            nodes.len() - 1
         }
     }
 
@@ -200,13 +206,19 @@ impl Vfs {
         };
         self.nodes
             .get(ino)
-            .and_then(|n| n.as_ref())
+            .and_then(|n| n.as_deref())
             .unwrap_or(&DEAD)
     }
 
-    /// Mutable inode access.
+    /// Mutable inode access (copies the inode first when a snapshot or fork shares it).
     pub fn get_mut(&mut self, ino: usize) -> Option<&mut Inode> {
-        self.nodes.get_mut(ino).and_then(|n| n.as_mut())
+        if !matches!(self.nodes.get(ino), Some(Some(_))) {
+            return None;
+        }
+        Arc::make_mut(&mut self.nodes)
+            .get_mut(ino)
+            .and_then(|n| n.as_mut())
+            .map(Arc::make_mut)
     }
 
     fn ensure_bins(&mut self) {
@@ -547,7 +559,7 @@ impl Vfs {
                     self.used_bytes -= d.len() as u64;
                 }
             }
-            self.nodes[ino] = None;
+            Arc::make_mut(&mut self.nodes)[ino] = None;
             self.free.push(ino);
         }
     }
