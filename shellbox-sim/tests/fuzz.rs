@@ -680,6 +680,11 @@ const CORPUS: &[&str] = &[
     // quoted field is no pattern, and a big unquoted one looks at the clock between steps
     "head -c 2000000 /dev/urandom > f; : \"$(cat f & cat f)\" | while :; do :; done",
     "head -c 2000000 /dev/urandom > f; IFS=; while :; do : $(cat f); done",
+    // the 5-minute run, seed 2, case 1792, minimised and made heavier: `tar c` looked at
+    // the clock only for names that resolve, and each error line's write partitioned the
+    // background job's queued writes (170 ms of CPU past a 200 ms deadline for 50,000
+    // names; 216-305 ms for 400,000, which ran to the end and exited 2)
+    "i=0; while (( i++ < 47 )); do ( tail 4294967290 -z <> /tmp/g ); done & tar c {1..400000}",
 ];
 
 /// This process's CPU time (user and system, every thread).
