@@ -685,6 +685,10 @@ const CORPUS: &[&str] = &[
     // background job's queued writes (170 ms of CPU past a 200 ms deadline for 50,000
     // names; 216-305 ms for 400,000, which ran to the end and exited 2)
     "i=0; while (( i++ < 47 )); do ( tail 4294967290 -z <> /tmp/g ); done & tar c {1..400000}",
+    // the 5-minute run, seed 2, case 1989, minimised: awk's `split(s, p, "")` (a regex that
+    // matches empty everywhere) stepped through a 7 MB record a byte at a time without
+    // looking at the clock (186-309 ms of CPU past a 200 ms deadline)
+    "seq 1000000 | tr '\\n' ' ' | awk '{ n = split($0, p, \"\"); t += n } END { print t }'",
 ];
 
 /// This process's CPU time (user and system, every thread).
