@@ -2060,6 +2060,38 @@ pub async fn timeout_kills_only_its_command(h: &Harness) {
     m.close().await.unwrap();
 }
 
+/// Process model: a timeout that expires before the command has even started (microseconds)
+/// still ends it: the run reports the timeout and the command never runs to its end. Each
+/// round's command would print `ran` after a second; before the fix a kill that found the
+/// keeper with no child yet was dropped, and about one round in 80 ran to the end.
+pub async fn timeout_before_the_command_starts_still_kills(h: &Harness) {
+    if !has_process_model(h, "timeout_before_the_command_starts_still_kills") {
+        return;
+    }
+    let m = h.machine().await;
+    for round in 0..150u64 {
+        let timeout = Duration::from_micros(1 + (round % 5) * 50);
+        let r = m
+            .run(Command::shell("sleep 1; echo ran").timeout(timeout))
+            .await
+            .unwrap();
+        assert_eq!(r.reason, ExitReason::TimedOut, "round {round}: {r:?}");
+        assert_eq!(
+            text(&r.stdout),
+            "",
+            "round {round}: the command ran to its end: {r:?}"
+        );
+    }
+    // The machine still works, and nothing of those rounds is left running.
+    eventually(
+        &*m,
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 1 $'",
+        "0\n",
+    )
+    .await;
+    m.close().await.unwrap();
+}
+
 /// Process model: dropping a running command's stream kills everything it started (the
 /// `setsid` and double-fork escapees included) and nothing else.
 pub async fn cancel_kills_only_its_command(h: &Harness) {
@@ -2482,6 +2514,7 @@ macro_rules! conformance_tests {
             session_close,
             background_process_outlives_its_command,
             timeout_kills_only_its_command,
+            timeout_before_the_command_starts_still_kills,
             cancel_kills_only_its_command,
             close_leaves_no_process_on_the_host,
             snapshot_refused_unless_declared,

@@ -680,8 +680,9 @@ struct KeeperJob {
     /// Set by the keeper once its command's process exec'd or exited: from then on only
     /// the keeper (on its own stack) uses this job. A keeper killed before (only a command
     /// with `CAP_KILL` can) leaves a process that may still run on it, so such a job is
-    /// never freed.
-    started: std::sync::atomic::AtomicBool,
+    /// never freed. Shared with the command's runner, whose kill waits for it (see
+    /// [`kill_scope`]).
+    started: Arc<std::sync::atomic::AtomicBool>,
 }
 
 // SAFETY: the raw pointers point into the job's own strings, which move with it.
@@ -994,11 +995,20 @@ unsafe fn set_effective_and_permitted(kept: u32) -> i64 {
 /// reparent to the keeper and are found in the next round), for up to 30 s. Each round
 /// also SIGCONTs the keeper, which a root command may have stopped (it must run to reap
 /// its children and report).
-fn kill_scope(keeper: i32) {
+///
+/// A kill can come before the keeper has started its command (a timeout of microseconds,
+/// a run dropped at once): the keeper then has no child yet, but will start one. So "no
+/// child" ends the kill only once the keeper reported `started` (read before its children
+/// are, so a command started meanwhile is listed), or once the keeper is gone (a zombie or
+/// reaped: it never started one, or a fork-copy keeper whose `started` this memory never
+/// sees has finished). Returning earlier let such a command run to its end, its timeout
+/// not enforced.
+fn kill_scope(keeper: i32, started: &std::sync::atomic::AtomicBool) {
     let path = format!("/proc/{keeper}/task/{keeper}/children");
-    let started = Instant::now();
+    let begun = Instant::now();
     let mut text = String::new();
-    while started.elapsed() < Duration::from_secs(30) {
+    while begun.elapsed() < Duration::from_secs(30) {
+        let was_started = started.load(std::sync::atomic::Ordering::Acquire);
         text.clear();
         match File::open(&path).and_then(|mut f| f.read_to_string(&mut text)) {
             Ok(_) => {}
@@ -1014,11 +1024,22 @@ fn kill_scope(keeper: i32) {
             // the pid cannot have been reused).
             unsafe { kill(pid, SIGKILL) };
         }
-        if !any {
+        if !any && (was_started || keeper_ended(keeper)) {
             return;
         }
         std::thread::sleep(Duration::from_micros(200));
     }
+}
+
+/// Whether the keeper `pid` has exited (a zombie not reaped yet) or is gone.
+fn keeper_ended(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // `pid (comm) S ...`: the state follows the last ')'.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_none_or(|state| state == "Z" || state == "X")
 }
 
 /// Keeps the first `limit` bytes of a stream and counts the rest.
@@ -1122,7 +1143,7 @@ fn run_command(
         sh_argv: Vec::new(),
         // Never read before written: a stack needs no zeroing.
         stacks: Vec::with_capacity(KEEPER_STACK_BYTES + CHILD_STACK_BYTES),
-        started: std::sync::atomic::AtomicBool::new(false),
+        started: Arc::new(std::sync::atomic::AtomicBool::new(false)),
     });
     job.argv = null_terminated(&job.ex.argv);
     job.envp = null_terminated(&job.ex.env);
@@ -1131,6 +1152,7 @@ fn run_command(
     sh_argv.push(std::ptr::null());
     job.sh_argv = sh_argv;
     let keeper_top = stack_top(job.stacks.as_mut_ptr(), KEEPER_STACK_BYTES);
+    let started = job.started.clone();
     let job_ptr: *mut KeeperJob = &mut *job;
     let flags = if sys::KEEPER_SHARES_MEMORY { CLONE_VM } else { 0 } | SIGCHLD;
     // Held until the new keeper's pid is in the set (see `kill_strays`); the keeper never
@@ -1225,7 +1247,7 @@ fn run_command(
             drop(inbox);
             if kill_now {
                 killed = true;
-                kill_scope(keeper_pid);
+                kill_scope(keeper_pid, &started);
             }
         }
         if stdin_fd >= 0 && stdin_end && pending_at >= pending.len() {
@@ -1293,7 +1315,7 @@ fn run_command(
                     drop(inbox);
                     if kill_now {
                         killed = true;
-                        kill_scope(keeper_pid);
+                        kill_scope(keeper_pid, &started);
                     }
                 }
                 continue;
