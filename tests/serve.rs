@@ -1093,6 +1093,94 @@ fn shell_sessions() {
     assert!(s.finish().success());
 }
 
+/// `snapshot`, `create_from`, `fork` and `delete_snapshot` (issue 15) on sim: forks see the
+/// files at snapshot time and not the source's later writes; a deleted snapshot answers
+/// `closed` and its forks keep working; unknown handles are `invalid_input`; on local (no
+/// snapshots) `snapshot` is `unsupported`.
+#[test]
+fn snapshots_and_forks() {
+    let mut s = Server::start(None);
+    let f = s.factory("sim");
+    let m = s.create(&f, sim_spec());
+    let r = s.ok(
+        1,
+        "run",
+        json!({"machine": m, "command": shell("echo before > /tmp/f")}),
+    );
+    assert_eq!(r["exit_code"], json!(0), "{r}");
+    let snap = s.ok(2, "snapshot", json!({"machine": m}))["snapshot"].clone();
+    s.ok(
+        3,
+        "run",
+        json!({"machine": m, "command": shell("echo after > /tmp/f")}),
+    );
+    let a = s.ok(
+        4,
+        "create_from",
+        json!({"factory": f, "snapshot": snap, "spec": sim_spec()}),
+    )["machine"]
+        .clone();
+    let r = s.ok(
+        5,
+        "run",
+        json!({"machine": a, "command": shell("cat /tmp/f")}),
+    );
+    assert_eq!(unb64(&r["stdout"]), b"before\n", "{r}");
+    let b = s.ok(
+        6,
+        "fork",
+        json!({"factory": f, "machine": m, "spec": sim_spec()}),
+    )["machine"]
+        .clone();
+    let r = s.ok(
+        7,
+        "run",
+        json!({"machine": b, "command": shell("cat /tmp/f")}),
+    );
+    assert_eq!(unb64(&r["stdout"]), b"after\n", "{r}");
+    s.ok(8, "delete_snapshot", json!({"snapshot": snap}));
+    s.ok(9, "delete_snapshot", json!({"snapshot": snap}));
+    let r = s.call(
+        10,
+        "create_from",
+        json!({"factory": f, "snapshot": snap, "spec": sim_spec()}),
+    );
+    assert_eq!(error_kind(&r).0, "closed", "{r}");
+    let r = s.ok(
+        11,
+        "run",
+        json!({"machine": a, "command": shell("cat /tmp/f")}),
+    );
+    assert_eq!(unb64(&r["stdout"]), b"before\n", "{r}");
+    let r = s.call(12, "delete_snapshot", json!({"snapshot": 999}));
+    assert_eq!(error_kind(&r), ("invalid_input", "unknown_snapshot"), "{r}");
+    let r = s.call(
+        13,
+        "create_from",
+        json!({"factory": f, "snapshot": 999, "spec": sim_spec()}),
+    );
+    assert_eq!(error_kind(&r), ("invalid_input", "unknown_snapshot"), "{r}");
+    let r = s.call(14, "snapshot", json!({"machine": 999}));
+    assert_eq!(error_kind(&r), ("invalid_input", "unknown_machine"), "{r}");
+    let r = s.call(15, "snapshot", json!({"machine": m, "extra": 1}));
+    assert_eq!(error_kind(&r).0, "invalid_input", "{r}");
+    if local_available("snapshots_and_forks") {
+        let lf = s.factory("local");
+        let lm = s.create(&lf, host_spec());
+        let r = s.call(16, "snapshot", json!({"machine": lm}));
+        assert_eq!(error_kind(&r).0, "unsupported", "{r}");
+        // A sim snapshot given to the local factory is another backend's.
+        let snap = s.ok(17, "snapshot", json!({"machine": m}))["snapshot"].clone();
+        let r = s.call(
+            18,
+            "create_from",
+            json!({"factory": lf, "snapshot": snap, "spec": host_spec()}),
+        );
+        assert_eq!(error_kind(&r).0, "unsupported", "{r}");
+    }
+    assert!(s.finish().success());
+}
+
 #[cfg(feature = "docker")]
 #[test]
 fn docker_shell_session() {

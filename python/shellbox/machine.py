@@ -512,6 +512,14 @@ class Machine:
                 self._shell = ShellSession(self, bool(answer["interactive"]))
         return self._shell
 
+    async def snapshot(self) -> Snapshot:
+        """The machine's files at this moment (contents, modes, links, mtimes; processes and
+        shells are not part of it), for :meth:`MachineFactory.create_from`. Raises
+        :class:`UnsupportedMachineSpec` where the backend takes no snapshots."""
+        self._check_open()
+        answer = await self._server.call("snapshot", {"machine": self._handle})
+        return Snapshot(self._server, answer["snapshot"], self.backend)
+
     async def close(self) -> None:
         """Releases everything the machine holds. Idempotent."""
         if self._closed:
@@ -529,6 +537,22 @@ class Machine:
         traceback: TracebackType | None,
     ) -> None:
         await asyncio.shield(self.close())
+
+
+class Snapshot:
+    """A machine's files at one moment (:meth:`Machine.snapshot`). It outlives its machine;
+    :meth:`delete` releases it now (machines made from it keep working), and it is released
+    when its factory's server ends."""
+
+    def __init__(self, server: Server, handle: int, backend: Backend) -> None:
+        self._server = server
+        self._handle = handle
+        self.backend = backend
+
+    async def delete(self) -> None:
+        """Releases the snapshot. Idempotent; :meth:`MachineFactory.create_from` with it then
+        raises :class:`MachineClosed`."""
+        await self._server.call("delete_snapshot", {"snapshot": self._handle})
 
 
 class ShellSession:
@@ -611,6 +635,29 @@ class MachineFactory:
         """A fresh machine with an empty private writable filesystem and its workdir."""
         wire = _spec_to_wire(spec, self.backend)
         answer = await self._server.call("create", {"factory": self._handle, "spec": wire})
+        return self.machine_class(self._server, answer["machine"], spec)
+
+    async def create_from(self, snapshot: Snapshot, spec: MachineSpec) -> Machine:
+        """A new machine whose files start as ``snapshot``'s; the spec's env, network and
+        limits apply as for :meth:`create`. A snapshot of another factory's server or backend
+        raises :class:`UnsupportedMachineSpec`."""
+        if snapshot._server is not self._server:
+            raise UnsupportedMachineSpec("the snapshot belongs to another factory's server")
+        wire = _spec_to_wire(spec, self.backend)
+        answer = await self._server.call(
+            "create_from", {"factory": self._handle, "snapshot": snapshot._handle, "spec": wire}
+        )
+        return self.machine_class(self._server, answer["machine"], spec)
+
+    async def fork(self, machine: Machine, spec: MachineSpec) -> Machine:
+        """:meth:`Machine.snapshot` then :meth:`create_from`, the snapshot released at once."""
+        if machine._server is not self._server:
+            raise UnsupportedMachineSpec("the machine belongs to another factory's server")
+        machine._check_open()
+        wire = _spec_to_wire(spec, self.backend)
+        answer = await self._server.call(
+            "fork", {"factory": self._handle, "machine": machine._handle, "spec": wire}
+        )
         return self.machine_class(self._server, answer["machine"], spec)
 
     async def check_environment(self, requirements: ExecutionRequirements, spec: MachineSpec) -> None:

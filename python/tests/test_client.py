@@ -236,3 +236,33 @@ def _state(pid: int) -> str:
             return stat.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+def test_snapshots_and_forks_on_sim() -> None:
+    """Machine.snapshot, MachineFactory.create_from and fork over the serve protocol: a fork
+    sees the files at snapshot time, not the source's later writes; a deleted snapshot is
+    refused as closed while its machines keep working."""
+    from shellbox.errors import MachineClosed
+    from shellbox.machine import MachineSpec, PackageSpec
+
+    factory = factory_for("sim")
+
+    async def use() -> None:
+        spec = MachineSpec(PackageSpec())
+        source = await factory.create(spec)
+        await source.run(Command(("sh", "-c", "echo before > /tmp/f")))
+        snapshot = await source.snapshot()
+        await source.run(Command(("sh", "-c", "echo after > /tmp/f")))
+        early = await factory.create_from(snapshot, spec)
+        assert (await early.run(Command(("cat", "/tmp/f")))).stdout == b"before\n"
+        late = await factory.fork(source, spec)
+        assert (await late.run(Command(("cat", "/tmp/f")))).stdout == b"after\n"
+        await snapshot.delete()
+        await snapshot.delete()
+        with pytest.raises(MachineClosed):
+            await factory.create_from(snapshot, spec)
+        assert (await early.run(Command(("cat", "/tmp/f")))).stdout == b"before\n"
+        for m in (source, early, late):
+            await m.close()
+
+    asyncio.run(use())

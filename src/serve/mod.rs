@@ -128,8 +128,12 @@ struct FactoryEntry {
 struct State {
     factories: Mutex<HashMap<u64, Arc<FactoryEntry>>>,
     machines: Mutex<HashMap<u64, Arc<dyn Machine>>>,
+    /// Snapshots taken by `snapshot`, until `delete_snapshot` or the end of the session
+    /// (dropping the last handle releases what the backend holds for it).
+    snapshots: Mutex<HashMap<u64, crate::Snapshot>>,
     next_factory: AtomicU64,
     next_machine: AtomicU64,
+    next_snapshot: AtomicU64,
     /// Request id (as JSON text) -> (this request's serial, the sender that cancels it). The
     /// serial keeps a finished request from removing a later one that reuses its id.
     in_flight: Mutex<HashMap<String, (u64, oneshot::Sender<()>)>>,
@@ -155,6 +159,28 @@ impl State {
             "unknown_machine",
             format!("no machine {handle} was created by this server"),
         ))
+    }
+
+    fn snapshot(&self, handle: u64) -> Result<crate::Snapshot, Failure> {
+        if let Some(s) = lock(&self.snapshots).get(&handle) {
+            return Ok(s.clone());
+        }
+        if handle >= 1 && handle < self.next_snapshot.load(Ordering::SeqCst) {
+            // Taken by this server and deleted since.
+            return Err(Error::Closed.into());
+        }
+        Err(Failure::protocol(
+            "invalid_input",
+            "unknown_snapshot",
+            format!("no snapshot {handle} was taken by this server"),
+        ))
+    }
+
+    /// Keeps `machine` under a new handle.
+    fn add_machine(&self, machine: Box<dyn Machine>) -> u64 {
+        let handle = self.next_machine.fetch_add(1, Ordering::SeqCst);
+        lock(&self.machines).insert(handle, Arc::from(machine));
+        handle
     }
 
     fn factory(&self, handle: u64) -> Result<Arc<FactoryEntry>, Failure> {
@@ -208,7 +234,7 @@ struct Envelope {
     params: Option<Value>,
 }
 
-const METHODS: [&str; 18] = [
+const METHODS: [&str; 22] = [
     "factory",
     "check_environment",
     "create",
@@ -220,6 +246,10 @@ const METHODS: [&str; 18] = [
     "download_file",
     "download_files",
     "close",
+    "snapshot",
+    "create_from",
+    "fork",
+    "delete_snapshot",
     "gc",
     "open_shell",
     "execute",
@@ -308,8 +338,10 @@ where
     let state = Arc::new(State {
         factories: Mutex::new(HashMap::new()),
         machines: Mutex::new(HashMap::new()),
+        snapshots: Mutex::new(HashMap::new()),
         next_factory: AtomicU64::new(1),
         next_machine: AtomicU64::new(1),
+        next_snapshot: AtomicU64::new(1),
         in_flight: Mutex::new(HashMap::new()),
         next_serial: AtomicU64::new(0),
         out: out_tx,
@@ -615,10 +647,10 @@ async fn dispatch(state: &Arc<State>, id: &Value, method: &str, p: Value) -> Ans
             let p: CreateParams = params(method, p)?;
             let entry = state.factory(p.factory)?;
             let spec = p.spec.into_core()?;
-            let machine: Arc<dyn Machine> = Arc::from(entry.factory.create(spec).await?);
-            let handle = state.next_machine.fetch_add(1, Ordering::SeqCst);
-            lock(&state.machines).insert(handle, machine);
-            to_value(&CreateResult { machine: handle })
+            let machine = entry.factory.create(spec).await?;
+            to_value(&CreateResult {
+                machine: state.add_machine(machine),
+            })
         }
         "run" => {
             let p: RunParams = params(method, p)?;
@@ -686,6 +718,47 @@ async fn dispatch(state: &Arc<State>, id: &Value, method: &str, p: Value) -> Ans
             match machine {
                 Some(machine) => machine.close().await?,
                 None => match state.machine(p.machine) {
+                    Err(f) if f.kind == "closed" => {}
+                    Err(f) => return Err(f),
+                    Ok(_) => {}
+                },
+            }
+            to_value(&Empty {})
+        }
+        "snapshot" => {
+            let p: MachineParams = params(method, p)?;
+            let snapshot = state.machine(p.machine)?.snapshot().await?;
+            let handle = state.next_snapshot.fetch_add(1, Ordering::SeqCst);
+            lock(&state.snapshots).insert(handle, snapshot);
+            to_value(&SnapshotResult { snapshot: handle })
+        }
+        "create_from" => {
+            let p: CreateFromParams = params(method, p)?;
+            let entry = state.factory(p.factory)?;
+            let snapshot = state.snapshot(p.snapshot)?;
+            let spec = p.spec.into_core()?;
+            let machine = entry.factory.create_from(&snapshot, spec).await?;
+            to_value(&CreateResult {
+                machine: state.add_machine(machine),
+            })
+        }
+        "fork" => {
+            let p: ForkParams = params(method, p)?;
+            let entry = state.factory(p.factory)?;
+            let source = state.machine(p.machine)?;
+            let spec = p.spec.into_core()?;
+            let machine = entry.factory.fork(&*source, spec).await?;
+            to_value(&CreateResult {
+                machine: state.add_machine(machine),
+            })
+        }
+        "delete_snapshot" => {
+            let p: SnapshotParams = params(method, p)?;
+            // Deleting twice is fine (as close); an unknown handle is not.
+            let snapshot = lock(&state.snapshots).remove(&p.snapshot);
+            match snapshot {
+                Some(snapshot) => snapshot.delete().await?,
+                None => match state.snapshot(p.snapshot) {
                     Err(f) if f.kind == "closed" => {}
                     Err(f) => return Err(f),
                     Ok(_) => {}

@@ -812,6 +812,46 @@ pub struct CreateResult {
     pub machine: u64,
 }
 
+/// Result of `snapshot`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotResult {
+    /// The snapshot's handle.
+    pub snapshot: u64,
+}
+
+/// Params of `create_from`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateFromParams {
+    /// A factory handle.
+    pub factory: u64,
+    /// A snapshot handle (from `snapshot`).
+    pub snapshot: u64,
+    /// The new machine's spec (its env, network, user and limits apply as for `create`).
+    pub spec: Spec,
+}
+
+/// Params of `fork`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkParams {
+    /// A factory handle.
+    pub factory: u64,
+    /// The machine to fork.
+    pub machine: u64,
+    /// The fork's spec.
+    pub spec: Spec,
+}
+
+/// Params of `delete_snapshot`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotParams {
+    /// A snapshot handle.
+    pub snapshot: u64,
+}
+
 /// Params of `run` and `run_stream`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -1103,6 +1143,10 @@ pub fn schema() -> serde_json::Value {
         "download_file": method(generator.subschema_for::<DownloadFileParams>(), generator.subschema_for::<DownloadFileResult>(), false),
         "download_files": method(generator.subschema_for::<DownloadFilesParams>(), generator.subschema_for::<DownloadFilesResult>(), false),
         "close": method(generator.subschema_for::<MachineParams>(), generator.subschema_for::<Empty>(), false),
+        "snapshot": method(generator.subschema_for::<MachineParams>(), generator.subschema_for::<SnapshotResult>(), false),
+        "create_from": method(generator.subschema_for::<CreateFromParams>(), generator.subschema_for::<CreateResult>(), false),
+        "fork": method(generator.subschema_for::<ForkParams>(), generator.subschema_for::<CreateResult>(), false),
+        "delete_snapshot": method(generator.subschema_for::<SnapshotParams>(), generator.subschema_for::<Empty>(), false),
         "gc": method(generator.subschema_for::<GcParams>(), generator.subschema_for::<GcResult>(), false),
         "open_shell": method(generator.subschema_for::<ShellParams>(), generator.subschema_for::<OpenShellResult>(), false),
         "execute": method(generator.subschema_for::<ExecuteParams>(), generator.subschema_for::<WireShellUpdate>(), false),
