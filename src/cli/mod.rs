@@ -205,6 +205,7 @@ pub(crate) struct MachineArgs {
 impl MachineArgs {
     /// Whether `--system-directories copy-on-write` was given (local only; [`Self::spec`]
     /// refuses it for another backend).
+    #[cfg(feature = "local")]
     pub(crate) fn copy_on_write(&self) -> bool {
         self.system_directories.as_deref() == Some("copy-on-write")
     }
