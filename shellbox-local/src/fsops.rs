@@ -741,13 +741,43 @@ pub fn download(view: &GuestView, source: &str, target: &Path) -> Result<(), Err
     }
 }
 
-/// How long one [`download_file`] may take, from the source's resolution to the rename
+/// How long one [`download_file_by`] may take, from the source's resolution to the rename
 /// into place: a read that stalls (a hung network mount bound into the machine) ends the
 /// download with [`Error::TimedOut`] instead of holding it forever.
 pub const DOWNLOAD_FILE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// The chunk [`download_file`] reads and writes at a time (REFERENCE.md 3.2's 64 KiB).
+/// The chunk [`download_file_by`] reads and writes at a time (REFERENCE.md 3.2's 64 KiB).
 const DOWNLOAD_FILE_CHUNK: usize = 64 * 1024;
+
+/// How the caller of [`download_file_by`] stops it: `cancelled` is looked at between
+/// chunks, and `staging` names the staging directory once it exists, so a caller that
+/// gives up (a dropped future) removes it at once, while the copying thread is still
+/// inside a chunk (its rename then fails).
+#[derive(Default)]
+pub(crate) struct DownloadCancel {
+    pub(crate) cancelled: std::sync::atomic::AtomicBool,
+    pub(crate) staging: std::sync::Mutex<Option<std::path::PathBuf>>,
+}
+
+impl DownloadCancel {
+    /// Stops the download: no rename after this, and the staging directory is removed.
+    pub(crate) fn cancel(&self) {
+        self.cancelled
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let staging = self
+            .staging
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(dir) = staging {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
 
 /// The local backend's bounded single-file download (REFERENCE.md 3.2; the rules of core's
 /// [`shellbox_core::download_file`]), done on the host from file descriptors: `source` is
@@ -771,22 +801,15 @@ const DOWNLOAD_FILE_CHUNK: usize = 64 * 1024;
 /// for a link on `target`'s way that core's `resolve_host_target` refuses, or a guest path
 /// a command keeps swapping; [`Error::Io`] for the staging file. On every error the staging
 /// directory is removed and `target` is as it was.
-pub fn download_file(
-    view: &GuestView,
-    source: &str,
-    target: &Path,
-    max_bytes: u64,
-) -> Result<(), Error> {
-    download_file_by(view, source, target, max_bytes, DOWNLOAD_FILE_DEADLINE)
-}
-
-/// [`download_file`] with its deadline given.
+///
+/// `deadline` is [`DOWNLOAD_FILE_DEADLINE`] for the machine's calls; `cancel` stops it.
 pub(crate) fn download_file_by(
     view: &GuestView,
     source: &str,
     target: &Path,
     max_bytes: u64,
     deadline: std::time::Duration,
+    cancel: &DownloadCancel,
 ) -> Result<(), Error> {
     use std::io::{Read, Write};
     let started = std::time::Instant::now();
@@ -851,6 +874,11 @@ pub(crate) fn download_file_by(
             e,
         )
     })?;
+    *cancel.staging.lock().unwrap_or_else(|e| e.into_inner()) = Some(staging.path().to_path_buf());
+    let cancelled = || Error::backend("download_file", "cancelled");
+    if cancel.is_cancelled() {
+        return Err(cancelled());
+    }
     let staged = staging.path().join("item");
     let mut out =
         File::create(&staged).map_err(|e| Error::io(format!("create {}", staged.display()), e))?;
@@ -864,6 +892,9 @@ pub(crate) fn download_file_by(
     loop {
         if started.elapsed() > deadline {
             return Err(timed_out());
+        }
+        if cancel.is_cancelled() {
+            return Err(cancelled());
         }
         let n = match src.read(&mut buf) {
             Ok(0) => break,
@@ -887,6 +918,12 @@ pub(crate) fn download_file_by(
         return Err(timed_out());
     }
     refuse_special_target(target)?;
+    // Holding the slot, so a cancel either comes before (and the staged file is gone) or
+    // after the rename.
+    let slot = cancel.staging.lock().unwrap_or_else(|e| e.into_inner());
+    if cancel.is_cancelled() || slot.is_none() {
+        return Err(cancelled());
+    }
     std::fs::rename(&staged, target).map_err(|e| {
         Error::io(
             format!("rename {} to {}", staged.display(), target.display()),

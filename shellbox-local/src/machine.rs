@@ -1602,11 +1602,31 @@ impl Machine for LocalMachine {
         );
         let source = source.to_string();
         let target = target.to_path_buf();
-        tokio::task::spawn_blocking(move || {
-            crate::fsops::download_file(&view, &source, &target, max_bytes)
+        // A dropped future stops the copy and removes its staging directory at once.
+        struct CancelOnDrop(Arc<crate::fsops::DownloadCancel>, bool);
+        impl Drop for CancelOnDrop {
+            fn drop(&mut self) {
+                if !self.1 {
+                    self.0.cancel();
+                }
+            }
+        }
+        let cancel = Arc::new(crate::fsops::DownloadCancel::default());
+        let mut guard = CancelOnDrop(cancel.clone(), false);
+        let result = tokio::task::spawn_blocking(move || {
+            crate::fsops::download_file_by(
+                &view,
+                &source,
+                &target,
+                max_bytes,
+                crate::fsops::DOWNLOAD_FILE_DEADLINE,
+                &cancel,
+            )
         })
         .await
-        .map_err(|e| Error::backend("download_file", e))?
+        .map_err(|e| Error::backend("download_file", e))?;
+        guard.1 = true;
+        result
     }
 
     async fn close(&self) -> Result<(), Error> {
