@@ -53,8 +53,13 @@ exec cat <&3
 
 /// [`Error::Unsupported`] when something other than a regular file or a symlink stands at
 /// `target` (a device such as `/dev/null`, a fifo, a socket, a directory): renaming over it
-/// would replace a host node that is no file of the user's.
-fn refuse_special_target(target: &Path) -> Result<(), Error> {
+/// would replace a host node that is no file of the user's. Shared by every backend's
+/// `download_file` (core's streamed one, local's host-side one).
+///
+/// # Errors
+/// [`Error::Unsupported`] as above; a missing target or a failed `lstat` is `Ok` (the
+/// rename that follows reports what is wrong).
+pub fn refuse_special_download_target(target: &Path) -> Result<(), Error> {
     match std::fs::symlink_metadata(target) {
         Ok(meta) if !meta.file_type().is_file() && !meta.file_type().is_symlink() => {
             Err(Error::unsupported(format!(
@@ -122,7 +127,7 @@ pub async fn download_file(
     // Its parent path judged as every download's is (crate::transfer).
     let resolved = crate::transfer::resolve_host_target(target)?;
     let target = resolved.as_path();
-    refuse_special_target(target)?;
+    refuse_special_download_target(target)?;
     let parent = match target.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => std::env::current_dir().map_err(|e| Error::io("current directory", e))?,
@@ -216,7 +221,7 @@ pub async fn download_file(
     file.sync_all()
         .map_err(|e| Error::io(format!("write {}", staged.display()), e))?;
     drop(file);
-    refuse_special_target(target)?;
+    refuse_special_download_target(target)?;
     std::fs::rename(&staged, target).map_err(|e| {
         Error::io(
             format!("rename {} to {}", staged.display(), target.display()),

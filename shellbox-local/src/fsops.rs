@@ -831,7 +831,7 @@ pub(crate) fn download_file_by(
     }
     let resolved = shellbox_core::transfer::resolve_host_target(target)?;
     let target = resolved.as_path();
-    refuse_special_target(target)?;
+    shellbox_core::refuse_special_download_target(target)?;
     let found = match resolve(view, source, true) {
         Ok(found) => found,
         Err(Error::Unsupported(_)) => {
@@ -917,7 +917,7 @@ pub(crate) fn download_file_by(
     if started.elapsed() > deadline {
         return Err(timed_out());
     }
-    refuse_special_target(target)?;
+    shellbox_core::refuse_special_download_target(target)?;
     // Holding the slot, so a cancel either comes before (and the staged file is gone) or
     // after the rename.
     let slot = cancel.staging.lock().unwrap_or_else(|e| e.into_inner());
@@ -930,22 +930,6 @@ pub(crate) fn download_file_by(
             e,
         )
     })
-}
-
-/// [`Error::Unsupported`] when something other than a regular file or a symlink stands at
-/// `target` (a directory, device, FIFO, socket): renaming over it would replace a host
-/// node that is no file of the user's (core's `download_file` rule).
-fn refuse_special_target(target: &Path) -> Result<(), Error> {
-    match std::fs::symlink_metadata(target) {
-        Ok(meta) if !meta.file_type().is_file() && !meta.file_type().is_symlink() => {
-            Err(Error::unsupported(format!(
-                "download target {} exists and is not a regular file (a directory, device, fifo \
-                 or socket); only a regular file or a symlink there is replaced",
-                target.display()
-            )))
-        }
-        _ => Ok(()),
-    }
 }
 
 fn system_time(st: &FileStat) -> Option<std::time::SystemTime> {
