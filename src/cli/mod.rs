@@ -430,7 +430,9 @@ struct RunArgs {
     /// `m` or `h` (`250ms`, `1.5s`, `2m`, `1h`). `0` means no limit (as with timeout(1)),
     /// and so does anything longer than 100 years (up to about 5.8e11 years; more, or `inf`,
     /// is refused as too large); negative values and values below a nanosecond are refused.
-    /// Default: no limit.
+    /// Default: no limit. It bounds the command only (timeout(1)'s meaning), not --upload or
+    /// --download: those end with their own errors (exit 125), and the local backend gives each
+    /// bounded download (--download-limit) at most 600 s.
     #[arg(long, value_parser = parse_timeout, allow_hyphen_values = true, value_name = "DURATION")]
     timeout: Option<Timeout>,
     /// Bytes kept per stream: bytes, or with KiB, MiB, GiB (default 1MiB).
