@@ -131,6 +131,7 @@ fn case_names(backend: Backend) -> Vec<(&'static str, bool)> {
             ("floor_exec_true", false),
             ("session_execute_true", false),
             ("fork_10k_files", false),
+            ("floor_write_10k_files", false),
         ]),
         #[cfg(feature = "sim")]
         Backend::Sim => names.extend([
@@ -579,6 +580,33 @@ async fn run_case(
                 }
             })
             .await
+        }
+        // What a docker fork's image layer costs at least: the files fork_10k_files puts
+        // in the machine (10,000 small files and 100 MiB) written with std::fs into a fresh
+        // directory of the host temp dir (on this machine the disk of the engine's data
+        // root too), as `commit` must write them into the new layer. Each run's directory is
+        // removed after its timing, outside it.
+        "floor_write_10k_files" => {
+            let host = tempfile::tempdir().map_err(|e| Error::io("create a temp dir", e))?;
+            let dir = host.path().join("out");
+            let big = vec![0x5a_u8; 104_857_600];
+            let mut samples = Vec::new();
+            // Three runs: removing 10,000 files takes far longer than writing them here
+            // (ext4 with `discard`), and is not part of what is measured.
+            for _ in 0..3 {
+                let start = Instant::now();
+                std::fs::create_dir(&dir).map_err(|e| Error::io("create bench dir", e))?;
+                for i in 0..10_000 {
+                    std::fs::write(dir.join(format!("f{i}")), format!("{i}\n"))
+                        .map_err(|e| Error::io("write bench files", e))?;
+                }
+                std::fs::write(dir.join("big"), &big)
+                    .map_err(|e| Error::io("write bench files", e))?;
+                samples.push(start.elapsed());
+                count_files(&dir, 10_001)?;
+                std::fs::remove_dir_all(&dir).map_err(|e| Error::io("remove bench dir", e))?;
+            }
+            Ok(stats(case, samples))
         }
         "floor_bwrap_true" => floor_bwrap_true(factory, spec, case, many).await,
         "floor_exec_true" => floor_exec_true(spec, case, many).await,
