@@ -695,7 +695,7 @@ impl TreeWriter {
             match fs::symlink_metadata(&p) {
                 Ok(m) if m.is_dir() => {
                     make_tree_writable(&p);
-                    let _ = fs::remove_dir_all(&p);
+                    let _ = crate::remove_tree(&p);
                 }
                 Ok(_) => {
                     let _ = fs::remove_file(&p);
@@ -1114,7 +1114,7 @@ fn parents_are_real_dirs(target: &Path, rel: &[String]) -> bool {
 fn remove_path(path: &Path) -> io::Result<()> {
     let m = fs::symlink_metadata(path)?;
     if m.is_dir() {
-        fs::remove_dir_all(path)
+        crate::remove_tree(path)
     } else {
         fs::remove_file(path)
     }

@@ -24,6 +24,7 @@ mod limit;
 mod machine;
 mod pool;
 pub mod record;
+mod remove;
 pub mod serde_secs;
 mod session;
 mod snapshot;
@@ -48,6 +49,7 @@ pub use limit::LimitFactory;
 pub use machine::{Machine, MachineFactory};
 pub use pool::PoolFactory;
 pub use record::{replay, RecordingMachine, ReplayReport};
+pub use remove::{remove_tree, MAX_OPEN_LEVELS};
 pub use session::{check_command, ShellSession, ShellStatus, ShellUpdate, DEFAULT_EXECUTE_WAIT};
 pub use snapshot::{Snapshot, SnapshotHandle};
 pub use spec::{

@@ -262,7 +262,7 @@ fn write_entry(registry: &Path, name: &str, path: &Path) -> Option<PathBuf> {
 impl Drop for StagingDir {
     fn drop(&mut self) {
         make_tree_writable(&self.path);
-        match fs::remove_dir_all(&self.path) {
+        match crate::remove_tree(&self.path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => {
@@ -347,7 +347,7 @@ pub fn gc_in(registry: &Path) -> Result<StagingGcReport, Error> {
         match fs::symlink_metadata(&dir) {
             Ok(meta) if meta.is_dir() && Some(meta.uid()) == uid => {
                 make_tree_writable(&dir);
-                match fs::remove_dir_all(&dir) {
+                match crate::remove_tree(&dir) {
                     Ok(()) => {
                         tracing::info!(dir = %dir.display(), owner_pid = owner.pid, "gc removed a killed download's staging directory");
                         let _ = fs::remove_file(&entry_path);

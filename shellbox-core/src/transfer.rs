@@ -403,7 +403,7 @@ fn merge_move(src: &Path, dst: &Path) -> Result<(), Error> {
             Ok(m) => {
                 if m.is_dir() {
                     make_tree_writable(&to);
-                    fs::remove_dir_all(&to).map_err(io_at("replace", &to))?;
+                    crate::remove_tree(&to).map_err(io_at("replace", &to))?;
                 } else if from_meta.is_dir() {
                     fs::remove_file(&to).map_err(io_at("replace", &to))?;
                 }

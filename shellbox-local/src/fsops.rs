@@ -770,7 +770,7 @@ impl DownloadCancel {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         if let Some(dir) = staging {
-            let _ = std::fs::remove_dir_all(dir);
+            let _ = shellbox_core::remove_tree(dir);
         }
     }
 

@@ -208,7 +208,7 @@ fn remove_machine_dir(private: &Path, name: &str, machine: bool) -> Result<(), E
     crate::root::unmount_root_fs(&root)?;
     crate::root::remove_root(&root)?;
     // A directory without a root (a failed creation) still goes.
-    match std::fs::remove_dir_all(private) {
+    match shellbox_core::remove_tree(private) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io(format!("remove {}", private.display()), e)),

@@ -82,17 +82,17 @@ pub fn create_root(
     // The owner marker comes first, so `gc` can tell whose directory this is from the
     // moment it holds anything else.
     if let Err(e) = crate::gc::write_marker(&private) {
-        let _ = fs::remove_dir_all(&private);
+        let _ = shellbox_core::remove_tree(&private);
         return Err(e);
     }
     let root = private.join(ROOT_DIR_NAME);
     if let Err(e) = fs::create_dir(&root) {
-        let _ = fs::remove_dir_all(&private);
+        let _ = shellbox_core::remove_tree(&private);
         return Err(io("mkdir", &root, e));
     }
     if !layers.is_empty() {
         if let Err(e) = create_layers(&private.join(LAYERS_DIR_NAME)) {
-            let _ = fs::remove_dir_all(&private);
+            let _ = shellbox_core::remove_tree(&private);
             return Err(e);
         }
     }
@@ -318,7 +318,7 @@ impl SharedEtc {
             .map_err(|e| Error::io("create the machines' /etc in the host temp dir", e))?;
         let private = dir.keep();
         if let Err(e) = crate::gc::write_marker(&private) {
-            let _ = fs::remove_dir_all(&private);
+            let _ = shellbox_core::remove_tree(&private);
             return Err(e);
         }
         let root = private.join(ROOT_DIR_NAME);
@@ -327,7 +327,7 @@ impl SharedEtc {
         match made {
             Ok(binds) => Ok(SharedEtc { root, etc, binds }),
             Err(e) => {
-                let _ = fs::remove_dir_all(&private);
+                let _ = shellbox_core::remove_tree(&private);
                 Err(e)
             }
         }
@@ -591,7 +591,7 @@ pub fn remove_root(root: &Path) -> Result<(), Error> {
     };
     let mut last = None;
     for attempt in 0..20 {
-        match fs::remove_dir_all(target) {
+        match shellbox_core::remove_tree(target) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => last = Some(e),

@@ -183,7 +183,7 @@ pub fn build_python_environment_with(
     match std::fs::symlink_metadata(&root) {
         Ok(meta) if meta.is_dir() => {
             info!(root = %root.display(), "pyenv: removing an unfinished build (no completion marker)");
-            std::fs::remove_dir_all(&root)
+            shellbox_core::remove_tree(&root)
                 .map_err(|e| PyenvError::io("remove unfinished root", &root, e))?;
         }
         Ok(_) => {
@@ -199,7 +199,7 @@ pub fn build_python_environment_with(
     let uv = locate_uv(options)?;
     let result = build_locked(&root, &uv, &source, &lock_bytes, &lock_sha256, options);
     if result.is_err() {
-        if let Err(e) = std::fs::remove_dir_all(&root) {
+        if let Err(e) = shellbox_core::remove_tree(&root) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 warn!(root = %root.display(), error = %e, "pyenv: cannot remove the failed build");
             }
