@@ -434,8 +434,16 @@ impl Shell {
         self.fds.get(n as usize).cloned().flatten()
     }
 
+    /// Sets (or with `None` closes) descriptor `n`. Redirections refuse descriptors from
+    /// [`FD_LIMIT`] on before they get here ([`Interp::apply_redirs`]); closing one that
+    /// is not open (any number) changes nothing.
     pub fn set_fd(&mut self, n: i32, fd: Option<Fd>) {
-        let n = n as usize;
+        let Ok(n) = usize::try_from(n) else {
+            return;
+        };
+        if fd.is_none() && n >= self.fds.len() {
+            return;
+        }
         if self.fds.len() <= n {
             self.fds.resize(n + 1, None);
         }
@@ -738,6 +746,11 @@ pub fn lossy_paced(data: &[u8], max_bytes: usize) -> Option<String> {
     }
     Some(out)
 }
+
+/// The first file descriptor a redirection may not open: bash's limit under the usual soft
+/// limit of open files (`ulimit -n` is 1024 on Debian and most distributions). Each shell
+/// and subshell holds a table of its descriptors, so a bound keeps that table small.
+pub const FD_LIMIT: i32 = 1024;
 
 /// Bytes a long copy or scan handles between two looks at the clock.
 pub const CHUNK_BYTES: usize = 1 << 20;
@@ -2449,6 +2462,18 @@ impl<'a> Interp<'a> {
 
     // ---------- redirections ----------
 
+    /// Whether a redirection may open descriptor `fd`: one from [`FD_LIMIT`] on is
+    /// refused as bash refuses one at or past `ulimit -n` ("bash: N: Bad file
+    /// descriptor", status 1), where the simulator once grew the descriptor table to it
+    /// (`1000000000>f` asked for 8 GB and aborted the process). `false` after the message.
+    fn fd_in_limit(&mut self, sh: &Shell, fd: i32) -> bool {
+        if (0..FD_LIMIT).contains(&fd) {
+            return true;
+        }
+        self.err(sh, &format!("bash: {fd}: Bad file descriptor"));
+        false
+    }
+
     /// Applies redirections; `Ok(Err(status))` when one fails (message printed).
     pub fn apply_redirs(
         &mut self,
@@ -2465,6 +2490,12 @@ impl<'a> Interp<'a> {
                         _ => 1,
                     };
                     let fdn = fd.unwrap_or(default_fd);
+                    // closing (`N>&-`) a descriptor past the limit is no error, as in bash
+                    let closes = matches!(target,
+                        ast::IoFileRedirectTarget::Duplicate(w) if w.value == "-");
+                    if !closes && !self.fd_in_limit(sh, fdn) {
+                        return Ok(Err(1));
+                    }
                     match target {
                         ast::IoFileRedirectTarget::Fd(n) => {
                             match sh.get_fd(*n) {
@@ -2577,6 +2608,9 @@ impl<'a> Interp<'a> {
                     }
                 }
                 IR::HereDocument(fd, doc) => {
+                    if !self.fd_in_limit(sh, fd.unwrap_or(0)) {
+                        return Ok(Err(1));
+                    }
                     let data = if doc.requires_expansion {
                         match self.expand_heredoc(sh, &doc.doc.value)? {
                             Ok(s) => s,
@@ -2588,6 +2622,9 @@ impl<'a> Interp<'a> {
                     sh.set_fd(fd.unwrap_or(0), Some(buf_fd(data.into_bytes())));
                 }
                 IR::HereString(fd, w) => {
+                    if !self.fd_in_limit(sh, fd.unwrap_or(0)) {
+                        return Ok(Err(1));
+                    }
                     let mut s = match self.expand_nosplit(sh, &w.value)? {
                         Ok(s) => s,
                         Err(st) => return Ok(Err(st)),

@@ -11,7 +11,11 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, name: &str, argv: Vec<String>) -
     let argv = crate::mem::PacedVec::new(argv);
     if let Some(p) = crate::programs::find(name) {
         if let Some(main) = p.main {
-            return crate::programs::run(main, it, sh, &argv);
+            let status = crate::programs::run(main, it, sh, &argv)?;
+            // a program that ran past the deadline without noticing (one record of
+            // megabytes) ends the command now, not after the shell's next few dozen ticks
+            it.check_time()?;
+            return Ok(status);
         }
     }
     let args = &argv[1..];

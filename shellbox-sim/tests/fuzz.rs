@@ -689,6 +689,16 @@ const CORPUS: &[&str] = &[
     // matches empty everywhere) stepped through a 7 MB record a byte at a time without
     // looking at the clock (186-309 ms of CPU past a 200 ms deadline)
     "seq 1000000 | tr '\\n' ' ' | awk '{ n = split($0, p, \"\"); t += n } END { print t }'",
+    // the 5-minute run, seed 2: awk split a 7 MB record into its million fields (and
+    // joined and freed them) in one step: 110-178 ms of CPU past a 200 ms deadline
+    "seq 1000000 | tr '\\n' ' ' > f; while :; do awk '{ $2 = $1; print NF }' f; done",
+    "seq 1000000 | tr '\\n' ' ' | awk '{ n = split($0, p); t += n } END { print t }'",
+    // the 5-minute run, seed 2, case 3728: `sort -t: -k1,1n` of 200,000 lines merged its
+    // runs looking at the clock only through ticks: 145 ms of CPU past the deadline
+    "seq 300000 | grep -oE '.{1,3}' | sort -t: -k1,1n",
+    // the 5-minute run, seed 4: a huge descriptor number grew the descriptor table to it
+    // (8 GB: the allocation failed under the address-space cap and aborted the process)
+    "echo hi 1000000000>f; cat 2000000000<<<x; exec 1500000000>&-",
 ];
 
 /// This process's CPU time (user and system, every thread).
@@ -843,6 +853,77 @@ fn million_item_steps_end_at_their_deadline() {
         "a=($(cat f)); while :; do declare -p a; done > /dev/null",
         "a=($(cat f)); while :; do set > /dev/null; done",
         "while :; do REPLY+=$(declare -p); done",
+    ];
+    let runs = if cfg!(debug_assertions) { 1 } else { 3 };
+    let mut worst = Vec::new();
+    for script in scripts {
+        let most = (0..runs)
+            .filter_map(|_| cpu_past_deadline(setup, script, Duration::from_millis(1500)))
+            .max()
+            .unwrap_or_default();
+        eprintln!("{script}: {most:?} of CPU past the deadline");
+        worst.push((script, most));
+    }
+    let over: Vec<_> = worst
+        .iter()
+        .filter(|(_, d)| *d > CPU_AFTER_DEADLINE)
+        .collect();
+    assert!(
+        over.is_empty(),
+        "over {CPU_AFTER_DEADLINE:?} of CPU past the deadline: {over:?}"
+    );
+}
+
+/// Issue 16, awk on one 7 MB record of a million fields (`seq 1000000 | tr '\n' ' '`, the
+/// fuzzer's input): splitting the record into its fields, joining them back (`$1 = $1`),
+/// and freeing them made a million strings in one step without looking at the clock
+/// (110-178 ms of CPU past a 200 ms deadline in the 5-minute runs). Each runs a few times,
+/// so the deadline falls in different steps. The bound is [`CPU_AFTER_DEADLINE`].
+#[test]
+fn awk_on_a_million_field_record_ends_at_its_deadline() {
+    let setup = "seq 1000000 | tr '\\n' ' ' > f";
+    let scripts = [
+        "while :; do awk '{ s += $1 } END { print s }' f; done",
+        "while :; do awk '{ $2 = $1; print }' f; done > /dev/null",
+        "while :; do awk -v OFS=, '{ $1 = $1 } 1' f; done > /dev/null",
+        "while :; do awk '{ a[$1]++ } END { for (k in a) n++; print n }' f; done",
+        "while :; do awk '{ n = split($0, p); t += n } END { print t }' f; done",
+        "while :; do awk '{ print NF, $NF }' f; done",
+        "while :; do awk '{ $0 = $0 \" x\"; print NF }' f; done",
+    ];
+    let runs = if cfg!(debug_assertions) { 1 } else { 3 };
+    let mut worst = Vec::new();
+    for script in scripts {
+        let most = (0..runs)
+            .filter_map(|_| cpu_past_deadline(setup, script, Duration::from_millis(1500)))
+            .max()
+            .unwrap_or_default();
+        eprintln!("{script}: {most:?} of CPU past the deadline");
+        worst.push((script, most));
+    }
+    let over: Vec<_> = worst
+        .iter()
+        .filter(|(_, d)| *d > CPU_AFTER_DEADLINE)
+        .collect();
+    assert!(
+        over.is_empty(),
+        "over {CPU_AFTER_DEADLINE:?} of CPU past the deadline: {over:?}"
+    );
+}
+
+/// Issue 16, the 5-minute run, seed 2, case 3728, minimised and made heavier: `sort
+/// -t: -k1,1n` of 200,000 lines (`grep -oE '.{1,3}'` of `seq 100000`) sorted and merged its
+/// runs looking at the clock only through ticks (every 64th of which looks): 145 ms of CPU
+/// past a 200 ms deadline; here 700,000 and a million lines. Each runs a few times, so the
+/// deadline falls in different steps. The bound is [`CPU_AFTER_DEADLINE`].
+#[test]
+fn sort_of_a_million_lines_ends_at_its_deadline() {
+    let setup = "seq 300000 | grep -oE '.{1,3}' > g; seq 1000000 > f";
+    let scripts = [
+        "while :; do sort -t: -k1,1n g; done > /dev/null",
+        "while :; do sort -V g; done > /dev/null",
+        "while :; do sort -nu f; done > /dev/null",
+        "while :; do sort -k1.2,1.3 f; done > /dev/null",
     ];
     let runs = if cfg!(debug_assertions) { 1 } else { 3 };
     let mut worst = Vec::new();

@@ -190,6 +190,32 @@ fn parser_panics_are_syntax_errors() {
     }
 }
 
+/// Issue 16, the 5-minute fuzz run, seed 4: a redirection of a huge descriptor number
+/// grew the shell's descriptor table to it (8 GB asked for, which aborted the fuzzing
+/// process under its address-space cap). A descriptor at or past the open-files limit
+/// (1024, bash under `ulimit -n 1024`) is refused as bash refuses it; closing one is no
+/// error.
+#[test]
+fn huge_descriptor_numbers_are_bad_descriptors() {
+    let r = run_with_timeout(
+        "echo hi 1024>f; echo $?; echo hi 1023>f; echo $?; exec 1000000000>&-; echo $?; \
+         cat 5000<<<x; echo $?; cat 2000000000<<EOF\nx\nEOF\necho $?; : 1000000000<f; echo $?",
+        Duration::from_secs(10),
+    );
+    assert_no_panic("descriptors", &r);
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout),
+        "1\nhi\n0\n0\n1\n1\n1\n",
+        "{r:?}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&r.stderr),
+        "bash: 1024: Bad file descriptor\nbash: 5000: Bad file descriptor\n\
+         bash: 2000000000: Bad file descriptor\nbash: 1000000000: Bad file descriptor\n",
+        "{r:?}"
+    );
+}
+
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }

@@ -18,6 +18,10 @@ use crate::shell::R;
 /// mawk's status for a bad program or usage.
 const USAGE: i32 = 2;
 
+/// How many fields a split or a join of a record (or a `split` into an array) makes
+/// between two looks at the clock: a 7 MB record has a million.
+const FIELDS_PER_CHECK: usize = 4096;
+
 /// Statements run between two ticks.
 const STEPS_PER_TICK: u64 = 1024;
 
@@ -1066,7 +1070,9 @@ struct Awk<'p> {
     res_text: Vec<String>,
     dyn_res: HashMap<String, Re>,
     record: String,
-    fields: Vec<String>,
+    /// The fields of `record`: a record of megabytes has a million, freed a piece at a
+    /// time ([`crate::mem::PacedVec`]) when the next record replaces them.
+    fields: crate::mem::PacedVec<String>,
     /// Whether `fields` are current (else split `record` on use).
     split: bool,
     /// Whether `record` must be rebuilt from `fields`.
@@ -1141,27 +1147,48 @@ impl<'p> Awk<'p> {
         }
     }
 
-    fn ensure_split(&mut self) {
+    /// Splits `record` into `fields` unless they are current. `Err` (the deadline) when the
+    /// command must stop part-way: a record of megabytes has a million fields.
+    fn ensure_split(&mut self) -> FR<()> {
         if self.split {
-            return;
+            return Ok(());
         }
-        self.split = true;
         let fs = self.var_str("FS");
-        self.fields = self.split_with(&self.record.clone(), &fs);
+        let record = std::mem::take(&mut self.record);
+        let fields = self.split_with(&record, &fs);
+        self.record = record;
+        // a long split stops early at the deadline: its fields are not the record's
+        if crate::shell::stop_due() {
+            crate::mem::bury(fields);
+            return Err(Flow::Fail("\u{0}deadline".into()));
+        }
+        self.fields = crate::mem::PacedVec::new(fields);
+        self.split = true;
+        Ok(())
     }
+    /// The pieces of `s` split at `fs` (awk's field separator rules). A split of millions of
+    /// pieces looks at the clock every [`FIELDS_PER_CHECK`] and stops early (a short
+    /// answer) when the command must stop: its caller looks at [`crate::shell::stop_due`].
     fn split_with(&mut self, s: &str, fs: &str) -> Vec<String> {
+        /// Collects `pieces`, stopping early when the command must stop.
+        fn paced<'s>(pieces: impl Iterator<Item = &'s str>) -> Vec<String> {
+            let mut out = Vec::new();
+            for (n, f) in pieces.enumerate() {
+                if n % FIELDS_PER_CHECK == FIELDS_PER_CHECK - 1 && crate::shell::stop_due() {
+                    break;
+                }
+                out.push(f.to_string());
+            }
+            out
+        }
         if fs == " " {
-            return s
-                .split([' ', '\t', '\n'])
-                .filter(|f| !f.is_empty())
-                .map(String::from)
-                .collect();
+            return paced(s.split([' ', '\t', '\n']).filter(|f| !f.is_empty()));
         }
         if s.is_empty() {
             return Vec::new();
         }
         if fs.chars().count() == 1 && fs != "\\" && (fs == "\t" || !"^$.[]|()*+?{}".contains(fs)) {
-            return s.split(fs).map(String::from).collect();
+            return paced(s.split(fs));
         }
         match self.regex(fs) {
             Ok(re) => {
@@ -1209,20 +1236,36 @@ impl<'p> Awk<'p> {
         self.dyn_res.insert(pat.to_string(), r.clone());
         Ok(r)
     }
-    fn rebuild(&mut self) {
+    /// Joins `fields` into `record` when a field was assigned. `Err` (the deadline) when
+    /// the command must stop part-way: a million fields are joined
+    /// [`FIELDS_PER_CHECK`] at a time, looking at the clock between.
+    fn rebuild(&mut self) -> FR<()> {
         if self.dirty {
             let ofs = self.var_str("OFS");
-            self.record = self.fields.join(&ofs);
+            let mut record = String::new();
+            for (n, f) in self.fields.iter().enumerate() {
+                if n > 0 {
+                    if n % FIELDS_PER_CHECK == 0 && crate::shell::stop_due() {
+                        return Err(Flow::Fail("\u{0}deadline".into()));
+                    }
+                    record.push_str(&ofs);
+                }
+                record.push_str(f);
+            }
+            self.record = record;
             self.dirty = false;
         }
+        Ok(())
     }
-    fn get_field(&mut self, i: usize) -> V {
+    fn get_field(&mut self, i: usize) -> FR<V> {
         if i == 0 {
-            self.rebuild();
-            return V::StrNum(self.record.clone());
+            self.rebuild()?;
+            return Ok(V::StrNum(self.record.clone()));
         }
-        self.ensure_split();
-        V::StrNum(self.fields.get(i - 1).cloned().unwrap_or_default())
+        self.ensure_split()?;
+        Ok(V::StrNum(
+            self.fields.get(i - 1).cloned().unwrap_or_default(),
+        ))
     }
     fn set_field(&mut self, i: usize, s: String) -> FR<()> {
         if i == 0 {
@@ -1236,7 +1279,7 @@ impl<'p> Awk<'p> {
                 "program limit exceeded: maximum number of fields size=32767".to_string(),
             ));
         }
-        self.ensure_split();
+        self.ensure_split()?;
         if self.fields.len() < i {
             self.fields.resize(i, String::new());
         }
@@ -1244,9 +1287,9 @@ impl<'p> Awk<'p> {
         self.dirty = true;
         Ok(())
     }
-    fn nf(&mut self) -> usize {
-        self.ensure_split();
-        self.fields.len()
+    fn nf(&mut self) -> FR<usize> {
+        self.ensure_split()?;
+        Ok(self.fields.len())
     }
 
     fn local(&self, name: &str) -> Option<&Local> {
@@ -1259,33 +1302,35 @@ impl<'p> Awk<'p> {
             _ => name.to_string(),
         }
     }
-    fn get_var(&mut self, name: &str) -> V {
+    fn get_var(&mut self, name: &str) -> FR<V> {
         if let Some(Local::Val(v)) = self.local(name) {
-            return v.clone();
+            return Ok(v.clone());
         }
         if name == "NF" {
-            return V::Num(self.nf() as f64);
+            return Ok(V::Num(self.nf()? as f64));
         }
-        self.vars
+        Ok(self
+            .vars
             .get(name)
             .cloned()
-            .unwrap_or(V::StrNum(String::new()))
+            .unwrap_or(V::StrNum(String::new())))
     }
-    fn set_var(&mut self, name: &str, v: V) {
+    fn set_var(&mut self, name: &str, v: V) -> FR<()> {
         if let Some(f) = self.frames.last_mut() {
             if let Some(Local::Val(slot)) = f.get_mut(name) {
                 *slot = v;
-                return;
+                return Ok(());
             }
         }
         if name == "NF" {
             let n = Self::to_n(&v).max(0.0) as usize;
-            self.ensure_split();
+            self.ensure_split()?;
             self.fields.resize(n, String::new());
             self.dirty = true;
-            return;
+            return Ok(());
         }
         self.vars.insert(name.to_string(), v);
+        Ok(())
     }
     fn subscript(&mut self, idx: &[Ex]) -> FR<String> {
         let mut parts = Vec::new();
@@ -1302,7 +1347,7 @@ impl<'p> Awk<'p> {
 
     fn assign(&mut self, lv: &Ex, v: V) -> FR<V> {
         match lv {
-            Ex::Var(n) => self.set_var(n, v.clone()),
+            Ex::Var(n) => self.set_var(n, v.clone())?,
             Ex::Field(e) => {
                 let i = Self::to_n(&self.eval(e)?);
                 if i < 0.0 {
@@ -1358,7 +1403,7 @@ impl<'p> Awk<'p> {
             Ex::Num(n) => V::Num(*n),
             Ex::Str(s) => V::Str(s.clone()),
             Ex::Re(i) => {
-                self.rebuild();
+                self.rebuild()?;
                 let r = self.res[*i].clone();
                 V::Num(if r.is_match(self.record.as_bytes()) {
                     1.0
@@ -1366,13 +1411,13 @@ impl<'p> Awk<'p> {
                     0.0
                 })
             }
-            Ex::Var(n) => self.get_var(n),
+            Ex::Var(n) => self.get_var(n)?,
             Ex::Field(i) => {
                 let n = Self::to_n(&self.eval(i)?);
                 if n < 0.0 {
                     return Err(Flow::Fail(format!("negative field index ${}", n as i64)));
                 }
-                self.get_field(n as usize)
+                self.get_field(n as usize)?
             }
             Ex::Index(n, idx) => {
                 let k = self.subscript(idx)?;
@@ -1473,7 +1518,7 @@ impl<'p> Awk<'p> {
         Ok(match name {
             "length" => match args.first() {
                 None => {
-                    self.rebuild();
+                    self.rebuild()?;
                     V::Num(self.record.chars().count() as f64)
                 }
                 Some(Ex::Var(a)) if self.arrays.contains_key(&self.array_name(a)) => {
@@ -1536,15 +1581,24 @@ impl<'p> Awk<'p> {
                 };
                 // a long split stops early at the deadline: its parts are not the answer
                 if crate::shell::stop_due() {
+                    crate::mem::bury(parts);
                     return Err(Flow::Fail("\u{0}deadline".into()));
                 }
                 let an = self.array_name(a);
                 let m = self.arrays.entry(an).or_default();
-                m.clear();
-                for (i, p) in parts.iter().enumerate() {
-                    m.insert((i + 1).to_string(), V::StrNum(p.clone()));
+                // a million elements: the old ones freed and the new ones stored a piece
+                // at a time, looking at the clock between pieces
+                crate::mem::drop_paced(std::mem::take(m));
+                let n = parts.len();
+                let mut parts = parts.into_iter().enumerate();
+                while let Some((i, p)) = parts.next() {
+                    if i % FIELDS_PER_CHECK == FIELDS_PER_CHECK - 1 && crate::shell::stop_due() {
+                        crate::mem::bury(parts);
+                        return Err(Flow::Fail("\u{0}deadline".into()));
+                    }
+                    m.insert((i + 1).to_string(), V::StrNum(p));
                 }
-                V::Num(parts.len() as f64)
+                V::Num(n as f64)
             }
             "sub" | "gsub" => {
                 let re = match args.first() {
@@ -1803,7 +1857,7 @@ impl<'p> Awk<'p> {
         match s {
             St::Print(args) => {
                 let line = if args.is_empty() {
-                    self.rebuild();
+                    self.rebuild()?;
                     self.record.clone()
                 } else {
                     let ofs = self.var_str("OFS");
@@ -1897,7 +1951,7 @@ impl<'p> Awk<'p> {
                     })
                     .unwrap_or_default();
                 for key in keys {
-                    self.set_var(k, V::StrNum(key));
+                    self.set_var(k, V::StrNum(key))?;
                     match self.stmt(b) {
                         Err(Flow::Break) => break,
                         Err(Flow::Continue) | Ok(()) => {}
@@ -1965,6 +2019,16 @@ const MAX_BUFFER: usize = 256 << 20;
 const MAX_ELEMENTS: usize = 4_000_000;
 /// What one array element is counted as against the memory budget (key, value, table).
 const ELEMENT_BYTES: u64 = 96;
+
+impl Drop for Awk<'_> {
+    /// Frees the arrays a piece at a time ([`crate::mem::drop_paced`]): `split` of a
+    /// 7 MB record makes a million elements, tens of milliseconds to free in one step.
+    fn drop(&mut self) {
+        for (_, a) in self.arrays.drain() {
+            crate::mem::drop_paced(a);
+        }
+    }
+}
 
 fn arith(op: &str, x: f64, y: f64) -> FR<f64> {
     Ok(match op {
@@ -2268,7 +2332,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         res_text,
         dyn_res: HashMap::new(),
         record: String::new(),
-        fields: Vec::new(),
+        fields: crate::mem::PacedVec::new(Vec::new()),
         split: true,
         dirty: false,
         out: Vec::new(),
@@ -2475,7 +2539,7 @@ fn run_body(awk: &mut Awk<'_>, body: Option<&[St]>) -> FR<()> {
     match body {
         Some(b) => awk.block(b),
         None => {
-            awk.rebuild();
+            awk.rebuild()?;
             let ors = awk.var_str("ORS");
             awk.out.extend_from_slice(awk.record.as_bytes());
             awk.out.extend_from_slice(ors.as_bytes());
