@@ -260,8 +260,8 @@ async fn package_settings_are_judged_as_create_judges_them() {
 /// alike with `InvalidInput`, before uv runs: the factory's uv here is the real one behind
 /// a wrapper that records each call, and it records none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requirements_with_env_references_never_reach_uv() {
-    let test = "requirements_with_env_references_never_reach_uv";
+async fn requirements_with_env_references_or_host_files_never_reach_uv() {
+    let test = "requirements_with_env_references_or_host_files_never_reach_uv";
     let Some(uv) = std::env::var_os("PATH").and_then(|path| {
         std::env::split_paths(&path)
             .map(|d| d.join("uv"))
@@ -301,6 +301,11 @@ async fn requirements_with_env_references_never_reach_uv() {
         vec!["six==${HOME}"],
         vec!["six==$HOME"],
         vec!["si\\", "x==1.17.0"],
+        // Host files uv would read on the host (issue 12 break-it: a wheel in /root
+        // installed into a machine that cannot see /root).
+        vec!["hello-pkg @ file:///srv/private/hello_pkg-1.0-py3-none-any.whl"],
+        vec!["/srv/private/hello_pkg-1.0-py3-none-any.whl"],
+        vec!["pkg @ git+file:///srv/repo"],
     ] {
         let spec = MachineSpec::packages(PackageSpec::python(requirements.clone()));
         let checked = factory.check_environment(&none, &spec).await;

@@ -90,7 +90,14 @@ pub fn cache_key(python_version: &str, requirements: &[String]) -> String {
 ///   print it in errors; `$` is refused outright (no PEP 508 requirement needs it);
 /// - a `\`: a line ending in one is joined to the next (`si\` then `x==1.17.0` is
 ///   `six==1.17.0`), so one requirement could change another; a backslash is refused
-///   anywhere (PEP 508 names, versions, markers and URLs have none).
+///   anywhere (PEP 508 names, versions, markers and URLs have none);
+/// - a host file: uv installs a local path or `file:` URL (`./x.whl`, `/srv/x.tar.gz`,
+///   `pkg @ file:///root/pkg.whl`, `git+file:///repo`) from the host it runs on, so a
+///   requirement written by a task could read a host file the machine cannot see (a wheel
+///   in `/root`, any git repository). A requirement is a PyPI name with its version and
+///   markers, or a direct reference to an `http`, `https`, `git+http` or `git+https` URL
+///   (PEP 508's `name @ URL`, or the bare URL uv also takes); a path, a file name ending in
+///   an archive suffix (`.whl`, `.tar.gz`, `.zip`, ...) or another URL scheme is refused.
 pub fn requirement_problem(requirement: &str) -> Option<&'static str> {
     if let Some(problem) = PackageSpec::requirement_problem(requirement) {
         Some(problem)
@@ -105,8 +112,48 @@ pub fn requirement_problem(requirement: &str) -> Option<&'static str> {
              ending in one to the next)",
         )
     } else {
-        None
+        host_file_problem(requirement.trim())
     }
+}
+
+/// The URL schemes a direct reference may use ([`requirement_problem`]).
+const DIRECT_REFERENCE_SCHEMES: [&str; 4] = ["http", "https", "git+http", "git+https"];
+
+/// What uv would take as a local archive when it is not a URL.
+const ARCHIVE_SUFFIXES: [&str; 7] = [
+    ".whl", ".tar.gz", ".tgz", ".zip", ".tar.bz2", ".tar.xz", ".tar",
+];
+
+/// [`requirement_problem`]'s host-file rule, on a trimmed requirement.
+fn host_file_problem(requirement: &str) -> Option<&'static str> {
+    const LOCAL: &str = "a requirement must not name a host file or directory (a local path \
+                         or file: URL): use a PyPI name, or an http(s) URL";
+    let lower = requirement.to_ascii_lowercase();
+    if lower.contains("file:") {
+        return Some(LOCAL);
+    }
+    // The requirement without its environment markers (`; python_version < "3.13"`).
+    let head = lower.split(';').next().unwrap_or("").trim();
+    // `name @ URL` (PEP 508), else the whole line may be a bare URL or path.
+    let reference = match head.split_once('@') {
+        Some((_, url)) => url.trim(),
+        None => head,
+    };
+    if let Some((scheme, _)) = reference.split_once("://") {
+        return if DIRECT_REFERENCE_SCHEMES.contains(&scheme.trim()) {
+            None
+        } else {
+            Some(
+                "a direct reference must be an http, https, git+http or git+https URL (uv \
+                 would run other schemes' tools or read files on the host)",
+            )
+        };
+    }
+    let looks_like_path = reference.starts_with(['/', '.', '~'])
+        || reference.contains('/')
+        || head.split_once('@').is_some()
+        || ARCHIVE_SUFFIXES.iter().any(|s| reference.ends_with(s));
+    looks_like_path.then_some(LOCAL)
 }
 
 /// Checks, trims, sorts and deduplicates requirement lines.
@@ -114,8 +161,8 @@ pub fn requirement_problem(requirement: &str) -> Option<&'static str> {
 /// # Errors
 /// [`PyenvError::InvalidRequirement`] for an empty one, one starting with `-` (an option
 /// such as `--index-url` or `-e`), one holding CR, LF or NUL, a `$` (an environment
-/// variable reference uv would expand from the host) or a backslash (a line continuation)
-/// ([`requirement_problem`]).
+/// variable reference uv would expand from the host), a backslash (a line continuation),
+/// or a host path or non-http(s) URL ([`requirement_problem`]).
 pub fn normalize_requirements<S: AsRef<str>>(
     requirements: &[S],
 ) -> Result<Vec<String>, PyenvError> {
@@ -399,6 +446,18 @@ mod tests {
             "\"a\\\"b\\\\c\\n\\u0001\\u00e9\\ud83d\\ude00\""
         );
         let reqs = normalize_requirements(&["six==1.17.0", " six==1.17.0 ", "attrs"]).unwrap();
+        for good in [
+            "six",
+            "zope.interface>=5",
+            "six==1.17.0; python_version >= '3.8'",
+            "requests[socks]~=2.31",
+            "six @ https://files.example/six-1.17.0-py2.py3-none-any.whl",
+            "six@http://127.0.0.1:8765/six-1.17.0-py2.py3-none-any.whl",
+            "pkg @ git+https://git@example.org/org/pkg.git@v1",
+            "https://files.example/six-1.17.0-py2.py3-none-any.whl",
+        ] {
+            assert_eq!(requirement_problem(good), None, "{good:?}");
+        }
         assert_eq!(reqs, ["attrs", "six==1.17.0"]);
         assert_eq!(
             normalize_requirements::<&str>(&[]).unwrap(),
@@ -417,6 +476,22 @@ mod tests {
             "si\\",
             "six \\",
             "six==1.17.0 \\ ",
+            // Host files: paths, file URLs, archives by name, other schemes.
+            "hello-pkg @ file:///root/private/hello_pkg-1.0-py3-none-any.whl",
+            "hello-pkg@FILE:/root/x.whl",
+            "/root/private/hello_pkg-1.0-py3-none-any.whl",
+            "./pkg",
+            "../pkg.tar.gz",
+            "~/pkg",
+            "dir/pkg",
+            "hello_pkg-1.0-py3-none-any.whl",
+            "pkg-1.0.tar.gz ; python_version > '3'",
+            "pkg @ /srv/pkg",
+            "pkg @ git+file:///srv/repo",
+            "git+file:///srv/repo",
+            "pkg @ git+ssh://git@host/repo",
+            "pkg @ svn+https://host/repo",
+            "pkg @ ftp://host/pkg.whl",
         ] {
             assert!(
                 matches!(
