@@ -288,13 +288,23 @@ pub struct ExecutionRequirements {
 /// the reference the backend would run (`image`, `None` when it runs no named image).
 ///
 /// # Errors
-/// [`Error::Unsupported`] saying which rule failed.
+/// [`Error::InvalidInput`] for a `docker_image` that is empty or blank (no image has that
+/// reference); else [`Error::Unsupported`] saying which rule failed.
 pub fn check_execution_requirements(
     capabilities: &Capabilities,
     requirements: &ExecutionRequirements,
     spec: &MachineSpec,
     image: Option<&str>,
 ) -> Result<(), Error> {
+    if requirements
+        .docker_image
+        .as_deref()
+        .is_some_and(|i| i.trim().is_empty())
+    {
+        return Err(Error::invalid(
+            "docker_image: an image reference must not be empty",
+        ));
+    }
     if let Some(wanted) = requirements.command_semantics {
         if wanted != capabilities.command_semantics {
             return Err(Error::unsupported(format!(
@@ -392,6 +402,16 @@ mod tests {
         assert!(check_execution_requirements(&linux, &image, &host, None).is_err());
         check_execution_requirements(&linux, &image, &host, Some("busybox:1")).unwrap();
         assert!(check_execution_requirements(&linux, &image, &host, Some("busybox:2")).is_err());
+        for blank in ["", " "] {
+            let blank = ExecutionRequirements {
+                docker_image: Some(blank.into()),
+                ..Default::default()
+            };
+            for running in [None, Some(""), Some("busybox:1")] {
+                let e = check_execution_requirements(&linux, &blank, &host, running).unwrap_err();
+                assert!(matches!(e, Error::InvalidInput(_)), "{e:?}");
+            }
+        }
     }
 
     #[test]
