@@ -281,6 +281,25 @@ pub struct ExecutionRequirements {
     pub docker_image: Option<String>,
 }
 
+/// How many names [`list_names`] writes before it counts the rest.
+pub const LISTED_NAMES_MAX: usize = 20;
+
+/// `names` joined with `", "` for an error message, at most [`LISTED_NAMES_MAX`] of them
+/// and then `" and N more"`, so a message about a list of 100,000 names stays one short
+/// line.
+pub fn list_names<S: AsRef<str>>(names: &[S]) -> String {
+    let mut out = names
+        .iter()
+        .take(LISTED_NAMES_MAX)
+        .map(AsRef::as_ref)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > LISTED_NAMES_MAX {
+        out.push_str(&format!(" and {} more", names.len() - LISTED_NAMES_MAX));
+    }
+    out
+}
+
 /// The reference's `check_execution_requirements` (REFERENCE.md 1.7, steps 1–4), after a
 /// backend's own spec checks: the command semantics must match; every requested
 /// capability must be offered (the missing ones are named, sorted and comma-separated);
@@ -325,7 +344,7 @@ pub fn check_execution_requirements(
     if !missing.is_empty() {
         return Err(Error::unsupported(format!(
             "unsupported capabilities: {}",
-            missing.join(", ")
+            list_names(&missing)
         )));
     }
     if requirements.capabilities.iter().any(|c| c == "network")
@@ -412,6 +431,16 @@ mod tests {
                 assert!(matches!(e, Error::InvalidInput(_)), "{e:?}");
             }
         }
+    }
+
+    #[test]
+    fn long_name_lists_are_cut_and_counted() {
+        assert_eq!(list_names::<&str>(&[]), "");
+        assert_eq!(list_names(&["a", "b"]), "a, b");
+        let many: Vec<String> = (0..100_000).map(|i| format!("tool{i}")).collect();
+        let listed = list_names(&many);
+        assert!(listed.ends_with("tool19 and 99980 more"), "{listed}");
+        assert!(listed.len() < 300);
     }
 
     #[test]

@@ -35,8 +35,8 @@ pub mod transfer;
 pub mod validate;
 
 pub use capabilities::{
-    check_execution_requirements, Capabilities, CommandSemantics, ExecutionRequirements,
-    SessionKind, CAPABILITY_NAMES,
+    check_execution_requirements, list_names, Capabilities, CommandSemantics,
+    ExecutionRequirements, SessionKind, CAPABILITY_NAMES, LISTED_NAMES_MAX,
 };
 pub use capture::{collect, EventStream, OutputLimiter};
 pub use command::{

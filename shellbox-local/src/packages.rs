@@ -291,7 +291,7 @@ pub(crate) async fn check_tools(
             let what = if missing.is_empty() {
                 format!("the check exited with {:?}", result.exit_code)
             } else {
-                format!("{} not found", missing.join(", "))
+                format!("{} not found", shellbox_core::list_names(&missing))
             };
             Error::unsupported(format!(
                 "{TOOLS_REFUSAL}: {what} (PATH={})",
@@ -433,7 +433,7 @@ pub(crate) fn check_tools_on_host(
     }
     Err(Error::unsupported(format!(
         "{TOOLS_REFUSAL}: {} not found (PATH={})",
-        missing.join(", "),
+        shellbox_core::list_names(&missing),
         path.join(":")
     )))
 }

@@ -70,6 +70,31 @@ async fn tools_must_be_executable_on_the_sandbox_path() {
     assert!(text.contains("PATH=/usr/local/sbin:"), "{text}");
     assert_eq!(my_roots(), before, "the refused machine was not closed");
 
+    // Many missing tools: the message names the first ones and counts the rest, from the
+    // check and from create (it was every name: 1.5 MB for 100,000).
+    let many: Vec<String> = (0..20_000).map(|i| format!("shellbox-absent-{i}")).collect();
+    let mut spec = PackageSpec::shell();
+    for tool in &many {
+        spec = spec.tool(tool.as_str());
+    }
+    let spec = MachineSpec::packages(spec);
+    let checked = factory
+        .check_environment(&ExecutionRequirements::default(), &spec)
+        .await
+        .err()
+        .expect("check refuses missing tools");
+    let created = factory.create(spec).await.err().expect("create refuses");
+    for e in [checked, created] {
+        let text = e.to_string();
+        assert!(e.is_unsupported(), "{e:?}");
+        assert!(text.len() < 2_000, "{} bytes: {}", text.len(), &text[..200]);
+        assert!(
+            text.contains("shellbox-absent-19 and 19980 more not found"),
+            "{text}"
+        );
+    }
+    assert_eq!(my_roots(), before, "the refused machine was not closed");
+
     // A tool is a program name: a path is refused before anything is made.
     let e = factory
         .create(MachineSpec::packages(
