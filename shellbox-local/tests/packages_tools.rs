@@ -72,7 +72,9 @@ async fn tools_must_be_executable_on_the_sandbox_path() {
 
     // Many missing tools: the message names the first ones and counts the rest, from the
     // check and from create (it was every name: 1.5 MB for 100,000).
-    let many: Vec<String> = (0..20_000).map(|i| format!("shellbox-absent-{i}")).collect();
+    let many: Vec<String> = (0..20_000)
+        .map(|i| format!("shellbox-absent-{i}"))
+        .collect();
     let mut spec = PackageSpec::shell();
     for tool in &many {
         spec = spec.tool(tool.as_str());
@@ -81,9 +83,12 @@ async fn tools_must_be_executable_on_the_sandbox_path() {
     let checked = factory
         .check_environment(&ExecutionRequirements::default(), &spec)
         .await
-        .err()
-        .expect("check refuses missing tools");
-    let created = factory.create(spec).await.err().expect("create refuses");
+        .expect_err("check refuses missing tools");
+    let created = factory
+        .create(spec)
+        .await
+        .map(drop)
+        .expect_err("create refuses");
     for e in [checked, created] {
         let text = e.to_string();
         assert!(e.is_unsupported(), "{e:?}");
