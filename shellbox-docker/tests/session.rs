@@ -370,3 +370,57 @@ async fn exec_path_a_shell_closing_its_input_resets_at_once() {
         m.close().await.unwrap();
     }
 }
+
+/// Input a command was written and did not read is dropped at the next prompt, never run
+/// as a command line the host did not send (whose own prompt would leave the real one's
+/// marker in the output), on both command paths, on ash and bash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_input_left_unread_by_a_command_is_not_run() {
+    let Some(f) = common::setup("session_input_left_unread").await else {
+        return;
+    };
+    let mut images = vec![shellbox_docker::BUSYBOX_TEST_IMAGE.to_string()];
+    if let Some(bash) = common::bash_image("session_input_left_unread", f.docker()).await {
+        images.push(bash);
+    }
+    for path in [
+        shellbox_docker::CommandPath::Supervisor,
+        shellbox_docker::CommandPath::Exec,
+    ] {
+        let f = f.clone().command_path(path);
+        for image in &images {
+            let m = f
+                .create_machine(shellbox_core::MachineSpec::docker(image.clone()))
+                .await
+                .unwrap();
+            let s = m.open_shell().await.unwrap();
+            let u = s
+                .execute(
+                    "read -r a; echo got $a",
+                    Duration::from_millis(300),
+                    1 << 20,
+                )
+                .await
+                .unwrap();
+            assert_eq!(u.status, ShellStatus::Running, "{path:?} {image}: {u:?}");
+            s.write(b"one\necho STRAY\n").await.unwrap();
+            let u = finish(&*s, u).await;
+            assert_eq!(
+                (
+                    u.status,
+                    u.exit_code,
+                    String::from_utf8_lossy(&u.output).into_owned()
+                ),
+                (ShellStatus::Completed, Some(0), "got one\n".to_string()),
+                "{path:?} {image}"
+            );
+            let u = run_to_end(&*s, "echo next").await;
+            assert_eq!(
+                (u.status, &u.output[..]),
+                (ShellStatus::Completed, &b"next\n"[..]),
+                "{path:?} {image}: {u:?}"
+            );
+            m.close().await.unwrap();
+        }
+    }
+}

@@ -138,6 +138,13 @@ impl RelayOut {
     }
 }
 
+/// Run at each prompt, after the marker: reads and drops whole lines waiting in the
+/// terminal (typeahead a command left: input written for it that it did not read, or bytes
+/// it pushed with `TIOCSTI`), so the shell never runs them as a command line the host did
+/// not send (which would also hide the real prompt behind the stray line's). The host
+/// sends a command line only after the prompt is confirmed, so nothing of it is dropped.
+const DRAIN: &str = "while read -t 0; do read -r _ || break; done </dev/tty 2>/dev/null";
+
 /// What a shell's terminal said, in order.
 enum Item {
     Output(Bytes),
@@ -261,6 +268,10 @@ enum Phase {
 ///   confirmed prompt after the call's line ends the call `Completed` with its status
 ///   (after an interrupt that made the shell drop the line, 130); a prompt for stray input
 ///   the relay drops.
+/// - **Typeahead**: after the marker, each prompt reads and drops the whole lines left in the
+///   terminal (input written for a command that it did not read, or pushed by it with
+///   `TIOCSTI`), so no line the host did not send runs as a command (a partial line, with
+///   no newline, stays and joins the next command line).
 /// - **Plumbing a command changes**: the marker goes to `/dev/tty`, so `exec >log 2>&1`
 ///   keeps the session working; the terminal's settings are put back before each command
 ///   line (a command's `stty echo` never shows the next line). A shell that waits at its
@@ -461,12 +472,13 @@ impl PtySession {
     /// `Use "exit" to leave shell.` instead).
     fn init_line(&self) -> String {
         let nonce = String::from_utf8_lossy(&self.prefix[2..self.prefix.len() - 1]).into_owned();
+        let drain = DRAIN;
         format!(
             "unset HISTFILE PROMPT_COMMAND; set +o history 2>/dev/null; PS2=''; \
              if [ -n \"${{BASH_VERSION-}}\" ]; then set +H; PS1=''; \
-             PROMPT_COMMAND='printf \"SB{nonce}:0:%s;\" \"$?\" >/dev/tty'; \
+             PROMPT_COMMAND='printf \"SB{nonce}:0:%s;\" \"$?\" >/dev/tty; {drain}'; \
              readonly PROMPT_COMMAND; \
-             else PS1='$(printf \"SB{nonce}:0:%s;\" \"$?\" >/dev/tty; \
+             else PS1='$(printf \"SB{nonce}:0:%s;\" \"$?\" >/dev/tty; {drain}; \
              exec stty -echo icanon </dev/tty 2>/dev/null)'; \
              set -o ignoreeof 2>/dev/null; fi; readonly PS1 PS2\n"
         )
