@@ -49,6 +49,9 @@ pub struct DockerMachineFactory {
     path: CommandPath,
     /// A bad `SHELLBOX_DOCKER_COMMAND_PATH`, reported at create.
     path_error: Option<String>,
+    /// Whether exec-path machines run their shell sessions over the supervisor program's
+    /// terminal relay ([`Self::exec_session_relay`]).
+    session_relay: bool,
 }
 
 /// The engine behind the API, as its `GET /version` names itself.
@@ -153,6 +156,7 @@ impl DockerMachineFactory {
             engine: Arc::new(tokio::sync::OnceCell::new()),
             path,
             path_error,
+            session_relay: true,
         }
     }
 
@@ -166,6 +170,17 @@ impl DockerMachineFactory {
     pub fn command_path(mut self, path: CommandPath) -> Self {
         self.path = path;
         self.path_error = None;
+        self
+    }
+
+    /// Whether a machine on the exec path (no supervisor) runs its shell session over the
+    /// supervisor program's terminal relay, copied into the container and run by one
+    /// Engine exec (`true`, the default), or always as the older terminal exec
+    /// ([`DockerSession`](crate::DockerSession), which takes the completion marker at its
+    /// word; also what the relay falls back to where it cannot be copied or run). No
+    /// effect on machines with a supervisor.
+    pub fn exec_session_relay(mut self, relay: bool) -> Self {
+        self.session_relay = relay;
         self
     }
 
@@ -400,6 +415,7 @@ impl DockerMachineFactory {
                         removed: AtomicBool::new(false),
                         close_lock: tokio::sync::Mutex::new(()),
                         relay_session: std::sync::Mutex::new(None),
+                        session_relay: self.session_relay,
                         owner: self.owner.clone(),
                         base_env: from.map(|fork| fork.base_env.clone()),
                         image_lease: std::sync::Mutex::new(

@@ -85,10 +85,13 @@
 //!   local backend's) runs `bash --noprofile --norc --noediting -i`, or `sh -i` where the
 //!   image has no bash, on a pseudo-terminal of the container as the image's user; a
 //!   completion is confirmed by the relay from the shell's state, so a command cannot fake
-//!   one, and `interrupt` signals the command once it runs. On the exec path, one Engine
-//!   exec on a terminal ([`DockerSession`]): completion is a per-session nonce and
-//!   per-command number printed by `PROMPT_COMMAND` (bash) or `PS1` (ash), which a command
-//!   that reads those variables can print itself; `interrupt` writes the terminal's `^C`.
+//!   one, and `interrupt` signals the command once it runs. On the exec path the same relay
+//!   and session, the supervisor program copied in at the first `open_shell` and its relay
+//!   run by one attached Engine exec. Only where it cannot be copied (a read-only root) or
+//!   run (another architecture), one Engine exec on a terminal ([`DockerSession`]):
+//!   completion is a per-session nonce and per-command number printed by `PROMPT_COMMAND`
+//!   (bash) or `PS1` (ash), which a command that reads those variables can print itself;
+//!   `interrupt` writes the terminal's `^C`.
 //!
 //! - **Snapshots** ([`Machine::snapshot`](shellbox_core::Machine::snapshot),
 //!   [`MachineFactory::create_from`](shellbox_core::MachineFactory::create_from)): the
@@ -105,7 +108,7 @@
 //!
 //! Requirements on the image: `/bin/sh` (and `cat` for the fast path's environment; without
 //! it the container's configured one is used); a `setsid` program on `PATH` for the exec
-//! path (busybox has all); `stty` for shell sessions on the exec path.
+//! path (busybox has all); `stty` for shell sessions on the exec path where the relay cannot run.
 //!
 //! # Podman
 //!
@@ -126,6 +129,7 @@ mod factory;
 mod gc;
 mod image;
 mod machine;
+mod relay;
 mod session;
 mod snapshot;
 mod supervised;

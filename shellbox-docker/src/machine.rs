@@ -119,6 +119,9 @@ pub(crate) struct Inner {
     pub close_lock: tokio::sync::Mutex<()>,
     /// The session over the supervisor, if one was opened: closed with the machine.
     pub relay_session: std::sync::Mutex<Option<Arc<shellbox_supervisor::session::PtySession>>>,
+    /// Whether a session without the supervisor tries the relay first
+    /// ([`DockerMachineFactory::exec_session_relay`](crate::DockerMachineFactory::exec_session_relay)).
+    pub session_relay: bool,
     /// Who owns the machine (its container's owner labels), for the labels of its
     /// snapshots.
     pub owner: Arc<crate::config::Owner>,
@@ -134,6 +137,15 @@ pub(crate) struct Inner {
 }
 
 impl DockerMachine {
+    /// The relay for an exec-path session, unless the factory turned it off or it cannot
+    /// run here (`Err` says why).
+    async fn relay_for_session(&self) -> Result<crate::relay::DockerRelay, String> {
+        if !self.inner.session_relay {
+            return Err("the factory's exec_session_relay is off".into());
+        }
+        crate::relay::DockerRelay::install(&self.inner).await
+    }
+
     /// The container's ID.
     pub fn container_id(&self) -> &str {
         &self.inner.id
@@ -706,8 +718,13 @@ impl Machine for DockerMachine {
     /// [`PtySession`](shellbox_supervisor::session::PtySession): the supervisor's terminal
     /// relay runs the shell as an ordinary command of the image's user, in the spec's
     /// workdir (else the image's), with the container's environment plus `TERM=xterm`
-    /// unless one is set. Without it, a [`DockerSession`](crate::DockerSession): one Engine
-    /// exec on a terminal. Either starts with the first `execute`. A second call returns
+    /// unless one is set. Without it (the exec path), the same session with the relay run
+    /// by one attached Engine exec as the image's user, in the workdir, with the
+    /// container's environment plus `TERM=xterm` unless the spec sets one: the supervisor
+    /// program is copied into the container (`/.shellbox`, as on the fast path) and tried
+    /// first. Where that copy or that program fails, a
+    /// [`DockerSession`](crate::DockerSession): one Engine exec on a terminal, the marker
+    /// taken at its word. Either starts with the first `execute`. A second call returns
     /// the same session; after the session was closed, a new one.
     ///
     /// # Errors
@@ -755,9 +772,27 @@ impl Machine for DockerMachine {
                     .unwrap_or_else(|p| p.into_inner()) = Some(pty.clone());
                 Session::Relay(pty)
             }
-            None => Session::Exec(Arc::new(crate::session::DockerSession::new(
-                self.inner.clone(),
-            ))),
+            None => match self.relay_for_session().await {
+                Ok(relay) => {
+                    let pty = Arc::new(shellbox_supervisor::session::PtySession::with_launcher(
+                        Arc::new(relay),
+                        crate::supervised::SUPERVISOR_PATH,
+                    ));
+                    *self
+                        .inner
+                        .relay_session
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()) = Some(pty.clone());
+                    Session::Relay(pty)
+                }
+                Err(why) => {
+                    self.inner.check_open()?;
+                    tracing::debug!(target: "shellbox_docker", container = %self.inner.name, "the shell session falls back to a terminal exec: {why}");
+                    Session::Exec(Arc::new(crate::session::DockerSession::new(
+                        self.inner.clone(),
+                    )))
+                }
+            },
         };
         let mut slot = self.session.lock().unwrap_or_else(|p| p.into_inner());
         self.inner.check_open()?;

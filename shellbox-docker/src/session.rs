@@ -59,7 +59,7 @@ exec sh -i";
 /// carrying `SHELLBOX_SESSION_ID=<id>`, every process of a terminal session led by one of
 /// them and every process of the audit session (`/proc/PID/sessionid`), then checks
 /// `/proc` every 50 ms until none is left alive (exit 0) or 5 s pass (exit 1).
-const SESSION_KILL: &str = r#"m=$1
+pub(crate) const SESSION_KILL: &str = r#"m=$1
 a=${2-}
 case "$m" in ''|*[!0-9a-f]*) exit 3;; esac
 case "$a" in *[!0-9]*) exit 3;; esac
@@ -130,7 +130,13 @@ struct ShellIo {
 
 /// The persistent shell of a [`DockerMachine`](crate::DockerMachine)
 /// ([`Machine::open_shell`](shellbox_core::Machine::open_shell)), interactive
-/// (REFERENCE.md section 2).
+/// (REFERENCE.md section 2), where the machine has no supervisor and the supervisor
+/// program's terminal relay cannot run in the container either (its copy refused, as by a
+/// read-only root, or the program not runnable there, as on another architecture):
+/// elsewhere the session is a
+/// [`PtySession`](shellbox_supervisor::session::PtySession), whose relay confirms a
+/// command's end from outside the shell. This session takes the marker at its word, with
+/// the limits said below.
 ///
 /// # How it works
 ///

@@ -197,7 +197,7 @@ pub(crate) struct Supervised {
 }
 
 /// A tar holding `/.shellbox` (root, `0511`) and the program in it (root, `0555`).
-fn supervisor_tar() -> std::io::Result<Vec<u8>> {
+pub(crate) fn supervisor_tar() -> std::io::Result<Vec<u8>> {
     let mut b = tar::Builder::new(Vec::new());
     let mut dir = tar::Header::new_gnu();
     dir.set_entry_type(tar::EntryType::Directory);

@@ -69,9 +69,9 @@ mod bash {
 }
 
 /// The session cases on the exec path ([`shellbox_docker::CommandPath::Exec`]: no
-/// supervisor in the container), where the session is one Engine exec on a terminal
-/// ([`shellbox_docker::DockerSession`]). The cases the supervisor's relay adds (a faked
-/// prompt, racing and late interrupts) are not claimed there. The snapshot cases again
+/// supervisor in the container), where the session is the supervisor program's terminal
+/// relay run by one Engine exec (the program copied in for the session), with the same
+/// rules as on the supervisor's path, so every session case is claimed. The snapshot cases again
 /// (above they run on the supervisor's path): a machine started from a snapshot is made
 /// as this factory makes one.
 mod exec_path {
@@ -92,6 +92,10 @@ mod exec_path {
         session_running_then_read,
         session_write_feeds_read,
         session_interrupt,
+        session_prompt_cannot_be_faked,
+        session_interrupt_races_the_command,
+        session_late_interrupt_is_harmless,
+        session_background_job_ending_between_calls,
         session_reset_after_exit,
         session_output_is_exact,
         session_plumbing_changes,
@@ -103,8 +107,8 @@ mod exec_path {
     );
 }
 
-/// The exec path's session on the bash image: bash's `PROMPT_COMMAND` marker without the
-/// supervisor's relay.
+/// The exec path's session on the bash image: bash's `PROMPT_COMMAND` marker through the
+/// relay run by an Engine exec.
 mod exec_path_bash {
     use super::*;
 
@@ -121,9 +125,50 @@ mod exec_path_bash {
 
     shellbox_core::conformance_tests!(@cases harness;
         session_state_persists,
+        session_running_then_read,
+        session_write_feeds_read,
+        session_interrupt,
+        session_prompt_cannot_be_faked,
+        session_interrupt_races_the_command,
+        session_late_interrupt_is_harmless,
+        session_background_job_ending_between_calls,
+        session_reset_after_exit,
+        session_output_is_exact,
+        session_plumbing_changes,
+        session_output_limit,
+        session_close
+    );
+}
+
+/// The exec path's older session ([`shellbox_docker::DockerSession`]: one Engine exec on a
+/// terminal, the marker taken at its word), which machines get where the relay cannot be
+/// copied or run; here forced by
+/// [`exec_session_relay(false)`](shellbox_docker::DockerMachineFactory::exec_session_relay).
+/// The cases only the relay's rules pass (a faked prompt, racing and late interrupts) are
+/// not claimed.
+mod exec_path_terminal {
+    use super::*;
+
+    async fn harness(test: &str) -> Option<Harness> {
+        let factory = common::setup(test)
+            .await?
+            .command_path(shellbox_docker::CommandPath::Exec)
+            .exec_session_relay(false);
+        Some(Harness {
+            factory: Arc::new(factory),
+            spec: common::spec(),
+        })
+    }
+
+    shellbox_core::conformance_tests!(@cases harness;
+        session_state_persists,
+        session_running_then_read,
+        session_write_feeds_read,
         session_interrupt,
         session_reset_after_exit,
         session_output_is_exact,
-        session_plumbing_changes
+        session_plumbing_changes,
+        session_output_limit,
+        session_close
     );
 }

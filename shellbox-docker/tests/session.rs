@@ -129,19 +129,21 @@ async fn session_interrupt_bound_replaces_a_shell_that_does_not_come_back() {
     m.close().await.unwrap();
 }
 
-/// A Reset leaves no process of the session behind, on both command paths, even one that
+/// A Reset leaves no process of the session behind, on both command paths (the exec path's
+/// relay and its older terminal session), even one that
 /// dropped the session's environment marker and left its terminal session (`env -u
 /// SHELLBOX_SESSION_ID setsid ...`), with or without the terminal as its stdio.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_reset_kills_escapees_that_dropped_the_session_marker() {
-    for path in [
-        shellbox_docker::CommandPath::Supervisor,
-        shellbox_docker::CommandPath::Exec,
+    for (path, relay) in [
+        (shellbox_docker::CommandPath::Supervisor, true),
+        (shellbox_docker::CommandPath::Exec, true),
+        (shellbox_docker::CommandPath::Exec, false),
     ] {
         let Some(f) = common::setup("session_reset_kills_escapees").await else {
             return;
         };
-        let f = f.command_path(path);
+        let f = f.command_path(path).exec_session_relay(relay);
         let m = f.create_machine(common::spec()).await.unwrap();
         let s = m.open_shell().await.unwrap();
         let u = s
@@ -186,5 +188,239 @@ async fn session_reset_kills_escapees_that_dropped_the_session_marker() {
             "{path:?}"
         );
         m.close().await.unwrap();
+    }
+}
+
+/// Whether `out` holds a session marker (`SB` and 32 hex digits and `:`).
+fn holds_marker(out: &[u8]) -> bool {
+    out.windows(35).any(|w| {
+        w[0] == b'S'
+            && w[1] == b'B'
+            && w[2..34].iter().all(|b| b.is_ascii_hexdigit())
+            && w[34] == b':'
+    })
+}
+
+/// The exec path's sessions on the busybox image and (where the host has bash) the bash
+/// image: machines of a factory that runs every command as an Engine exec.
+async fn exec_path_machines(test: &str) -> Vec<(String, Box<dyn Machine>)> {
+    let Some(f) = common::setup(test).await else {
+        return Vec::new();
+    };
+    let f = f.command_path(shellbox_docker::CommandPath::Exec);
+    let mut images = vec![shellbox_docker::BUSYBOX_TEST_IMAGE.to_string()];
+    if let Some(bash) = common::bash_image(test, f.docker()).await {
+        images.push(bash);
+    }
+    let mut machines: Vec<(String, Box<dyn Machine>)> = Vec::new();
+    for image in images {
+        let m = f
+            .create_machine(shellbox_core::MachineSpec::docker(image.clone()))
+            .await
+            .unwrap();
+        machines.push((image, Box::new(m)));
+    }
+    machines
+}
+
+async fn run_to_end(s: &dyn ShellSession, command: &str) -> ShellUpdate {
+    let u = s
+        .execute(command, Duration::from_secs(20), 1 << 20)
+        .await
+        .unwrap();
+    finish(s, u).await
+}
+
+/// Exec path: a command that runs the shell's own prompt command (printing the real
+/// marker) and goes on running does not end its call: the call ends at the shell's
+/// prompt, confirmed from outside the shell, and the next calls stay in step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_path_a_command_printing_the_real_marker_does_not_end_its_call() {
+    for (image, m) in exec_path_machines("exec_path_real_marker").await {
+        let s = m.open_shell().await.unwrap();
+        let fake = if image.contains("bash") {
+            "(exit 7); eval \"$PROMPT_COMMAND\"; sleep 2; echo late"
+        } else {
+            "(exit 7); eval \"x=$PS1\"; sleep 2; echo late"
+        };
+        let u = run_to_end(&*s, fake).await;
+        assert_eq!(
+            (u.status, u.exit_code),
+            (ShellStatus::Completed, Some(0)),
+            "{image}: {u:?}"
+        );
+        assert!(u.output.ends_with(b"late\n"), "{image}: {u:?}");
+        for i in 0..3 {
+            let u = run_to_end(&*s, &format!("echo next{i}")).await;
+            assert_eq!(
+                (
+                    u.status,
+                    u.exit_code,
+                    String::from_utf8_lossy(&u.output).into_owned()
+                ),
+                (ShellStatus::Completed, Some(0), format!("next{i}\n")),
+                "{image}"
+            );
+        }
+        m.close().await.unwrap();
+    }
+}
+
+/// Exec path: `$?` carries over from one call to the next, as in an interactive shell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_path_status_carries_over_between_calls() {
+    for (image, m) in exec_path_machines("exec_path_status_carries_over").await {
+        let s = m.open_shell().await.unwrap();
+        let u = run_to_end(&*s, "false").await;
+        assert_eq!(u.exit_code, Some(1), "{image}: {u:?}");
+        let u = run_to_end(&*s, "echo $?").await;
+        assert_eq!(
+            (u.exit_code, &u.output[..]),
+            (Some(0), &b"1\n"[..]),
+            "{image}: {u:?}"
+        );
+        m.close().await.unwrap();
+    }
+}
+
+/// Exec path: executes raced by interrupts never show the session's marker in output and
+/// leave the session in step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_path_interrupt_races_never_leak_the_marker() {
+    for (image, m) in exec_path_machines("exec_path_interrupt_races").await {
+        let s = m.open_shell().await.unwrap();
+        for round in 0..30u64 {
+            let u = s
+                .execute(
+                    &format!("echo r{round}; sleep 5"),
+                    Duration::from_millis(round % 7),
+                    1 << 20,
+                )
+                .await
+                .unwrap();
+            let mut out = u.output.to_vec();
+            if u.status == ShellStatus::Running {
+                s.interrupt().await.unwrap();
+                let u = finish(&*s, u).await;
+                assert_eq!(
+                    u.status,
+                    ShellStatus::Completed,
+                    "{image} round {round}: {u:?}"
+                );
+                out.extend_from_slice(&u.output);
+            }
+            assert!(
+                !holds_marker(&out),
+                "{image} round {round}: {}",
+                String::from_utf8_lossy(&out)
+            );
+            let u = run_to_end(&*s, &format!("echo check{round}")).await;
+            assert_eq!(
+                (u.status, String::from_utf8_lossy(&u.output).into_owned()),
+                (ShellStatus::Completed, format!("check{round}\n")),
+                "{image} round {round}"
+            );
+        }
+        m.close().await.unwrap();
+    }
+}
+
+/// Exec path: an interrupt reaches a command that turned the terminal's signal keys off
+/// (`stty -isig`): 130, not a reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_path_interrupt_reaches_a_command_without_terminal_signals() {
+    for (image, m) in exec_path_machines("exec_path_interrupt_without_isig").await {
+        let s = m.open_shell().await.unwrap();
+        let u = s
+            .execute("stty -isig; sleep 30", Duration::from_millis(500), 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!(u.status, ShellStatus::Running, "{image}: {u:?}");
+        s.interrupt().await.unwrap();
+        let u = finish(&*s, u).await;
+        assert_eq!(
+            (u.status, u.exit_code),
+            (ShellStatus::Completed, Some(130)),
+            "{image}: {u:?}"
+        );
+        let u = run_to_end(&*s, "echo alive").await;
+        assert_eq!(&u.output[..], b"alive\n", "{image}: {u:?}");
+        m.close().await.unwrap();
+    }
+}
+
+/// Exec path: a shell that closes its own input (`exec 0<&-`) ends with that call
+/// (`Reset`), and the next command runs in a fresh shell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_path_a_shell_closing_its_input_resets_at_once() {
+    for (image, m) in exec_path_machines("exec_path_closed_input").await {
+        let s = m.open_shell().await.unwrap();
+        let u = run_to_end(&*s, "exec 0<&-").await;
+        assert_eq!(
+            (u.status, u.exit_code),
+            (ShellStatus::Reset, None),
+            "{image}: {u:?}"
+        );
+        let u = run_to_end(&*s, "echo fresh").await;
+        assert_eq!(
+            (u.status, &u.output[..]),
+            (ShellStatus::Completed, &b"fresh\n"[..]),
+            "{image}: {u:?}"
+        );
+        m.close().await.unwrap();
+    }
+}
+
+/// Input a command was written and did not read is dropped at the next prompt, never run
+/// as a command line the host did not send (whose own prompt would leave the real one's
+/// marker in the output), on both command paths, on ash and bash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_input_left_unread_by_a_command_is_not_run() {
+    let Some(f) = common::setup("session_input_left_unread").await else {
+        return;
+    };
+    let mut images = vec![shellbox_docker::BUSYBOX_TEST_IMAGE.to_string()];
+    if let Some(bash) = common::bash_image("session_input_left_unread", f.docker()).await {
+        images.push(bash);
+    }
+    for path in [
+        shellbox_docker::CommandPath::Supervisor,
+        shellbox_docker::CommandPath::Exec,
+    ] {
+        let f = f.clone().command_path(path);
+        for image in &images {
+            let m = f
+                .create_machine(shellbox_core::MachineSpec::docker(image.clone()))
+                .await
+                .unwrap();
+            let s = m.open_shell().await.unwrap();
+            let u = s
+                .execute(
+                    "read -r a; echo got $a",
+                    Duration::from_millis(300),
+                    1 << 20,
+                )
+                .await
+                .unwrap();
+            assert_eq!(u.status, ShellStatus::Running, "{path:?} {image}: {u:?}");
+            s.write(b"one\necho STRAY\n").await.unwrap();
+            let u = finish(&*s, u).await;
+            assert_eq!(
+                (
+                    u.status,
+                    u.exit_code,
+                    String::from_utf8_lossy(&u.output).into_owned()
+                ),
+                (ShellStatus::Completed, Some(0), "got one\n".to_string()),
+                "{path:?} {image}"
+            );
+            let u = run_to_end(&*s, "echo next").await;
+            assert_eq!(
+                (u.status, &u.output[..]),
+                (ShellStatus::Completed, &b"next\n"[..]),
+                "{path:?} {image}: {u:?}"
+            );
+            m.close().await.unwrap();
+        }
     }
 }

@@ -33,6 +33,118 @@ pub const TERMINAL_SIZE: (u16, u16) = (24, 80);
 const START: &str = "if command -v bash >/dev/null 2>&1; then \
 exec bash --noprofile --norc --noediting -i; fi\nexec sh -i";
 
+/// Runs the relay program somewhere other than a machine's supervisor (the docker
+/// backend's exec path: one Engine exec per session), for [`PtySession::with_launcher`].
+///
+/// The launched relay must be the supervisor program in `--pty-relay` mode, run with
+/// whatever account, environment, working directory and confinement the machine gives its
+/// commands; the session then holds the same rules as over a supervisor (completion
+/// confirmed from outside the shell, interrupts signalled by the relay, every process of
+/// the session killed when the relay ends).
+#[async_trait]
+pub trait RelayLauncher: Send + Sync + 'static {
+    /// Starts `argv` (the relay's: program, `--pty-relay`, rows, columns, the shell's
+    /// argv) and writes `first` to its stdin before anything else.
+    ///
+    /// # Errors
+    /// The launcher's own (the relay could not be started).
+    async fn launch(&self, argv: Vec<Vec<u8>>, first: Vec<u8>) -> std::io::Result<RelayChannel>;
+}
+
+/// What the relay wrote, for a [`RelayLauncher`]'s channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelayOutput {
+    /// Bytes of the relay's stdout (its frames).
+    Stdout(Bytes),
+    /// Bytes of the relay's stderr (its own complaints), shown as session output.
+    Stderr(Bytes),
+}
+
+/// The input side of a launched relay (see [`RelayLauncher`]).
+pub trait RelayInput: Send + Sync + 'static {
+    /// Writes `data` to the relay's stdin, in order.
+    ///
+    /// # Errors
+    /// `BrokenPipe` (or another) when the relay is gone.
+    fn send(&self, data: &[u8]) -> std::io::Result<()>;
+    /// Ends the relay and every process of its session; the channel's output then ends
+    /// once they are gone.
+    fn kill(&self);
+}
+
+/// A launched relay: its output (ends when the relay and its processes are gone) and its
+/// input.
+pub struct RelayChannel {
+    /// The relay's output, in order; closed at its end.
+    pub output: tokio::sync::mpsc::UnboundedReceiver<RelayOutput>,
+    /// Its stdin and kill.
+    pub input: Arc<dyn RelayInput>,
+}
+
+impl std::fmt::Debug for RelayChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayChannel").finish_non_exhaustive()
+    }
+}
+
+/// Where the session's relays are started.
+#[derive(Clone)]
+enum Source {
+    Supervisor(Client),
+    Launcher(Arc<dyn RelayLauncher>),
+}
+
+/// The input side of one running relay.
+#[derive(Clone)]
+enum RelayIn {
+    Supervisor(Input),
+    Launched(Arc<dyn RelayInput>),
+}
+
+impl RelayIn {
+    fn send(&self, data: &[u8]) -> std::io::Result<()> {
+        match self {
+            RelayIn::Supervisor(i) => i.send(data),
+            RelayIn::Launched(i) => i.send(data),
+        }
+    }
+
+    fn kill(&self) {
+        match self {
+            RelayIn::Supervisor(i) => i.kill(),
+            RelayIn::Launched(i) => i.kill(),
+        }
+    }
+}
+
+/// The output side of one running relay.
+enum RelayOut {
+    Supervisor(Running),
+    Launched(tokio::sync::mpsc::UnboundedReceiver<RelayOutput>),
+}
+
+impl RelayOut {
+    /// The next piece of output; `None` at the relay's end (the supervisor's EXIT or FAIL,
+    /// or the launcher's channel closed).
+    async fn next(&mut self) -> Option<RelayOutput> {
+        match self {
+            RelayOut::Supervisor(r) => match r.next().await {
+                Some(Reply::Output(crate::OutputStream::Stdout, b)) => Some(RelayOutput::Stdout(b)),
+                Some(Reply::Output(_, b)) => Some(RelayOutput::Stderr(b)),
+                _ => None,
+            },
+            RelayOut::Launched(rx) => rx.recv().await,
+        }
+    }
+}
+
+/// Run at each prompt, after the marker: reads and drops whole lines waiting in the
+/// terminal (typeahead a command left: input written for it that it did not read, or bytes
+/// it pushed with `TIOCSTI`), so the shell never runs them as a command line the host did
+/// not send (which would also hide the real prompt behind the stray line's). The host
+/// sends a command line only after the prompt is confirmed, so nothing of it is dropped.
+const DRAIN: &str = "while read -t 0; do read -r _ || break; done </dev/tty 2>/dev/null";
+
 /// What a shell's terminal said, in order.
 enum Item {
     Output(Bytes),
@@ -82,7 +194,7 @@ impl Queue {
 #[derive(Clone)]
 struct ShellHandle {
     queue: Arc<Queue>,
-    input: Input,
+    input: RelayIn,
     task: Arc<tokio::task::JoinHandle<()>>,
 }
 
@@ -129,11 +241,12 @@ enum Phase {
 
 /// A persistent interactive shell of a machine whose commands run over a supervisor
 /// ([`Machine::open_shell`](shellbox_core::Machine::open_shell) of the local and docker
-/// backends; REFERENCE.md section 2).
+/// backends; REFERENCE.md section 2), or whose relay a [`RelayLauncher`] starts
+/// ([`PtySession::with_launcher`]: the docker backend's exec path, one Engine exec).
 ///
 /// # How it works
 ///
-/// The machine's supervisor starts, as an ordinary command of the machine (the `start`
+/// The machine's supervisor (or the launcher) starts, as an ordinary command of the machine (the `start`
 /// request the backend gives: its account, environment, working directory and whatever
 /// confinement its commands get), its own program in `--pty-relay` mode: it opens a
 /// pseudo-terminal of the machine's `devpts` (24×80, echo off, output processing off so
@@ -155,6 +268,10 @@ enum Phase {
 ///   confirmed prompt after the call's line ends the call `Completed` with its status
 ///   (after an interrupt that made the shell drop the line, 130); a prompt for stray input
 ///   the relay drops.
+/// - **Typeahead**: after the marker, each prompt reads and drops the whole lines left in the
+///   terminal (input written for a command that it did not read, or pushed by it with
+///   `TIOCSTI`), so no line the host did not send runs as a command (a partial line, with
+///   no newline, stays and joins the next command line).
 /// - **Plumbing a command changes**: the marker goes to `/dev/tty`, so `exec >log 2>&1`
 ///   keeps the session working; the terminal's settings are put back before each command
 ///   line (a command's `stty echo` never shows the next line). A shell that waits at its
@@ -185,8 +302,8 @@ enum Phase {
 /// - **Close**: the session's processes are killed (the supervisor kills the relay's
 ///   whole subtree).
 pub struct PtySession {
-    /// The machine's supervisor; `None` once closed.
-    client: Mutex<Option<Client>>,
+    /// The machine's supervisor (or the launcher); `None` once closed.
+    client: Mutex<Option<Source>>,
     start: proto::Start,
     /// `SB<nonce>:` — the start of every completion marker of this session.
     prefix: Vec<u8>,
@@ -257,8 +374,40 @@ impl PtySession {
         // The session's limit is per call, applied here.
         start.output_limit_bytes = u64::MAX;
         PtySession {
-            client: Mutex::new(Some(client)),
+            client: Mutex::new(Some(Source::Supervisor(client))),
             start,
+            prefix: format!("SB{}:", nonce()).into_bytes(),
+            phase: Mutex::new(Phase::NoShell),
+            seq: AtomicU64::new(0),
+            shell: Mutex::new(None),
+            calls: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// A session whose shells `launcher` starts (the relay program at `relay_path` inside
+    /// the machine, run by the launcher with the machine's account and environment), with
+    /// the same rules as [`PtySession::new`]'s. Nothing starts until the first `execute`.
+    pub fn with_launcher(launcher: Arc<dyn RelayLauncher>, relay_path: &str) -> Self {
+        let (rows, cols) = TERMINAL_SIZE;
+        let argv = [
+            relay_path,
+            "--pty-relay",
+            &rows.to_string(),
+            &cols.to_string(),
+            "/bin/sh",
+            "-c",
+            START,
+            "sh",
+        ]
+        .iter()
+        .map(|a| a.as_bytes().to_vec())
+        .collect();
+        PtySession {
+            client: Mutex::new(Some(Source::Launcher(launcher))),
+            start: proto::Start {
+                argv,
+                ..proto::Start::default()
+            },
             prefix: format!("SB{}:", nonce()).into_bytes(),
             phase: Mutex::new(Phase::NoShell),
             seq: AtomicU64::new(0),
@@ -323,12 +472,13 @@ impl PtySession {
     /// `Use "exit" to leave shell.` instead).
     fn init_line(&self) -> String {
         let nonce = String::from_utf8_lossy(&self.prefix[2..self.prefix.len() - 1]).into_owned();
+        let drain = DRAIN;
         format!(
             "unset HISTFILE PROMPT_COMMAND; set +o history 2>/dev/null; PS2=''; \
              if [ -n \"${{BASH_VERSION-}}\" ]; then set +H; PS1=''; \
-             PROMPT_COMMAND='printf \"SB{nonce}:0:%s;\" \"$?\" >/dev/tty'; \
+             PROMPT_COMMAND='printf \"SB{nonce}:0:%s;\" \"$?\" >/dev/tty; {drain}'; \
              readonly PROMPT_COMMAND; \
-             else PS1='$(printf \"SB{nonce}:0:%s;\" \"$?\" >/dev/tty; \
+             else PS1='$(printf \"SB{nonce}:0:%s;\" \"$?\" >/dev/tty; {drain}; \
              exec stty -echo icanon </dev/tty 2>/dev/null)'; \
              set -o ignoreeof 2>/dev/null; fi; readonly PS1 PS2\n"
         )
@@ -345,14 +495,35 @@ impl PtySession {
         let mut first = pty_frame(PTY_CREDIT, &SESSION_BUFFER_BYTES.to_le_bytes());
         first.extend_from_slice(&pty_frame(PTY_MARKER, &self.prefix));
         first.extend_from_slice(&pty_frame(PTY_DATA, self.init_line().as_bytes()));
-        let running = client.start_open(&self.start, &first).map_err(|e| {
-            if self.is_closed() {
-                Error::Closed
-            } else {
-                Error::backend("start a shell session on the machine's supervisor", e)
+        let (output, input) = match client {
+            Source::Supervisor(client) => {
+                let running = client.start_open(&self.start, &first).map_err(|e| {
+                    if self.is_closed() {
+                        Error::Closed
+                    } else {
+                        Error::backend("start a shell session on the machine's supervisor", e)
+                    }
+                })?;
+                let input = RelayIn::Supervisor(running.input());
+                (RelayOut::Supervisor(running), input)
             }
-        })?;
-        let input = running.input();
+            Source::Launcher(launcher) => {
+                let channel = launcher
+                    .launch(self.start.argv.clone(), first)
+                    .await
+                    .map_err(|e| {
+                        if self.is_closed() {
+                            Error::Closed
+                        } else {
+                            Error::backend("start a shell session's terminal relay", e)
+                        }
+                    })?;
+                (
+                    RelayOut::Launched(channel.output),
+                    RelayIn::Launched(channel.input),
+                )
+            }
+        };
         let queue = Arc::new(Queue {
             state: Mutex::new(QueueState {
                 granted: SESSION_BUFFER_BYTES,
@@ -360,7 +531,7 @@ impl PtySession {
             }),
             notify: Notify::new(),
         });
-        let task = tokio::spawn(pump(running, queue.clone(), input.clone()));
+        let task = tokio::spawn(pump(output, queue.clone(), input.clone()));
         let shell = ShellHandle {
             queue,
             input,
@@ -546,7 +717,7 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 
 /// Reads one shell's relay frames into its queue until the shell's process ends or the
 /// session drops it.
-async fn pump(mut running: Running, queue: Arc<Queue>, input: Input) {
+async fn pump(mut running: RelayOut, queue: Arc<Queue>, input: RelayIn) {
     let mut frames = BytesMut::new();
     loop {
         let reply = running.next().await;
@@ -554,23 +725,23 @@ async fn pump(mut running: Running, queue: Arc<Queue>, input: Input) {
             let mut st = queue.lock();
             if st.ended {
                 // Killed by the session; the kill is confirmed by the command's end.
-                if !matches!(reply, Some(Reply::Output(..))) {
+                if reply.is_none() {
                     break;
                 }
                 continue;
             }
             let last = match reply {
-                Some(Reply::Output(crate::OutputStream::Stdout, b)) => {
+                Some(RelayOutput::Stdout(b)) => {
                     frames.extend_from_slice(&b);
                     false
                 }
                 // The relay's own complaints (it could not set the terminal up).
-                Some(Reply::Output(_, b)) => {
+                Some(RelayOutput::Stderr(b)) => {
                     st.bytes += b.len() as u64;
                     st.items.push_back(Item::Output(b));
                     false
                 }
-                _ => true,
+                None => true,
             };
             let mut at = 0;
             while let Some((kind, payload, used)) = proto::parse_pty_frame(&frames[at..]) {
