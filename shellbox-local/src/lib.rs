@@ -34,6 +34,12 @@
 //!   size mounted on the root directory at create and detached at close (for a
 //!   copy-on-write machine, the same `tmpfs` holds its layers, below): a write past it
 //!   fails with `ENOSPC` and never reaches the host disk;
+//! - a `/dev` bounded to 64 KiB and 128 inodes (it holds only device nodes, symlinks,
+//!   `pts` and `shm`: a write of data there fails with `ENOSPC`), a `/dev/shm` of 64 MiB
+//!   or `storage_mb` where that is less, and a `devpts` instance of the machine's own
+//!   with at most 256 ptys, so one machine cannot take the host's pty pool from another
+//!   (a root host process sets them when the sandbox starts: bwrap's `--dev` has no size
+//!   options; see the `devfs` module);
 //! - `no_new_privs`, niceness +10, `RLIMIT_CORE` 0 and `RLIMIT_FSIZE` 1 GiB set in the
 //!   launcher (a `clone(CLONE_VM | CLONE_VFORK)` child, as `posix_spawn` makes) before it
 //!   execs bwrap; per command, set by the supervisor: no capabilities in any set,
@@ -120,6 +126,7 @@
 #![warn(missing_docs)]
 
 mod cgroup;
+mod devfs;
 mod fsops;
 mod gc;
 mod guest;

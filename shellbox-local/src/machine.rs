@@ -467,6 +467,7 @@ impl LocalMachineFactory {
             cgroup: cgroup.map(Arc::new),
             slot: Arc::new(SandboxSlot::default()),
             session: std::sync::Mutex::new(None),
+            shm_bytes: crate::devfs::shm_bytes(spec.storage_mb),
         };
         crate::packages::check_tools(machine, &tools).await
     }
@@ -900,6 +901,8 @@ pub struct LocalMachine {
     slot: Arc<SandboxSlot>,
     /// The machine's persistent shell session, once opened.
     session: std::sync::Mutex<Option<Arc<crate::LocalSession>>>,
+    /// The size of the sandbox's `/dev/shm` ([`crate::devfs::shm_bytes`]).
+    shm_bytes: u64,
 }
 
 /// A machine's running sandbox: the supervisor's client.
@@ -962,6 +965,8 @@ struct StartInputs {
     factory: Arc<FactoryInner>,
     layout: Layout,
     confinement: launch::Confinement,
+    /// The size of the sandbox's `/dev/shm` ([`crate::devfs::shm_bytes`]).
+    shm_bytes: u64,
 }
 
 /// Starts the machine's sandbox ([`start_sandbox`]) and publishes how that ended.
@@ -1013,6 +1018,7 @@ async fn start_sandbox(
         factory,
         layout,
         mut confinement,
+        shm_bytes,
     } = inputs;
     let env = plan::command_env(&[], None, &BTreeMap::new(), &BTreeMap::new());
     let env_options = plan::env_args(&env)?;
@@ -1090,7 +1096,16 @@ async fn start_sandbox(
             kill_spawned(&spawned);
             return Err(Error::Closed);
         }
-        Some(Ok(Ok(client))) => return Ok(Sandbox { client }),
+        Some(Ok(Ok(client))) => {
+            // Before any command runs: bound /dev and /dev/pts (see the devfs module).
+            if !nix::unistd::geteuid().is_root() {
+                return Ok(Sandbox { client });
+            }
+            match crate::devfs::bound_dev(process.pid, shm_bytes) {
+                Ok(()) => return Ok(Sandbox { client }),
+                Err(e) => format!("bound the sandbox's /dev and /dev/pts: {e}"),
+            }
+        }
         Some(Ok(Err(e))) => e.to_string(),
         Some(Err(_)) => format!("the supervisor did not start within {SANDBOX_START_TIMEOUT:?}"),
     };
@@ -1393,6 +1408,7 @@ impl LocalMachine {
             factory: self.factory.clone(),
             layout: self.layout.clone(),
             confinement,
+            shm_bytes: self.shm_bytes,
         };
         p.task = Some(tokio::spawn(start_task(
             inputs,

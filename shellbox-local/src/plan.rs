@@ -41,9 +41,9 @@ pub const CPU_HEADROOM_SECS: u64 = 5;
 
 /// The size bound of every command's `/dev/shm` (a fresh `tmpfs`): 64 MiB, Docker's default
 /// `HostConfig.ShmSize`. Without it the `tmpfs` takes the kernel's default of half the
-/// host's memory. Writing past it fails with `ENOSPC`. It is the same for every machine
-/// (not derived from `storage_mb`, which bounds the machine root on disk, while `/dev/shm`
-/// is memory and lives only as long as the command).
+/// host's memory. Writing past it fails with `ENOSPC`. A machine with a smaller
+/// `storage_mb` gets a `/dev/shm` of `storage_mb` MiB instead, set when its sandbox starts
+/// (see `devfs::shm_bytes`).
 pub const SHM_SIZE_BYTES: u64 = 64 << 20;
 
 /// Docker's default masked paths under `/proc` (moby `oci/defaults.go`, `MaskedPaths`):
