@@ -58,7 +58,10 @@
 //!   `tmpfs` of the machine's mount namespace bounded to [`DEFAULT_LAYERS_MB`] (1 GiB, or
 //!   half the host's memory where that is less) and the root stays on the temp dir; writes
 //!   stay in the machine and go with it; transfers read and write the layers through fds
-//!   of the overlays;
+//!   of the overlays; apt's and dpkg's state (`/var/lib/dpkg`, `/var/lib/apt`,
+//!   `/var/cache/apt`) is overlaid the same way and the `/etc` copy holds their
+//!   configuration (no credentials), so `apt-get install ./x.deb` and `dpkg -i` work in
+//!   the machine only;
 //! - processes a command leaves in the background keep running until the machine closes;
 //!   a timeout or a dropped stream SIGKILLs everything the command started (`setsid` and
 //!   double-fork escapees included) and nothing else; output written before the kill is

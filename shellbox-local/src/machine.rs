@@ -99,6 +99,12 @@ impl FactoryInner {
         (!self.layers.is_empty()).then(|| plan::Layers {
             dir: root::layers_dir(root),
             nested: self.nested.clone(),
+            var: self
+                .layers
+                .iter()
+                .filter(|l| plan::VAR_OVERLAID_DIRS.contains(&l.guest.as_str()))
+                .map(|l| l.guest.clone())
+                .collect(),
         })
     }
 }
@@ -311,6 +317,14 @@ impl LocalMachineFactory {
                 .into_iter()
                 .map(PathBuf::from)
                 .collect();
+            // apt's and dpkg's state, overlaid after the system directories (see
+            // `plan::VAR_OVERLAID_DIRS`).
+            let mut layers = layers;
+            for dir in plan::VAR_OVERLAID_DIRS {
+                if Path::new(dir).is_dir() {
+                    layers.push(root::LayerDir::of(dir, Path::new(dir))?);
+                }
+            }
             (layers, nested)
         } else {
             (Vec::new(), Vec::new())

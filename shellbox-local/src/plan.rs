@@ -490,6 +490,14 @@ pub struct Layout {
     pub layers: Option<Layers>,
 }
 
+/// The host directories of apt's and dpkg's state that a copy-on-write machine overlays
+/// too (when the host has them), so `dpkg -i`, `dpkg -s` and `apt-get install ./x.deb` see
+/// the host's package database and write only the machine's layer: dpkg's database, apt's
+/// state and its archive cache. The rest of the host's `/var` (other services' data, logs)
+/// is never shown; the machine's own `/var/log` and `/var/tmp` are plain directories of
+/// its root.
+pub const VAR_OVERLAID_DIRS: [&str; 3] = ["/var/lib/dpkg", "/var/lib/apt", "/var/cache/apt"];
+
 /// Where a copy-on-write machine's layers live and what is bound over them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layers {
@@ -500,6 +508,8 @@ pub struct Layers {
     /// Host mount points nested in the overlaid directories ([`nested_mounts`]), bound
     /// read-only at their own path over the overlays, in order.
     pub nested: Vec<PathBuf>,
+    /// The [`VAR_OVERLAID_DIRS`] the host has, overlaid after the system directories.
+    pub var: Vec<String>,
 }
 
 /// The upper and work directories of the overlaid guest directory `guest` in `layers`.
@@ -562,6 +572,16 @@ pub fn root_mounts(layout: &Layout, facts: &HostFacts) -> Vec<RootMount> {
             }
             None => mounts.push(RootMount::ReadOnly { source, target }),
         }
+    }
+    for guest in &layers.var {
+        let (upper, work) = layer_dirs(&layers.dir, guest);
+        mounts.push(RootMount::Overlay {
+            guest: guest.clone(),
+            lower: PathBuf::from(guest),
+            upper,
+            work,
+            target: inside(guest),
+        });
     }
     for nested in &layers.nested {
         mounts.push(RootMount::ReadOnly {
@@ -1477,6 +1497,7 @@ mod tests {
             layers: Some(Layers {
                 dir: "/p/layers".into(),
                 nested: vec!["/usr/lib/modules".into()],
+                var: vec![],
             }),
         };
         let overlay = |guest: &str, lower: &str| RootMount::Overlay {

@@ -109,7 +109,7 @@ pub fn create_root(
             return Err(e);
         }
     }
-    let filled = fill_root(&root, facts, mounts, workdir);
+    let filled = fill_root(&root, facts, mounts, workdir).and_then(|()| fill_var(&root, layers));
     match filled {
         Ok(()) => Ok(root),
         Err(e) => {
@@ -165,6 +165,28 @@ fn fill_root(
         builder.create(&p).map_err(|e| io("mkdir", &p, e))?;
     }
     Ok(())
+}
+
+/// A copy-on-write machine's `/var`: the mount points of its overlaid
+/// [`VAR_OVERLAID_DIRS`](crate::plan::VAR_OVERLAID_DIRS) and its own empty `/var/log`
+/// (with `apt/`, where apt and dpkg write their logs) and `/var/tmp` (mode 1777). Nothing
+/// for a read-only machine (`layers` empty).
+fn fill_var(root: &Path, layers: &[LayerDir]) -> Result<(), Error> {
+    if layers.is_empty() {
+        return Ok(());
+    }
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true).mode(0o755);
+    let var = layers
+        .iter()
+        .map(|l| l.guest.as_str())
+        .filter(|g| crate::plan::VAR_OVERLAID_DIRS.contains(g));
+    for guest in var.chain(["/var/log/apt", "/var/tmp"]) {
+        let p = root.join(&guest[1..]);
+        builder.create(&p).map_err(|e| io("mkdir", &p, e))?;
+    }
+    let tmp = root.join("var/tmp");
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o1777)).map_err(|e| io("chmod", &tmp, e))
 }
 
 /// Name of a copy-on-write machine's layers directory inside its private
@@ -259,6 +281,15 @@ pub(crate) fn fill_layers(dir: &Path, layers: &[LayerDir]) -> std::io::Result<()
     };
     for layer in layers {
         let (upper, work) = crate::plan::layer_dirs(dir, &layer.guest);
+        // A nested guest directory (`/var/lib/dpkg`) has its upper inside plain
+        // directories of the layers `tmpfs`.
+        if let Some(parent) = upper.parent().filter(|p| *p != dir) {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|e| with(e, "mkdir", parent))?;
+        }
         fs::DirBuilder::new()
             .mode(0o700)
             .create(&work)
@@ -375,7 +406,78 @@ fn fill_etc(root: &Path, etc: &Path, copy_dirs: bool) -> Result<Vec<PathBuf>, Er
         }
         fsops::copy_host_path(src, &dst)?;
     }
+    if copy_dirs {
+        copy_etc_for_packages(root)?;
+    }
     Ok(etc_binds)
+}
+
+/// What a copy-on-write factory's `/etc` copy holds besides [`ETC_COPIES`], when the host
+/// has them: what apt and dpkg read (their configuration, apt's sources and public
+/// keyrings, `ldconfig`'s configuration that a package's trigger runs, the release files).
+/// [`ETC_PACKAGE_SECRETS`] inside them are left out.
+pub const ETC_PACKAGE_COPIES: [&str; 6] = [
+    "/etc/apt",
+    "/etc/debian_version",
+    "/etc/dpkg",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/os-release",
+];
+
+/// Entries of [`ETC_PACKAGE_COPIES`] never copied: apt's repository credentials
+/// (`apt_auth.conf(5)`); `auth.conf.d` is made empty instead.
+pub const ETC_PACKAGE_SECRETS: [&str; 2] = ["/etc/apt/auth.conf", "/etc/apt/auth.conf.d"];
+
+/// The file a copy-on-write factory adds to its `/etc/apt/apt.conf.d` copy, and its text:
+/// apt downloads (a local `./x.deb` too) as root instead of switching to its `_apt` user,
+/// which a command cannot do (it runs with no capabilities: `setgroups` fails with `EPERM`
+/// and `apt-get install` stopped).
+pub const APT_SANDBOX_CONF: (&str, &str) = (
+    "00shellbox-sandbox",
+    "// shellbox: commands have no capabilities, so apt cannot switch to _apt.\nAPT::Sandbox::User \"root\";\n",
+);
+
+/// Copies [`ETC_PACKAGE_COPIES`] into the `/etc` copy in `root`, each directory entry by
+/// entry one level down so [`ETC_PACKAGE_SECRETS`] stay out.
+fn copy_etc_for_packages(root: &Path) -> Result<(), Error> {
+    let inside = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
+    for src in ETC_PACKAGE_COPIES.map(Path::new) {
+        let Ok(meta) = fs::symlink_metadata(src) else {
+            continue;
+        };
+        if !meta.is_dir() {
+            fsops::copy_host_path(src, &inside(src))?;
+            continue;
+        }
+        let dst = inside(src);
+        fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&dst)
+            .map_err(|e| io("mkdir", &dst, e))?;
+        let entries = fs::read_dir(src).map_err(|e| io("read", src, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io("read", src, e))?;
+            let path = entry.path();
+            if ETC_PACKAGE_SECRETS.iter().any(|s| Path::new(s) == path) {
+                continue;
+            }
+            fsops::copy_host_path(&path, &inside(&path))?;
+        }
+        if src == Path::new("/etc/apt") {
+            let auth = dst.join("auth.conf.d");
+            fs::DirBuilder::new()
+                .mode(0o755)
+                .create(&auth)
+                .map_err(|e| io("mkdir", &auth, e))?;
+            let conf = dst.join("apt.conf.d");
+            if conf.is_dir() {
+                let file = conf.join(APT_SANDBOX_CONF.0);
+                fs::write(&file, APT_SANDBOX_CONF.1).map_err(|e| io("write", &file, e))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Mount points of this process's mount namespace at or below `dir`, from field 5 of
