@@ -699,6 +699,9 @@ const CORPUS: &[&str] = &[
     // the 5-minute run, seed 4: a huge descriptor number grew the descriptor table to it
     // (8 GB: the allocation failed under the address-space cap and aborted the process)
     "echo hi 1000000000>f; cat 2000000000<<<x; exec 1500000000>&-",
+    // the 5-minute run, seed 4, case 2231: sed copied and freed its million input lines
+    // in one step each (115 ms past the deadline), and charged its output again and again
+    "seq 1000000 > f; while :; do sed = f | tr -cd '[:digit:]\\n'; done > /dev/null",
 ];
 
 /// This process's CPU time (user and system, every thread).
@@ -890,6 +893,41 @@ fn awk_on_a_million_field_record_ends_at_its_deadline() {
         "while :; do awk '{ n = split($0, p); t += n } END { print t }' f; done",
         "while :; do awk '{ print NF, $NF }' f; done",
         "while :; do awk '{ $0 = $0 \" x\"; print NF }' f; done",
+    ];
+    let runs = if cfg!(debug_assertions) { 1 } else { 3 };
+    let mut worst = Vec::new();
+    for script in scripts {
+        let most = (0..runs)
+            .filter_map(|_| cpu_past_deadline(setup, script, Duration::from_millis(1500)))
+            .max()
+            .unwrap_or_default();
+        eprintln!("{script}: {most:?} of CPU past the deadline");
+        worst.push((script, most));
+    }
+    let over: Vec<_> = worst
+        .iter()
+        .filter(|(_, d)| *d > CPU_AFTER_DEADLINE)
+        .collect();
+    assert!(
+        over.is_empty(),
+        "over {CPU_AFTER_DEADLINE:?} of CPU past the deadline: {over:?}"
+    );
+}
+
+/// Issue 16, the 5-minute run, seed 4, case 2231 (`seq 1000000 > f; … sed = f | tr -cd
+/// '[:digit:]\n'`, 115 ms past its deadline): sed copied its million input lines into a
+/// million strings in one step and freed them in one step, without looking at the clock;
+/// and it charged its whole output to the memory budget again every 1024 lines. It now
+/// reads its lines one at a time out of the file's bytes. Each runs a few times, so the
+/// deadline falls in different steps. The bound is [`CPU_AFTER_DEADLINE`].
+#[test]
+fn sed_of_a_million_lines_ends_at_its_deadline() {
+    let setup = "seq 1000000 > f";
+    let scripts = [
+        "while :; do sed = f | tr -cd '[:digit:]\\n'; done > /dev/null",
+        "while :; do sed -n '$p' f; done > /dev/null",
+        "while :; do sed 's/1/x/g' f f; done > /dev/null",
+        "while :; do sed -s 'N;N;s/\\n/,/g' f f; done > /dev/null",
     ];
     let runs = if cfg!(debug_assertions) { 1 } else { 3 };
     let mut worst = Vec::new();

@@ -567,11 +567,72 @@ fn utf8_len(b: u8) -> usize {
 }
 
 /// One input unit: `-s`/`-i` run each file alone, else all files make one stream.
+///
+/// The unit keeps each file's bytes as read (already charged to the memory budget by
+/// [`Ctx::read_input`]) and hands out its lines one at a time ([`Unit::next_into`]): a
+/// file of a million lines is never copied into a million strings (a step that, with
+/// their freeing, ran over 100 ms past a deadline without looking at the clock).
 struct Unit {
     name: Option<String>,
-    lines: Vec<Vec<u8>>,
+    /// Each non-empty file's bytes and the length of its body (its bytes less a final
+    /// terminator): its lines are the body split at the terminator.
+    files: Vec<(Vec<u8>, usize)>,
+    /// The file the next line comes from (`files.len()` at the end).
+    file: usize,
+    /// Where the next line starts in that file's bytes.
+    pos: usize,
     /// Whether the last line had its terminator.
     ends: bool,
+}
+
+impl Unit {
+    fn new(name: Option<String>) -> Self {
+        Unit {
+            name,
+            files: Vec::new(),
+            file: 0,
+            pos: 0,
+            ends: true,
+        }
+    }
+
+    /// Adds a file's bytes `d` (lines ended by `term`) to the end of the unit.
+    fn push(&mut self, d: Vec<u8>, term: u8) {
+        if d.is_empty() {
+            // no lines: the previous file's last line stays the last
+            return;
+        }
+        self.ends = d.last() == Some(&term);
+        let body = d.len() - usize::from(self.ends);
+        self.files.push((d, body));
+    }
+
+    /// Whether a line is left.
+    fn more(&self) -> bool {
+        self.file < self.files.len()
+    }
+
+    /// Appends the next line (without its terminator) to `buf`; `false` at the end.
+    fn next_into(&mut self, buf: &mut Vec<u8>, term: u8) -> bool {
+        let Some((d, body)) = self.files.get(self.file) else {
+            return false;
+        };
+        let rest = &d[self.pos..*body];
+        match rest.iter().position(|b| *b == term) {
+            Some(i) => {
+                buf.extend_from_slice(&rest[..i]);
+                self.pos += i + 1;
+            }
+            None => {
+                buf.extend_from_slice(rest);
+                // this file is done: free its bytes now
+                self.files[self.file] = (Vec::new(), 0);
+                self.file += 1;
+                self.pos = 0;
+            }
+        }
+        true
+    }
 }
 
 /// What a run of the script over a unit asked for.
@@ -589,14 +650,15 @@ struct State {
 fn run_unit(
     cx: &mut Ctx<'_, '_>,
     cmds: &mut [Cmd],
-    unit: &Unit,
+    unit: &mut Unit,
     (quiet, term): (bool, u8),
     st: &mut State,
     out: &mut Vec<u8>,
 ) -> R<Exit> {
     let State { n: n0, hold } = st;
-    let total = unit.lines.len();
-    let mut idx = 0;
+    let mut lines = 0usize;
+    // what of `out` is charged to the memory budget
+    let mut charged = 0usize;
     let mut steps = 0usize;
     let emit = |out: &mut Vec<u8>, s: &[u8], nl: bool| {
         out.extend_from_slice(s);
@@ -604,13 +666,16 @@ fn run_unit(
             out.push(term);
         }
     };
-    while idx < total {
-        if idx % 1024 == 1023 {
-            cx.hold(out.len())?;
+    while unit.more() {
+        lines += 1;
+        if lines.is_multiple_of(1024) {
+            // only the growth since the last charge
+            cx.hold(out.len().saturating_sub(charged))?;
+            charged = charged.max(out.len());
             cx.tick()?;
         }
-        let mut ps = unit.lines[idx].clone();
-        idx += 1;
+        let mut ps = Vec::new();
+        unit.next_into(&mut ps, term);
         *n0 += 1;
         let mut appends: Vec<Vec<u8>> = Vec::new();
         let mut deleted = false;
@@ -622,7 +687,7 @@ fn run_unit(
             if steps.is_multiple_of(4096) {
                 cx.check_time()?;
             }
-            let last = idx == total;
+            let last = !unit.more();
             let n = *n0;
             let c = &mut cmds[k];
             k += 1;
@@ -676,7 +741,7 @@ fn run_unit(
                     emit(out, &ps[..end], true);
                 }
                 Op::N => {
-                    if idx >= total {
+                    if !unit.more() {
                         // GNU: at the end, n quits (printing unless -n)
                         break 'cycle;
                     }
@@ -686,17 +751,16 @@ fn run_unit(
                     for a in appends.drain(..) {
                         emit(out, &a, true);
                     }
-                    ps = unit.lines[idx].clone();
-                    idx += 1;
+                    ps.clear();
+                    unit.next_into(&mut ps, term);
                     *n0 += 1;
                 }
                 Op::BigN => {
-                    if idx >= total {
+                    if !unit.more() {
                         break 'cycle;
                     }
                     ps.push(b'\n');
-                    ps.extend_from_slice(&unit.lines[idx]);
-                    idx += 1;
+                    unit.next_into(&mut ps, term);
                     *n0 += 1;
                 }
                 Op::Q(code) => {
@@ -739,7 +803,7 @@ fn run_unit(
                 Op::X => std::mem::swap(&mut ps, hold),
             }
         }
-        let last_line = idx == total;
+        let last_line = !unit.more();
         if !deleted && !(matches!(quit, Some((_, false)))) && !quiet {
             emit(out, &ps, !last_line || unit.ends);
         }
@@ -872,11 +936,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     }
     let mut status = 0;
     let mut units: Vec<Unit> = Vec::new();
-    let mut joined = Unit {
-        name: None,
-        lines: Vec::new(),
-        ends: true,
-    };
+    let mut joined = Unit::new(None);
     for f in &ops {
         cx.check_time()?;
         let d = match cx.read_input(f) {
@@ -887,37 +947,23 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
                 continue;
             }
         };
-        let ends = d.is_empty() || d.last() == Some(&term);
-        let mut lines: Vec<Vec<u8>> = d.split(|b| *b == term).map(<[u8]>::to_vec).collect();
-        if ends {
-            lines.pop();
-        }
         if separate {
-            units.push(Unit {
-                name: Some(f.clone()),
-                lines,
-                ends,
-            });
-        } else if !lines.is_empty() {
-            joined.lines.extend(lines);
-            joined.ends = ends;
+            let mut u = Unit::new(Some(f.clone()));
+            u.push(d, term);
+            units.push(u);
+        } else {
+            joined.push(d, term);
         }
     }
     if !separate {
         units.push(joined);
     }
-    let held: usize = units
-        .iter()
-        .flat_map(|u| &u.lines)
-        .map(|l| l.len() + 24)
-        .sum();
-    cx.hold(held)?;
     let mut st = State {
         n: 0,
         hold: Vec::new(),
     };
     let mut stdout = Vec::new();
-    for u in &units {
+    for u in &mut units {
         let mut out = Vec::new();
         let r = run_unit(cx, &mut cmds, u, (quiet, term), &mut st, &mut out)?;
         if separate {
@@ -954,6 +1000,8 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
                     return Ok(4);
                 }
             }
+            // the first unit's output moves (a copy of megabytes is one step)
+            _ if stdout.is_empty() => stdout = out,
             _ => stdout.extend_from_slice(&out),
         }
         if let Exit::Quit(code) = r {
