@@ -46,7 +46,11 @@ pub struct LocalOptions {
     pub system_directories: SystemDirectories,
     /// Where `ImageSource::Packages` Python environments are locked and built (one
     /// directory per version and requirement set, shared by every factory of the host);
-    /// `None` is `$HOME/.cache/shellbox/python`.
+    /// `None` is `$HOME/.cache/shellbox/python`. A directory's name is the reference
+    /// library's key (the version and the requirements, nothing else), so the first lock
+    /// made for a requirement set serves every later factory using this cache: factories
+    /// whose uv sees other package indexes (`UV_INDEX_URL`, `UV_FIND_LINKS`, a `uv.toml`)
+    /// should each use a cache of their own.
     pub package_cache: Option<PathBuf>,
     /// The CPython version (`X.Y.Z`) of those environments; `None` is the
     /// `python_interpreter`'s own version when one is set, else

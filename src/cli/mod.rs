@@ -197,7 +197,8 @@ pub(crate) struct MachineArgs {
     #[arg(long, value_name = "PATH")]
     pub(crate) python_interpreter: Option<PathBuf>,
     /// local: where --package environments are locked and built (default
-    /// $HOME/.cache/shellbox/python).
+    /// $HOME/.cache/shellbox/python). Keyed by version and requirements only: runs whose uv
+    /// uses other package indexes (UV_INDEX_URL, UV_FIND_LINKS) need caches of their own.
     #[arg(long, value_name = "DIR")]
     pub(crate) package_cache: Option<PathBuf>,
 }
