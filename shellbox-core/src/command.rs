@@ -150,7 +150,10 @@ impl Command {
     /// # Errors
     /// [`Error::InvalidInput`] when argv is empty, its program name (`argv[0]`) is empty or
     /// any argument holds a NUL byte, `cwd` is not an absolute normalised path, an env name
-    /// is not `[A-Za-z_][A-Za-z0-9_]*` or holds NUL, or `user` is empty or holds NUL.
+    /// is not `[A-Za-z_][A-Za-z0-9_]*` or holds NUL, `user` is empty or holds NUL, or an
+    /// argument or `NAME=value` env string is longer than one `execve(2)` string may be
+    /// (Linux's `MAX_ARG_STRLEN`, 128 KiB with its NUL:
+    /// [`validate_exec_strings`](crate::validate::validate_exec_strings)).
     /// [`Error::Unsupported`] when `cwd` is inside `/proc`, `/sys` or `/dev`
     /// ([`validate_not_kernel_dir`](crate::validate::validate_not_kernel_dir)).
     pub fn validate(&self) -> Result<(), Error> {
@@ -173,6 +176,10 @@ impl Command {
             crate::validate::validate_not_kernel_dir("cwd", cwd)?;
         }
         validate_env(&self.env)?;
+        crate::validate::validate_exec_strings(
+            self.argv.iter().map(String::as_str),
+            self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        )?;
         if let Some(user) = &self.user {
             if user.is_empty() || user.contains('\0') {
                 return Err(Error::invalid(format!("bad user {user:?}")));
@@ -279,6 +286,26 @@ mod tests {
         assert!(Command::new("x").cwd("rel").validate().is_err());
         assert!(Command::new("x").env("A=B", "v").validate().is_err());
         assert!(Command::new("x").user("").validate().is_err());
+        // Linux's MAX_ARG_STRLEN (128 KiB, the NUL included), per argument and variable.
+        let max = crate::validate::EXEC_STRING_MAX_BYTES;
+        Command::new("x")
+            .arg("a".repeat(max - 1))
+            .validate()
+            .unwrap();
+        Command::new("x")
+            .env("A", "a".repeat(max - 3))
+            .validate()
+            .unwrap();
+        for c in [
+            Command::new("x").arg("a".repeat(max)),
+            Command::new("x").env("A", "a".repeat(max - 2)),
+        ] {
+            let e = c.validate().unwrap_err();
+            assert!(
+                matches!(&e, Error::InvalidInput(m) if m.contains("MAX_ARG_STRLEN")),
+                "{e:?}"
+            );
+        }
         assert_eq!(Command::shell("true").argv, ["sh", "-c", "true"]);
     }
 

@@ -385,7 +385,10 @@ impl MachineSpec {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] when `workdir` is neither empty nor an absolute normalised
-    /// path, an env name is not `[A-Za-z_][A-Za-z0-9_]*` or a key or value holds NUL,
+    /// path, an env name is not `[A-Za-z_][A-Za-z0-9_]*` or a key or value holds NUL, a
+    /// `NAME=value` is longer than one `execve(2)` string may be (Linux's `MAX_ARG_STRLEN`:
+    /// [`validate_exec_strings`](crate::validate::validate_exec_strings); every command
+    /// gets the spec's env),
     /// `cpus`, `memory_mb`, `storage_mb` or `pids_limit` is 0, or a mount's guest path is
     /// not absolute and normalised, or a [`PackageSpec`] has a bad requirement or tool
     /// ([`PackageSpec::validate`]). [`Error::Unsupported`] when `workdir` is inside `/proc`,
@@ -399,6 +402,14 @@ impl MachineSpec {
             crate::validate::validate_not_kernel_dir("workdir", &self.workdir)?;
         }
         validate_env(&self.env)?;
+        crate::validate::validate_exec_strings(
+            std::iter::empty(),
+            self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+        .map_err(|e| match e {
+            Error::InvalidInput(m) => Error::InvalidInput(format!("spec env: {m}")),
+            other => other,
+        })?;
         if self.cpus == Some(0) {
             return Err(Error::invalid("cpus must be > 0 when set"));
         }
@@ -450,6 +461,19 @@ mod tests {
             .is_unsupported());
         assert!(MachineSpec::sim().env("1X", "v").validate().is_err());
         assert!(MachineSpec::sim().env("X", "a\0b").validate().is_err());
+        let max = crate::validate::EXEC_STRING_MAX_BYTES;
+        MachineSpec::sim()
+            .env("X", "a".repeat(max - 3))
+            .validate()
+            .unwrap();
+        let e = MachineSpec::sim()
+            .env("X", "a".repeat(max - 2))
+            .validate()
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidInput(m) if m.contains("MAX_ARG_STRLEN")),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -98,6 +98,57 @@ pub fn validate_not_kernel_dir(what: &str, path: &str) -> Result<(), Error> {
 /// Linux, its terminating NUL included (`MAX_ARG_STRLEN`, 32 pages of 4 KiB).
 pub const EXEC_STRING_MAX_BYTES: usize = 32 * 4096;
 
+/// Checks each argument and `NAME=value` environment string on its own against what one
+/// `execve(2)` string may hold on Linux ([`EXEC_STRING_MAX_BYTES`], the kernel's
+/// `MAX_ARG_STRLEN`), the rule [`Command::validate`](crate::Command::validate) and
+/// [`MachineSpec::validate`](crate::MachineSpec::validate) apply on every backend: such a
+/// string can never run (the kernel refuses the whole exec with `E2BIG`), whatever else the
+/// backend adds, so it is refused before anything runs rather than reported as a command
+/// result. The total (`ARG_MAX`) is each backend's to check, with what it adds
+/// ([`validate_exec_size`]).
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming the first argument (its index) or variable of
+/// [`EXEC_STRING_MAX_BYTES`] bytes or more (the limit counts the terminating NUL).
+pub fn validate_exec_strings<'a>(
+    argv: impl IntoIterator<Item = &'a str>,
+    env: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<(), Error> {
+    for (i, arg) in argv.into_iter().enumerate() {
+        if arg.len() >= EXEC_STRING_MAX_BYTES {
+            return Err(argument_too_long(i, arg.len()));
+        }
+    }
+    for (key, value) in env {
+        let len = env_string_len(key, value);
+        if len >= EXEC_STRING_MAX_BYTES {
+            return Err(variable_too_long(key, len));
+        }
+    }
+    Ok(())
+}
+
+/// The length of `NAME=value`, without its NUL.
+fn env_string_len(key: &str, value: &str) -> usize {
+    key.len().saturating_add(1).saturating_add(value.len())
+}
+
+fn argument_too_long(i: usize, len: usize) -> Error {
+    Error::invalid(format!(
+        "argument {i} is {len} bytes; execve(2) takes at most {} bytes per argument \
+         (Linux's MAX_ARG_STRLEN)",
+        EXEC_STRING_MAX_BYTES - 1
+    ))
+}
+
+fn variable_too_long(key: &str, len: usize) -> Error {
+    Error::invalid(format!(
+        "environment variable {key} is {len} bytes as NAME=value; execve(2) takes at most {} \
+         bytes per variable (Linux's MAX_ARG_STRLEN)",
+        EXEC_STRING_MAX_BYTES - 1
+    ))
+}
+
 /// The most that argv and the environment together may take in one `execve(2)`: each
 /// string with its NUL plus one 8-byte pointer. This is Linux's `ARG_MAX` under the usual
 /// 8 MiB stack limit (a quarter of it; `getconf ARG_MAX` says 2097152), the bound a
@@ -124,23 +175,14 @@ pub fn validate_exec_size<'a>(
     let mut total = 0usize;
     for (i, arg) in argv.into_iter().enumerate() {
         if arg.len() >= EXEC_STRING_MAX_BYTES {
-            return Err(Error::invalid(format!(
-                "argument {i} is {} bytes; execve(2) takes at most {} bytes per argument \
-                 (Linux's MAX_ARG_STRLEN)",
-                arg.len(),
-                EXEC_STRING_MAX_BYTES - 1
-            )));
+            return Err(argument_too_long(i, arg.len()));
         }
         total = total.saturating_add(arg.len() + 1 + POINTER);
     }
     for (key, value) in env {
-        let len = key.len().saturating_add(1).saturating_add(value.len());
+        let len = env_string_len(key, value);
         if len >= EXEC_STRING_MAX_BYTES {
-            return Err(Error::invalid(format!(
-                "environment variable {key} is {len} bytes as NAME=value; execve(2) takes at \
-                 most {} bytes per variable (Linux's MAX_ARG_STRLEN)",
-                EXEC_STRING_MAX_BYTES - 1
-            )));
+            return Err(variable_too_long(key, len));
         }
         total = total.saturating_add(len + 1 + POINTER);
     }
