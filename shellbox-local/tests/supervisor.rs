@@ -373,3 +373,280 @@ async fn an_unread_command_stalls_no_other_command() {
     assert_eq!(m.supervisor_buffered_output_bytes(), 0);
     m.close().await.unwrap();
 }
+
+/// Host pids of the processes whose argv is exactly `argv` (read from the host's /proc).
+fn host_pids_with_argv(argv: &[&str]) -> Vec<i32> {
+    let mut want: Vec<u8> = Vec::new();
+    for a in argv {
+        want.extend_from_slice(a.as_bytes());
+        want.push(0);
+    }
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .collect()
+}
+
+/// A field of /proc/PID/status (`PPid`, `NSpid`, `Threads`), or `None` once it is gone.
+fn status_field(pid: i32, field: &str) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_string())
+}
+
+/// Waits (up to 60 s) for one process with exactly `argv` on the host; its pid.
+async fn wait_for_process(argv: &[&str]) -> i32 {
+    for _ in 0..600 {
+        if let Some(&pid) = host_pids_with_argv(argv).first() {
+            return pid;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no process {argv:?} appeared");
+}
+
+/// The host pids of the keeper above `pid` (its ancestor whose parent is the machine's
+/// PID 1) and of the supervisor (that PID 1).
+fn keeper_and_supervisor(pid: i32) -> (i32, i32) {
+    let mut child = pid;
+    loop {
+        let parent: i32 = status_field(child, "PPid").unwrap().parse().unwrap();
+        let nspid = status_field(parent, "NSpid").unwrap();
+        if nspid.split_whitespace().last() == Some("1") {
+            return (child, parent);
+        }
+        child = parent;
+    }
+}
+
+/// Waits (up to 30 s) until no process with exactly `argv` is left on the host.
+async fn gone(argv: &[&str]) -> bool {
+    for _ in 0..300 {
+        if host_pids_with_argv(argv).is_empty() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// A single argument or environment string `execve(2)` would refuse (over Linux's
+/// MAX_ARG_STRLEN, 128 KiB with its NUL) is `InvalidInput` naming the limit, before anything
+/// runs (it was exit 127 "not found": the supervisor took E2BIG for a missing program);
+/// the longest string the kernel takes still reaches the command whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_string_over_max_arg_strlen_is_invalid_input() {
+    let test = "a_string_over_max_arg_strlen_is_invalid_input";
+    let Some(factory) = common::factory(test) else {
+        return;
+    };
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    let limit = shellbox_core::validate::EXEC_STRING_MAX_BYTES;
+    let over = "x".repeat(limit);
+    for command in [
+        Command::new("true").arg(&over),
+        Command::new("true").env("BIG", &over[4..]),
+    ] {
+        let err = m.run(command).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidInput(m) if m.contains("MAX_ARG_STRLEN")),
+            "{err:?}"
+        );
+    }
+    // The spec's environment is every command's: refused at create.
+    let err = factory
+        .create_local(MachineSpec::host().env("BIG", &over[4..]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidInput(m) if m.contains("MAX_ARG_STRLEN")),
+        "{err:?}"
+    );
+    // At the limit (the NUL makes it 128 KiB): runs.
+    let r = run(
+        &m,
+        Command::new("sh")
+            .args(["-c", "echo ${#1} ${#BIG}", "sh", &over[1..]])
+            .env("BIG", &over[5..]),
+    )
+    .await;
+    assert_eq!(
+        r.stdout_lossy(),
+        format!("{} {}\n", limit - 1, limit - 5),
+        "{r:?}"
+    );
+    m.close().await.unwrap();
+}
+
+/// A keeper killed from the host (SIGKILL to its pid) takes its command's processes with
+/// it, its `setsid` escapee included, at once rather than when the machine closes: the
+/// machine's supervisor (its PID 1, which every orphan reparents to) kills every child of
+/// its own that is not a keeper. The run reports an error, never an exit status; the
+/// machine goes on, and another command's background process lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keeper_killed_from_the_host_takes_its_processes_with_it() {
+    let test = "a_keeper_killed_from_the_host_takes_its_processes_with_it";
+    let Some(factory) = common::factory(test) else {
+        return;
+    };
+    if !root(test) {
+        return;
+    }
+    let m = std::sync::Arc::new(factory.create_local(MachineSpec::host()).await.unwrap());
+    let other = ["sleep", "4141.41"];
+    run(&m, Command::shell("sleep 4141.41 >/dev/null 2>&1 &")).await;
+    let (main, escapee) = (["sleep", "4141.42"], ["sleep", "4141.43"]);
+    let m2 = m.clone();
+    let running = tokio::spawn(async move {
+        m2.run(Command::shell(
+            "setsid sleep 4141.43 & sleep 4141.42; echo ended",
+        ))
+        .await
+    });
+    let pid = wait_for_process(&main).await;
+    wait_for_process(&escapee).await;
+    let (keeper, _) = keeper_and_supervisor(pid);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(keeper),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let result = running.await.unwrap();
+    assert!(result.is_err(), "{result:?}");
+    assert!(gone(&main).await, "the killed keeper's command still runs");
+    assert!(
+        gone(&escapee).await,
+        "the killed keeper's setsid escapee still runs"
+    );
+    assert_eq!(
+        host_pids_with_argv(&other).len(),
+        1,
+        "another command's process was killed"
+    );
+    let r = run(&m, Command::shell("echo still here")).await;
+    assert_eq!(r.stdout_lossy(), "still here\n");
+    m.close().await.unwrap();
+}
+
+/// The supervisor's thread pool shrinks: after a burst of 2,000 commands (64 at a time)
+/// its thread count (/proc/PID/status) falls back to the few it keeps idle, instead of
+/// keeping one thread for each command that ran at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_thread_pool_shrinks_after_a_burst() {
+    use futures::StreamExt;
+    let test = "the_thread_pool_shrinks_after_a_burst";
+    let Some(factory) = common::factory(test) else {
+        return;
+    };
+    if !root(test) {
+        return;
+    }
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    run(&m, Command::shell("sleep 5151.51 >/dev/null 2>&1 &")).await;
+    let marker = wait_for_process(&["sleep", "5151.51"]).await;
+    let (_, supervisor) = keeper_and_supervisor(marker);
+    let threads = || -> usize {
+        status_field(supervisor, "Threads")
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let before = threads();
+    let mut peak = before;
+    let mut runs = futures::stream::iter(0..2000)
+        .map(|_| m.run(Command::new("true").timeout(Duration::from_secs(120))))
+        .buffer_unordered(64);
+    let mut done = 0;
+    while let Some(r) = runs.next().await {
+        assert_eq!(r.unwrap().exit_code, Some(0));
+        done += 1;
+        if done % 100 == 0 {
+            peak = peak.max(threads());
+        }
+    }
+    drop(runs);
+    // The pool keeps 8 idle threads; the main and reaper threads are the rest.
+    let bound = 8 + 2;
+    let mut after = threads();
+    for _ in 0..50 {
+        if after <= bound {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        after = threads();
+    }
+    eprintln!("{test}: threads before {before}, peak {peak}, after {after}");
+    assert!(
+        after <= bound,
+        "{after} threads left after the burst (peak {peak})"
+    );
+    m.close().await.unwrap();
+}
+
+/// A keeper's stack lies right above a PROT_NONE guard page (and so does its command
+/// process's, right above the keeper's): an overflow faults instead of writing into the
+/// supervisor's memory, which the keeper shares. Read from the keeper's stack pointer while
+/// it waits (/proc/K/syscall) and its memory map (/proc/K/maps).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keeper_stacks_have_guard_pages() {
+    let test = "keeper_stacks_have_guard_pages";
+    let Some(factory) = common::factory(test) else {
+        return;
+    };
+    if !root(test) {
+        return;
+    }
+    let m = std::sync::Arc::new(factory.create_local(MachineSpec::host()).await.unwrap());
+    let m2 = m.clone();
+    let running = tokio::spawn(async move { m2.run(Command::new("sleep").arg("6161.61")).await });
+    let pid = wait_for_process(&["sleep", "6161.61"]).await;
+    let (keeper, _) = keeper_and_supervisor(pid);
+    // `NR arg1 .. arg6 SP PC` while it is blocked in wait4.
+    let mut sp = None;
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(format!("/proc/{keeper}/syscall")).unwrap();
+        let fields: Vec<&str> = text.split_whitespace().collect();
+        if fields.len() == 9 && fields[0] == "61" {
+            sp = Some(u64::from_str_radix(fields[7].trim_start_matches("0x"), 16).unwrap());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sp = sp.expect("the keeper waits in wait4");
+    let maps: Vec<(u64, u64, String)> = std::fs::read_to_string(format!("/proc/{keeper}/maps"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut f = l.split_whitespace();
+            let (start, end) = f.next().unwrap().split_once('-').unwrap();
+            let perms = f.next().unwrap().to_string();
+            (
+                u64::from_str_radix(start, 16).unwrap(),
+                u64::from_str_radix(end, 16).unwrap(),
+                perms,
+            )
+        })
+        .collect();
+    let at = maps
+        .iter()
+        .position(|&(s, e, _)| s <= sp && sp < e)
+        .expect("the stack pointer is mapped");
+    let page = 4096;
+    let below = maps.iter().find(|m| m.1 == maps[at].0);
+    assert!(
+        below.is_some_and(|b| b.2 == "---p" && b.1 - b.0 >= page),
+        "no guard page below the keeper's stack {:?}: {below:?}",
+        maps[at]
+    );
+    let above = maps.iter().find(|m| m.0 == maps[at].1);
+    assert!(
+        above.is_some_and(|a| a.2 == "---p" && a.1 - a.0 >= page),
+        "no guard page below the command process's stack, above {:?}: {above:?}",
+        maps[at]
+    );
+    m.close().await.unwrap();
+    let _ = running.await;
+}

@@ -162,7 +162,8 @@ pub fn frame(kind: u8, id: u32, payload: &[u8]) -> Vec<u8> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Start {
     /// Program and arguments; the program is looked up in the environment's `PATH` when it
-    /// holds no `/` (as `execvp` does): 127 when not found, 126 when not executable.
+    /// holds no `/` (as `execvp` does): 127 when not found, 126 when not executable or when
+    /// `execve(2)` fails otherwise (`E2BIG`: "Argument list too long"), as a shell reports it.
     pub argv: Vec<Vec<u8>>,
     /// The whole environment, `KEY=VALUE` each.
     pub env: Vec<Vec<u8>>,

@@ -72,11 +72,22 @@ extern "C" {
     fn syscall(n: i64, ...) -> i64;
     fn sigaction(sig: c_int, act: *const usize, old: *mut usize) -> c_int;
     fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
+    fn mmap(addr: *mut u8, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> *mut u8;
+    fn mprotect(addr: *mut u8, len: usize, prot: c_int) -> c_int;
+    fn munmap(addr: *mut u8, len: usize) -> c_int;
+    fn sysconf(name: c_int) -> i64;
     fn open(path: *const i8, flags: c_int, ...) -> c_int;
     fn __errno_location() -> *mut c_int;
 }
 
 const O_RDWR: c_int = 2;
+const PROT_NONE: c_int = 0;
+const PROT_READ: c_int = 1;
+const PROT_WRITE: c_int = 2;
+const MAP_PRIVATE: c_int = 0x02;
+const MAP_ANONYMOUS: c_int = 0x20;
+const MAP_STACK: c_int = 0x20000;
+const SC_PAGESIZE: c_int = 30;
 const O_CLOEXEC: c_int = 0o2000000;
 const O_NONBLOCK: c_int = 0o4000;
 const F_GETFL: c_int = 3;
@@ -89,6 +100,22 @@ const EAGAIN: c_int = 11;
 const ECHILD: c_int = 10;
 const EACCES: c_int = 13;
 const ENOEXEC: c_int = 8;
+const EPERM: c_int = 1;
+const ENOENT: c_int = 2;
+const EIO: c_int = 5;
+const E2BIG: c_int = 7;
+const ENOMEM: c_int = 12;
+const EFAULT: c_int = 14;
+const ENODEV: c_int = 19;
+const ENOTDIR: c_int = 20;
+const EISDIR: c_int = 21;
+const EINVAL: c_int = 22;
+const ETXTBSY: c_int = 26;
+const ENAMETOOLONG: c_int = 36;
+const ELOOP: c_int = 40;
+const ELIBBAD: c_int = 80;
+const ETIMEDOUT: c_int = 110;
+const ESTALE: c_int = 116;
 const SIGKILL: c_int = 9;
 const SIGCONT: c_int = 18;
 const WALL: c_int = 0x4000_0000;
@@ -119,6 +146,21 @@ mod sys {
 
     /// Whether a keeper shares the supervisor's memory (`CLONE_VM`: no page tables to copy,
     /// no copy-on-write faults, nothing to tear down) or is a copy of it.
+    ///
+    /// What sharing costs (known, not fixed): the kernel's OOM killer treats every process
+    /// of one memory as one. A *root* command can raise a keeper's `/proc/K/oom_score_adj`
+    /// (a non-dumpable process's `/proc` files belong to root of its memory's user
+    /// namespace, mode 0644, and raising the value needs no capability; lowering it below
+    /// its floor needs `CAP_SYS_RESOURCE`, which no command has). The kernel applies the new
+    /// value to every process sharing that memory (`__set_oom_adj`), the supervisor
+    /// included, and an OOM kill of one kills them all (`__oom_kill_process`). So under
+    /// memory pressure (the machine's memory limit, or the host's) such a command can make
+    /// its own machine's supervisor the OOM killer's pick: that machine ends (its runs fail
+    /// as with a supervisor gone), no other machine or host process is touched, and nothing
+    /// runs with more than it had. Other accounts cannot (the file is not theirs); on docker
+    /// a root command can kill the supervisor outright anyway (`CAP_KILL`). Closing it would
+    /// take keepers that are copies (a page-table copy per command, what sharing removed) or
+    /// keepers hidden from the machine's `/proc` (a `hidepid` mount of the backend's).
     pub const KEEPER_SHARES_MEMORY: bool = cfg!(target_arch = "x86_64");
 
     #[cfg(target_arch = "x86_64")]
@@ -520,7 +562,7 @@ struct Children {
     keepers: Mutex<HashMap<c_int, Box<KeeperJob>>>,
 }
 
-/// Reaps every child of the supervisor. With `--reap-strays`, after each reaped child
+/// Reaps every child of the supervisor. With `--reap-strays` (or as PID 1), after each reaped child
 /// that may leave strays (a keeper killed by a signal, or a stray) kills the strays: a keeper's children
 /// reparent to the supervisor (a child subreaper) before the keeper can be reaped, so a
 /// killed keeper's subtree is found at once, and each stray killed is another reaped child,
@@ -562,6 +604,36 @@ fn reaper(children: Arc<Children>) {
 /// process such an orphan made; none of it may outlive its lost command.
 fn kill_strays(children: &Children) {
     let keepers = children.keepers.lock().unwrap_or_else(|e| e.into_inner());
+    let kill_stray = |pid: c_int| {
+        if !keepers.contains_key(&pid) {
+            // SAFETY: kill(2) of a child of this process not reaped yet (the reaper
+            // thread, which alone reaps, is here), so the pid cannot have been reused.
+            unsafe { kill(pid, SIGKILL) };
+        }
+    };
+    if std::process::id() == 1 {
+        // PID 1 (local): its own /proc/1 is masked from the machine, itself included, so
+        // its children are found by their parent, in every process's stat.
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        let mut text = String::new();
+        for entry in procs.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<c_int>().ok()) else {
+                continue;
+            };
+            text.clear();
+            if pid == 1 || File::open(entry.path().join("stat")).and_then(|mut f| f.read_to_string(&mut text)).is_err() {
+                continue;
+            }
+            // `pid (comm) S ppid ...`: the parent is the second field after the last ')'.
+            let ppid = text.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1));
+            if ppid == Some("1") {
+                kill_stray(pid);
+            }
+        }
+        return;
+    }
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return;
     };
@@ -573,11 +645,7 @@ fn kill_strays(children: &Children) {
             continue;
         }
         for pid in text.split_whitespace().filter_map(|p| p.parse::<c_int>().ok()) {
-            if !keepers.contains_key(&pid) {
-                // SAFETY: kill(2) of a child of this process not reaped yet (the reaper
-                // thread, which alone reaps, is here), so the pid cannot have been reused.
-                unsafe { kill(pid, SIGKILL) };
-            }
+            kill_stray(pid);
         }
     }
 }
@@ -675,8 +743,10 @@ struct KeeperJob {
     envp: Vec<*const i8>,
     /// `/bin/sh`, a placeholder for the script, the arguments: a script without `#!`.
     sh_argv: Vec<*const i8>,
-    /// The keeper's stack, then the command process's (left uninitialised).
-    stacks: Vec<u8>,
+    /// The keeper's stack and the command process's, each above a guard page.
+    stacks: Stacks,
+    /// [`Stacks::child_top`] of `stacks`, read by the keeper.
+    child_top: *mut u8,
     /// Set by the keeper once its command's process exec'd or exited: from then on only
     /// the keeper (on its own stack) uses this job. A keeper killed before (only a command
     /// with `CAP_KILL` can) leaves a process that may still run on it, so such a job is
@@ -691,10 +761,92 @@ unsafe impl Send for KeeperJob {}
 /// Stack of a keeper (its loop and its account switch; it makes raw system calls only).
 const KEEPER_STACK_BYTES: usize = 32 * 1024;
 
-/// The top of `len` bytes at `base`, 16-byte aligned.
-fn stack_top(base: *mut u8, len: usize) -> *mut u8 {
-    let top = base as usize + len;
-    (top - top % 16) as *mut u8
+/// A keeper's stack ([`KEEPER_STACK_BYTES`]) and its command process's
+/// ([`CHILD_STACK_BYTES`]) in one private anonymous mapping, each right above a
+/// `PROT_NONE` guard page: `[guard][keeper][guard][child]`. Both run in the supervisor's
+/// memory ([`sys::KEEPER_SHARES_MEMORY`]), so an overflow without the guard would write
+/// into whatever lies below (the heap, the other stack); with it the overflowing process
+/// faults (SIGSEGV, which it cannot take on the overflowed stack: the kernel kills it — a
+/// keeper has no alternate signal stack, `clone(CLONE_VM)` clears it) and the supervisor's
+/// memory is untouched. Mappings are reused through [`STACK_CACHE`] (a fresh `mmap` and two
+/// `mprotect` per command would cost more than the rest of the keeper's start).
+struct Stacks {
+    base: *mut u8,
+    len: usize,
+    page: usize,
+}
+
+// SAFETY: a mapping owned by this value alone; whoever holds it may use it.
+unsafe impl Send for Stacks {}
+
+/// Spare [`Stacks`] of reaped keepers, at most [`STACK_CACHE_MAX`].
+static STACK_CACHE: Mutex<Vec<Stacks>> = Mutex::new(Vec::new());
+
+/// The most spare stack mappings kept (about 100 KiB of address space each, resident only
+/// where a keeper touched them).
+const STACK_CACHE_MAX: usize = 32;
+
+impl Stacks {
+    /// A spare mapping, or a new one (`mmap`, then `mprotect` of both guard pages).
+    ///
+    /// # Errors
+    /// The `mmap(2)` or `mprotect(2)` failure (`ENOMEM`: the address space or map count
+    /// limit).
+    fn take() -> std::io::Result<Stacks> {
+        if let Some(s) = STACK_CACHE.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            return Ok(s);
+        }
+        // SAFETY: sysconf has no preconditions.
+        let page = match unsafe { sysconf(SC_PAGESIZE) } {
+            p if p > 0 => p as usize,
+            _ => 4096,
+        };
+        let round = |n: usize| n.div_ceil(page) * page;
+        let len = 2 * page + round(KEEPER_STACK_BYTES) + round(CHILD_STACK_BYTES);
+        // SAFETY: a new private anonymous mapping; nothing else refers to it.
+        let base = unsafe {
+            mmap(std::ptr::null_mut(), len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0)
+        };
+        if base as isize == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let stacks = Stacks { base: base.cast(), len, page };
+        let second_guard = page + round(KEEPER_STACK_BYTES);
+        for at in [0, second_guard] {
+            // SAFETY: a page of the mapping just made.
+            if unsafe { mprotect(stacks.base.add(at).cast(), page, PROT_NONE) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(stacks)
+    }
+
+    /// The top of the keeper's stack (16-byte aligned).
+    fn keeper_top(&self) -> *mut u8 {
+        let round = KEEPER_STACK_BYTES.div_ceil(self.page) * self.page;
+        // SAFETY: within the mapping (page boundaries are 16-byte aligned).
+        unsafe { self.base.add(self.page + round) }
+    }
+
+    /// The top of the command process's stack: the end of the mapping.
+    fn child_top(&self) -> *mut u8 {
+        // SAFETY: one past the end of the mapping.
+        unsafe { self.base.add(self.len) }
+    }
+}
+
+impl Drop for Stacks {
+    fn drop(&mut self) {
+        let mut cache = STACK_CACHE.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() < STACK_CACHE_MAX {
+            cache.push(Stacks { base: self.base, len: self.len, page: self.page });
+            return;
+        }
+        drop(cache);
+        // SAFETY: the mapping is this value's and nothing runs on it any more (a job is
+        // dropped only once its keeper was reaped and its command's process exec'd).
+        unsafe { munmap(self.base.cast(), self.len) };
+    }
 }
 
 /// The command's process, in the keeper's `CLONE_VM | CLONE_VFORK` child: stdio, session,
@@ -754,26 +906,61 @@ unsafe fn command_child(job: *mut KeeperJob) -> ! {
     let envp = (*job).envp.as_ptr();
     let sh_argv = (*job).sh_argv.as_mut_ptr();
     let mut denied = false;
+    let mut failed = 0;
     for c in &ex.candidates {
         match -sys::execve(c.as_ptr(), argv, envp) as c_int {
             ENOEXEC => {
                 // POSIX: a file the kernel cannot run is a shell script.
                 *sh_argv.add(1) = c.as_ptr();
-                sys::execve(c"/bin/sh".as_ptr(), sh_argv, envp);
-                denied = true;
+                match -sys::execve(c"/bin/sh".as_ptr(), sh_argv, envp) as c_int {
+                    E2BIG => failed = E2BIG,
+                    _ => denied = true,
+                }
             }
             EACCES => denied = true,
-            _ => {}
+            // Not this candidate: the search goes on (as execvp's does).
+            ENOENT | ENOTDIR | ESTALE | ENODEV | ETIMEDOUT => {}
+            // The file was found but cannot be run: the search ends here.
+            e => failed = e,
+        }
+        if failed != 0 {
+            break;
         }
     }
+    let (code, message) = exec_failure(failed, denied);
     raw_write_all(2, b"sh: ");
     raw_write_all(2, ex.argv[0].as_bytes());
-    if denied {
-        raw_write_all(2, b": Permission denied\n");
-        sys::exit(126)
-    }
-    raw_write_all(2, b": not found\n");
-    sys::exit(127)
+    raw_write_all(2, b": ");
+    raw_write_all(2, message);
+    raw_write_all(2, b"\n");
+    sys::exit(code)
+}
+
+/// The exit status and message of a command whose program could not be run, as a shell
+/// reports it (bash's `shell_execve`, dash's `exerror`): 127 `not found` when no candidate
+/// of the search exists (`ENOENT` and the errors glibc's `execvp` also passes over), 126 otherwise — `Permission denied` for a
+/// file that is not executable (`EACCES`), `Argument list too long` when `execve(2)`
+/// refused the argv and environment (`E2BIG`: a string over Linux's `MAX_ARG_STRLEN`, or
+/// the whole over `ARG_MAX`, a quarter of the stack limit), and the error's own text for
+/// the rest (`failed`: the errno that ended the search, 0 for none).
+fn exec_failure(failed: c_int, denied: bool) -> (c_int, &'static [u8]) {
+    let text: &'static [u8] = match failed {
+        0 if denied => return (126, b"Permission denied"),
+        0 => return (127, b"not found"),
+        E2BIG => b"Argument list too long",
+        ETXTBSY => b"Text file busy",
+        ENOMEM => b"Cannot allocate memory",
+        EISDIR => b"Is a directory",
+        EPERM => b"Operation not permitted",
+        EINVAL => b"Invalid argument",
+        EIO => b"Input/output error",
+        ELIBBAD => b"Accessing a corrupted shared library",
+        EFAULT => b"Bad address",
+        ELOOP => b"Too many levels of symbolic links",
+        ENAMETOOLONG => b"File name too long",
+        _ => b"cannot execute",
+    };
+    (126, text)
 }
 
 extern "C" fn command_main(arg: *mut u8) -> c_int {
@@ -792,8 +979,7 @@ extern "C" fn keeper_main(arg: *mut u8) -> c_int {
     unsafe {
         sys::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         become_keeper_account();
-        let stacks = (*job).stacks.as_mut_ptr();
-        let top = stack_top(stacks.add(KEEPER_STACK_BYTES), CHILD_STACK_BYTES);
+        let top = (*job).child_top;
         let pid = sys::clone((CLONE_VM | CLONE_VFORK | SIGCHLD) as usize, top, command_main, arg);
         (*job).started.store(true, std::sync::atomic::Ordering::Release);
         // Each account switch (the keeper's, the command's in this memory) reset the
@@ -846,8 +1032,11 @@ struct Settings {
     /// Signals (bit N for signal N) whose disposition was not the default at start (std
     /// ignores SIGPIPE and handles SIGSEGV/SIGBUS); a command's process resets these.
     non_default_signals: u64,
-    /// `--reap-strays`: the supervisor is a child subreaper and SIGKILLs every child of its
-    /// own that is not one of its keepers (the orphans of a keeper a command killed).
+    /// `--reap-strays`, or the supervisor is its PID namespace's PID 1 (local): it is a
+    /// child subreaper (PID 1 is the reaper of every orphan anyway) and SIGKILLs every child
+    /// of its own that is not one of its keepers — the orphans of a keeper killed by a
+    /// command with `CAP_KILL` (docker) or from outside the machine (a host's SIGKILL to
+    /// the keeper's pid), which would otherwise run on until the machine closes.
     reap_strays: bool,
 }
 
@@ -1129,6 +1318,10 @@ fn run_command(
         Ok(ex) => ex,
         Err(why) => return out.fail(id, proto::FAIL_INVALID_INPUT, &why),
     };
+    let stacks = match Stacks::take() {
+        Ok(s) => s,
+        Err(e) => return out.fail(id, proto::FAIL_SYSTEM, &format!("map the keeper's stacks: {e}")),
+    };
     let pipes = (|| Ok::<_, std::io::Error>([pipe_cloexec()?, pipe_cloexec()?, pipe_cloexec()?, pipe_cloexec()?]))();
     let [(in_r, in_w), (out_r, out_w), (err_r, err_w), (st_r, st_w)] = match pipes {
         Ok(p) => p,
@@ -1141,8 +1334,8 @@ fn run_command(
         argv: Vec::new(),
         envp: Vec::new(),
         sh_argv: Vec::new(),
-        // Never read before written: a stack needs no zeroing.
-        stacks: Vec::with_capacity(KEEPER_STACK_BYTES + CHILD_STACK_BYTES),
+        child_top: stacks.child_top(),
+        stacks,
         started: Arc::new(std::sync::atomic::AtomicBool::new(false)),
     });
     job.argv = null_terminated(&job.ex.argv);
@@ -1151,7 +1344,7 @@ fn run_command(
     sh_argv.extend(job.ex.argv.iter().skip(1).map(|c| c.as_ptr()));
     sh_argv.push(std::ptr::null());
     job.sh_argv = sh_argv;
-    let keeper_top = stack_top(job.stacks.as_mut_ptr(), KEEPER_STACK_BYTES);
+    let keeper_top = job.stacks.keeper_top();
     let started = job.started.clone();
     let job_ptr: *mut KeeperJob = &mut *job;
     let flags = if sys::KEEPER_SHARES_MEMORY { CLONE_VM } else { 0 } | SIGCHLD;
@@ -1366,7 +1559,8 @@ fn run_command(
             id,
             proto::FAIL_SYSTEM,
             "the command's keeper was killed before it reported the command's exit status \
-             (a command with CAP_KILL may signal it); every process it kept was killed",
+             (by a command with CAP_KILL, or from outside the machine); every process it kept \
+             was killed",
         ),
         None => out.fail(id, proto::FAIL_SYSTEM, "the command's keeper ended before reporting its exit status"),
     }
@@ -1376,8 +1570,12 @@ fn run_command(
 type Job = Box<dyn FnOnce() + Send>;
 
 /// The threads commands run on: an idle one takes the next command, a new one is started
-/// when none is idle, and one idle for [`POOL_IDLE`] ends (a thread start per command
-/// cost more than the command's fork).
+/// when none is idle (a command holds its thread until it ends, so the pool cannot cap how
+/// many run at once without stalling the machine), a thread that finds no work while
+/// [`POOL_KEPT_IDLE`] others already wait ends at once, and one idle for [`POOL_IDLE`]
+/// ends (a thread start per command cost more than the command's fork). So after a burst
+/// the pool falls back to at most [`POOL_KEPT_IDLE`] threads as its commands end, and to
+/// none when the machine stays idle.
 #[derive(Default)]
 struct Pool {
     state: Mutex<PoolState>,
@@ -1392,6 +1590,11 @@ struct PoolState {
 
 /// How long a pool thread waits for work before it ends.
 const POOL_IDLE: Duration = Duration::from_secs(10);
+
+/// The most pool threads kept waiting for work: enough for a few commands in flight at
+/// once (a host's concurrency is usually its core count), few enough that their stacks
+/// (256 KiB reserved each) cost nothing to speak of.
+const POOL_KEPT_IDLE: usize = 8;
 
 impl Pool {
     fn submit(self: &Arc<Self>, job: Job) -> std::io::Result<()> {
@@ -1424,6 +1627,9 @@ impl Pool {
                 if let Some(job) = st.jobs.pop_front() {
                     break job;
                 }
+                if st.idle >= POOL_KEPT_IDLE {
+                    return;
+                }
                 st.idle += 1;
                 let (next, timeout) = self
                     .cond
@@ -1454,6 +1660,9 @@ fn main() {
         pty::main();
     }
     let (keep_caps, own_account, reap_strays) = parse_args();
+    // As PID 1 (local) every orphan of the machine is the supervisor's child anyway: those
+    // of a keeper killed from outside (a host's SIGKILL) die at once, not at the close.
+    let reap_strays = reap_strays || std::process::id() == 1;
     // SAFETY: getuid/getgid cannot fail.
     let own = unsafe { (getuid(), getgid()) };
     // SAFETY: plain system calls at start-up, before any thread exists (the bounding set
