@@ -2078,3 +2078,157 @@ async fn killing_keepers_or_the_supervisor_never_fakes_a_result() {
     assert!(!common::container_exists(f.docker(), m.container_id()).await);
     m.close().await.unwrap();
 }
+
+/// The supervisor's thread pool shrinks on docker too: after a burst of 2,000 commands (64
+/// at a time) its thread count (/proc/PID/status, read through an Engine exec, which adds
+/// no thread) falls back to the few it keeps idle instead of one per command that ran at
+/// once.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_supervisors_thread_pool_shrinks_after_a_burst() {
+    let test = "the_supervisors_thread_pool_shrinks_after_a_burst";
+    let Some(f) = common::setup(test).await else {
+        return;
+    };
+    let f = f.command_path(CommandPath::Supervisor);
+    let m = f.create_machine(common::spec()).await.unwrap();
+    let id = m.container_id().to_string();
+    // The supervisor is the one process with its program's argv that has more than one
+    // thread (keepers share its memory, so its argv, but are single-threaded).
+    let threads = || async {
+        let out = engine_root_sh(
+            f.docker(),
+            &id,
+            "for p in /proc/[0-9]*; do \
+               case $(tr '\\0' ' ' < $p/cmdline 2>/dev/null) in /.shellbox/supervisor*) \
+                 t=$(awk '/^Threads:/ {print $2}' $p/status); [ \"$t\" -gt 1 ] && echo $t;; \
+               esac; \
+             done",
+        )
+        .await;
+        out.trim()
+            .parse::<usize>()
+            .unwrap_or_else(|_| panic!("{out:?}"))
+    };
+    let before = threads().await;
+    let mut runs = futures::stream::iter(0..2000)
+        .map(|_| m.run(Command::new("true").timeout(Duration::from_secs(120))))
+        .buffer_unordered(64);
+    while let Some(r) = runs.next().await {
+        assert_eq!(r.unwrap().exit_code, Some(0));
+    }
+    drop(runs);
+    // The pool keeps 8 idle threads; the main, reaper and (once a background process held
+    // a finished command's output) drain threads are the rest.
+    let bound = 8 + 3;
+    let mut after = threads().await;
+    for _ in 0..50 {
+        if after <= bound {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        after = threads().await;
+    }
+    eprintln!("{test}: threads before {before}, after {after}");
+    assert!(after <= bound, "{after} threads left after the burst");
+    m.close().await.unwrap();
+}
+
+/// A keeper's stack lies right above a PROT_NONE guard page on docker too (and so does its
+/// command process's, right above the keeper's), read from the host's /proc (the test runs
+/// as root beside the engine): the keeper's stack pointer while it waits in wait4
+/// (/proc/K/syscall) and its memory map (/proc/K/maps).
+#[tokio::test(flavor = "multi_thread")]
+async fn keeper_stacks_have_guard_pages() {
+    let test = "keeper_stacks_have_guard_pages";
+    let Some(f) = common::setup(test).await else {
+        return;
+    };
+    if !nix_root() {
+        eprintln!("SKIP {test}: reads the keeper's /proc/K/syscall from the host as root");
+        return;
+    }
+    let f = f.command_path(CommandPath::Supervisor);
+    let m = std::sync::Arc::new(f.create_machine(common::spec()).await.unwrap());
+    let m2 = m.clone();
+    let running = tokio::spawn(async move { m2.run(Command::new("sleep").arg("6161.62")).await });
+    let cmdline = |pid: i32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let ppid = |pid: i32| -> i32 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let mut pid = None;
+    for _ in 0..600 {
+        pid = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .find(|&p| cmdline(p) == b"sleep\x006161.62\x00");
+        if pid.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let keeper = ppid(pid.expect("the command runs"));
+    assert!(
+        cmdline(keeper).starts_with(b"/.shellbox/supervisor\0"),
+        "the command's parent is not its keeper"
+    );
+    let mut sp = None;
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(format!("/proc/{keeper}/syscall")).unwrap();
+        let fields: Vec<&str> = text.split_whitespace().collect();
+        if fields.len() == 9 && fields[0] == "61" {
+            sp = Some(u64::from_str_radix(fields[7].trim_start_matches("0x"), 16).unwrap());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sp = sp.expect("the keeper waits in wait4");
+    let maps: Vec<(u64, u64, String)> = std::fs::read_to_string(format!("/proc/{keeper}/maps"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut f = l.split_whitespace();
+            let (start, end) = f.next().unwrap().split_once('-').unwrap();
+            (
+                u64::from_str_radix(start, 16).unwrap(),
+                u64::from_str_radix(end, 16).unwrap(),
+                f.next().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let at = maps
+        .iter()
+        .position(|&(s, e, _)| s <= sp && sp < e)
+        .expect("the stack pointer is mapped");
+    let below = maps.iter().find(|m| m.1 == maps[at].0);
+    assert!(
+        below.is_some_and(|b| b.2 == "---p"),
+        "no guard page below the keeper's stack {:?}: {below:?}",
+        maps[at]
+    );
+    let above = maps.iter().find(|m| m.0 == maps[at].1);
+    assert!(
+        above.is_some_and(|a| a.2 == "---p"),
+        "no guard page below the command process's stack, above {:?}: {above:?}",
+        maps[at]
+    );
+    m.close().await.unwrap();
+    let _ = running.await;
+}
+
+/// Whether this test process runs as root (it reads other processes' /proc/K/syscall).
+fn nix_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|v| v.split_whitespace().nth(1).map(|e| e == "0"))
+            .unwrap_or(false)
+    })
+}

@@ -533,7 +533,9 @@ async fn a_keeper_killed_from_the_host_takes_its_processes_with_it() {
 
 /// The supervisor's thread pool shrinks: after a burst of 2,000 commands (64 at a time)
 /// its thread count (/proc/PID/status) falls back to the few it keeps idle, instead of
-/// keeping one thread for each command that ran at once.
+/// keeping one thread for each command that ran at once. Background processes holding
+/// their finished commands' stdout and stderr cost one thread in all (not one per stream),
+/// and one that keeps writing keeps running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_thread_pool_shrinks_after_a_burst() {
     use futures::StreamExt;
@@ -548,6 +550,22 @@ async fn the_thread_pool_shrinks_after_a_burst() {
     run(&m, Command::shell("sleep 5151.51 >/dev/null 2>&1 &")).await;
     let marker = wait_for_process(&["sleep", "5151.51"]).await;
     let (_, supervisor) = keeper_and_supervisor(marker);
+    // Ten background holders of their command's stdout and stderr, and a writer.
+    for _ in 0..10 {
+        run(&m, Command::shell("sleep 5151.52 &")).await;
+    }
+    let ticker = run(
+        &m,
+        Command::shell("while echo tick; do sleep 0.1; done & echo $!"),
+    )
+    .await;
+    // Its output may hold ticks beside the pid.
+    let ticker = ticker
+        .stdout_lossy()
+        .lines()
+        .find(|l| l.parse::<u32>().is_ok())
+        .expect("the writer's pid")
+        .to_string();
     let threads = || -> usize {
         status_field(supervisor, "Threads")
             .unwrap()
@@ -568,8 +586,8 @@ async fn the_thread_pool_shrinks_after_a_burst() {
         }
     }
     drop(runs);
-    // The pool keeps 8 idle threads; the main and reaper threads are the rest.
-    let bound = 8 + 2;
+    // The pool keeps 8 idle threads; the main, reaper and drain threads are the rest.
+    let bound = 8 + 3;
     let mut after = threads();
     for _ in 0..50 {
         if after <= bound {
@@ -583,6 +601,12 @@ async fn the_thread_pool_shrinks_after_a_burst() {
         after <= bound,
         "{after} threads left after the burst (peak {peak})"
     );
+    let r = run(
+        &m,
+        Command::shell(format!("kill -0 {ticker} && echo ticking")),
+    )
+    .await;
+    assert_eq!(r.stdout_lossy(), "ticking\n", "{r:?}");
     m.close().await.unwrap();
 }
 

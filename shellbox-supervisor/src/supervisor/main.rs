@@ -1527,16 +1527,7 @@ fn run_command(
         if open[i] {
             // Processes left running in the background keep a working stdout/stderr: what
             // they write after the command ended is read and dropped.
-            let fd = streams[i].fd;
-            let fl = unsafe { fcntl(fd, F_GETFL) };
-            // SAFETY: clearing O_NONBLOCK on our own fd.
-            unsafe { fcntl(fd, F_SETFL, fl & !O_NONBLOCK) };
-            let _ = std::thread::Builder::new().stack_size(64 * 1024).spawn(move || {
-                // SAFETY: the thread owns `fd` from here on.
-                let mut f = unsafe { File::from_raw_fd(fd) };
-                let mut junk = vec![0u8; 16 * 1024];
-                while matches!(f.read(&mut junk), Ok(n) if n > 0) {}
-            });
+            Drain::hand_over(streams[i].fd);
         }
     }
     close_fd(wake_r);
@@ -1565,6 +1556,87 @@ fn run_command(
         None => out.fail(id, proto::FAIL_SYSTEM, "the command's keeper ended before reporting its exit status"),
     }
     let _ = cmd;
+}
+
+/// The one thread that reads and drops what processes left running in the background write
+/// to their finished command's stdout or stderr (so their writes never block or fail), for
+/// every such stream of the machine: one thread however many there are (a thread per stream
+/// kept two threads per background service for its whole life).
+struct Drain {
+    /// Streams handed over since the thread last looked.
+    new: Mutex<Vec<RawFd>>,
+    /// Written once per hand-over, to wake the thread's poll.
+    wake_w: RawFd,
+}
+
+static DRAIN: std::sync::OnceLock<Option<Drain>> = std::sync::OnceLock::new();
+
+impl Drain {
+    /// Gives `fd` (non-blocking, owned from here on) to the drain thread, started on first
+    /// use; where it cannot start (no pipe, no thread), the stream is closed, so a background
+    /// writer gets EPIPE, as with no reader at all.
+    fn hand_over(fd: RawFd) {
+        let drain = DRAIN.get_or_init(|| {
+            let (wake_r, wake_w) = pipe_cloexec().ok()?;
+            let spawned = std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || Drain::run(wake_r));
+            if spawned.is_err() {
+                close_fd(wake_r);
+                close_fd(wake_w);
+                return None;
+            }
+            Some(Drain {
+                new: Mutex::new(Vec::new()),
+                wake_w,
+            })
+        });
+        match drain {
+            Some(d) => {
+                d.new.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
+                raw_write_all(d.wake_w, b"x");
+            }
+            None => close_fd(fd),
+        }
+    }
+
+    /// The drain thread: polls every stream handed over, reads what comes and drops it,
+    /// and closes a stream at its end (its last writer gone).
+    fn run(wake_r: RawFd) {
+        let mut fds: Vec<RawFd> = Vec::new();
+        let mut junk = vec![0u8; 16 * 1024];
+        let mut pfds: Vec<PollFd> = Vec::new();
+        loop {
+            pfds.clear();
+            pfds.push(PollFd { fd: wake_r, events: POLLIN, revents: 0 });
+            pfds.extend(fds.iter().map(|&fd| PollFd { fd, events: POLLIN, revents: 0 }));
+            // SAFETY: poll over a live array.
+            if unsafe { poll(pfds.as_mut_ptr(), pfds.len() as u64, -1) } < 0 {
+                continue;
+            }
+            let mut ended = Vec::new();
+            for (k, p) in pfds.iter().enumerate().skip(1) {
+                if p.revents == 0 {
+                    continue;
+                }
+                // SAFETY: reading into a live buffer from a stream this thread owns.
+                let n = unsafe { read(p.fd, junk.as_mut_ptr(), junk.len()) };
+                if n == 0 || (n < 0 && errno() != EAGAIN && errno() != EINTR) {
+                    ended.push(k - 1);
+                }
+            }
+            for &k in ended.iter().rev() {
+                close_fd(fds.swap_remove(k));
+            }
+            if pfds[0].revents != 0 {
+                // SAFETY: reading into a live buffer.
+                unsafe { read(wake_r, junk.as_mut_ptr(), junk.len()) };
+                if let Some(Some(d)) = DRAIN.get() {
+                    fds.append(&mut d.new.lock().unwrap_or_else(|e| e.into_inner()));
+                }
+            }
+        }
+    }
 }
 
 type Job = Box<dyn FnOnce() + Send>;
