@@ -134,6 +134,7 @@ mod fsops;
 mod gc;
 mod guest;
 mod launch;
+mod layer;
 mod machine;
 mod ns;
 mod packages;
@@ -160,15 +161,17 @@ pub const LOCAL_ROOT_CAPABILITIES: shellbox_core::Capabilities =
 pub use cgroup::CGROUP_BASE_NAME;
 pub use gc::{gc, gc_in, GcReport, Owner, OWNER_FILE};
 pub use launch::{parse_exit_code, CONTROL_ENV};
+pub use layer::{LAYER_PREFIX, MAX_LAYER_DEPTH};
 pub use machine::{
     largest_storage_mb, machine_bwrap_args, LocalMachine, LocalMachineFactory, LocalOptions,
-    COPY_ON_WRITE_REQUIREMENTS, PROBE_TIMEOUT, SANDBOX_REQUIREMENTS,
+    COPY_ON_WRITE_REQUIREMENTS, PROBE_TIMEOUT, ROOT_OVERLAY_REQUIREMENTS, SANDBOX_REQUIREMENTS,
+    SNAPSHOT_REQUIREMENTS,
 };
 pub use packages::{DEFAULT_PYTHON_VERSION, TOOLS_REFUSAL};
 pub use plan::SystemDirectories;
 pub use root::{
     DEFAULT_LAYERS_MB, ETC_BOUND_DIRS, ETC_COPIES, ETC_PREFIX, LAYERS_DIR_NAME, ROOT_DIR_NAME,
-    ROOT_IN_LAYERS, ROOT_PREFIX,
+    ROOT_IN_LAYERS, ROOT_PREFIX, UPPER_DIR_NAME, WORK_DIR_NAME,
 };
 /// The local machine's persistent shell session: the supervisor's
 /// [`PtySession`](shellbox_supervisor::session::PtySession) (see there for how it works).
