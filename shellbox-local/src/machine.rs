@@ -1081,7 +1081,10 @@ impl MachineFactory for LocalMachineFactory {
     /// [`LOCAL_ROOT_CAPABILITIES`](crate::LOCAL_ROOT_CAPABILITIES) in a root host process,
     /// else [`LOCAL_CAPABILITIES`](crate::LOCAL_CAPABILITIES); with copy-on-write system
     /// directories ([`LocalOptions::system_directories`]) they are declared private
-    /// ([`Capabilities::private_system_directories`](shellbox_core::Capabilities)).
+    /// ([`Capabilities::private_system_directories`](shellbox_core::Capabilities)); with
+    /// read-only ones in a root host process, snapshots are declared
+    /// ([`Capabilities::snapshots`](shellbox_core::Capabilities); see
+    /// [`LocalMachine::snapshot_local`]).
     fn capabilities(&self) -> shellbox_core::Capabilities {
         let base = if nix::unistd::geteuid().is_root() {
             crate::LOCAL_ROOT_CAPABILITIES
