@@ -127,7 +127,7 @@ impl Drop for Layer {
             tracing::warn!("removing snapshot layer {}: {e}", self.dir.display());
         }
         // A layer whose files were never moved in has no `root` to remove it with.
-        let _ = fs::remove_dir_all(&self.dir);
+        let _ = shellbox_core::remove_tree(&self.dir);
     }
 }
 

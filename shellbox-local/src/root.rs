@@ -146,9 +146,9 @@ pub fn overlay_dirs(root: &Path) -> (PathBuf, PathBuf) {
 pub fn fresh_work_dir(work: &Path) -> Result<(), Error> {
     if work.exists() {
         let old = work.with_extension("old");
-        let _ = fs::remove_dir_all(&old);
+        let _ = shellbox_core::remove_tree(&old);
         fs::rename(work, &old).map_err(|e| io("rename", work, e))?;
-        fs::remove_dir_all(&old).map_err(|e| io("remove", &old, e))?;
+        shellbox_core::remove_tree(&old).map_err(|e| io("remove", &old, e))?;
     }
     fs::DirBuilder::new()
         .mode(0o700)
