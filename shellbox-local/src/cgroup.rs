@@ -213,6 +213,29 @@ impl MachineCgroup {
         kill_once(self.version, &self.dir);
     }
 
+    /// Sets `pids.max` (after [`kill`](Self::kill) set it to 0, when the machine goes on).
+    ///
+    /// # Errors
+    /// The failing write.
+    pub fn set_pids_max(&self, pids_limit: u32) -> std::io::Result<()> {
+        write_file(&self.dir.join("pids.max"), &pids_limit.to_string())
+    }
+
+    /// Waits up to `wait` until the cgroup holds no process (killing again meanwhile).
+    pub fn wait_empty(&self, wait: Duration) {
+        let started = Instant::now();
+        loop {
+            let empty = fs::read_to_string(self.dir.join("cgroup.procs"))
+                .map(|t| t.trim().is_empty())
+                .unwrap_or(true);
+            if empty || started.elapsed() >= wait {
+                return;
+            }
+            kill_once(self.version, &self.dir);
+            std::thread::sleep(Duration::from_micros(250));
+        }
+    }
+
     /// Kills every process of the cgroup and removes it, waiting up to `wait` for the
     /// killed processes to be reaped.
     ///

@@ -151,7 +151,10 @@ pub fn gc_in(dir: &Path) -> Result<GcReport, Error> {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         let machine = name.starts_with(ROOT_PREFIX);
-        if !machine && !name.starts_with(ETC_PREFIX) {
+        if !machine
+            && !name.starts_with(ETC_PREFIX)
+            && !name.starts_with(crate::layer::LAYER_PREFIX)
+        {
             continue;
         }
         let private = entry.path();

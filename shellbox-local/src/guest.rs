@@ -89,6 +89,9 @@ struct GuestMount {
 #[derive(Debug, Clone)]
 pub struct GuestView {
     root: PathBuf,
+    /// The root overlay's top directory in the machine's mount namespace, when the root
+    /// is one (the host path `root` is then only its empty mount point).
+    root_fd: Option<Arc<OwnedFd>>,
     /// Later entries are mounted over earlier ones (bwrap's order).
     mounts: Vec<GuestMount>,
 }
@@ -182,8 +185,16 @@ impl GuestView {
         }
         Self {
             root: layout.root.clone(),
+            root_fd: None,
             mounts,
         }
+    }
+
+    /// The same view with the root read and written through `fd` (the root overlay's top
+    /// directory, see [`MachineNamespaces::root`](crate::ns::MachineNamespaces)).
+    pub(crate) fn with_root_fd(mut self, fd: Option<Arc<OwnedFd>>) -> Self {
+        self.root_fd = fd;
+        self
     }
 
     fn mount_at(&self, guest: &str) -> Option<&GuestMount> {
@@ -251,6 +262,10 @@ impl GuestView {
     /// # Errors
     /// [`Error::Io`] when it cannot be opened (a closed machine's root is gone).
     pub fn open_root(&self) -> Result<OwnedFd, Error> {
+        if let Some(fd) = &self.root_fd {
+            return openat(fd, ".", DIR_FLAGS, Mode::empty())
+                .map_err(|e| io_err("open machine root", "/", e));
+        }
         openat(
             AT_FDCWD,
             &self.root,

@@ -62,7 +62,28 @@
 //!   `/var/cache/apt`) is overlaid the same way and the `/etc` copy holds their
 //!   configuration (no credentials), so `apt-get install ./x.deb` and `dpkg -i` work in
 //!   the machine only;
-//! - processes a command leaves in the background keep running until the machine closes;
+//! - in a root host process, without `storage_mb`, a machine root that is an overlayfs of
+//!   the machine's mount namespace (the host sees only its empty mount point): its writes
+//!   go to `upper/` of its private directory, over the frozen layers of its snapshots (or
+//!   an empty directory of the factory). Every overlay of a machine (root, copy-on-write
+//!   layers, the read-only `/etc`) is mounted with its layers given as `.` after an
+//!   `fchdir`, so `/proc/self/mountinfo` in the machine names no host path of its
+//!   directories;
+//! - snapshots ([`Machine::snapshot`](shellbox_core::Machine::snapshot), on a factory
+//!   with read-only system directories in a root host process): a snapshot **ends every
+//!   process of the machine** (background processes and its open shell session, as a
+//!   restart would; the next command starts a new sandbox), moves its upper layer into a
+//!   frozen `shellbox-layer-*` directory ([`LAYER_PREFIX`]: one rename, no copy) and
+//!   mounts the root again over it with a new empty upper; machines made by
+//!   [`create_from`](shellbox_core::MachineFactory::create_from) mount an empty upper of
+//!   their own over the same frozen layers. Processes are ended because overlayfs cannot
+//!   swap a mounted overlay's upper: one that survived could go on writing the frozen
+//!   layer through its working directory or open files. Layers are shared by the
+//!   snapshot handles and machines that use them and removed with the last; `gc` removes
+//!   a dead owner's; a chain deeper than [`MAX_LAYER_DEPTH`] is squashed into one layer
+//!   (a copy) by the snapshot that would exceed it;
+//! - processes a command leaves in the background keep running until the machine closes
+//!   (or a snapshot ends them, above);
 //!   a timeout or a dropped stream SIGKILLs everything the command started (`setsid` and
 //!   double-fork escapees included) and nothing else; output written before the kill is
 //!   kept; close kills every process of the machine.
@@ -134,6 +155,7 @@ mod fsops;
 mod gc;
 mod guest;
 mod launch;
+mod layer;
 mod machine;
 mod ns;
 mod packages;
@@ -160,15 +182,17 @@ pub const LOCAL_ROOT_CAPABILITIES: shellbox_core::Capabilities =
 pub use cgroup::CGROUP_BASE_NAME;
 pub use gc::{gc, gc_in, GcReport, Owner, OWNER_FILE};
 pub use launch::{parse_exit_code, CONTROL_ENV};
+pub use layer::{LAYER_PREFIX, MAX_LAYER_DEPTH};
 pub use machine::{
     largest_storage_mb, machine_bwrap_args, LocalMachine, LocalMachineFactory, LocalOptions,
-    COPY_ON_WRITE_REQUIREMENTS, PROBE_TIMEOUT, SANDBOX_REQUIREMENTS,
+    COPY_ON_WRITE_REQUIREMENTS, PROBE_TIMEOUT, ROOT_OVERLAY_REQUIREMENTS, SANDBOX_REQUIREMENTS,
+    SNAPSHOT_REQUIREMENTS,
 };
 pub use packages::{DEFAULT_PYTHON_VERSION, TOOLS_REFUSAL};
 pub use plan::SystemDirectories;
 pub use root::{
     DEFAULT_LAYERS_MB, ETC_BOUND_DIRS, ETC_COPIES, ETC_PREFIX, LAYERS_DIR_NAME, ROOT_DIR_NAME,
-    ROOT_IN_LAYERS, ROOT_PREFIX,
+    ROOT_IN_LAYERS, ROOT_PREFIX, UPPER_DIR_NAME, WORK_DIR_NAME,
 };
 /// The local machine's persistent shell session: the supervisor's
 /// [`PtySession`](shellbox_supervisor::session::PtySession) (see there for how it works).

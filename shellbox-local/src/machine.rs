@@ -92,10 +92,44 @@ struct FactoryInner {
     packages: crate::packages::PackageSettings,
 }
 
+/// What a machine root that is an overlayfs needs of this host, in the error when its
+/// mount fails.
+pub const ROOT_OVERLAY_REQUIREMENTS: &str = "a local machine's root is an overlayfs in its own mount namespace when this process is root: it needs overlayfs in the kernel (/proc/filesystems; modprobe overlay), the new mount API with lowerdir+ (Linux 6.5) and a host temp dir (TMPDIR) that is not itself on overlayfs";
+
+/// Why a local machine takes no snapshot when its factory cannot (see the `layer` module).
+pub const SNAPSHOT_REQUIREMENTS: &str = "snapshots of local machines need a root host process (CAP_SYS_ADMIN: the machine root is an overlayfs in the machine's own mount namespace) and read-only system directories (SystemDirectories::ReadOnly: copy-on-write layers live in memory of the machine's namespace and are not snapshotted yet)";
+
 impl FactoryInner {
     /// The overlaid guest directories (empty for a read-only factory).
     fn overlaid(&self) -> Vec<String> {
         self.layers.iter().map(|l| l.guest.clone()).collect()
+    }
+
+    /// Whether this factory's machines take snapshots (see the `layer` module): their root
+    /// is an overlayfs (a root host process) and their system directories are read-only.
+    fn snapshots(&self) -> bool {
+        self.share_ns && self.layers.is_empty()
+    }
+
+    /// The root overlay of a machine whose root is `root`, over `chain` (top first) or,
+    /// with none, the factory's empty directory.
+    fn root_overlay(
+        &self,
+        root: &Path,
+        chain: &[Arc<crate::layer::Layer>],
+    ) -> crate::ns::RootOverlay {
+        let (upper, work) = root::overlay_dirs(root);
+        let lowers = if chain.is_empty() {
+            vec![self.etc.empty().to_path_buf()]
+        } else {
+            chain.iter().map(|l| l.files()).collect()
+        };
+        crate::ns::RootOverlay {
+            lowers,
+            upper,
+            work,
+            target: root.to_path_buf(),
+        }
     }
 
     /// The [`plan::Layers`] of a machine whose root is `root` (`None`: read-only).
@@ -414,6 +448,45 @@ impl LocalMachineFactory {
     /// [`Error::Backend`].
     /// Must be called within a tokio runtime.
     pub async fn create_local(&self, spec: MachineSpec) -> Result<LocalMachine, Error> {
+        self.create_machine(spec, None).await
+    }
+
+    /// Like [`MachineFactory::create_from`], returning the concrete [`LocalMachine`]: a
+    /// machine made as [`create_local`](Self::create_local) makes one (the spec's env,
+    /// network, user, mounts and limits apply), whose root is its own empty upper layer
+    /// over the snapshot's frozen layers (nothing is copied; the spec's workdir is made
+    /// when the snapshot lacks it). The machine holds a share of the layers, so they
+    /// outlive [`Snapshot::delete`](shellbox_core::Snapshot::delete) until it closes.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a snapshot another backend took, on a factory that takes
+    /// no snapshots ([`SNAPSHOT_REQUIREMENTS`]) or with `storage_mb` (a bounded root is a
+    /// `tmpfs` of its own, not layers); [`Error::Closed`] for a deleted snapshot; those
+    /// of [`create_local`](Self::create_local).
+    pub async fn create_from_local(
+        &self,
+        snapshot: &shellbox_core::Snapshot,
+        spec: MachineSpec,
+    ) -> Result<LocalMachine, Error> {
+        let taken = snapshot.expect_backend::<crate::layer::LocalSnapshot>("local")?;
+        if !self.inner.snapshots() {
+            return Err(Error::unsupported(SNAPSHOT_REQUIREMENTS));
+        }
+        if spec.storage_mb.is_some() {
+            return Err(Error::unsupported(
+                "a local machine with storage_mb cannot start from a snapshot: its bounded root is a tmpfs of its own, not layers",
+            ));
+        }
+        let chain = taken.chain()?;
+        self.create_machine(spec, Some(chain)).await
+    }
+
+    /// [`create_local`](Self::create_local), over a snapshot's layers when `from` is set.
+    async fn create_machine(
+        &self,
+        spec: MachineSpec,
+        from: Option<crate::layer::Chain>,
+    ) -> Result<LocalMachine, Error> {
         let (spec, tools) =
             crate::packages::host_spec(&self.inner.packages, self.capabilities(), spec).await?;
         let Planned {
@@ -428,6 +501,10 @@ impl LocalMachineFactory {
             spec.pids_limit,
             spec.storage_mb,
         );
+        let overlay_root = self.inner.share_ns && storage_mb.is_none();
+        let chain = from.unwrap_or_default();
+        let forked = !chain.is_empty();
+        let made_chain = chain.clone();
         let (layout, namespaces, cgroup) = tokio::task::spawn_blocking(move || {
             let in_layer = inner.overlaid().iter().any(|d| plan::is_within(&w, d));
             let root_workdir = if in_layer { "/" } else { w.as_str() };
@@ -437,6 +514,7 @@ impl LocalMachineFactory {
                 root_workdir,
                 storage_mb,
                 &inner.layers,
+                overlay_root.then_some(!forked),
             )?;
             let mut layout = Layout {
                 layers: inner.machine_layers(&root),
@@ -447,14 +525,18 @@ impl LocalMachineFactory {
                 etc_binds: inner.etc.binds().to_vec(),
                 shared: plan::Shared::default(),
             };
-            let mkdir = in_layer.then(|| layout.root.join(w.trim_start_matches('/')));
-            let made = make_namespaces(&inner, &layout, mkdir, storage_mb).and_then(|namespaces| {
-                let cgroup = match &inner.cgroups {
-                    Some(base) => Some(machine_cgroup(base, &layout.root, pids_limit)?),
-                    None => None,
-                };
-                Ok((namespaces, cgroup))
-            });
+            let mkdir = (in_layer || (forked && w != "/"))
+                .then(|| layout.root.join(w.trim_start_matches('/')));
+            let overlay = overlay_root.then(|| inner.root_overlay(&layout.root, &made_chain));
+            let made = make_namespaces(&inner, &layout, mkdir, storage_mb, overlay, None).and_then(
+                |namespaces| {
+                    let cgroup = match &inner.cgroups {
+                        Some(base) => Some(machine_cgroup(base, &layout.root, pids_limit)?),
+                        None => None,
+                    };
+                    Ok((namespaces, cgroup))
+                },
+            );
             match made {
                 Ok((namespaces, cgroup)) => {
                     layout.shared = namespaces.shared();
@@ -471,9 +553,20 @@ impl LocalMachineFactory {
         .await
         .map_err(|e| Error::backend("create machine root", e))??;
         let (shutdown, _) = watch::channel(false);
+        let view = match &namespaces.root {
+            Some(fd) => Some(
+                fd.try_clone()
+                    .map_err(|e| Error::io("duplicate the machine root's fd", e))?,
+            ),
+            None => None,
+        };
         let machine = LocalMachine {
             factory: self.inner.clone(),
             layout,
+            chain: std::sync::Mutex::new(chain),
+            view: std::sync::Mutex::new(view),
+            pids_limit,
+            storage_mb,
             namespaces: std::sync::Mutex::new(Some(Arc::new(namespaces))),
             workdir,
             spec_env: spec.env.clone(),
@@ -677,13 +770,31 @@ fn make_namespaces(
     layout: &Layout,
     mkdir: Option<PathBuf>,
     storage_mb: Option<u64>,
+    root_overlay: Option<crate::ns::RootOverlay>,
+    net: Option<std::os::fd::OwnedFd>,
 ) -> Result<crate::ns::MachineNamespaces, Error> {
     let mut namespaces = crate::ns::MachineNamespaces::default();
     if !inner.share_ns {
         return Ok(namespaces);
     }
+    let has_root_overlay = root_overlay.is_some();
+    let mut root_mounts = plan::root_mounts(layout, &inner.facts);
+    if has_root_overlay {
+        // The read-only /etc as an overlay too, so no mount shows the copy's host path.
+        for m in &mut root_mounts {
+            if let plan::RootMount::ReadOnly { source, target } = m {
+                if *source == layout.etc {
+                    *m = plan::RootMount::ReadOnlyOverlay {
+                        lowers: vec![source.clone(), inner.etc.empty().to_path_buf()],
+                        target: target.clone(),
+                    };
+                }
+            }
+        }
+    }
     let mounts = crate::ns::MountPlan {
-        mounts: plan::root_mounts(layout, &inner.facts),
+        root: root_overlay,
+        mounts: root_mounts,
         mkdir,
         layers: layout.layers.as_ref().map(|l| {
             (
@@ -697,21 +808,29 @@ fn make_namespaces(
             )
         }),
     };
-    let (net, mnt) = crate::ns::machine_namespaces(
-        layout.network == shellbox_core::NetworkPolicy::Deny,
+    let keep = net.is_some();
+    let (made_net, mnt) = crate::ns::machine_namespaces(
+        layout.network == shellbox_core::NetworkPolicy::Deny && !keep,
         Some(mounts),
     )
     .map_err(|e| Error::io("create the machine's network namespace", e))?;
-    namespaces.net = net;
+    namespaces.net = if keep { net } else { made_net };
     match mnt {
-        Ok(Some((fd, layers))) => {
+        Ok(Some((fd, layers, root))) => {
             namespaces.mnt = Some(fd);
+            namespaces.root = root.map(Arc::new);
             namespaces.layers = layers
                 .into_iter()
                 .map(|(guest, fd)| (guest, Arc::new(fd)))
                 .collect();
         }
         Ok(None) => {}
+        Err(e) if has_root_overlay => {
+            return Err(Error::io(
+                "mount the machine's root overlay",
+                std::io::Error::new(e.kind(), format!("{e} ({ROOT_OVERLAY_REQUIREMENTS})")),
+            ))
+        }
         // A copy-on-write machine's layers exist only in its mount namespace.
         Err(e) if layout.layers.is_some() => {
             return Err(Error::io(
@@ -727,6 +846,112 @@ fn make_namespaces(
     Ok(namespaces)
 }
 
+/// The blocking part of a snapshot: freezes the machine's upper layer (its root overlay
+/// is unmounted: the caller released the namespace and `view` is replaced here first),
+/// makes a new upper (with the frozen one's owner and mode: the root directory shows the
+/// upper's) and work directory, squashes a chain deeper than
+/// [`MAX_LAYER_DEPTH`](crate::layer::MAX_LAYER_DEPTH), and mounts the root again in a new
+/// mount namespace (the network one is kept), whose root fd replaces fd number `view`.
+/// Returns the namespaces, the machine's new chain and the snapshot's chain.
+#[allow(clippy::type_complexity)]
+fn rotate_root(
+    inner: &FactoryInner,
+    layout: &Layout,
+    chain: crate::layer::Chain,
+    net: Option<std::os::fd::OwnedFd>,
+    view: std::os::fd::RawFd,
+) -> Result<
+    (
+        crate::ns::MachineNamespaces,
+        crate::layer::Chain,
+        crate::layer::Chain,
+    ),
+    Error,
+> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    // Park the view's fd number on the private directory, which lets the old overlay go.
+    let private = layout.root.parent().unwrap_or(&layout.root).to_path_buf();
+    let parked = std::fs::File::open(&private)
+        .map_err(|e| Error::io(format!("open {}", private.display()), e))?;
+    // SAFETY: dup3 onto an fd number this machine owns (its view), replacing it atomically.
+    if unsafe { libc::dup3(parked.as_raw_fd(), view, libc::O_CLOEXEC) } < 0 {
+        return Err(Error::io(
+            "replace the machine root's fd",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    drop(parked);
+    let (upper, work) = root::overlay_dirs(&layout.root);
+    let meta = std::fs::symlink_metadata(&upper)
+        .map_err(|e| Error::io(format!("stat {}", upper.display()), e))?;
+    let frozen = crate::layer::Layer::freeze(&upper)?;
+    let remake = || -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir(&upper)?;
+        std::fs::set_permissions(
+            &upper,
+            std::fs::Permissions::from_mode(meta.mode() & 0o7777),
+        )?;
+        std::os::unix::fs::chown(&upper, Some(meta.uid()), Some(meta.gid()))?;
+        Ok(())
+    };
+    remake().map_err(|e| Error::io(format!("make a new upper layer {}", upper.display()), e))?;
+    root::fresh_work_dir(&work)?;
+    let mut snapshot_chain = Vec::with_capacity(chain.len() + 1);
+    snapshot_chain.push(frozen);
+    snapshot_chain.extend(chain);
+    let mut namespaces = make_namespaces(
+        inner,
+        layout,
+        None,
+        None,
+        Some(inner.root_overlay(&layout.root, &snapshot_chain)),
+        net,
+    )?;
+    if snapshot_chain.len() > crate::layer::MAX_LAYER_DEPTH {
+        // Squash: one new layer with the merged files, the machine and the snapshot over it.
+        let fd = namespaces
+            .root
+            .as_ref()
+            .map(|fd| fd.as_raw_fd())
+            .ok_or_else(|| Error::io("squash", std::io::Error::other("no root overlay")))?;
+        // `cp` is a child: it reaches this process's fd through /proc/PID, not /proc/self.
+        let view = format!("/proc/{}/fd/{fd}", std::process::id());
+        let squashed = crate::layer::Layer::squash(Path::new(&view))?;
+        let net = namespaces
+            .net
+            .as_ref()
+            .map(|fd| fd.try_clone())
+            .transpose()
+            .map_err(|e| Error::io("keep the machine's network namespace", e))?;
+        drop(namespaces);
+        // overlayfs refuses a work directory a `volatile` mount used.
+        root::fresh_work_dir(&work)?;
+        snapshot_chain = vec![squashed];
+        namespaces = make_namespaces(
+            inner,
+            layout,
+            None,
+            None,
+            Some(inner.root_overlay(&layout.root, &snapshot_chain)),
+            net,
+        )?;
+    }
+    let root_fd = namespaces
+        .root
+        .as_ref()
+        .ok_or_else(|| Error::io("mount the root", std::io::Error::other("no root overlay")))?;
+    // SAFETY: as above.
+    if unsafe { libc::dup3(root_fd.as_raw_fd(), view, libc::O_CLOEXEC) } < 0 {
+        return Err(Error::io(
+            "replace the machine root's fd",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok((namespaces, snapshot_chain.clone(), snapshot_chain))
+}
+
 /// Runs the full sandbox line of a throwaway machine on `/bin/sh -c 'exit 0'`.
 fn probe(inner: &FactoryInner) -> Result<(), String> {
     let mounts: Vec<ReadOnlyMount> = inner
@@ -737,7 +962,7 @@ fn probe(inner: &FactoryInner) -> Result<(), String> {
             guest: p.to_string_lossy().into_owned(),
         })
         .collect();
-    let root = root::create_root(&inner.facts, &mounts, "/", None, &inner.layers)
+    let root = root::create_root(&inner.facts, &mounts, "/", None, &inner.layers, None)
         .map_err(|e| e.to_string())?;
     let mut layout = Layout {
         layers: inner.machine_layers(&root),
@@ -748,7 +973,7 @@ fn probe(inner: &FactoryInner) -> Result<(), String> {
         etc_binds: inner.etc.binds().to_vec(),
         shared: plan::Shared::default(),
     };
-    let namespaces = match make_namespaces(inner, &layout, None, None) {
+    let namespaces = match make_namespaces(inner, &layout, None, None, None, None) {
         Ok(n) => n,
         Err(e) => {
             let _ = root::remove_root(&root);
@@ -856,14 +1081,19 @@ impl MachineFactory for LocalMachineFactory {
     /// [`LOCAL_ROOT_CAPABILITIES`](crate::LOCAL_ROOT_CAPABILITIES) in a root host process,
     /// else [`LOCAL_CAPABILITIES`](crate::LOCAL_CAPABILITIES); with copy-on-write system
     /// directories ([`LocalOptions::system_directories`]) they are declared private
-    /// ([`Capabilities::private_system_directories`](shellbox_core::Capabilities)).
+    /// ([`Capabilities::private_system_directories`](shellbox_core::Capabilities)); with
+    /// read-only ones in a root host process, snapshots are declared
+    /// ([`Capabilities::snapshots`](shellbox_core::Capabilities); see
+    /// [`LocalMachine::snapshot_local`]).
     fn capabilities(&self) -> shellbox_core::Capabilities {
         let base = if nix::unistd::geteuid().is_root() {
             crate::LOCAL_ROOT_CAPABILITIES
         } else {
             crate::LOCAL_CAPABILITIES
         };
-        if self.inner.layers.is_empty() {
+        if self.inner.snapshots() {
+            base.with_snapshots()
+        } else if self.inner.layers.is_empty() {
             base
         } else {
             base.with_private_system_directories()
@@ -872,6 +1102,15 @@ impl MachineFactory for LocalMachineFactory {
 
     async fn create(&self, spec: MachineSpec) -> Result<Box<dyn Machine>, Error> {
         Ok(Box::new(self.create_local(spec).await?))
+    }
+
+    /// See [`LocalMachineFactory::create_from_local`].
+    async fn create_from(
+        &self,
+        snapshot: &shellbox_core::Snapshot,
+        spec: MachineSpec,
+    ) -> Result<Box<dyn Machine>, Error> {
+        Ok(Box::new(self.create_from_local(snapshot, spec).await?))
     }
 
     /// The spec checks `create` makes before it makes anything (see
@@ -903,6 +1142,16 @@ impl MachineFactory for LocalMachineFactory {
 pub struct LocalMachine {
     factory: Arc<FactoryInner>,
     layout: Layout,
+    /// The frozen layers under the root overlay, top first (empty for a root with none
+    /// yet, or one that is no overlay); released by close.
+    chain: std::sync::Mutex<crate::layer::Chain>,
+    /// An fd of the root overlay's top directory (its number stays the same across
+    /// snapshots: [`LocalMachine::root_view`] names it); `None` when the root is no overlay.
+    view: std::sync::Mutex<Option<std::os::fd::OwnedFd>>,
+    /// The spec's `pids_limit`, restored on the cgroup after a snapshot stopped it.
+    pids_limit: u32,
+    /// The spec's `storage_mb` (a machine with it takes no snapshot).
+    storage_mb: Option<u64>,
     /// The namespaces commands join; taken (and so released) by close and drop.
     namespaces: std::sync::Mutex<Option<Arc<crate::ns::MachineNamespaces>>>,
     workdir: String,
@@ -1232,6 +1481,130 @@ impl LocalMachine {
     /// temp dir); gone after close or drop.
     pub fn root(&self) -> &Path {
         &self.layout.root
+    }
+
+    /// A host path showing the machine's root as its commands see it: for a root that is
+    /// an overlayfs (in the machine's own mount namespace only, see the `layer` module),
+    /// `/proc/self/fd/N` of an fd of its top directory held by this machine (valid in this
+    /// process, across snapshots, until close); otherwise [`root`](Self::root). For tests
+    /// and diagnostics.
+    pub fn root_view(&self) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        match &*self.view.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(fd) => PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
+            None => self.layout.root.clone(),
+        }
+    }
+
+    /// Ends every process of the machine (its sandbox, background processes and open
+    /// session among them) and waits for them, leaving the machine open: the next command
+    /// starts a new sandbox. Commands waiting for the sandbox meanwhile get
+    /// [`Error::Closed`].
+    async fn stop_sandbox(&self) {
+        if let Some(session) = self.take_session() {
+            session.shut();
+        }
+        let (spawned, task) = {
+            let mut p = self.slot.lock();
+            p.closed = true;
+            (p.spawned.take(), p.task.take())
+        };
+        if let Some(c) = &self.cgroup {
+            c.kill();
+        }
+        kill_spawned(&spawned);
+        if let Some((_, mut exited)) = spawned {
+            let _ = tokio::time::timeout(Duration::from_secs(10), exited.wait_for(|e| *e)).await;
+        }
+        if let Some(task) = task {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+        self.drivers.wait_idle(Duration::from_secs(10)).await;
+        if let Some(c) = &self.cgroup {
+            c.wait_empty(Duration::from_secs(5));
+            if let Err(e) = c.set_pids_max(self.pids_limit) {
+                tracing::warn!("restoring the machine's pids.max: {e}");
+            }
+        }
+        self.slot.ready.send_replace(None);
+        self.slot.lock().closed = false;
+    }
+
+    /// What [`Machine::snapshot`] does (see the `layer` module): ends the machine's
+    /// processes (its sandbox, background processes and open shell session), freezes its
+    /// upper layer, and mounts its root again over the frozen chain with a new, empty
+    /// upper layer.
+    ///
+    /// # Errors
+    /// [`Error::Closed`]; [`Error::Unsupported`] where the factory takes no snapshots
+    /// ([`SNAPSHOT_REQUIREMENTS`]) or the machine has `storage_mb`; [`Error::Io`] when a
+    /// layer cannot be made or the root mounted again (the machine is then closed:
+    /// its root cannot be shown any more).
+    pub async fn snapshot_local(&self) -> Result<shellbox_core::Snapshot, Error> {
+        self.check_open()?;
+        if !self.factory.snapshots() {
+            return Err(Error::unsupported(SNAPSHOT_REQUIREMENTS));
+        }
+        if self.storage_mb.is_some()
+            || self
+                .view
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_none()
+        {
+            return Err(Error::unsupported(
+                "a local machine with storage_mb takes no snapshot: its bounded root is a tmpfs of its own, not layers",
+            ));
+        }
+        let _gate = self.gate.write().await;
+        self.check_open()?;
+        self.stop_sandbox().await;
+        // The old mount namespace (and with it the root overlay whose upper is frozen
+        // next) goes before the upper moves: no mount ever has a changing lower layer.
+        let old = self
+            .namespaces
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let net = match old.as_ref().and_then(|n| n.net.as_ref()) {
+            Some(fd) => Some(
+                fd.try_clone()
+                    .map_err(|e| Error::io("keep the machine's network namespace", e))?,
+            ),
+            None => None,
+        };
+        drop(old);
+        let inner = self.factory.clone();
+        let layout = self.layout.clone();
+        let chain = self.chain.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let view = {
+            let guard = self.view.lock().unwrap_or_else(|e| e.into_inner());
+            guard
+                .as_ref()
+                .map(std::os::fd::AsRawFd::as_raw_fd)
+                .unwrap_or(-1)
+        };
+        let made =
+            tokio::task::spawn_blocking(move || rotate_root(&inner, &layout, chain, net, view))
+                .await
+                .map_err(|e| Error::backend("snapshot the machine", e))?;
+        match made {
+            Ok((namespaces, chain, snapshot_chain)) => {
+                *self.namespaces.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(Arc::new(namespaces));
+                *self.chain.lock().unwrap_or_else(|e| e.into_inner()) = chain;
+                let id = snapshot_chain.first().map(|l| l.name()).unwrap_or_default();
+                Ok(shellbox_core::Snapshot::new(crate::layer::LocalSnapshot {
+                    id,
+                    chain: std::sync::Mutex::new(Some(snapshot_chain)),
+                }))
+            }
+            Err(e) => {
+                drop(_gate);
+                let _ = self.close().await;
+                Err(e)
+            }
+        }
     }
 
     /// The read-only mounts every command gets, as `(host path, guest path)` in mount
@@ -1588,11 +1961,10 @@ impl Machine for LocalMachine {
         validate_guest_path(target)?;
         let _gate = self.gate.read().await;
         self.check_open()?;
-        let view = crate::guest::GuestView::new(
-            &self.layout,
-            &self.factory.facts,
-            &self.namespaces()?.layers,
-        );
+        let namespaces = self.namespaces()?;
+        let view =
+            crate::guest::GuestView::new(&self.layout, &self.factory.facts, &namespaces.layers)
+                .with_root_fd(namespaces.root.clone());
         let source = source.to_path_buf();
         let target = target.to_string();
         tokio::task::spawn_blocking(move || crate::fsops::upload(&view, &source, &target))
@@ -1604,11 +1976,10 @@ impl Machine for LocalMachine {
         validate_guest_path(source)?;
         let _gate = self.gate.read().await;
         self.check_open()?;
-        let view = crate::guest::GuestView::new(
-            &self.layout,
-            &self.factory.facts,
-            &self.namespaces()?.layers,
-        );
+        let namespaces = self.namespaces()?;
+        let view =
+            crate::guest::GuestView::new(&self.layout, &self.factory.facts, &namespaces.layers)
+                .with_root_fd(namespaces.root.clone());
         let source = source.to_string();
         let target = target.to_path_buf();
         tokio::task::spawn_blocking(move || crate::fsops::download(&view, &source, &target))
@@ -1629,11 +2000,10 @@ impl Machine for LocalMachine {
         validate_guest_path(source)?;
         let _gate = self.gate.read().await;
         self.check_open()?;
-        let view = crate::guest::GuestView::new(
-            &self.layout,
-            &self.factory.facts,
-            &self.namespaces()?.layers,
-        );
+        let namespaces = self.namespaces()?;
+        let view =
+            crate::guest::GuestView::new(&self.layout, &self.factory.facts, &namespaces.layers)
+                .with_root_fd(namespaces.root.clone());
         let source = source.to_string();
         let target = target.to_path_buf();
         // A dropped future stops the copy and removes its staging directory at once.
@@ -1661,6 +2031,12 @@ impl Machine for LocalMachine {
         .map_err(|e| Error::backend("download_file", e))?;
         guard.1 = true;
         result
+    }
+
+    /// See [`LocalMachine::snapshot_local`]: processes do not survive a snapshot (it ends
+    /// them, and the open shell session, as a restart would); files do.
+    async fn snapshot(&self) -> Result<shellbox_core::Snapshot, Error> {
+        self.snapshot_local().await
     }
 
     async fn close(&self) -> Result<(), Error> {
@@ -1691,11 +2067,17 @@ impl Machine for LocalMachine {
         self.slot.ready.send_replace(Some(Started::Closed));
         self.drivers.wait_idle(Duration::from_secs(10)).await;
         self.release_namespaces();
+        let view = self.view.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let chain = std::mem::take(&mut *self.chain.lock().unwrap_or_else(|e| e.into_inner()));
         let root = self.layout.root.clone();
         let cgroup = self.cgroup.clone();
         tokio::task::spawn_blocking(move || {
+            drop(view);
             Self::remove_cgroup(cgroup.as_deref(), Duration::from_secs(5));
-            root::remove_root(&root)
+            let removed = root::remove_root(&root);
+            // Layers no snapshot or other machine holds go with the machine.
+            drop(chain);
+            removed
         })
         .await
         .map_err(|e| Error::backend("remove machine root", e))?
@@ -1717,6 +2099,7 @@ impl Drop for LocalMachine {
         kill_spawned(&spawned);
         self.slot.ready.send_replace(Some(Started::Closed));
         self.release_namespaces();
+        self.view.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Err(e) = root::remove_root(&self.layout.root) {
             tracing::warn!("dropping an unclosed local machine: {e}");
         }

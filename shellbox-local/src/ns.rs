@@ -168,6 +168,9 @@ fn ro_bind(src: &std::path::Path, dst: &std::path::Path) -> std::io::Result<()> 
 /// them) in one step, while each detach here waited for an RCU grace period (four of
 /// them took 2-6 ms each on a loaded host: most of a machine's creation time).
 pub(crate) struct MountPlan {
+    /// The machine root as an overlayfs (mounted first, on the root directory): its
+    /// lower layers (top first), upper and work directories (see [`RootOverlay`]).
+    pub root: Option<RootOverlay>,
     pub mounts: Vec<crate::plan::RootMount>,
     pub mkdir: Option<PathBuf>,
     /// A copy-on-write machine's layers: their directory, the options of the `tmpfs`
@@ -176,10 +179,23 @@ pub(crate) struct MountPlan {
     pub layers: Option<(PathBuf, Option<String>, Vec<crate::root::LayerDir>)>,
 }
 
+/// A machine root that is an overlayfs (issue 15): `lowers` (top first; the frozen layers
+/// of its snapshots, or the factory's empty directory), `upper` where its writes go and
+/// overlayfs's `work` directory (same file system), mounted at `target` (the machine's
+/// root directory) in the machine's mount namespace.
+#[derive(Debug, Clone)]
+pub(crate) struct RootOverlay {
+    pub lowers: Vec<PathBuf>,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    pub target: PathBuf,
+}
+
 /// A machine's mount namespace and, for each overlay in it, the guest directory it shows
-/// and an fd of its top directory. Through those fds the machine's transfers see (and
-/// write) the layers as its commands do, though the overlays exist in no other namespace.
-pub(crate) type MountNamespace = (OwnedFd, Vec<(String, OwnedFd)>);
+/// and an fd of its top directory, and an fd of the root overlay's top when the root is
+/// one. Through those fds the machine's transfers see (and write) the layers as its
+/// commands do, though the overlays exist in no other namespace.
+pub(crate) type MountNamespace = (OwnedFd, Vec<(String, OwnedFd)>, Option<OwnedFd>);
 
 /// A machine's namespaces, made on one short-lived thread of their own: the loopback-only
 /// network namespace when `net` is set ([`loopback_netns`]), then the mount namespace of
@@ -208,39 +224,132 @@ pub(crate) fn machine_namespaces(
     })
 }
 
-/// Mounts an overlayfs of `lower` and `upper` (work directory `work`) at `target`, `nosuid`
-/// and `nodev`, with [`crate::plan::overlay_options`].
+/// `fsconfig(2)` commands and flags of the new mount API (linux/mount.h).
+const FSCONFIG_SET_FLAG: libc::c_uint = 0;
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+const FSOPEN_CLOEXEC: libc::c_uint = 1;
+const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
+
+/// Mounts an overlayfs of `lowers` (top first) and `upper` (work directory `work`; none:
+/// a read-only overlay of two or more lowers) at `target`, `nosuid` and `nodev`, with the options of [`crate::plan::overlay_options`]
+/// (`redirect_dir`, `metacopy`, `index`, `xino` and `uuid` off, `volatile`).
+///
+/// It is made with the new mount API (`fsopen`/`fsconfig`/`fsmount`/`move_mount`, Linux
+/// 6.5 for `lowerdir+`), each layer given as `.` after an `fchdir(2)` into it, so the
+/// options the kernel shows in `/proc/PID/mountinfo` (`lowerdir+=.,upperdir=.,workdir=.`)
+/// name no host path of the machine's directories (issue 12's break-it pass: the machine
+/// saw its layers' host paths there). Changes the calling thread's working directory
+/// (only on a thread of our own with an unshared `fs`, as `unshare(CLONE_NEWNS)` leaves it).
 fn overlay(
-    lower: &std::path::Path,
-    upper: &std::path::Path,
-    work: &std::path::Path,
+    lowers: &[&std::path::Path],
+    upper: Option<(&std::path::Path, &std::path::Path)>,
     target: &std::path::Path,
 ) -> std::io::Result<()> {
-    let options = crate::plan::overlay_options(lower, upper, work)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
-    let options = CString::new(options).map_err(|_| std::io::Error::other("NUL in a path"))?;
-    let ctarget = cstring(target)?;
-    // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
-    let r = unsafe {
-        libc::mount(
-            c"shellbox-layer".as_ptr(),
-            ctarget.as_ptr(),
-            c"overlay".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            options.as_ptr().cast(),
-        )
-    };
-    if r != 0 {
+    let fail = |op: &str| {
         let e = std::io::Error::last_os_error();
-        return Err(std::io::Error::new(
+        std::io::Error::new(
             e.kind(),
             format!(
-                "mount overlayfs at {} (lower {}, upper {}): {e}",
+                "mount overlayfs at {} ({op}; lower {}, upper {}): {e}",
                 target.display(),
-                lower.display(),
-                upper.display()
+                lowers
+                    .iter()
+                    .map(|l| l.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(":"),
+                upper
+                    .map(|(u, _)| u.display().to_string())
+                    .unwrap_or_default()
             ),
-        ));
+        )
+    };
+    // SAFETY: new-mount-API syscalls on NUL-terminated strings that outlive each call;
+    // every fd made is owned by an `OwnedFd`.
+    unsafe {
+        let fs = libc::syscall(libc::SYS_fsopen, c"overlay".as_ptr(), FSOPEN_CLOEXEC);
+        if fs < 0 {
+            return Err(fail("fsopen"));
+        }
+        let fs = OwnedFd::from_raw_fd(fs as libc::c_int);
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&fs);
+        let set = |key: &CStr, value: Option<&CStr>| -> std::io::Result<()> {
+            let (cmd, v) = match value {
+                Some(v) => (FSCONFIG_SET_STRING, v.as_ptr()),
+                None => (FSCONFIG_SET_FLAG, std::ptr::null()),
+            };
+            if libc::syscall(libc::SYS_fsconfig, raw, cmd, key.as_ptr(), v, 0) != 0 {
+                return Err(fail(&format!("fsconfig {}", key.to_string_lossy())));
+            }
+            Ok(())
+        };
+        set(c"source", Some(c"shellbox-layer"))?;
+        let enter = |dir: &std::path::Path| -> std::io::Result<()> {
+            let d = open_dir(dir)?;
+            if libc::fchdir(std::os::fd::AsRawFd::as_raw_fd(&d)) != 0 {
+                return Err(fail(&format!("fchdir {}", dir.display())));
+            }
+            Ok(())
+        };
+        for lower in lowers {
+            enter(lower)?;
+            set(c"lowerdir+", Some(c"."))?;
+        }
+        if let Some((upper, work)) = upper {
+            enter(upper)?;
+            set(c"upperdir", Some(c"."))?;
+            enter(work)?;
+            set(c"workdir", Some(c"."))?;
+        }
+        if libc::chdir(c"/".as_ptr()) != 0 {
+            return Err(fail("chdir /"));
+        }
+        for key in [c"redirect_dir", c"metacopy", c"index", c"xino", c"uuid"] {
+            set(key, Some(c"off"))?;
+        }
+        if upper.is_some() {
+            set(c"volatile", None)?;
+        }
+        if libc::syscall(
+            libc::SYS_fsconfig,
+            raw,
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        ) != 0
+        {
+            return Err(fail("create"));
+        }
+        let m = libc::syscall(
+            libc::SYS_fsmount,
+            raw,
+            FSMOUNT_CLOEXEC,
+            (MOUNT_ATTR_NOSUID
+                | MOUNT_ATTR_NODEV
+                | if upper.is_none() {
+                    MOUNT_ATTR_RDONLY
+                } else {
+                    0
+                }) as libc::c_uint,
+        );
+        if m < 0 {
+            return Err(fail("fsmount"));
+        }
+        let m = OwnedFd::from_raw_fd(m as libc::c_int);
+        let ctarget = cstring(target)?;
+        if libc::syscall(
+            libc::SYS_move_mount,
+            std::os::fd::AsRawFd::as_raw_fd(&m),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            ctarget.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        ) != 0
+        {
+            return Err(fail("move_mount"));
+        }
     }
     Ok(())
 }
@@ -314,10 +423,22 @@ unsafe fn machine_mountns_here(plan: &MountPlan) -> std::io::Result<MountNamespa
         }
         crate::root::fill_layers(dir, dirs)?;
     }
+    let root = match &plan.root {
+        Some(r) => {
+            let lowers: Vec<&std::path::Path> = r.lowers.iter().map(PathBuf::as_path).collect();
+            overlay(&lowers, Some((&r.upper, &r.work)), &r.target)?;
+            Some(open_dir(&r.target)?)
+        }
+        None => None,
+    };
     let mut layers = Vec::new();
     for mount in &plan.mounts {
         match mount {
             RootMount::ReadOnly { source, target } => ro_bind(source, target)?,
+            RootMount::ReadOnlyOverlay { lowers, target } => {
+                let lowers: Vec<&std::path::Path> = lowers.iter().map(PathBuf::as_path).collect();
+                overlay(&lowers, None, target)?;
+            }
             RootMount::Overlay {
                 guest,
                 lower,
@@ -325,7 +446,7 @@ unsafe fn machine_mountns_here(plan: &MountPlan) -> std::io::Result<MountNamespa
                 work,
                 target,
             } => {
-                overlay(lower, upper, work, target)?;
+                overlay(&[lower.as_path()], Some((upper, work)), target)?;
                 layers.push((guest.clone(), open_dir(target)?));
             }
         }
@@ -338,7 +459,7 @@ unsafe fn machine_mountns_here(plan: &MountPlan) -> std::io::Result<MountNamespa
             .create(dir)
             .map_err(|e| std::io::Error::new(e.kind(), format!("mkdir {}: {e}", dir.display())))?;
     }
-    Ok((open_cloexec(c"/proc/thread-self/ns/mnt")?, layers))
+    Ok((open_cloexec(c"/proc/thread-self/ns/mnt")?, layers, root))
 }
 
 /// The namespaces a machine made once; each command's launcher joins them (`setns(2)`)
@@ -353,6 +474,9 @@ pub(crate) struct MachineNamespaces {
     /// A copy-on-write machine's overlays: each guest directory and an fd of its top
     /// directory in the mount namespace (what transfers read and write there).
     pub layers: Vec<(String, std::sync::Arc<OwnedFd>)>,
+    /// An fd of the root overlay's top directory in the mount namespace, when the machine
+    /// root is one (what transfers read and write as `/`).
+    pub root: Option<std::sync::Arc<OwnedFd>>,
 }
 
 impl MachineNamespaces {

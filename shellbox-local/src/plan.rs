@@ -528,6 +528,16 @@ pub enum RootMount {
         /// Where inside the root on the host.
         target: PathBuf,
     },
+    /// A read-only overlayfs of `lowers` (top first, at least two) at `target` (`nosuid`,
+    /// `nodev`, read-only): what a machine whose root is an overlayfs shows at `/etc`
+    /// instead of a bind of the factory's copy, so its mountinfo names no host path of
+    /// the copy (a bind's root field is the source's path).
+    ReadOnlyOverlay {
+        /// The host directories shown, top first.
+        lowers: Vec<PathBuf>,
+        /// Where inside the root on the host.
+        target: PathBuf,
+    },
     /// A copy-on-write layer: overlayfs of `lower` (read-only) and `upper` at `target`
     /// (`nosuid`, `nodev`, [`overlay_options`]).
     Overlay {

@@ -69,6 +69,7 @@ pub fn create_root(
     workdir: &str,
     storage_mb: Option<u64>,
     layers: &[LayerDir],
+    overlay: Option<bool>,
 ) -> Result<PathBuf, Error> {
     // The root lives inside a 0700 directory of its own, so no other host user can reach
     // into a running machine (plant files in its /tmp, or run a setuid file a command made
@@ -109,7 +110,10 @@ pub fn create_root(
             return Err(e);
         }
     }
-    let filled = fill_root(&root, facts, mounts, workdir).and_then(|()| fill_var(&root, layers));
+    let filled = match overlay {
+        None => fill_root(&root, facts, mounts, workdir).and_then(|()| fill_var(&root, layers)),
+        Some(fill) => make_overlay_dirs(&root, facts, mounts, workdir, layers, fill),
+    };
     match filled {
         Ok(()) => Ok(root),
         Err(e) => {
@@ -118,6 +122,65 @@ pub fn create_root(
             }
             Err(e)
         }
+    }
+}
+
+/// Name of the upper directory of a machine whose root is an overlayfs, beside
+/// [`ROOT_DIR_NAME`] in its private directory (see the `layer` module).
+pub const UPPER_DIR_NAME: &str = "upper";
+
+/// Name of overlayfs's work directory of such a machine, beside [`UPPER_DIR_NAME`].
+pub const WORK_DIR_NAME: &str = "work";
+
+/// The upper and work directories of the overlayfs root mounted on `root`.
+pub fn overlay_dirs(root: &Path) -> (PathBuf, PathBuf) {
+    let private = root.parent().unwrap_or(root);
+    (private.join(UPPER_DIR_NAME), private.join(WORK_DIR_NAME))
+}
+
+/// Makes a fresh, empty overlayfs work directory `work` (mode 0700), moving any old one
+/// out of the way first (overlayfs refuses a work directory a `volatile` mount used).
+///
+/// # Errors
+/// [`Error::Io`] when a step is refused.
+pub fn fresh_work_dir(work: &Path) -> Result<(), Error> {
+    if work.exists() {
+        let old = work.with_extension("old");
+        let _ = shellbox_core::remove_tree(&old);
+        fs::rename(work, &old).map_err(|e| io("rename", work, e))?;
+        shellbox_core::remove_tree(&old).map_err(|e| io("remove", &old, e))?;
+    }
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(work)
+        .map_err(|e| io("mkdir", work, e))
+}
+
+/// The directories of a machine whose root is an overlayfs: `root` (the empty mount
+/// point, 0755), its upper directory (0755, with the root's files when `fill`: what
+/// [`fill_root`] makes; a machine started from a snapshot has them in its lower layers)
+/// and an empty work directory (0700).
+fn make_overlay_dirs(
+    root: &Path,
+    facts: &HostFacts,
+    mounts: &[ReadOnlyMount],
+    workdir: &str,
+    layers: &[LayerDir],
+    fill: bool,
+) -> Result<(), Error> {
+    fs::set_permissions(root, fs::Permissions::from_mode(0o755))
+        .map_err(|e| io("chmod", root, e))?;
+    let (upper, work) = overlay_dirs(root);
+    fs::create_dir(&upper).map_err(|e| io("mkdir", &upper, e))?;
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&work)
+        .map_err(|e| io("mkdir", &work, e))?;
+    if fill {
+        fill_root(&upper, facts, mounts, workdir).and_then(|()| fill_var(&upper, layers))
+    } else {
+        fs::set_permissions(&upper, fs::Permissions::from_mode(0o755))
+            .map_err(|e| io("chmod", &upper, e))
     }
 }
 
@@ -330,6 +393,9 @@ pub struct SharedEtc {
     etc: PathBuf,
     /// The host directories bound read-only at their own path over it.
     binds: Vec<PathBuf>,
+    /// `shellbox-etc-*/empty`: an empty directory (0755), the lower layer of an overlayfs
+    /// machine root that starts from no snapshot.
+    empty: PathBuf,
 }
 
 impl SharedEtc {
@@ -354,9 +420,21 @@ impl SharedEtc {
         }
         let root = private.join(ROOT_DIR_NAME);
         let etc = root.join("etc");
-        let made = fill_etc(&root, &etc, copy_dirs);
+        let empty = private.join("empty");
+        let made = fill_etc(&root, &etc, copy_dirs).and_then(|binds| {
+            fs::DirBuilder::new()
+                .mode(0o755)
+                .create(&empty)
+                .map_err(|e| io("mkdir", &empty, e))?;
+            Ok(binds)
+        });
         match made {
-            Ok(binds) => Ok(SharedEtc { root, etc, binds }),
+            Ok(binds) => Ok(SharedEtc {
+                root,
+                etc,
+                binds,
+                empty,
+            }),
             Err(e) => {
                 let _ = shellbox_core::remove_tree(&private);
                 Err(e)
@@ -372,6 +450,11 @@ impl SharedEtc {
     /// The host directories bound read-only at their own path over `/etc`.
     pub fn binds(&self) -> &[PathBuf] {
         &self.binds
+    }
+
+    /// An empty directory of the factory's: the lower layer of a fresh overlayfs root.
+    pub fn empty(&self) -> &Path {
+        &self.empty
     }
 }
 
@@ -684,7 +767,9 @@ pub fn remove_root(root: &Path) -> Result<(), Error> {
             if root.file_name() == Some(std::ffi::OsStr::new(ROOT_DIR_NAME))
                 && parent.file_name().is_some_and(|n| {
                     let n = n.to_string_lossy();
-                    n.starts_with(ROOT_PREFIX) || n.starts_with(ETC_PREFIX)
+                    n.starts_with(ROOT_PREFIX)
+                        || n.starts_with(ETC_PREFIX)
+                        || n.starts_with(crate::layer::LAYER_PREFIX)
                 }) =>
         {
             parent

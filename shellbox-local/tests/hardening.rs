@@ -700,7 +700,7 @@ async fn one_rule_for_unknown_users_and_kernel_directories() {
             .contains("no such user: shellbox-no-such-user"),
         "{err}"
     );
-    assert!(!m.root().join("workspace/ran").exists());
+    assert!(!m.root_view().join("workspace/ran").exists());
     // Rule 3: a working directory under /proc, /sys or /dev, as the spec's or a command's.
     for dir in ["/proc", "/proc/1", "/sys/kernel", "/dev", "/dev/shm"] {
         let err = m.run(Command::new("true").cwd(dir)).await.unwrap_err();

@@ -97,7 +97,7 @@ async fn env_values_never_reach_host_argv_or_bwrap_environment() {
         )
         .await
         .unwrap();
-    wait_for(&m.root().join("tmp/started")).await;
+    wait_for(&m.root_view().join("tmp/started")).await;
     // While the command runs: no host process carries the value in its argv, and bwrap
     // itself runs with the control environment only.
     assert_eq!(host_processes_with(secret.as_bytes()), Vec::<String>::new());
@@ -113,7 +113,7 @@ async fn env_values_never_reach_host_argv_or_bwrap_environment() {
         }
     }
     assert!(bwraps > 0, "no bwrap process seen while the command ran");
-    std::fs::write(m.root().join("tmp/go"), b"").unwrap();
+    std::fs::write(m.root_view().join("tmp/go"), b"").unwrap();
     let r = shellbox_core::collect(stream, 1 << 20).await.unwrap();
     assert_eq!(out(&r), secret);
     m.close().await.unwrap();
@@ -706,7 +706,7 @@ async fn root_is_removed_by_close_and_by_drop() {
     };
     let m = factory.create_local(MachineSpec::host()).await.unwrap();
     let root: PathBuf = m.root().to_path_buf();
-    assert!(root.join("workspace").is_dir());
+    assert!(m.root_view().join("workspace").is_dir());
     let private = root.parent().unwrap().to_path_buf();
     assert!(private
         .file_name()
@@ -911,7 +911,7 @@ async fn two_commands_on_one_machine_overlap() {
         .timeout(Duration::from_secs(30)),
     );
     let creator = async {
-        wait_for(&m.root().join("tmp/waiting")).await;
+        wait_for(&m.root_view().join("tmp/waiting")).await;
         m.run(Command::shell("touch /tmp/flag")).await.unwrap()
     };
     let (w, c) = tokio::join!(waiter, creator);
@@ -983,8 +983,8 @@ async fn run_stream_chunk_arrives_before_the_command_ends() {
         .unwrap();
     assert_eq!(first, Event::Stdout("first\n".into()));
     // The command is still waiting for /tmp/go: create it now.
-    assert!(!m.root().join("tmp/go").exists());
-    std::fs::write(m.root().join("tmp/go"), b"").unwrap();
+    assert!(!m.root_view().join("tmp/go").exists());
+    std::fs::write(m.root_view().join("tmp/go"), b"").unwrap();
     let mut rest = Vec::new();
     while let Some(ev) = stream.next().await {
         rest.push(ev.unwrap());
@@ -1196,7 +1196,7 @@ async fn transfers_cannot_be_raced_through_a_swapped_symlink() {
     );
     let racer = m.run(Command::shell(script).timeout(Duration::from_secs(60)));
     let transfers = async {
-        wait_for(&m.root().join("tmp/racing")).await;
+        wait_for(&m.root_view().join("tmp/racing")).await;
         let payload = host.path().join("payload");
         std::fs::write(&payload, b"payload").unwrap();
         let (mut uploads, mut downloads) = (0, 0);
@@ -1210,7 +1210,7 @@ async fn transfers_cannot_be_raced_through_a_swapped_symlink() {
                 assert_ne!(std::fs::read(&target).unwrap(), b"host-secret");
             }
         }
-        std::fs::write(m.root().join("tmp/stop"), b"").unwrap();
+        std::fs::write(m.root_view().join("tmp/stop"), b"").unwrap();
         (uploads, downloads)
     };
     let (r, (uploads, downloads)) = tokio::join!(racer, transfers);

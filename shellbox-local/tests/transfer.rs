@@ -278,7 +278,7 @@ async fn a_failed_upload_leaves_the_machine_as_it_was() {
     std::fs::create_dir_all(src.join("d19/deep")).unwrap();
     let fifo = src.join("d19/deep/zz-fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
-    let before = listing(&m.root().join("workspace"));
+    let before = listing(&m.root_view().join("workspace"));
     for target in ["/workspace/t", "/workspace/new", "/workspace/new/deep/er"] {
         let err = m.upload(&src, target).await.unwrap_err();
         assert!(
@@ -286,7 +286,11 @@ async fn a_failed_upload_leaves_the_machine_as_it_was() {
                 if reason.contains("only regular files, directories and symlinks")),
             "{target}: {err:?}"
         );
-        assert_eq!(listing(&m.root().join("workspace")), before, "{target}");
+        assert_eq!(
+            listing(&m.root_view().join("workspace")),
+            before,
+            "{target}"
+        );
     }
     // A conflict (a file where the upload has a directory) is found before anything moves.
     std::fs::remove_file(&fifo).unwrap();
@@ -294,7 +298,7 @@ async fn a_failed_upload_leaves_the_machine_as_it_was() {
     std::fs::write(src.join("sub/x"), b"x").unwrap();
     let err = m.upload(&src, "/workspace/t").await.unwrap_err();
     assert!(matches!(&err, Error::Transfer { .. }), "{err:?}");
-    assert_eq!(listing(&m.root().join("workspace")), before);
+    assert_eq!(listing(&m.root_view().join("workspace")), before);
     assert_eq!(
         sh(&m, "cat t/keep t/sub").await.stdout_lossy(),
         "old\nfile\n"

@@ -124,6 +124,7 @@ fn case_names(backend: Backend) -> Vec<(&'static str, bool)> {
             ("floor_bwrap_true", false),
             ("floor_write_1000_files", false),
             ("session_execute_true", false),
+            ("fork_10k_files", false),
         ]),
         #[cfg(feature = "docker")]
         Backend::Docker => names.extend([
