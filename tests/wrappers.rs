@@ -215,19 +215,13 @@ async fn pool_from_snapshot_hands_over_forks() {
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&r.stdout), "later\n");
         // Refilled with forks of the snapshot, not fresh machines.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while pool.idle_machines() < 2 {
-            assert!(
-                Instant::now() < deadline,
-                "{}: pool did not refill",
-                inner.backend()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait_until_refilled(&pool, 2, inner.backend()).await;
         let c = pool.create(spec.clone()).await.unwrap();
         let r = c.run(Command::shell("cat /tmp/state/f")).await.unwrap();
         assert_eq!(String::from_utf8_lossy(&r.stdout), "prepared\n");
-        // Another snapshot, or a plain create of another spec, passes through untouched.
+        // Another snapshot, or a plain create of another spec, passes through untouched:
+        // once the pool is full again (c's refill done), neither takes an idle machine.
+        wait_until_refilled(&pool, 2, inner.backend()).await;
         let other = source.snapshot().await.unwrap();
         let d = pool.create_from(&other, spec.clone()).await.unwrap();
         let r = d.run(Command::shell("cat /tmp/state/f")).await.unwrap();
@@ -248,6 +242,15 @@ async fn pool_from_snapshot_hands_over_forks() {
         for m in [a, b, c, d, e, fresh, source] {
             m.close().await.unwrap();
         }
+    }
+}
+
+/// Waits (30 s at most) until `pool` holds `size` idle machines again.
+async fn wait_until_refilled(pool: &PoolFactory, size: usize, backend: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pool.idle_machines() < size {
+        assert!(Instant::now() < deadline, "{backend}: pool did not refill");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
