@@ -137,6 +137,17 @@ pub(crate) struct Inner {
 }
 
 impl DockerMachine {
+    /// Keeps `pty` as the machine's relay session (what close and the session's reset
+    /// reach) and returns it as the session.
+    fn relay_session_is(&self, pty: Arc<shellbox_supervisor::session::PtySession>) -> Session {
+        *self
+            .inner
+            .relay_session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(pty.clone());
+        Session::Relay(pty)
+    }
+
     /// The relay for an exec-path session, unless the factory turned it off or it cannot
     /// run here (`Err` says why).
     async fn relay_for_session(&self) -> Result<crate::relay::DockerRelay, String> {
@@ -765,12 +776,7 @@ impl Machine for DockerMachine {
                     start,
                     crate::supervised::SUPERVISOR_PATH,
                 ));
-                *self
-                    .inner
-                    .relay_session
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = Some(pty.clone());
-                Session::Relay(pty)
+                self.relay_session_is(pty)
             }
             None => match self.relay_for_session().await {
                 Ok(relay) => {
@@ -778,12 +784,7 @@ impl Machine for DockerMachine {
                         Arc::new(relay),
                         crate::supervised::SUPERVISOR_PATH,
                     ));
-                    *self
-                        .inner
-                        .relay_session
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner()) = Some(pty.clone());
-                    Session::Relay(pty)
+                    self.relay_session_is(pty)
                 }
                 Err(why) => {
                     self.inner.check_open()?;

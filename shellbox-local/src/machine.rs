@@ -1477,8 +1477,11 @@ fn current_soft(resource: nix::sys::resource::Resource) -> Option<u64> {
 }
 
 impl LocalMachine {
-    /// The machine's private root directory on the host (`shellbox-local-*` in the host
-    /// temp dir); gone after close or drop.
+    /// The machine's root directory on the host (`root` in a `shellbox-local-*` directory of
+    /// the host temp dir); gone after close or drop. Where the root is an overlayfs (a root
+    /// host process without `storage_mb`), this is only its mount point, empty on the host:
+    /// the files are in the machine's mount namespace, reached through
+    /// [`root_view`](Self::root_view).
     pub fn root(&self) -> &Path {
         &self.layout.root
     }
