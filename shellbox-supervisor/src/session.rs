@@ -351,26 +351,31 @@ fn nonce() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// The argv that starts a session's shell: the relay program at `relay_path` in the
+/// machine, on a terminal of [`TERMINAL_SIZE`], running `/bin/sh -c` [`START`].
+fn relay_argv(relay_path: &str) -> Vec<Vec<u8>> {
+    let (rows, cols) = TERMINAL_SIZE;
+    [
+        relay_path,
+        "--pty-relay",
+        &rows.to_string(),
+        &cols.to_string(),
+        "/bin/sh",
+        "-c",
+        START,
+        "sh",
+    ]
+    .iter()
+    .map(|a| a.as_bytes().to_vec())
+    .collect()
+}
 impl PtySession {
     /// A session whose shells the machine's supervisor `client` starts with `start`
     /// (argv replaced by the relay's, its output limit by the session's per-call ones),
     /// `relay_path` being where the supervisor program is inside the machine (executable
     /// by `start`'s account). Nothing starts until the first `execute`.
     pub fn new(client: Client, mut start: proto::Start, relay_path: &str) -> Self {
-        let (rows, cols) = TERMINAL_SIZE;
-        start.argv = [
-            relay_path,
-            "--pty-relay",
-            &rows.to_string(),
-            &cols.to_string(),
-            "/bin/sh",
-            "-c",
-            START,
-            "sh",
-        ]
-        .iter()
-        .map(|a| a.as_bytes().to_vec())
-        .collect();
+        start.argv = relay_argv(relay_path);
         // The session's limit is per call, applied here.
         start.output_limit_bytes = u64::MAX;
         PtySession {
@@ -388,20 +393,7 @@ impl PtySession {
     /// the machine, run by the launcher with the machine's account and environment), with
     /// the same rules as [`PtySession::new`]'s. Nothing starts until the first `execute`.
     pub fn with_launcher(launcher: Arc<dyn RelayLauncher>, relay_path: &str) -> Self {
-        let (rows, cols) = TERMINAL_SIZE;
-        let argv = [
-            relay_path,
-            "--pty-relay",
-            &rows.to_string(),
-            &cols.to_string(),
-            "/bin/sh",
-            "-c",
-            START,
-            "sh",
-        ]
-        .iter()
-        .map(|a| a.as_bytes().to_vec())
-        .collect();
+        let argv = relay_argv(relay_path);
         PtySession {
             client: Mutex::new(Some(Source::Launcher(launcher))),
             start: proto::Start {
