@@ -533,6 +533,23 @@ fn sim_shell_json_busy_loop_at_end_of_input() {
 
 #[cfg(feature = "sim")]
 #[test]
+fn sim_shell_json_takes_a_wait_past_the_clock() {
+    // A wait no clock can add to now (1.8e19 s, past u64 nanoseconds' reach) is accepted as
+    // "for ever": the command completes, and stdin's end does not make it a bound (it once
+    // panicked adding it to an Instant and answered nothing).
+    let mut sh = JsonShell::start(&["--backend", "sim"]);
+    let a = sh.ask(r#"{"execute": "echo far", "wait": 1.8e19}"#);
+    completed(&a, 0);
+    assert_eq!(a["output"], "far\n");
+    sh.send(r#"{"execute": "echo last", "wait": 1.8e19}"#);
+    let (answers, code) = sh.end_input(1, EXIT_BOUND);
+    completed(&answers[0], 0);
+    assert_eq!(answers[0]["output"], "last\n");
+    assert_eq!(code, 0);
+}
+
+#[cfg(feature = "sim")]
+#[test]
 fn sim_shell_json_sigterm_stops_a_busy_loop() {
     let tmp = tempfile::tempdir().unwrap();
     // Stdin still open, and after its end (the loop's wait still far off).

@@ -901,12 +901,16 @@ async fn execute_to_completion(
     output_limit_bytes: u64,
     input_ended: &mut watch::Receiver<bool>,
 ) -> Result<ShellUpdate, Error> {
-    let deadline = tokio::time::Instant::now() + wait;
+    // A wait too long for the clock to represent (`"wait": 1.8e19`) never ends the command.
+    let deadline = tokio::time::Instant::now().checked_add(wait);
     let execute = session.execute(command, wait, output_limit_bytes);
     tokio::pin!(execute);
     let bound = async {
         let _ = input_ended.wait_for(|ended| *ended).await;
-        tokio::time::sleep_until(deadline).await;
+        match deadline {
+            Some(deadline) => tokio::time::sleep_until(deadline).await,
+            None => std::future::pending().await,
+        }
     };
     tokio::select! {
         // First, so that the command has reached the session before it can be interrupted.
