@@ -711,8 +711,10 @@ impl LocalMachineFactory {
     /// machine's `PATH` as the machine will show it (the host's system directories and the
     /// factory's read-only directories), then what [`create_local`](Self::create_local)
     /// checks of every spec (limits, `storage_mb` against this host, read-only paths,
-    /// mounts, workdir). Whether PyPI packages resolve and build is not checked (that needs
-    /// uv and the network), nor tools a Python environment would bring.
+    /// mounts, workdir). For PyPI packages, uv and a cache directory that can be made are
+    /// checked unless the cache already holds the environment; whether the packages resolve
+    /// and build is not (that needs uv and the network), nor tools the environment would
+    /// bring.
     async fn check_local_spec(&self, spec: &MachineSpec) -> Result<(), Error> {
         self.capabilities().check_spec("local", spec)?;
         let ImageSource::Packages(packages) = &spec.source else {
@@ -722,9 +724,12 @@ impl LocalMachineFactory {
         if let Some(requirements) = &packages.pypi_packages {
             crate::packages::check_requirements(requirements)?;
             let settings = self.inner.packages.clone();
-            tokio::task::spawn_blocking(move || crate::packages::check_settings(&settings))
-                .await
-                .map_err(|e| Error::backend("check the package settings", e.to_string()))??;
+            let requirements = requirements.clone();
+            tokio::task::spawn_blocking(move || {
+                crate::packages::check_settings(&settings, &requirements)
+            })
+            .await
+            .map_err(|e| Error::backend("check the package settings", e.to_string()))??;
         }
         let host = MachineSpec {
             source: ImageSource::Host(shellbox_core::HostImage::default()),

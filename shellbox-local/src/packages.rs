@@ -51,6 +51,17 @@ impl PackageSettings {
         }
     }
 
+    /// How the resolve runs uv and which interpreter it builds from.
+    fn resolve_options(&self) -> ResolveOptions {
+        ResolveOptions {
+            build: BuildOptions {
+                uv: self.uv.clone(),
+                ..BuildOptions::default()
+            },
+            python_interpreter: self.python_interpreter.clone(),
+        }
+    }
+
     /// The CPython version: the option, else the interpreter's own `X.Y.Z`, else
     /// [`DEFAULT_PYTHON_VERSION`]. Blocking (it may run the interpreter).
     fn python_version(&self) -> Result<String, Error> {
@@ -148,13 +159,7 @@ pub(crate) fn check_requirements(requirements: &[String]) -> Result<(), Error> {
 fn resolve(settings: &PackageSettings, requirements: &[String]) -> Result<HostImage, Error> {
     let cache = settings.cache()?;
     let version = settings.python_version()?;
-    let options = ResolveOptions {
-        build: BuildOptions {
-            uv: settings.uv.clone(),
-            ..BuildOptions::default()
-        },
-        python_interpreter: settings.python_interpreter.clone(),
-    };
+    let options = settings.resolve_options();
     tracing::info!(
         cache = %cache.display(),
         version = %version,
@@ -163,15 +168,7 @@ fn resolve(settings: &PackageSettings, requirements: &[String]) -> Result<HostIm
     );
     let env =
         shellbox_pyenv::resolve_python_environment_with(&cache, requirements, &version, &options)
-            .map_err(|e| match e {
-            PyenvError::InvalidRequirement { .. }
-            | PyenvError::InvalidPython { .. }
-            | PyenvError::InterpreterUnusable { .. } => Error::invalid(e.to_string()),
-            other => Error::backend(
-                "resolve the Python environment of ImageSource::Packages",
-                other,
-            ),
-        })?;
+            .map_err(resolve_error)?;
     Ok(env.host_image())
 }
 
@@ -306,43 +303,40 @@ pub(crate) async fn check_tools(
     Err(refusal)
 }
 
-/// The factory's settings a `pypi_packages` spec needs, checked as
-/// [`host_spec`] checks them before it resolves anything: a package cache, a Python
-/// version (the interpreter's own when only `python_interpreter` is set, which runs it)
-/// that is a full CPython version, and a `python_interpreter` that runs and is CPython of
-/// that version ([`shellbox_pyenv::check_interpreter`], as the resolve checks it first).
+/// The factory's settings a `pypi_packages` spec needs and what the resolve would need of
+/// this host, checked as [`host_spec`] would meet them, changing nothing: a package cache,
+/// a Python version (the interpreter's own when only `python_interpreter` is set, which
+/// runs it), then [`shellbox_pyenv::check_resolve`] (the version, the requirements, the
+/// interpreter; and unless the cache already holds this environment, uv and a cache
+/// directory that can be made). Whether the packages exist and have wheels is not checked.
 /// Blocking.
 ///
 /// # Errors
-/// [`Error::InvalidInput`], as `create` gives for the same settings.
-pub(crate) fn check_settings(settings: &PackageSettings) -> Result<(), Error> {
-    settings.cache()?;
+/// [`Error::InvalidInput`] and [`Error::Backend`], as `create` gives for the same settings
+/// and host.
+pub(crate) fn check_settings(
+    settings: &PackageSettings,
+    requirements: &[String],
+) -> Result<(), Error> {
+    let cache = settings.cache()?;
     let version = settings.python_version()?;
-    if !matches!(
-        shellbox_pyenv::PythonSource::parse(&version),
-        Ok(shellbox_pyenv::PythonSource::Managed(_))
-    ) {
-        return Err(Error::invalid(
-            PyenvError::InvalidPython {
-                value: version,
-                reason: "python_version must be a full CPython version such as 3.12.12".into(),
-            }
-            .to_string(),
-        ));
+    shellbox_pyenv::check_resolve(&cache, requirements, &version, &settings.resolve_options())
+        .map_err(resolve_error)
+}
+
+/// `create`'s error for a failed resolve: the caller's mistakes (a requirement, the version,
+/// the interpreter) are [`Error::InvalidInput`], the host's (uv, the cache, the network, a
+/// package) [`Error::Backend`].
+fn resolve_error(e: PyenvError) -> Error {
+    match e {
+        PyenvError::InvalidRequirement { .. }
+        | PyenvError::InvalidPython { .. }
+        | PyenvError::InterpreterUnusable { .. } => Error::invalid(e.to_string()),
+        other => Error::backend(
+            "resolve the Python environment of ImageSource::Packages",
+            other,
+        ),
     }
-    if let Some(python) = &settings.python_interpreter {
-        // create's check of the interpreter (resolve_python_environment_with makes it
-        // before anything else), with its message.
-        let python = std::path::absolute(python).map_err(|e| {
-            Error::invalid(format!(
-                "python_interpreter {}: cannot make the path absolute: {e}",
-                python.display()
-            ))
-        })?;
-        shellbox_pyenv::check_interpreter(&python, &version)
-            .map_err(|e| Error::invalid(e.to_string()))?;
-    }
-    Ok(())
 }
 
 /// Where the guest path `guest` of a machine with these read-only `mounts` is on the host,

@@ -326,3 +326,75 @@ async fn requirements_with_env_references_or_host_files_never_reach_uv() {
         std::fs::read_to_string(&log).unwrap_or_default()
     );
 }
+
+/// On a cold package cache the resolve needs uv and a cache directory it can make:
+/// `check_environment` refuses what `create` would fail on (`Backend` both), and the failed
+/// `create` leaves nothing in the cache (no key directory, lock file or `requirements.in`).
+/// A uv that is not there, a cache below a regular file (a directory that cannot be made).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_cache_needs_uv_and_a_cache_that_can_be_made() {
+    let test = "a_cold_cache_needs_uv_and_a_cache_that_can_be_made";
+    let dir = tempfile::tempdir().unwrap();
+    let none = ExecutionRequirements::default();
+    let spec = MachineSpec::packages(PackageSpec::python(["six==1.17.0"]));
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let real_uv = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join("uv"))
+            .find(|p| p.is_file())
+    });
+    let mut cases = vec![(
+        "no uv",
+        LocalOptions {
+            package_cache: Some(dir.path().join("cache")),
+            uv: Some(dir.path().join("no-such-uv")),
+            ..LocalOptions::default()
+        },
+    )];
+    match real_uv {
+        Some(uv) => cases.push((
+            "cache below a file",
+            LocalOptions {
+                package_cache: Some(file.join("cache")),
+                uv: Some(uv),
+                ..LocalOptions::default()
+            },
+        )),
+        None => eprintln!("SKIP {test} (cache below a file): no uv on PATH"),
+    }
+    for (what, options) in cases {
+        let Some(factory) = common::factory_with(test, options) else {
+            return;
+        };
+        let checked = factory.check_environment(&none, &spec).await;
+        let created = factory.create(spec.clone()).await.map(drop);
+        assert!(
+            matches!(checked, Err(Error::Backend { .. })),
+            "{what}: {checked:?}"
+        );
+        assert_eq!(verdict(&checked), verdict(&created), "{what}: {created:?}");
+    }
+    let left: Vec<_> = walk(&dir.path().join("cache"));
+    assert_eq!(left, Vec::<String>::new(), "a failed resolve left files");
+}
+
+/// Every path below `root` (relative), sorted; none when `root` does not exist.
+fn walk(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            out.push(path.strip_prefix(root).unwrap().display().to_string());
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -7,7 +7,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use shellbox_core::{Command, Error, Machine, MachineSpec, PackageSpec};
+use shellbox_core::{Command, Error, Machine, MachineFactory, MachineSpec, PackageSpec};
 use shellbox_local::{LocalMachineFactory, LocalOptions};
 
 fn uv(test: &str) -> Option<PathBuf> {
@@ -184,11 +184,63 @@ async fn locked_package_is_importable_and_the_cache_is_reused_offline() {
         )),
     )
     .unwrap();
-    let m = offline.create_local(spec).await.unwrap();
+    let m = offline.create_local(spec.clone()).await.unwrap();
     let (code, out, err) = sh(&m, "python3 -c 'import six; print(six.__version__)'").await;
     assert_eq!((code, out.as_str()), (Some(0), "1.17.0\n"), "{err}");
     m.close().await.unwrap();
     assert_eq!(calls(&offline_log), Vec::<String>::new());
+
+    // With no uv at all the warm cache still serves: check_environment accepts what create
+    // then makes (it looks at the cache before it asks for uv).
+    let no_uv = common::factory_with(test, s.options(s.dir.path().join("no-such-uv"))).unwrap();
+    let none = shellbox_core::ExecutionRequirements::default();
+    no_uv.check_environment(&none, &spec).await.unwrap();
+    let m = no_uv.create_local(spec.clone()).await.unwrap();
+    let (code, out, err) = sh(&m, "python3 -c 'import six; print(six.__version__)'").await;
+    assert_eq!((code, out.as_str()), (Some(0), "1.17.0\n"), "{err}");
+    m.close().await.unwrap();
+    // Another requirement set is a cold key: that one needs uv, and both say so.
+    let cold = MachineSpec::packages(PackageSpec::python(["six==1.16.0"]));
+    let checked = no_uv.check_environment(&none, &cold).await;
+    assert!(matches!(checked, Err(Error::Backend { .. })), "{checked:?}");
+    let created = no_uv.create(cold).await.map(drop);
+    assert!(matches!(created, Err(Error::Backend { .. })), "{created:?}");
+}
+
+/// A first resolve that uv refuses (no such package on PyPI) leaves nothing in the cache:
+/// no key directory, `requirements.in` or lock file; a second try runs uv again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_resolve_leaves_nothing_in_the_cache() {
+    let test = "a_failed_resolve_leaves_nothing_in_the_cache";
+    let Some(s) = setup(test) else { return };
+    let log = s.dir.path().join("uv.log");
+    let Some(factory) = common::factory_with(
+        test,
+        s.options(wrapped_uv(s.dir.path(), "uv", &s.uv, &log, &[])),
+    ) else {
+        return;
+    };
+    let spec = MachineSpec::packages(PackageSpec::python([
+        "shellbox-no-such-package-on-pypi-7f3a==1.0",
+    ]));
+    for attempt in 1..=2 {
+        let created = factory.create(spec.clone()).await.map(drop);
+        assert!(matches!(created, Err(Error::Backend { .. })), "{created:?}");
+        let cache = s.dir.path().join("cache");
+        let left: Vec<_> = std::fs::read_dir(&cache)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            left.is_empty(),
+            "attempt {attempt}: the cache holds {left:?}"
+        );
+        let compiles = calls(&log)
+            .iter()
+            .filter(|l| l.starts_with("pip compile"))
+            .count();
+        assert_eq!(compiles, attempt, "{:?}", calls(&log));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -52,9 +52,10 @@ pub use build::{
 pub use environment::{in_system_directories, PythonEnvironment};
 pub use error::{DifferingInput, PyenvError};
 pub use resolve::{
-    cache_key, check_interpreter, lock_path, normalize_requirements, requirement_problem,
-    resolve_python_environment, resolve_python_environment_with, ResolveOptions, ENVIRONMENT_NAME,
-    REQUIREMENTS_IN_NAME, REQUIREMENTS_LOCK_NAME, REQUIREMENTS_PENDING_NAME, RESOLVE_LOCK_NAME,
+    cache_key, check_interpreter, check_resolve, lock_path, normalize_requirements,
+    requirement_problem, resolve_python_environment, resolve_python_environment_with,
+    ResolveOptions, ENVIRONMENT_NAME, REQUIREMENTS_IN_NAME, REQUIREMENTS_LOCK_NAME,
+    REQUIREMENTS_PENDING_NAME, RESOLVE_LOCK_NAME,
 };
 pub use source::PythonSource;
 pub use uv::{is_download_failure, uv_steps, StepKind, UvStep};

@@ -199,7 +199,9 @@ pub fn normalize_requirements<S: AsRef<str>>(
 /// 1. when `requirements.lock` is absent: write `requirements.in` (one per line) and run
 ///    `uv pip compile --no-config --generate-hashes --no-build --python-version V
 ///    --output-file requirements.pending requirements.in` in that directory, then rename
-///    the pending file to `requirements.lock`; the pending file is removed in every case;
+///    the pending file to `requirements.lock`; the pending file is removed in every case,
+///    and when this first compile fails, `requirements.in`, the lock file and the
+///    directory go too (a resolve waiting on that lock then makes the directory anew);
 /// 2. [`build_python_environment_with`] with [`BuildOptions::only_binary`] on
 ///    `cache/<key>/environment` and version `V` (uv downloads that CPython), or, with
 ///    [`ResolveOptions::python_interpreter`], on `cache/<key>/environment-<hash of the
@@ -220,6 +222,110 @@ pub fn resolve_python_environment_with<S: AsRef<str>>(
     python_version: &str,
     options: &ResolveOptions,
 ) -> Result<PythonEnvironment, PyenvError> {
+    let (requirements, interpreter) = check_inputs(requirements, python_version, options)?;
+    let cache = cache.as_ref();
+    std::fs::create_dir_all(cache).map_err(|e| PyenvError::io("create directory", cache, e))?;
+    let cache = cache
+        .canonicalize()
+        .map_err(|e| PyenvError::io("resolve directory", cache, e))?;
+    let directory = cache.join(cache_key(python_version, &requirements));
+    let _guard = lock_directory(&directory, options)?;
+    info!(directory = %directory.display(), "pyenv: holding the resolve lock");
+
+    let lock = directory.join(REQUIREMENTS_LOCK_NAME);
+    if lock.is_file() {
+        info!(lock = %lock.display(), "pyenv: reusing the lock");
+    } else if let Err(e) = compile_lock(&directory, &requirements, python_version, &options.build) {
+        // Nothing of a failed first resolve stays: the directory held only its lock file.
+        remove_unused_directory(&directory);
+        return Err(e);
+    }
+
+    let build = BuildOptions {
+        only_binary: true,
+        ..options.build.clone()
+    };
+    let root = directory.join(environment_name(interpreter.as_deref()));
+    match interpreter {
+        Some(text) => build_python_environment_with(root, &lock, &text, &build),
+        None => {
+            build_python_environment_with(root, &lock, python_version, &build).map_err(
+                |e| match e {
+                    PyenvError::DownloadUnavailable { .. } => PyenvError::InterpreterUnavailable {
+                        version: python_version.to_string(),
+                        source: Box::new(e),
+                    },
+                    other => other,
+                },
+            )
+        }
+    }
+}
+
+/// What [`resolve_python_environment_with`] would refuse on this host, judged without
+/// changing anything (no directory made, no lock taken, uv not run): for a backend's
+/// `check_environment`. It checks the version, the requirements and the interpreter as the
+/// resolve does first; then, unless the cache already holds the finished environment for
+/// this key (its lock and its completion marker: such a resolve needs neither uv nor the
+/// network), that uv can be found and that the cache's key directory can be made (its
+/// nearest existing ancestor is a directory this process may write). Whether the packages
+/// exist and have wheels is not checked: that needs uv and the network. Blocking (it may
+/// run the interpreter).
+///
+/// # Errors
+/// Those [`resolve_python_environment_with`] gives for the same inputs before it runs uv:
+/// [`PyenvError::InvalidPython`], [`PyenvError::InvalidRequirement`],
+/// [`PyenvError::InterpreterUnusable`], [`PyenvError::UvMissing`], and [`PyenvError::Io`]
+/// ("create directory") when the key directory could not be made.
+pub fn check_resolve<S: AsRef<str>>(
+    cache: impl AsRef<Path>,
+    requirements: &[S],
+    python_version: &str,
+    options: &ResolveOptions,
+) -> Result<(), PyenvError> {
+    let (requirements, interpreter) = check_inputs(requirements, python_version, options)?;
+    let cache = cache.as_ref();
+    let directory = cache
+        .canonicalize()
+        .unwrap_or_else(|_| cache.to_path_buf())
+        .join(cache_key(python_version, &requirements));
+    let finished = directory.join(REQUIREMENTS_LOCK_NAME).is_file()
+        && directory
+            .join(environment_name(interpreter.as_deref()))
+            .join(crate::MARKER_NAME)
+            .is_file();
+    if finished {
+        return Ok(());
+    }
+    locate_uv(&options.build)?;
+    let mut existing = directory.as_path();
+    while std::fs::symlink_metadata(existing).is_err() {
+        match existing.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => existing = parent,
+            _ => break,
+        }
+    }
+    let refused = |e: std::io::Error| PyenvError::io("create directory", &directory, e);
+    let metadata = std::fs::metadata(existing).map_err(refused)?;
+    if !metadata.is_dir() {
+        return Err(refused(std::io::Error::from(nix::errno::Errno::ENOTDIR)));
+    }
+    nix::unistd::access(
+        existing,
+        nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+    )
+    .map_err(|errno| refused(std::io::Error::from(errno)))?;
+    Ok(())
+}
+
+/// The checks [`resolve_python_environment_with`] makes before any cache or network work:
+/// the version, the requirements (normalized) and the interpreter (its absolute path as
+/// text, checked to be CPython `python_version`).
+fn check_inputs<S: AsRef<str>>(
+    requirements: &[S],
+    python_version: &str,
+    options: &ResolveOptions,
+) -> Result<(Vec<String>, Option<String>), PyenvError> {
     if !matches!(
         PythonSource::parse(python_version),
         Ok(PythonSource::Managed(_))
@@ -250,49 +356,66 @@ pub fn resolve_python_environment_with<S: AsRef<str>>(
         }
         None => None,
     };
-    let cache = cache.as_ref();
-    std::fs::create_dir_all(cache).map_err(|e| PyenvError::io("create directory", cache, e))?;
-    let cache = cache
-        .canonicalize()
-        .map_err(|e| PyenvError::io("resolve directory", cache, e))?;
-    let directory = cache.join(cache_key(python_version, &requirements));
-    std::fs::create_dir_all(&directory)
-        .map_err(|e| PyenvError::io("create directory", &directory, e))?;
-    let _guard = lock_exclusive(
-        &directory.join(RESOLVE_LOCK_NAME),
-        options.build.lock_timeout,
-    )?;
-    info!(directory = %directory.display(), "pyenv: holding the resolve lock");
+    Ok((requirements, interpreter))
+}
 
-    let lock = directory.join(REQUIREMENTS_LOCK_NAME);
-    if lock.is_file() {
-        info!(lock = %lock.display(), "pyenv: reusing the lock");
-    } else {
-        compile_lock(&directory, &requirements, python_version, &options.build)?;
-    }
-
-    let build = BuildOptions {
-        only_binary: true,
-        ..options.build.clone()
-    };
+/// The environment's directory name inside a cache directory: [`ENVIRONMENT_NAME`] for a
+/// uv-managed CPython, `environment-<16 hex digits of the interpreter path's sha256>` for
+/// a given interpreter.
+fn environment_name(interpreter: Option<&str>) -> String {
     match interpreter {
-        Some(text) => {
-            let name = format!("{ENVIRONMENT_NAME}-{}", &sha256_hex(text.as_bytes())[..16]);
-            build_python_environment_with(directory.join(name), &lock, &text, &build)
+        Some(text) => format!("{ENVIRONMENT_NAME}-{}", &sha256_hex(text.as_bytes())[..16]),
+        None => ENVIRONMENT_NAME.to_string(),
+    }
+}
+
+/// Makes `directory` and takes its [`RESOLVE_LOCK_NAME`] lock. A resolve that failed while
+/// this one waited may have removed the directory ([`remove_unused_directory`]): the lock
+/// then held is on a file no longer at its path, so this one makes the directory again and
+/// locks anew.
+fn lock_directory(
+    directory: &Path,
+    options: &ResolveOptions,
+) -> Result<nix::fcntl::Flock<std::fs::File>, PyenvError> {
+    use std::os::unix::fs::MetadataExt;
+    let path = directory.join(RESOLVE_LOCK_NAME);
+    loop {
+        std::fs::create_dir_all(directory)
+            .map_err(|e| PyenvError::io("create directory", directory, e))?;
+        let guard = lock_exclusive(&path, options.build.lock_timeout)?;
+        let held = guard
+            .metadata()
+            .map_err(|e| PyenvError::io("inspect lock file", &path, e))?;
+        match std::fs::metadata(&path) {
+            Ok(now) if now.dev() == held.dev() && now.ino() == held.ino() => return Ok(guard),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(PyenvError::io("inspect lock file", &path, e)),
         }
-        None => build_python_environment_with(
-            directory.join(ENVIRONMENT_NAME),
-            &lock,
-            python_version,
-            &build,
-        )
-        .map_err(|e| match e {
-            PyenvError::DownloadUnavailable { .. } => PyenvError::InterpreterUnavailable {
-                version: python_version.to_string(),
-                source: Box::new(e),
-            },
-            other => other,
-        }),
+    }
+}
+
+/// Removes a cache directory whose first lock failed, while its lock is held, when it holds
+/// nothing but [`RESOLVE_LOCK_NAME`] and [`REQUIREMENTS_IN_NAME`] (a directory where an
+/// environment or a lock exists is left alone). Failures are logged, not returned: the
+/// resolve's own error is the one to report.
+fn remove_unused_directory(directory: &Path) {
+    let input = directory.join(REQUIREMENTS_IN_NAME);
+    if let Err(e) = std::fs::remove_file(&input) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(file = %input.display(), error = %e, "pyenv: cannot remove");
+        }
+    }
+    let only_lock = std::fs::read_dir(directory).is_ok_and(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .all(|entry| entry.file_name() == RESOLVE_LOCK_NAME)
+    });
+    if only_lock {
+        let _ = std::fs::remove_file(directory.join(RESOLVE_LOCK_NAME));
+        if let Err(e) = std::fs::remove_dir(directory) {
+            tracing::warn!(directory = %directory.display(), error = %e, "pyenv: cannot remove");
+        }
     }
 }
 

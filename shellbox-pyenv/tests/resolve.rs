@@ -325,3 +325,44 @@ fn validation_and_interpreter_errors() {
     assert!(text.contains("python_interpreter"), "{text}");
     assert!(text.contains(&format!("CPython {version}")), "{text}");
 }
+
+/// Four resolves at once of a requirement PyPI does not have: each fails with uv's own
+/// refusal (not with an I/O error on a directory another one removed while it waited for the
+/// lock), and nothing is left in the cache.
+#[test]
+fn concurrent_failed_resolves_fail_alike_and_leave_nothing() {
+    let test = "concurrent_failed_resolves_fail_alike_and_leave_nothing";
+    let (Some(uv), Some(python)) = (real_uv(test), test_python(test)) else {
+        return;
+    };
+    let dir = scratch();
+    let cache = dir.path().join("cache");
+    let version = version_of(&python);
+    let options = ResolveOptions::default()
+        .python_interpreter(&python)
+        .build(BuildOptions::default().uv(&uv));
+    let errors: Vec<PyenvError> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| {
+                    resolve_python_environment_with(
+                        &cache,
+                        &["shellbox-no-such-package-on-pypi-7f3a==1.0"],
+                        &version,
+                        &options,
+                    )
+                    .unwrap_err()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for e in &errors {
+        assert!(matches!(e, PyenvError::UvFailed { .. }), "{e}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "the cache holds {left:?}");
+}
