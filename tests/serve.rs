@@ -1013,10 +1013,10 @@ fn local_end_of_input_closes_every_machine() {
         json!({"machine": machines[2], "command": shell(needle)}),
     );
     wait_for_process(needle);
-    // gc keeps the directories of a live owner (this server): two machine roots and the
-    // factory's shared /etc.
+    // gc keeps the directories of a live owner (this server): two machine roots, the
+    // factory's shared /etc and its root skeleton layer.
     let report = s.ok("gc", "gc", json!({"factory": f}));
-    assert_eq!(report["kept"], 3, "{report}");
+    assert_eq!(report["kept"], 4, "{report}");
     assert_eq!(report["removed"], json!([]), "{report}");
     let status = s.finish();
     assert!(status.success(), "{status:?}");

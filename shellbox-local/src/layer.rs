@@ -93,6 +93,21 @@ impl Layer {
         Ok(Arc::new(layer))
     }
 
+    /// A new layer whose files `fill` writes into the empty directory it is given: a
+    /// factory's root skeleton (the directories and mount points every fresh machine's root
+    /// starts with, made once and shared read-only as the bottom of their chains).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the layer cannot be made, or `fill`'s error (the half-made layer
+    /// is removed).
+    pub(crate) fn filled(
+        fill: impl FnOnce(&Path) -> Result<(), Error>,
+    ) -> Result<Arc<Layer>, Error> {
+        let layer = Layer::create(true)?;
+        fill(&layer.files())?;
+        Ok(Arc::new(layer))
+    }
+
     /// A new layer holding a copy of `view` (a directory fd path showing a machine's merged
     /// root) without what is mounted below it: the squash of a deep chain. Copies with
     /// `cp -a --one-file-system` (contents, modes, owners, links, mtimes; the mount points

@@ -64,8 +64,10 @@
 //!   the machine only;
 //! - in a root host process, without `storage_mb`, a machine root that is an overlayfs of
 //!   the machine's mount namespace (the host sees only its empty mount point): its writes
-//!   go to `upper/` of its private directory, over the frozen layers of its snapshots (or
-//!   an empty directory of the factory). Every overlay of a machine (root, copy-on-write
+//!   go to `upper/` of its private directory, over the frozen layers of its snapshots and
+//!   the factory's skeleton layer (the root's directories and mount points, written once
+//!   per factory and layout, so a create writes three directories to the host's disk).
+//!   Every overlay of a machine (root, copy-on-write
 //!   layers, the read-only `/etc`) is mounted with its layers given as `.` after an
 //!   `fchdir`, so `/proc/self/mountinfo` in the machine names no host path of its
 //!   directories;

@@ -90,7 +90,14 @@ struct FactoryInner {
     nested: Vec<PathBuf>,
     /// How `ImageSource::Packages` environments are resolved (see `packages`).
     packages: crate::packages::PackageSettings,
+    /// The root skeletons of fresh overlay-root machines, one frozen layer per distinct
+    /// mounts and workdir (see [`FactoryInner::skeleton`]), kept while the factory lives.
+    skeletons: std::sync::Mutex<std::collections::HashMap<String, Arc<crate::layer::Layer>>>,
 }
+
+/// The most skeleton layers a factory keeps; a machine with yet another layout of mount
+/// points gets a skeleton of its own, removed with it.
+const MAX_SKELETONS: usize = 64;
 
 /// What a machine root that is an overlayfs needs of this host, in the error when its
 /// mount fails.
@@ -109,6 +116,39 @@ impl FactoryInner {
     /// is an overlayfs (a root host process) and their system directories are read-only.
     fn snapshots(&self) -> bool {
         self.share_ns && self.layers.is_empty()
+    }
+
+    /// The bottom layer of a fresh overlay-root machine with these mount points and this
+    /// root workdir: the files [`root::fill_skeleton`] writes, made once per factory and
+    /// layout and shared read-only by every machine (and snapshot) over it, so a create
+    /// writes three directories to the host's disk instead of the whole skeleton.
+    /// Blocking.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the layer cannot be made.
+    fn skeleton(
+        &self,
+        mounts: &[ReadOnlyMount],
+        workdir: &str,
+    ) -> Result<Arc<crate::layer::Layer>, Error> {
+        let key = format!(
+            "{workdir:?} {:?}",
+            mounts
+                .iter()
+                .map(|m| (m.guest.as_str(), m.host.is_dir()))
+                .collect::<Vec<_>>()
+        );
+        let mut skeletons = self.skeletons.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(layer) = skeletons.get(&key) {
+            return Ok(layer.clone());
+        }
+        let layer = crate::layer::Layer::filled(|dir| {
+            root::fill_skeleton(dir, &self.facts, mounts, workdir, &self.layers)
+        })?;
+        if skeletons.len() < MAX_SKELETONS {
+            skeletons.insert(key, layer.clone());
+        }
+        Ok(layer)
     }
 
     /// The root overlay of a machine whose root is `root`, over `chain` (top first) or,
@@ -396,6 +436,7 @@ impl LocalMachineFactory {
                     python_interpreter: options.python_interpreter.clone(),
                     uv: options.uv.clone(),
                 },
+                skeletons: Default::default(),
             };
             match probe(&inner) {
                 Ok(()) => {
@@ -504,17 +545,22 @@ impl LocalMachineFactory {
         let overlay_root = self.inner.share_ns && storage_mb.is_none();
         let chain = from.unwrap_or_default();
         let forked = !chain.is_empty();
-        let made_chain = chain.clone();
-        let (layout, namespaces, cgroup) = tokio::task::spawn_blocking(move || {
+        let (layout, namespaces, cgroup, chain) = tokio::task::spawn_blocking(move || {
             let in_layer = inner.overlaid().iter().any(|d| plan::is_within(&w, d));
             let root_workdir = if in_layer { "/" } else { w.as_str() };
+            // A fresh overlay root starts over the factory's skeleton of this layout.
+            let made_chain = if overlay_root && !forked {
+                vec![inner.skeleton(&mounts, root_workdir)?]
+            } else {
+                chain
+            };
             let root = root::create_root(
                 &inner.facts,
                 &mounts,
                 root_workdir,
                 storage_mb,
                 &inner.layers,
-                overlay_root.then_some(!forked),
+                overlay_root,
             )?;
             let mut layout = Layout {
                 layers: inner.machine_layers(&root),
@@ -540,7 +586,7 @@ impl LocalMachineFactory {
             match made {
                 Ok((namespaces, cgroup)) => {
                     layout.shared = namespaces.shared();
-                    Ok((layout, namespaces, cgroup))
+                    Ok((layout, namespaces, cgroup, made_chain))
                 }
                 Err(e) => {
                     if let Err(re) = root::remove_root(&layout.root) {
@@ -967,7 +1013,7 @@ fn probe(inner: &FactoryInner) -> Result<(), String> {
             guest: p.to_string_lossy().into_owned(),
         })
         .collect();
-    let root = root::create_root(&inner.facts, &mounts, "/", None, &inner.layers, None)
+    let root = root::create_root(&inner.facts, &mounts, "/", None, &inner.layers, false)
         .map_err(|e| e.to_string())?;
     let mut layout = Layout {
         layers: inner.machine_layers(&root),

@@ -51,8 +51,13 @@ fn io(op: &str, path: &Path, e: std::io::Error) -> Error {
 /// mode 0700, the root itself 0755) with empty `etc` (the mount point of the factory's
 /// [`SharedEtc`]), `sys` and `opt`, `tmp` and `home/shellbox` (mode 1777), the
 /// merged-`/usr` symlinks of the host, mount points for the system directories, `/dev`,
-/// `/proc` and every mount, and the workdir. Returns the root. On error the partial root
-/// is removed.
+/// `/proc` and every mount, and the workdir ([`fill_skeleton`]). Returns the root. On
+/// error the partial root is removed.
+///
+/// With `overlay` (a root host process without `storage_mb`: the root will be an overlayfs
+/// in the machine's mount namespace) the root is only an empty mount point beside an empty
+/// upper and work directory; those files come from the lower layers the caller mounts
+/// (the factory's skeleton layer at the bottom).
 ///
 /// With `storage_mb`, the root is a file system of its own bounded to that many MiB (see
 /// [`mount_root_fs`]) mounted on the empty root directory before anything is put in it,
@@ -69,7 +74,7 @@ pub fn create_root(
     workdir: &str,
     storage_mb: Option<u64>,
     layers: &[LayerDir],
-    overlay: Option<bool>,
+    overlay: bool,
 ) -> Result<PathBuf, Error> {
     // The root lives inside a 0700 directory of its own, so no other host user can reach
     // into a running machine (plant files in its /tmp, or run a setuid file a command made
@@ -110,9 +115,10 @@ pub fn create_root(
             return Err(e);
         }
     }
-    let filled = match overlay {
-        None => fill_root(&root, facts, mounts, workdir).and_then(|()| fill_var(&root, layers)),
-        Some(fill) => make_overlay_dirs(&root, facts, mounts, workdir, layers, fill),
+    let filled = if overlay {
+        make_overlay_dirs(&root)
+    } else {
+        fill_skeleton(&root, facts, mounts, workdir, layers)
     };
     match filled {
         Ok(()) => Ok(root),
@@ -157,17 +163,10 @@ pub fn fresh_work_dir(work: &Path) -> Result<(), Error> {
 }
 
 /// The directories of a machine whose root is an overlayfs: `root` (the empty mount
-/// point, 0755), its upper directory (0755, with the root's files when `fill`: what
-/// [`fill_root`] makes; a machine started from a snapshot has them in its lower layers)
-/// and an empty work directory (0700).
-fn make_overlay_dirs(
-    root: &Path,
-    facts: &HostFacts,
-    mounts: &[ReadOnlyMount],
-    workdir: &str,
-    layers: &[LayerDir],
-    fill: bool,
-) -> Result<(), Error> {
+/// point, 0755), its empty upper directory (0755: the root's files are in its lower
+/// layers, the factory's [`fill_skeleton`] layer at the bottom) and an empty work
+/// directory (0700). Three directories on the host's disk, whatever the root holds.
+fn make_overlay_dirs(root: &Path) -> Result<(), Error> {
     fs::set_permissions(root, fs::Permissions::from_mode(0o755))
         .map_err(|e| io("chmod", root, e))?;
     let (upper, work) = overlay_dirs(root);
@@ -176,12 +175,27 @@ fn make_overlay_dirs(
         .mode(0o700)
         .create(&work)
         .map_err(|e| io("mkdir", &work, e))?;
-    if fill {
-        fill_root(&upper, facts, mounts, workdir).and_then(|()| fill_var(&upper, layers))
-    } else {
-        fs::set_permissions(&upper, fs::Permissions::from_mode(0o755))
-            .map_err(|e| io("chmod", &upper, e))
-    }
+    fs::set_permissions(&upper, fs::Permissions::from_mode(0o755))
+        .map_err(|e| io("chmod", &upper, e))
+}
+
+/// Writes a fresh machine root's files into the empty directory `root`: the top-level
+/// directories and system-directory links or mount points, `/tmp` and the home (1777), the
+/// mount points of `mounts`, `workdir`, and a copy-on-write machine's `/var` mount points
+/// ([`fill_var`]). A machine whose root is a plain directory gets them in it; an overlayfs
+/// root gets them from its factory's skeleton layer, made once per distinct `mounts` and
+/// `workdir`.
+///
+/// # Errors
+/// [`Error::Io`] naming the refused step.
+pub(crate) fn fill_skeleton(
+    root: &Path,
+    facts: &HostFacts,
+    mounts: &[ReadOnlyMount],
+    workdir: &str,
+    layers: &[LayerDir],
+) -> Result<(), Error> {
+    fill_root(root, facts, mounts, workdir).and_then(|()| fill_var(root, layers))
 }
 
 fn fill_root(
