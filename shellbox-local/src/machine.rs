@@ -1238,6 +1238,9 @@ enum Started {
     Failed(String, String),
     /// The machine was closed (or dropped) first.
     Closed,
+    /// A snapshot ended the sandbox (see [`LocalMachine::stop_sandbox`]): the machine is
+    /// open, and a command that meets this waits for the snapshot and starts a new one.
+    Stopped,
 }
 
 /// Where the background start of a machine's sandbox and the machine meet.
@@ -1253,6 +1256,9 @@ struct SandboxSlot {
 #[derive(Default)]
 struct SlotProcess {
     closed: bool,
+    /// A snapshot is ending the sandbox (`closed` is set meanwhile): a start it cuts short
+    /// reports [`Started::Stopped`], not [`Started::Closed`].
+    stopping: bool,
     /// The task starting the sandbox, once the first command asked for it; close awaits
     /// it, so nothing it holds (the namespaces among it) outlives close.
     task: Option<tokio::task::JoinHandle<()>>,
@@ -1296,6 +1302,7 @@ async fn start_task(
     let result = start_sandbox(inputs, &slot, &mut shutdown).await;
     let p = slot.lock();
     let started = match result {
+        _ if p.closed && p.stopping => Started::Stopped,
         _ if p.closed => Started::Closed,
         Ok(sandbox) => Started::Running(Arc::new(sandbox)),
         Err(Error::Closed) => Started::Closed,
@@ -1552,8 +1559,9 @@ impl LocalMachine {
 
     /// Ends every process of the machine (its sandbox, background processes and open
     /// session among them) and waits for them, leaving the machine open: the next command
-    /// starts a new sandbox. Commands waiting for the sandbox meanwhile get
-    /// [`Error::Closed`].
+    /// starts a new sandbox. Commands waiting for the sandbox meanwhile see
+    /// [`Started::Stopped`] and wait for the snapshot (which holds the gate) to start a new
+    /// one.
     async fn stop_sandbox(&self) {
         if let Some(session) = self.take_session() {
             session.shut();
@@ -1561,6 +1569,7 @@ impl LocalMachine {
         let (spawned, task) = {
             let mut p = self.slot.lock();
             p.closed = true;
+            p.stopping = true;
             (p.spawned.take(), p.task.take())
         };
         if let Some(c) = &self.cgroup {
@@ -1580,8 +1589,10 @@ impl LocalMachine {
                 tracing::warn!("restoring the machine's pids.max: {e}");
             }
         }
-        self.slot.ready.send_replace(None);
-        self.slot.lock().closed = false;
+        let mut p = self.slot.lock();
+        self.slot.ready.send_replace(Some(Started::Stopped));
+        p.closed = false;
+        p.stopping = false;
     }
 
     /// What [`Machine::snapshot`] does (see the `layer` module): ends the machine's
@@ -1855,6 +1866,10 @@ impl LocalMachine {
             confinement,
             shm_bytes: self.shm_bytes,
         };
+        // A stopped sandbox's mark goes: waiters now wait for this start.
+        self.slot.ready.send_if_modified(|started| {
+            matches!(started, Some(Started::Stopped)) && started.take().is_some()
+        });
         p.task = Some(tokio::spawn(start_task(
             inputs,
             self.slot.clone(),
@@ -1868,19 +1883,51 @@ impl LocalMachine {
     /// [`Error::Closed`] when the machine closed first; [`Error::Backend`] with the start's
     /// failure (bwrap's stderr when it said why), on every command.
     async fn sandbox(&self) -> Result<Arc<Sandbox>, Error> {
-        self.start_once();
-        let mut ready = self.slot.ready.subscribe();
-        let started = ready
-            .wait_for(Option::is_some)
-            .await
-            .map_err(|_| Error::Closed)?
-            .clone();
-        match started {
-            Some(Started::Running(sandbox)) => Ok(sandbox),
-            Some(Started::Failed(operation, why)) => {
-                Err(Error::backend(operation, std::io::Error::other(why)))
+        loop {
+            self.start_once();
+            let mut ready = self.slot.ready.subscribe();
+            let started = ready
+                .wait_for(Option::is_some)
+                .await
+                .map_err(|_| Error::Closed)?
+                .clone();
+            match started {
+                Some(Started::Running(sandbox)) => return Ok(sandbox),
+                Some(Started::Failed(operation, why)) => {
+                    return Err(Error::backend(operation, std::io::Error::other(why)))
+                }
+                Some(Started::Closed) | None => return Err(Error::Closed),
+                // A snapshot ended the sandbox: it holds the gate until the machine's root
+                // is mounted again; then start a new one.
+                Some(Started::Stopped) => {
+                    drop(self.gate.read().await);
+                    self.check_open()?;
+                }
             }
-            Some(Started::Closed) | None => Err(Error::Closed),
+        }
+    }
+
+    /// The machine's sandbox with the gate held shared, so no snapshot ends it before the
+    /// caller has started its command there: a sandbox a snapshot replaced while this waited
+    /// for the gate is given up for the new one.
+    ///
+    /// # Errors
+    /// As [`sandbox`](Self::sandbox); [`Error::Closed`] once the machine closed.
+    async fn current_sandbox(
+        &self,
+    ) -> Result<(Arc<Sandbox>, tokio::sync::RwLockReadGuard<'_, ()>), Error> {
+        loop {
+            // Waited for outside the gate, so a close never waits for a start.
+            let sandbox = self.sandbox().await?;
+            let gate = self.gate.read().await;
+            self.check_open()?;
+            let current = matches!(
+                &*self.slot.ready.borrow(),
+                Some(Started::Running(s)) if Arc::ptr_eq(s, &sandbox)
+            );
+            if current {
+                return Ok((sandbox, gate));
+            }
         }
     }
 }
@@ -1935,10 +1982,7 @@ impl Machine for LocalMachine {
                 .collect(),
             output_limit_bytes: command.output_limit_bytes,
         };
-        // Waited for outside the gate, so a close never waits for a start.
-        let sandbox = self.sandbox().await?;
-        let _gate = self.gate.read().await;
-        self.check_open()?;
+        let (sandbox, _gate) = self.current_sandbox().await?;
         let running = sandbox
             .client
             .start(&start, &command.stdin)

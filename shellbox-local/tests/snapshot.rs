@@ -307,3 +307,71 @@ fn gc_removes_a_dead_owners_layers() {
     assert!(kept.join("root/workspace/f").is_file());
     assert_eq!(report.kept, 1);
 }
+
+/// Commands that start while a snapshot is taken wait for it and run in the machine's new
+/// sandbox: none fails with `Closed` (the machine is open) and none hangs. A command
+/// already running when the snapshot ends the machine's processes is ended with them (its
+/// error says the sandbox ended or its keeper was killed): at most one per runner and
+/// snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commands_during_a_snapshot_wait_for_it() {
+    if !root_or_skip("commands_during_a_snapshot_wait_for_it") {
+        return;
+    }
+    let Some(factory) = common::factory("commands_during_a_snapshot_wait_for_it") else {
+        return;
+    };
+    let m = std::sync::Arc::new(factory.create_local(MachineSpec::host()).await.unwrap());
+    sh(&*m, "true").await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (runners_n, snapshots_n) = (6, 5);
+    let runners: Vec<_> = (0..runners_n)
+        .map(|i| {
+            let (m, stop) = (m.clone(), stop.clone());
+            tokio::spawn(async move {
+                let (mut ok, mut ended) = (0u32, 0u32);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let r = tokio::time::timeout(
+                        std::time::Duration::from_secs(60),
+                        m.run(Command::shell(format!("echo {i} >> log{i}"))),
+                    )
+                    .await
+                    .unwrap_or_else(|_| panic!("runner {i}: a command hung"));
+                    match r {
+                        Ok(r) if r.exit_code == Some(0) => ok += 1,
+                        // Running when the snapshot ended the machine's processes.
+                        Err(shellbox_core::Error::Backend { source, .. })
+                            if source.to_string().contains("sandbox ended")
+                                || source.to_string().contains("keeper was killed") =>
+                        {
+                            ended += 1
+                        }
+                        Err(e) => panic!("runner {i}, after {ok} runs: {e:?}"),
+                        Ok(r) => panic!("runner {i}, after {ok} runs: {r:?}"),
+                    }
+                }
+                (ok, ended)
+            })
+        })
+        .collect();
+    let mut snapshots = Vec::new();
+    for _ in 0..snapshots_n {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        snapshots.push(m.snapshot().await.unwrap());
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut total, mut ended) = (0, 0);
+    for r in runners {
+        let (o, e) = r.await.unwrap();
+        total += o;
+        ended += e;
+    }
+    assert!(total > 0);
+    assert!(ended <= runners_n * snapshots_n, "{ended} commands ended");
+    drop(snapshots);
+    std::sync::Arc::try_unwrap(m)
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+}
