@@ -32,6 +32,10 @@
 //! - **Merges never follow a link.** A directory downloaded onto an existing directory is
 //!   merged (directories into directories; anything else replaces what is there, a
 //!   symlink replaced, never followed).
+//! - **Devices, fifos and sockets are never replaced**, at the target
+//!   ([`Error::Unsupported`] before anything is staged: `--download f:/dev/null` leaves
+//!   the host's `/dev/null` alone) or inside a directory merged into (the merge is refused
+//!   before anything moves).
 //!
 //! Everything here blocks (`std::fs`); async callers use a blocking thread.
 
@@ -256,6 +260,10 @@ impl StagedDownload {
             cur = p.parent();
         }
         made_parents.reverse();
+        // A device, fifo or socket at the target is no file of the user's to replace.
+        if fs::symlink_metadata(&dest).is_ok_and(|m| is_special(&m)) {
+            return Err(special_target(&dest));
+        }
         let mut staged = Self {
             stage: None,
             item: PathBuf::new(),
@@ -342,12 +350,16 @@ impl StagedDownload {
             }
             Err(e) => Err(io_at("stat", &self.dest)(e)),
             Ok(existing) if existing.is_dir() && staged.is_dir() => {
+                // Every node the merge would replace is checked first, so a refused merge
+                // leaves the target as it was.
+                check_merge(&self.item, &self.dest, &self.target)?;
                 merge_move(&self.item, &self.dest)
             }
             Ok(existing) if existing.is_dir() => Err(Error::transfer(
                 self.target.display().to_string(),
                 "would replace the target directory with a file",
             )),
+            Ok(existing) if is_special(&existing) => Err(special_target(&self.dest)),
             Ok(_) => {
                 // A file or symlink is replaced, never written through.
                 if staged.is_dir() {
@@ -373,6 +385,51 @@ impl Drop for StagedDownload {
             }
         }
     }
+}
+
+/// Whether a node is a device, fifo or socket (neither a directory, a regular file nor a
+/// symlink): a download never replaces one.
+fn is_special(meta: &fs::Metadata) -> bool {
+    let kind = meta.file_type();
+    !kind.is_dir() && !kind.is_file() && !kind.is_symlink()
+}
+
+/// [`Error::Unsupported`] for a download onto a device, fifo or socket.
+fn special_target(dest: &Path) -> Error {
+    Error::unsupported(format!(
+        "download target {} exists and is a device, fifo or socket, not a regular file, \
+         directory or symlink: a download never replaces one",
+        dest.display()
+    ))
+}
+
+/// Refuses a merge of the staged directory `src` into `dst` that would replace a device,
+/// fifo or socket of `dst` (say a download onto `/dev` holding `null`); reads only.
+///
+/// # Errors
+/// [`Error::Transfer`] naming the node; [`Error::Io`] when a directory cannot be read.
+fn check_merge(src: &Path, dst: &Path, target: &Path) -> Result<(), Error> {
+    let entries = fs::read_dir(src).map_err(io_at("read directory", src))?;
+    for entry in entries {
+        let entry = entry.map_err(io_at("read directory", src))?;
+        let to = dst.join(entry.file_name());
+        match fs::symlink_metadata(&to) {
+            Ok(m) if is_special(&m) => {
+                return Err(Error::transfer(
+                    target.display().to_string(),
+                    format!(
+                        "would replace {}, which is not a regular file, directory or symlink (a device, fifo or socket)",
+                        to.display()
+                    ),
+                ))
+            }
+            Ok(m) if m.is_dir() && entry.file_type().is_ok_and(|t| t.is_dir()) => {
+                check_merge(&entry.path(), &to, target)?
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Moves the children of the staged directory `src` into the existing directory `dst`:
@@ -422,6 +479,7 @@ fn merge_move(src: &Path, dst: &Path) -> Result<(), Error> {
 mod tests {
     use super::*;
     use crate::archive::TreeEntry;
+    use std::os::unix::fs::FileTypeExt;
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|c| c.to_string()).collect()
@@ -509,6 +567,70 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(parent, ["res"], "no staging directory left");
+    }
+
+    /// A device, fifo or socket is never replaced by a download (issue 12 break-it:
+    /// `--download /workspace/f:/dev/null` made the host's /dev/null a regular file): not
+    /// at the target (refused before anything is staged), nor inside a directory the
+    /// download merges into (refused before anything moves: the target is as it was).
+    #[test]
+    fn special_files_at_or_below_the_target_are_never_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        for kind in [DownloadKind::File { name: "fifo" }, DownloadKind::Directory] {
+            let err = StagedDownload::new(&fifo, kind).map(drop).unwrap_err();
+            assert!(matches!(err, Error::Unsupported(_)), "{err}");
+        }
+        let dir = tmp.path().join("dir");
+        fs::create_dir(&dir).unwrap();
+        nix::unistd::mkfifo(
+            &dir.join("p"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let staged = StagedDownload::new(&dir, DownloadKind::Directory).unwrap();
+        let mut w = staged.writer();
+        w.put(
+            "",
+            &[],
+            TreeEntry::Directory {
+                mode: 0o755,
+                mtime: None,
+            },
+        )
+        .unwrap();
+        for name in ["a", "p"] {
+            w.put(
+                name,
+                &s(&[name]),
+                TreeEntry::File {
+                    data: &mut &b"x"[..],
+                    mode: 0o644,
+                    mtime: None,
+                },
+            )
+            .unwrap();
+        }
+        w.finish().unwrap();
+        let err = staged.commit().unwrap_err();
+        assert!(matches!(err, Error::Transfer { .. }), "{err}");
+        assert!(fs::symlink_metadata(dir.join("p"))
+            .unwrap()
+            .file_type()
+            .is_fifo());
+        let left: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["p"], "nothing moved, no staging left");
+        let top: Vec<_> = fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(top, ["dir", "fifo"]);
     }
 
     #[test]
