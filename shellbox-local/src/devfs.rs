@@ -131,9 +131,17 @@ pub fn shm_bytes(storage_mb: Option<u64>) -> u64 {
     storage_mb.map_or(shm, |mb| shm.min(mb.saturating_mul(1 << 20)).max(4096))
 }
 
-/// Bounds `/dev` ([`DEV_TMPFS_OPTIONS`]), `/dev/pts` ([`devpts_options`]) and, where it is
-/// less than bwrap mounted, `/dev/shm` (`shm_bytes`) of the sandbox started by the bwrap
-/// whose host pid is `bwrap`, through its PID 1's root.
+/// The most files a machine's `/dev/shm` of `shm_bytes` holds: one per 4 KiB page, at
+/// least 1,024 (16,384 for the default 64 MiB). Without it an empty file costs no page of
+/// the size bound, and a guest made 300,000 of them (issue 12's break-it pass), each an
+/// inode of kernel memory.
+pub fn shm_inodes(shm_bytes: u64) -> u64 {
+    (shm_bytes / 4096).max(1024)
+}
+
+/// Bounds `/dev` ([`DEV_TMPFS_OPTIONS`]), `/dev/pts` ([`devpts_options`]) and `/dev/shm`
+/// (`shm_bytes`, [`shm_inodes`]) of the sandbox started by the bwrap whose host pid is
+/// `bwrap`, through its PID 1's root.
 ///
 /// # Errors
 /// The error of finding PID 1 or of `fspick`/`fsconfig` (`EPERM` without `CAP_SYS_ADMIN`).
@@ -141,9 +149,13 @@ pub(crate) fn bound_dev(bwrap: i32, shm_bytes: u64) -> std::io::Result<()> {
     let pid1 = sandbox_pid1(bwrap)?;
     let root = std::path::PathBuf::from(format!("/proc/{pid1}/root"));
     reconfigure(&root.join("dev"), &DEV_TMPFS_OPTIONS)?;
-    if shm_bytes < crate::plan::SHM_SIZE_BYTES {
-        reconfigure(&root.join("dev/shm"), &[("size", &shm_bytes.to_string())])?;
-    }
+    reconfigure(
+        &root.join("dev/shm"),
+        &[
+            ("size", &shm_bytes.to_string()),
+            ("nr_inodes", &shm_inodes(shm_bytes).to_string()),
+        ],
+    )?;
     let pts = devpts_options();
     let pts: Vec<(&str, &str)> = pts.iter().map(|(k, v)| (*k, v.as_str())).collect();
     reconfigure(&root.join("dev/pts"), &pts)

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -290,13 +290,82 @@ fn bwrap_candidates(given: Option<&Path>) -> Vec<PathBuf> {
 /// The largest `storage_mb` one local machine may have: half the host's memory in MiB
 /// (`sysinfo(2)`'s total RAM), because a bounded root is a `tmpfs`, held in RAM (issue 8's
 /// break-it pass: `storage_mb` 10,000,000 gave a 9.6 TiB tmpfs a guest could fill until the
-/// host ran out of memory). Several machines together can still hold more; the host's
-/// operator bounds how many run.
+/// host ran out of memory). All live machines of a process together hold at most this
+/// much (and one `/dev/shm`) in their memory-backed file systems: see
+/// `MemoryReservation` in this module; a create past it fails with [`Error::Backend`].
 pub fn largest_storage_mb() -> u64 {
     let total_bytes = nix::sys::sysinfo::sysinfo()
         .map(|info| info.ram_total())
         .unwrap_or(0);
     total_bytes / 2 / (1024 * 1024)
+}
+
+/// Bytes of `tmpfs` (host memory) the live local machines of this process may fill
+/// together, reserved at create and given back at close: see [`MemoryReservation`].
+static TMPFS_RESERVED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// A live machine's share of this process's `tmpfs` budget ([`largest_storage_mb`], half
+/// the host's RAM, plus one `/dev/shm`): the most its memory-backed file systems can hold — `/dev/shm`
+/// ([`crate::devfs::shm_bytes`]), a bounded root (`storage_mb`, which also holds a
+/// copy-on-write machine's layers) or else a copy-on-write machine's layers `tmpfs`
+/// ([`default_layers_mb`](crate::default_layers_mb)). Every machine's file systems are
+/// bounded on their own; this bounds them together (issue 12's break-it pass: twelve
+/// copy-on-write machines held 1.2 GB of host memory and could hold 12 GiB), so guests can
+/// never make the host's OOM killer end a host process. Machines of other processes are not
+/// counted. Given back when dropped (at close).
+#[derive(Debug)]
+pub(crate) struct MemoryReservation(u64);
+
+impl MemoryReservation {
+    /// Reserves `bytes` of the budget.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the live machines of this process already reserved so much
+    /// that `bytes` more would pass the budget (the message gives the numbers).
+    pub(crate) fn take(bytes: u64) -> Result<MemoryReservation, Error> {
+        // Room for one machine of the largest storage_mb with its /dev/shm.
+        let budget = largest_storage_mb()
+            .saturating_mul(1 << 20)
+            .saturating_add(crate::plan::SHM_SIZE_BYTES);
+        TMPFS_RESERVED_BYTES
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |reserved| {
+                reserved.checked_add(bytes).filter(|total| *total <= budget)
+            })
+            .map(|_| MemoryReservation(bytes))
+            .map_err(|reserved| {
+                Error::backend(
+                    "reserve host memory for the machine's tmpfs file systems",
+                    std::io::Error::other(format!(
+                        "the machine's /dev/shm, bounded root and copy-on-write layers can hold \
+                         {} MiB of host memory, and the live local machines of this process \
+                         already reserved {} MiB of the {} MiB all of them may hold together \
+                         (half the host's RAM and one /dev/shm): close a machine, or give \
+                         machines a smaller storage_mb",
+                        bytes >> 20,
+                        reserved >> 20,
+                        budget >> 20
+                    )),
+                )
+            })
+    }
+
+    /// What a machine with this `storage_mb` reserves; `copy_on_write` when its system
+    /// directories are copy-on-write layers.
+    pub(crate) fn bytes_for(storage_mb: Option<u64>, copy_on_write: bool) -> u64 {
+        let shm = crate::devfs::shm_bytes(storage_mb);
+        let files = match storage_mb {
+            Some(mb) => mb.saturating_mul(1 << 20),
+            None if copy_on_write => root::default_layers_mb().saturating_mul(1 << 20),
+            None => 0,
+        };
+        shm.saturating_add(files)
+    }
+}
+
+impl Drop for MemoryReservation {
+    fn drop(&mut self) {
+        TMPFS_RESERVED_BYTES.fetch_sub(self.0, Ordering::SeqCst);
+    }
 }
 
 impl LocalMachineFactory {
@@ -542,6 +611,10 @@ impl LocalMachineFactory {
             spec.pids_limit,
             spec.storage_mb,
         );
+        let memory = MemoryReservation::take(MemoryReservation::bytes_for(
+            storage_mb,
+            !self.inner.layers.is_empty(),
+        ))?;
         let overlay_root = self.inner.share_ns && storage_mb.is_none();
         let chain = from.unwrap_or_default();
         let forked = !chain.is_empty();
@@ -625,6 +698,7 @@ impl LocalMachineFactory {
             slot: Arc::new(SandboxSlot::default()),
             session: std::sync::Mutex::new(None),
             shm_bytes: crate::devfs::shm_bytes(spec.storage_mb),
+            memory: std::sync::Mutex::new(Some(memory)),
         };
         crate::packages::check_tools(machine, &tools).await
     }
@@ -1221,6 +1295,8 @@ pub struct LocalMachine {
     session: std::sync::Mutex<Option<Arc<crate::LocalSession>>>,
     /// The size of the sandbox's `/dev/shm` ([`crate::devfs::shm_bytes`]).
     shm_bytes: u64,
+    /// The machine's share of the process's `tmpfs` budget, given back at close.
+    memory: std::sync::Mutex<Option<MemoryReservation>>,
 }
 
 /// A machine's running sandbox: the supervisor's client.
@@ -2169,12 +2245,15 @@ impl Machine for LocalMachine {
         let chain = std::mem::take(&mut *self.chain.lock().unwrap_or_else(|e| e.into_inner()));
         let root = self.layout.root.clone();
         let cgroup = self.cgroup.clone();
+        let memory = self.memory.lock().unwrap_or_else(|e| e.into_inner()).take();
         tokio::task::spawn_blocking(move || {
             drop(view);
             Self::remove_cgroup(cgroup.as_deref(), Duration::from_secs(5));
             let removed = root::remove_root(&root);
             // Layers no snapshot or other machine holds go with the machine.
             drop(chain);
+            // Its tmpfs file systems are gone with its mount namespace and root.
+            drop(memory);
             removed
         })
         .await

@@ -92,6 +92,37 @@ async fn dev_shm_is_no_larger_than_storage_mb() {
     m.close().await.unwrap();
 }
 
+/// `/dev/shm` holds at most one file per 4 KiB page of its size (16,384 for 64 MiB): empty
+/// files took no page of the size bound, and a guest made 300,000 of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_shm_files_are_bounded() {
+    let test = "dev_shm_files_are_bounded";
+    if !root_only(test) {
+        return;
+    }
+    let Some(f) = common::factory(test) else {
+        return;
+    };
+    let m = f.create(MachineSpec::host()).await.unwrap();
+    let r = run(
+        &m,
+        "df --output=itotal /dev/shm | tail -1 | tr -d ' '; \
+         i=0; while [ $i -lt 20000 ] && true > /dev/shm/f$i 2>/dev/null; do i=$((i+1)); done; \
+         echo $i; true > /dev/shm/more",
+    )
+    .await;
+    let out = r.stdout_lossy();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "16384", "{r:?}");
+    let made: u64 = lines[1].parse().unwrap();
+    assert!((16000..=16384).contains(&made), "{made} files: {r:?}");
+    assert!(
+        r.stderr_lossy().contains("No space left on device"),
+        "{r:?}"
+    );
+    m.close().await.unwrap();
+}
+
 /// Machine A opens ptys until the kernel refuses: it gets exactly 256 (its own `devpts`
 /// instance's `max`; it got the host's whole pool, about 3000, before), and while A holds
 /// them machine B's shell session and pty commands still work.

@@ -758,44 +758,6 @@ async fn huge_timeouts_saturate() {
     m.close().await.unwrap();
 }
 
-/// A bounded root is a tmpfs, held in RAM: a `storage_mb` above half the host's memory is
-/// refused (issue 8's break-it pass: `storage_mb` 10,000,000 gave a 9.6 TiB tmpfs), and one
-/// at the bound is accepted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn storage_mb_is_bounded_by_host_memory() {
-    let test = "storage_mb_is_bounded_by_host_memory";
-    let Some(factory) = common::factory(test) else {
-        return;
-    };
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP {test}: storage_mb needs a root host process");
-        return;
-    }
-    let most = shellbox_local::largest_storage_mb();
-    assert!(most > 0, "sysinfo gave no memory");
-    let spec = MachineSpec::host();
-    let e = factory
-        .create_local(spec.clone().storage_mb(most + 1))
-        .await
-        .map(|_| ())
-        .unwrap_err();
-    assert!(e.is_unsupported(), "{e:?}");
-    assert!(e.to_string().contains("held in RAM"), "{e}");
-    let e = factory
-        .create_local(spec.clone().storage_mb(10_000_000))
-        .await
-        .map(|_| ())
-        .unwrap_err();
-    assert!(e.is_unsupported(), "{e:?}");
-    let m = factory
-        .create_local(spec.storage_mb(most))
-        .await
-        .expect("at the bound");
-    let r = run(&m, Command::shell("df -m / | tail -n 1")).await;
-    assert_eq!(r.exit_code, Some(0), "{r:?}");
-    m.close().await.unwrap();
-}
-
 /// `gc` removes only directories of the user running it: one owned by another user
 /// (here `nobody`), whose marker names a dead pid, is left alone even when gc runs as
 /// root (defect 8 of issue 12's review); the same directory chown'd back to this user goes.

