@@ -274,7 +274,9 @@ pub struct MachineSpec {
     /// The most processes (threads included) the machine may hold at once; a `fork` or
     /// `clone` beyond it fails with `EAGAIN` inside the machine. Must be > 0; default
     /// [`DEFAULT_PIDS_LIMIT`]. Docker: the container's `HostConfig.PidsLimit` (the pids
-    /// cgroup's `pids.max`).
+    /// cgroup's `pids.max`). Local: the machine's pids cgroup, which also holds its own
+    /// tasks (bwrap, the supervisor, a keeper per command), so at least 16
+    /// (`shellbox_local::MIN_PIDS_LIMIT`).
     #[serde(default = "default_pids_limit")]
     pub pids_limit: u32,
 }

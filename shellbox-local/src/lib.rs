@@ -187,8 +187,8 @@ pub use launch::{parse_exit_code, CONTROL_ENV};
 pub use layer::{LAYER_PREFIX, MAX_LAYER_DEPTH};
 pub use machine::{
     largest_storage_mb, machine_bwrap_args, LocalMachine, LocalMachineFactory, LocalOptions,
-    COPY_ON_WRITE_REQUIREMENTS, PROBE_TIMEOUT, ROOT_OVERLAY_REQUIREMENTS, SANDBOX_REQUIREMENTS,
-    SNAPSHOT_REQUIREMENTS,
+    COPY_ON_WRITE_REQUIREMENTS, MIN_PIDS_LIMIT, PROBE_TIMEOUT, ROOT_OVERLAY_REQUIREMENTS,
+    SANDBOX_REQUIREMENTS, SNAPSHOT_REQUIREMENTS,
 };
 pub use packages::{DEFAULT_PYTHON_VERSION, TOOLS_REFUSAL};
 pub use plan::SystemDirectories;

@@ -300,6 +300,13 @@ pub fn largest_storage_mb() -> u64 {
     total_bytes / 2 / (1024 * 1024)
 }
 
+/// The smallest [`MachineSpec::pids_limit`] a local machine takes: its pids cgroup also
+/// holds bwrap, the supervisor and its threads and a keeper per running command (about
+/// five tasks for one command), so a smaller limit could not start a command or a
+/// pipeline (issue 12's break-it pass: 1 to 5 failed at create or at the first command
+/// with bwrap's, a panic's or a killed keeper's words, after `check_environment` said yes).
+pub const MIN_PIDS_LIMIT: u32 = 16;
+
 /// Bytes of `tmpfs` (host memory) the live local machines of this process may fill
 /// together, reserved at create and given back at close: see [`MemoryReservation`].
 static TMPFS_RESERVED_BYTES: AtomicU64 = AtomicU64::new(0);
@@ -727,6 +734,14 @@ impl LocalMachineFactory {
                      {field} unset, or use the docker backend, which enforces it"
                 )));
             }
+        }
+        if spec.pids_limit < MIN_PIDS_LIMIT {
+            return Err(Error::invalid(format!(
+                "pids_limit {} is below {MIN_PIDS_LIMIT}, the least a local machine runs with: \
+                 the limit counts the machine's own tasks too (bwrap, its supervisor's threads, \
+                 a keeper per running command), about five of them",
+                spec.pids_limit
+            )));
         }
         if spec.storage_mb.is_some_and(|mb| mb > u64::MAX >> 20) {
             return Err(Error::invalid(format!(

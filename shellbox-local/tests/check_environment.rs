@@ -398,3 +398,40 @@ fn walk(root: &Path) -> Vec<String> {
     out.sort();
     out
 }
+
+/// A `pids_limit` below what the machine's own tasks take (bwrap, the supervisor, a keeper)
+/// is refused alike by `check_environment` and `create` (`InvalidInput`); they agreed on
+/// nothing before (the check said yes, then create or the first command failed with
+/// bwrap's "Creating new namespace failed", a supervisor panic or a killed keeper). At
+/// the smallest limit taken a pipeline runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pids_limit_too_small_for_the_machine_is_refused_alike() {
+    let test = "a_pids_limit_too_small_for_the_machine_is_refused_alike";
+    let Some(factory) = common::factory(test) else {
+        return;
+    };
+    let none = ExecutionRequirements::default();
+    for limit in [1, 2, 5, shellbox_local::MIN_PIDS_LIMIT - 1] {
+        let spec = MachineSpec::host().pids_limit(limit);
+        let checked = factory.check_environment(&none, &spec).await;
+        let created = factory.create(spec).await.map(drop);
+        assert!(
+            matches!(&checked, Err(Error::InvalidInput(m)) if m.contains("pids_limit")),
+            "{limit}: {checked:?}"
+        );
+        assert_eq!(verdict(&checked), verdict(&created), "{limit}: {created:?}");
+    }
+    let spec = MachineSpec::host().pids_limit(shellbox_local::MIN_PIDS_LIMIT);
+    factory.check_environment(&none, &spec).await.unwrap();
+    let m = factory.create(spec).await.unwrap();
+    let r = m
+        .run(shellbox_core::Command::shell("echo a | cat | cat | wc -l"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.exit_code, r.stdout_lossy().as_str()),
+        (Some(0), "1\n"),
+        "{r:?}"
+    );
+    m.close().await.unwrap();
+}

@@ -173,7 +173,7 @@ pub(crate) struct MachineArgs {
     /// both; docker: the engine's storage option; sim: the machine's disk budget).
     #[arg(long, value_name = "MIB", allow_hyphen_values = true)]
     pub(crate) storage_mb: Option<u64>,
-    /// Most processes the machine may hold at once (default 1024; local: a pids cgroup;
+    /// Most processes the machine may hold at once (default 1024; local: a pids cgroup, at least 16, its own tasks counted;
     /// docker: the container's pids limit; sim: not enforced).
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub(crate) pids_limit: Option<u32>,
