@@ -424,3 +424,60 @@ async fn session_input_left_unread_by_a_command_is_not_run() {
         }
     }
 }
+
+/// A background job that ends just as the next command line is written (its SIGCHLD
+/// interrupts busybox ash's prompt read, which ash takes for end of input: it prints
+/// `Use "exit" to leave shell.` and prompts again) never loses that line: the command runs
+/// and its call ends with its own output, on both command paths, on ash and bash (issue 11:
+/// ash's second prompt used to drop the line as typeahead, and the call completed with
+/// nothing run, one run in three on Podman).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_job_ending_as_a_command_is_written_does_not_lose_it() {
+    let test = "session_job_ending_as_a_command_is_written";
+    let Some(f) = common::setup(test).await else {
+        return;
+    };
+    let mut images = vec![shellbox_docker::BUSYBOX_TEST_IMAGE.to_string()];
+    if let Some(bash) = common::bash_image(test, f.docker()).await {
+        images.push(bash);
+    }
+    for path in [
+        shellbox_docker::CommandPath::Exec,
+        shellbox_docker::CommandPath::Supervisor,
+    ] {
+        let f = f.clone().command_path(path);
+        for image in &images {
+            let m = f
+                .create_machine(shellbox_core::MachineSpec::docker(image.clone()))
+                .await
+                .unwrap();
+            let s = m.open_shell().await.unwrap();
+            // The job's end sweeps across the moment the next line is written.
+            for round in 0..40u64 {
+                let u = run_to_end(&*s, "sleep 0.2 &").await;
+                assert_eq!(
+                    u.exit_code,
+                    Some(0),
+                    "{path:?} {image} round {round}: {u:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(170 + round * 3 % 60)).await;
+                let u = run_to_end(&*s, &format!("echo ran{round}")).await;
+                let out = String::from_utf8_lossy(&u.output).into_owned();
+                assert!(
+                    u.status == ShellStatus::Completed
+                        && u.exit_code == Some(0)
+                        && out.contains(&format!("ran{round}\n"))
+                        && !holds_marker(&u.output),
+                    "{path:?} {image} round {round}: the line was lost: {u:?}"
+                );
+                let u = run_to_end(&*s, "wait").await;
+                assert_eq!(
+                    u.exit_code,
+                    Some(0),
+                    "{path:?} {image} round {round}: {u:?}"
+                );
+            }
+            m.close().await.unwrap();
+        }
+    }
+}

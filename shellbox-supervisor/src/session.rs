@@ -264,7 +264,11 @@ enum Phase {
 ///   from outside the shell that the shell waits at its prompt (foreground, blocked reading
 ///   the terminal in its prompt's call, the command line read, no unread input). Printed
 ///   look-alikes cannot end a command, nor can a command that prints the real marker (read
-///   from `$PROMPT_COMMAND`) and goes on running: that marker is passed on as output. A
+///   from `$PROMPT_COMMAND`) and goes on running: a later marker drops it (the nonce never
+///   shows in output). The command line counts as read only when the shell itself read it:
+///   when a prompt of the shell took it as typeahead instead (busybox ash prompts a second
+///   time when a background job's SIGCHLD interrupts its prompt's read, and drains in a
+///   child), the relay writes the line again. A
 ///   confirmed prompt after the call's line ends the call `Completed` with its status
 ///   (after an interrupt that made the shell drop the line, 130); a prompt for stray input
 ///   the relay drops.

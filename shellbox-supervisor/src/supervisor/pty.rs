@@ -27,7 +27,10 @@
 //!   holds (the shell wrote its prompt before it waited; a marker found there, behind a
 //!   command's copy, replaces the pending one). Then it sends `PTY_DONE`
 //!   (k, status) followed by what it held. A marker printed by a command that then goes on
-//!   running is never confirmed, so it passes on as output; the one way left to fake a
+//!   running is never confirmed, so it passes on as output (but not a prompt of the
+//!   shell's own that a second one followed: busybox ash prompts again, writing
+//!   `Use "exit" to leave shell.`, when a background job's SIGCHLD interrupts its prompt's
+//!   read; nor one that came before the shell read the command line); the one way left to fake a
 //!   prompt is a command that prints the marker and then itself blocks reading the
 //!   terminal in the foreground (the shell's `read`), which only stalls its own session.
 //!   Checks back off from 50 µs to 10 ms while a marker waits. A marker that comes while
@@ -402,6 +405,61 @@ fn bytes_read(pid: c_int) -> Option<u64> {
         .and_then(|n| n.trim().parse().ok())
 }
 
+/// [`bytes_read`] of the shell's own thread: the reads of children it reaped (which
+/// `/proc/PID/io` adds in) are left out (`/proc/PID/task/PID/io`).
+fn own_bytes_read(pid: c_int) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/io")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("rchar:"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// The command line the host sent last and what the shell had read before it came.
+struct Line {
+    /// The line, to be written again when a second prompt of the shell drops it.
+    bytes: Vec<u8>,
+    /// [`own_bytes_read`] and [`bytes_read`] of the shell before the line was written.
+    own_base: Option<u64>,
+    all_base: Option<u64>,
+}
+
+impl Line {
+    fn new(main: c_int, bytes: &[u8]) -> Self {
+        Line {
+            bytes: bytes.to_vec(),
+            own_base: own_bytes_read(main),
+            all_base: bytes_read(main),
+        }
+    }
+
+    /// Whether the shell itself has read the whole line (`None`: the kernel does not
+    /// tell).
+    fn read_by_shell(&self, main: c_int) -> Option<bool> {
+        let now = own_bytes_read(main)?;
+        Some(now >= self.own_base? + self.bytes.len() as u64)
+    }
+
+    /// Whether the shell or a child it reaped has read as much as the line.
+    fn read_by_any(&self, main: c_int) -> Option<bool> {
+        let now = bytes_read(main)?;
+        Some(now >= self.all_base? + self.bytes.len() as u64)
+    }
+}
+
+/// What [`Relay::at_prompt`] found.
+#[derive(Debug, PartialEq, Eq)]
+enum Prompt {
+    /// The shell waits at its prompt, having read the command line.
+    Yes,
+    /// Not (yet).
+    No,
+    /// The shell waits at its prompt, but the command line was read by one of its
+    /// children, not by the shell: a second prompt's typeahead drain took it (busybox ash
+    /// prompts again when a SIGCHLD interrupts its prompt's read, and its `PS1` drains in a
+    /// command substitution). The line must be written again.
+    LineTaken,
+}
+
 /// What program process `pid` runs: its `/proc/PID/exe` and where its code and its
 /// arguments were placed (`startcode`, `arg_start`, `arg_end` of `/proc/PID/stat`), which an
 /// `execve` changes even for the same program (other arguments, or another random layout).
@@ -478,6 +536,13 @@ struct Pending {
     seq: u64,
     status: i32,
     raw: Vec<u8>,
+    /// It came after the host's command line was written and before the shell read it: a
+    /// prompt of the shell's own (busybox ash prompts again when a SIGCHLD interrupts its
+    /// prompt's read) or a background job's, never the command's end nor its text.
+    early: bool,
+    /// It came right after [`ASH_REPROMPT`]: a second prompt of busybox ash (which may be
+    /// the one to confirm), not a command's text.
+    reprompt: bool,
     /// Output that came after it, held until it is confirmed (then it follows
     /// [`proto::PTY_DONE`]) or found to be text (then it follows `raw` as output).
     held: Vec<u8>,
@@ -486,6 +551,17 @@ struct Pending {
     /// When the next check of the shell's state is due, and the wait after that one.
     next_check: std::time::Instant,
     backoff: std::time::Duration,
+}
+
+/// What busybox ash writes when its prompt's read fails (a SIGCHLD interrupting it) with
+/// `ignoreeof` set, before it prompts again.
+const ASH_REPROMPT: &[u8] = b"\nUse \"exit\" to leave shell.\n";
+/// How much of the text since the last marker is kept to find [`ASH_REPROMPT`] in.
+const RECENT_MAX: usize = 256;
+
+/// Whether `hay` holds `needle`.
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Output held behind an unconfirmed marker before the relay stops reading the terminal
@@ -549,9 +625,12 @@ struct Relay {
     last_write: std::time::Instant,
     /// The shell's CPU time ([`cpu_ns`]) when the last input was written.
     cpu_at_write: Option<u64>,
-    /// The shell's [`bytes_read`] before the current command line came, and the line's
-    /// length: a prompt counts only once the shell has read that many more bytes.
-    line_read: Option<(u64, usize)>,
+    /// The current command line: a prompt counts only once the shell has read it.
+    line_read: Option<Line>,
+    /// The last text since the last marker (at most [`RECENT_MAX`] bytes), and whether
+    /// [`ASH_REPROMPT`] was in it.
+    recent: Vec<u8>,
+    reprompted: bool,
     interrupt: Option<Interrupt>,
     /// Since when an interrupt has seen the shell reading the terminal, uninterrupted.
     reading_since: Option<std::time::Instant>,
@@ -586,6 +665,8 @@ impl Relay {
             last_write: std::time::Instant::now(),
             cpu_at_write: None,
             line_read: None,
+            recent: Vec::new(),
+            reprompted: false,
             interrupt: None,
             reading_since: None,
             prompt_signature: None,
@@ -606,6 +687,16 @@ impl Relay {
 
     /// Output that is not a marker: behind a pending marker it is held.
     fn text(&mut self, b: Vec<u8>) {
+        // The tail of the text since the last marker, to tell a marker that busybox ash's
+        // second prompt printed ([`ASH_REPROMPT`] before it).
+        self.recent.extend_from_slice(&b);
+        if self.recent.len() > RECENT_MAX {
+            let cut = self.recent.len() - RECENT_MAX;
+            self.recent.drain(..cut);
+        }
+        if contains(&self.recent, ASH_REPROMPT) {
+            self.reprompted = true;
+        }
         match &mut self.pending {
             Some(p) => p.held.extend_from_slice(&b),
             None => Self::emit(proto::PTY_DATA, &b),
@@ -617,10 +708,18 @@ impl Relay {
         self.pending.as_ref().is_some_and(|p| p.held.len() >= HELD_MAX)
     }
 
-    /// The pending marker was text: out it goes, with what followed it.
+    /// A newer marker came: the pending one was the command's text (out it goes, with what
+    /// followed it), unless it is known to be a prompt of the shell's own that a second
+    /// prompt followed before it was confirmed: an [`Pending::early`] or
+    /// [`Pending::reprompt`] one, or one followed by [`ASH_REPROMPT`] (busybox ash prompts again when a background job's SIGCHLD
+    /// interrupts its prompt's read, taking it for end of input). Those are dropped, nonce
+    /// and all; what followed them is output.
     fn drop_pending(&mut self) {
         if let Some(p) = self.pending.take() {
-            Self::emit(proto::PTY_DATA, &p.raw);
+            if !p.early && !p.reprompt && !p.held.starts_with(ASH_REPROMPT) {
+                // (A marker the command printed.)
+                Self::emit(proto::PTY_DATA, &p.raw);
+            }
             Self::emit(proto::PTY_DATA, &p.held);
         }
     }
@@ -643,10 +742,19 @@ impl Relay {
                 proto::Scan::Marker(seq, status, raw) => {
                     self.drop_pending();
                     self.markers += 1;
+                    let early = !self.idle
+                        && self
+                            .line_read
+                            .as_ref()
+                            .is_some_and(|l| l.read_by_shell(self.main) == Some(false));
+                    let reprompt = std::mem::take(&mut self.reprompted);
+                    self.recent.clear();
                     self.pending = Some(Pending {
                         seq,
                         status,
                         raw,
+                        early,
+                        reprompt,
                         held: Vec::new(),
                         seen: std::time::Instant::now(),
                         next_check: std::time::Instant::now(),
@@ -686,27 +794,38 @@ impl Relay {
     /// the relay the signature of the shell's prompt read ([`Wait::Input`]); every later
     /// prompt must wait in that same call, so a command that prints the marker and then
     /// blocks in a `read` of the terminal is not taken for the prompt.
-    fn at_prompt(&mut self) -> bool {
+    ///
+    /// The command line must have been read by the shell itself: when one of its children
+    /// read as much instead ([`Prompt::LineTaken`]), a prompt of the shell's own took it.
+    fn at_prompt(&mut self) -> Prompt {
         if !self.input.is_empty() || self.foreground() != self.main || self.unread_input() != 0
         {
-            return false;
+            return Prompt::No;
         }
-        if let Some((base, len)) = self.line_read {
+        let mut taken = false;
+        if let Some(line) = &self.line_read {
             // The line may still be on its way through the terminal, the shell blocked in
             // the read of the prompt before it.
-            if bytes_read(self.main).is_some_and(|n| n < base + len as u64) {
-                return false;
+            match line.read_by_shell(self.main) {
+                Some(true) => {}
+                Some(false) if line.read_by_any(self.main) == Some(true) => taken = true,
+                Some(false) => return Prompt::No,
+                None if line.read_by_any(self.main) == Some(false) => return Prompt::No,
+                None => {}
             }
         }
         match wait_state(self.main) {
-            Wait::Other => false,
-            Wait::Unknown => true,
+            Wait::Other => Prompt::No,
+            Wait::Unknown if taken => Prompt::No,
+            Wait::Unknown => Prompt::Yes,
             Wait::Input(sig) => match &self.prompt_signature {
-                Some(known) => *known == sig,
+                Some(known) if *known == sig && taken => Prompt::LineTaken,
+                Some(known) if *known == sig => Prompt::Yes,
+                Some(_) => Prompt::No,
                 None => {
                     self.prompt_signature = Some(sig);
                     self.shell_image = image(self.main);
-                    true
+                    Prompt::Yes
                 }
             },
         }
@@ -730,8 +849,8 @@ impl Relay {
         if self.foreground() != self.main || self.unread_input() != 0 {
             return false;
         }
-        if let Some((base, len)) = self.line_read {
-            if bytes_read(self.main).is_none_or(|n| n < base + len as u64) {
+        if let Some(line) = &self.line_read {
+            if line.read_by_any(self.main) != Some(true) {
                 return false;
             }
         }
@@ -765,6 +884,13 @@ impl Relay {
             self.lost_since = None;
             return;
         }
+        if self.at_prompt() == Prompt::LineTaken {
+            // Its marker came while the shell sat at its confirmed prompt (and was dropped),
+            // the line right after it.
+            self.retake_line();
+            self.lost_since = None;
+            return;
+        }
         let since = *self.lost_since.get_or_insert(now);
         if now.duration_since(since) >= LOST_GRACE {
             // SAFETY: kill(2) of the shell, our own child.
@@ -793,6 +919,19 @@ impl Relay {
         }
     }
 
+    /// A second prompt of the shell took the command line as typeahead
+    /// ([`Prompt::LineTaken`]): its marker (if pending) is dropped and the line is written
+    /// again.
+    fn retake_line(&mut self) {
+        if let Some(p) = self.pending.take() {
+            Self::emit(proto::PTY_DATA, &p.held);
+        }
+        if let Some(line) = self.line_read.take() {
+            self.line_read = Some(Line::new(self.main, &line.bytes));
+            self.input.extend_from_slice(&line.bytes);
+        }
+    }
+
     /// Confirms a pending marker when its check is due and the shell is at its prompt.
     fn check_pending(&mut self) {
         let now = std::time::Instant::now();
@@ -815,8 +954,23 @@ impl Relay {
         }
         p.next_check = now + p.backoff;
         p.backoff = (p.backoff * 2).min(std::time::Duration::from_millis(10));
-        if !self.at_prompt() {
+        if p.early
+            && self
+                .line_read
+                .as_ref()
+                .is_some_and(|l| l.read_by_shell(self.main) == Some(true))
+        {
+            // The shell has read the line after this marker: it is not the line's prompt.
+            self.drop_pending();
             return;
+        }
+        match self.at_prompt() {
+            Prompt::Yes => {}
+            Prompt::No => return,
+            Prompt::LineTaken => {
+                self.retake_line();
+                return;
+            }
         }
         // The shell waits at a prompt now, so it has written that prompt's marker; but the
         // terminal may still hold it unread, behind the pending one (a command printed the
@@ -1023,7 +1177,7 @@ impl Relay {
                     if !payload.is_empty() && self.idle {
                         // The command line: the shell must read all of it before a prompt
                         // counts as the one after it.
-                        self.line_read = bytes_read(self.main).map(|base| (base, payload.len()));
+                        self.line_read = Some(Line::new(self.main, payload));
                         // The terminal as the session set it up, whatever the last command
                         // left (before the line is written, so it is never echoed).
                         // SAFETY: ioctl on our own descriptor from a live struct.
