@@ -274,8 +274,10 @@ enum Phase {
 ///   the relay drops.
 /// - **Typeahead**: after the marker, each prompt reads and drops the whole lines left in the
 ///   terminal (input written for a command that it did not read, or pushed by it with
-///   `TIOCSTI`), so no line the host did not send runs as a command (a partial line, with
-///   no newline, stays and joins the next command line).
+///   `TIOCSTI`), so no line the host did not send runs as a command; and before writing
+///   each command line the relay discards what input still waits in the terminal (a
+///   partial line, with no newline, pushed by a command or later by a background job), so
+///   the line runs exactly as sent.
 /// - **Plumbing a command changes**: the marker goes to `/dev/tty`, so `exec >log 2>&1`
 ///   keeps the session working; the terminal's settings are put back before each command
 ///   line (a command's `stty echo` never shows the next line). A shell that waits at its

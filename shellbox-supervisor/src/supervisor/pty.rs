@@ -39,6 +39,10 @@
 //! - An interrupt ([`proto::PTY_INTERRUPT`]) that leaves the shell itself [`deadlocked`]
 //!   (busybox ash, signalled inside `malloc`) ends the shell after 50 ms: the session resets
 //!   instead of waiting out the host's bound for a shell that can never run again.
+//! - Before each command line (the first input after a confirmed prompt) the relay puts
+//!   the terminal's settings back and discards the input waiting in it, a partial line
+//!   too (typeahead without a newline, which the prompt's drain of whole lines leaves), so
+//!   the line runs exactly as sent.
 //! - The relay keeps a descriptor of the terminal (not as its controlling terminal) for
 //!   those checks, and is not dumpable, so commands cannot read its memory.
 //! - This process is a child subreaper: when PROGRAM exits (or stdin ends), every process
@@ -1180,8 +1184,16 @@ impl Relay {
                         self.line_read = Some(Line::new(self.main, payload));
                         // The terminal as the session set it up, whatever the last command
                         // left (before the line is written, so it is never echoed).
-                        // SAFETY: ioctl on our own descriptor from a live struct.
-                        unsafe { ioctl(self.slave, TCSETS, &self.settings as *const Termios) };
+                        // Then whatever input waits in the terminal is discarded, a partial
+                        // line too (typeahead without a newline a command or a background
+                        // job pushed, or input a command was written and did not read): the
+                        // shell waits at its prompt, and the line must run exactly as sent,
+                        // not behind `# ` or `echo INJECTED; `.
+                        // SAFETY: ioctls on our own descriptor from a live struct.
+                        unsafe {
+                            ioctl(self.slave, TCSETS, &self.settings as *const Termios);
+                            ioctl(self.slave, TCFLSH, TCIFLUSH);
+                        }
                         self.lost_since = None;
                         self.lost_backoff = LOST_CHECK_FIRST;
                         self.next_lost_check = std::time::Instant::now() + LOST_CHECK_FIRST;
