@@ -1389,6 +1389,46 @@ pub async fn session_write_feeds_read(h: &Harness) {
     m.close().await.unwrap();
 }
 
+/// (Interactive) Input written beyond what the command reads (`read -n 1` given `yes`) is
+/// discarded when the command ends, as typeahead at a prompt is: the call completes with
+/// the command's own output (never the session's marker), whether or not the leftover ends
+/// in a newline, and the next command runs exactly as given (issue 11, break-it).
+pub async fn session_unread_input_is_discarded(h: &Harness) {
+    let Some((m, s, kind)) = open_session(h).await else {
+        return;
+    };
+    if kind != SessionKind::Interactive {
+        m.close().await.unwrap();
+        return;
+    }
+    for leftover in [&b"yes"[..], b"yes\n", b"yes\nno"] {
+        let u = s
+            .execute(
+                "read -n 1 x; echo got$x",
+                Duration::from_millis(200),
+                SESSION_LIMIT,
+            )
+            .await
+            .unwrap();
+        assert_eq!(u.status, ShellStatus::Running, "{u:?}");
+        s.write(leftover).await.unwrap();
+        let done = read_until_done(&*s, u).await;
+        assert_eq!(
+            (done.status, text(&done.output), done.exit_code),
+            (ShellStatus::Completed, "goty\n".into(), Some(0)),
+            "leftover {:?} (no marker either)",
+            text(leftover)
+        );
+        assert_eq!(
+            complete(&*s, "echo next").await,
+            ("next\n".into(), 0),
+            "leftover {:?}",
+            text(leftover)
+        );
+    }
+    m.close().await.unwrap();
+}
+
 /// `interrupt` of `sleep 1000` (non-interactive: of `BUSY_LOOP`, a busy loop) ends it promptly with 130
 /// and the session keeps working, its state intact.
 pub async fn session_interrupt(h: &Harness) {
@@ -2502,6 +2542,7 @@ macro_rules! conformance_tests {
             session_state_persists,
             session_running_then_read,
             session_write_feeds_read,
+            session_unread_input_is_discarded,
             session_interrupt,
             session_prompt_cannot_be_faked,
             session_interrupt_races_the_command,

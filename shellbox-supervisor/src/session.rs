@@ -138,12 +138,19 @@ impl RelayOut {
     }
 }
 
-/// Run at each prompt, after the marker: reads and drops whole lines waiting in the
-/// terminal (typeahead a command left: input written for it that it did not read, or bytes
-/// it pushed with `TIOCSTI`), so the shell never runs them as a command line the host did
-/// not send (which would also hide the real prompt behind the stray line's). The host
-/// sends a command line only after the prompt is confirmed, so nothing of it is dropped.
-const DRAIN: &str = "while read -t 0; do read -r _ || break; done </dev/tty 2>/dev/null";
+/// Run at each prompt, after the marker: reads and drops the input waiting in the terminal
+/// (typeahead a command left: input written for it that it did not read, or bytes it
+/// pushed with `TIOCSTI`), so the shell never runs it as a command line the host did not
+/// send (which would also hide the real prompt behind the stray line's). The host sends a
+/// command line only after the prompt is confirmed, so nothing of it is dropped.
+///
+/// One `read` of everything (`-d ""`: no delimiter stops it) until the terminal has been
+/// quiet for 50 ms, and only when input waits (`read -t 0`): a leftover without a newline
+/// (`yes` written to `read -n 1`, whose end put the terminal back in canonical mode with
+/// it pending) is taken too, where a `read -r` would wait for its newline for ever. No
+/// loop: a command that makes the shell skip commands (bash's `extdebug` with a failing
+/// `DEBUG` trap) cannot make it spin here.
+const DRAIN: &str = "{ read -t 0 && read -r -d \"\" -t 0.05 _; } </dev/tty 2>/dev/null";
 
 /// What a shell's terminal said, in order.
 enum Item {
