@@ -1429,6 +1429,83 @@ pub async fn session_unread_input_is_discarded(h: &Harness) {
     m.close().await.unwrap();
 }
 
+/// Whether `out` shows something shaped like an interactive session's completion marker
+/// (`SB`, 32 hex digits, `:`), which output never should.
+fn shows_marker(out: &[u8]) -> bool {
+    out.windows(35).any(|w| {
+        w.starts_with(b"SB") && w[2..34].iter().all(u8::is_ascii_hexdigit) && w[34] == b':'
+    })
+}
+
+/// Runs `command` until it leaves Running (at most [`SESSION_WAIT`]).
+async fn run_until_done(s: &dyn ShellSession, command: &str) -> ShellUpdate {
+    let u = s
+        .execute(command, SESSION_WAIT, SESSION_LIMIT)
+        .await
+        .unwrap_or_else(|e| panic!("execute {command:?} failed: {e}"));
+    read_until_done(s, u).await
+}
+
+/// (Interactive) A command that shadows what a shell's prompt machinery might call
+/// (functions or aliases named `read` or `printf`), or that makes bash skip every command
+/// (`extdebug` with a failing `DEBUG` trap), never hangs the session nor shows its marker:
+/// each call ends (`Completed`, or `Reset` where the shell can no longer prompt), and the
+/// next command runs (issue 11, break-it).
+pub async fn session_prompt_survives_shadowed_commands(h: &Harness) {
+    let Some((m, s, kind)) = open_session(h).await else {
+        return;
+    };
+    if kind != SessionKind::Interactive {
+        m.close().await.unwrap();
+        return;
+    }
+    for (shadow, undo) in [
+        ("read() { :; }", "unset -f read"),
+        ("alias read=:", "unalias read"),
+        ("printf() { :; }", "unset -f printf"),
+        ("alias printf=true", "unalias printf"),
+    ] {
+        let u = run_until_done(&*s, shadow).await;
+        assert_eq!(
+            (u.status, u.exit_code, text(&u.output)),
+            (ShellStatus::Completed, Some(0), String::new()),
+            "{shadow:?}"
+        );
+        // The prompt still drains typeahead: a leftover line is not run.
+        let u = s
+            .execute("sleep 0.3", Duration::from_millis(50), SESSION_LIMIT)
+            .await
+            .unwrap();
+        s.write(b"echo STRAY\n").await.unwrap();
+        let u = read_until_done(&*s, u).await;
+        assert_eq!(
+            (u.status, u.exit_code, text(&u.output)),
+            (ShellStatus::Completed, Some(0), String::new()),
+            "after {shadow:?}"
+        );
+        let u = run_until_done(&*s, "echo next").await;
+        assert_eq!(
+            (u.status, u.exit_code, text(&u.output)),
+            (ShellStatus::Completed, Some(0), "next\n".into()),
+            "after {shadow:?}"
+        );
+        assert_eq!(run_until_done(&*s, undo).await.exit_code, Some(0), "{undo}");
+    }
+    // (bash only; sh fails both commands.)
+    let u = run_until_done(&*s, "shopt -s extdebug; trap false DEBUG").await;
+    assert!(
+        matches!(u.status, ShellStatus::Completed | ShellStatus::Reset) && !shows_marker(&u.output),
+        "{u:?}"
+    );
+    let u = run_until_done(&*s, "echo next").await;
+    assert_eq!(
+        (u.status, u.exit_code, text(&u.output)),
+        (ShellStatus::Completed, Some(0), "next\n".into()),
+        "after extdebug"
+    );
+    m.close().await.unwrap();
+}
+
 /// `interrupt` of `sleep 1000` (non-interactive: of `BUSY_LOOP`, a busy loop) ends it promptly with 130
 /// and the session keeps working, its state intact.
 pub async fn session_interrupt(h: &Harness) {
@@ -2543,6 +2620,7 @@ macro_rules! conformance_tests {
             session_running_then_read,
             session_write_feeds_read,
             session_unread_input_is_discarded,
+            session_prompt_survives_shadowed_commands,
             session_interrupt,
             session_prompt_cannot_be_faked,
             session_interrupt_races_the_command,

@@ -149,8 +149,14 @@ impl RelayOut {
 /// (`yes` written to `read -n 1`, whose end put the terminal back in canonical mode with
 /// it pending) is taken too, where a `read -r` would wait for its newline for ever. No
 /// loop: a command that makes the shell skip commands (bash's `extdebug` with a failing
-/// `DEBUG` trap) cannot make it spin here.
-const DRAIN: &str = "{ read -t 0 && read -r -d \"\" -t 0.05 _; } </dev/tty 2>/dev/null";
+/// `DEBUG` trap) cannot make it spin here. `{R}` is the shell's unshadowable way to call
+/// its built-in (a function or alias named `read` is not run).
+const DRAIN: &str = "{ {R} -t 0 && {R} -r -d \"\" -t 0.05 _; } </dev/tty 2>/dev/null";
+
+/// How bash calls a built-in whatever functions and aliases a command defined.
+const BASH_BUILTIN: &str = "\\builtin";
+/// How sh calls a built-in or utility, not a function or alias of that name.
+const SH_COMMAND: &str = "\\command";
 
 /// What a shell's terminal said, in order.
 enum Item {
@@ -477,13 +483,15 @@ impl PtySession {
     /// `Use "exit" to leave shell.` instead).
     fn init_line(&self) -> String {
         let nonce = String::from_utf8_lossy(&self.prefix[2..self.prefix.len() - 1]).into_owned();
-        let drain = DRAIN;
+        let (b, c) = (BASH_BUILTIN, SH_COMMAND);
+        let bash_drain = DRAIN.replace("{R}", &format!("{b} read"));
+        let sh_drain = DRAIN.replace("{R}", &format!("{c} read"));
         format!(
             "unset HISTFILE PROMPT_COMMAND; set +o history 2>/dev/null; PS2=''; \
              if [ -n \"${{BASH_VERSION-}}\" ]; then set +H; PS1=''; \
-             PROMPT_COMMAND='printf \"SB{nonce}:0:%s;\" \"$?\" >/dev/tty; {drain}'; \
+             PROMPT_COMMAND='{b} printf \"SB{nonce}:0:%s;\" \"$?\" >/dev/tty; {bash_drain}'; \
              readonly PROMPT_COMMAND; \
-             else PS1='$(printf \"SB{nonce}:0:%s;\" \"$?\" >/dev/tty; {drain}; \
+             else PS1='$({c} printf \"SB{nonce}:0:%s;\" \"$?\" >/dev/tty; {sh_drain}; \
              exec stty -echo icanon </dev/tty 2>/dev/null)'; \
              set -o ignoreeof 2>/dev/null; fi; readonly PS1 PS2\n"
         )
