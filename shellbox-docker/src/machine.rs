@@ -732,8 +732,10 @@ impl Machine for DockerMachine {
     /// unless one is set. Without it (the exec path), the same session with the relay run
     /// by one attached Engine exec as the image's user, in the workdir, with the
     /// container's environment plus `TERM=xterm` unless the spec sets one: the supervisor
-    /// program is copied into the container (`/.shellbox`, as on the fast path) and tried
-    /// first. Where that copy or that program fails, a
+    /// program is copied into the container (`/.shellbox`, as on the fast path; again before
+    /// each shell starts, so a root command that replaced it changes nothing) and tried
+    /// first. (The supervisor starts the relay from its own program, `/proc/self/exe`,
+    /// which no command can replace.) Where that copy or that program fails, a
     /// [`DockerSession`](crate::DockerSession): one Engine exec on a terminal, the marker
     /// taken at its word. Either starts with the first `execute`. A second call returns
     /// the same session; after the session was closed, a new one.
@@ -774,7 +776,7 @@ impl Machine for DockerMachine {
                 let pty = Arc::new(shellbox_supervisor::session::PtySession::new(
                     sup.client.clone(),
                     start,
-                    crate::supervised::SUPERVISOR_PATH,
+                    crate::supervised::RELAY_PATH,
                 ));
                 self.relay_session_is(pty)
             }

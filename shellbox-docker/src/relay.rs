@@ -53,19 +53,7 @@ impl DockerRelay {
     /// `0555` in a `0511` `/.shellbox`) and checks that the image's user can run its relay
     /// mode there (its usage answer, exit 2). `Err` says why not.
     pub(crate) async fn install(inner: &Arc<Inner>) -> Result<Self, String> {
-        let tar =
-            crate::supervised::supervisor_tar().map_err(|e| format!("pack the supervisor: {e}"))?;
-        let options = UploadToContainerOptions {
-            path: "/".to_string(),
-            ..Default::default()
-        };
-        inner
-            .docker
-            .upload_to_container(
-                &inner.id,
-                Some(options),
-                bollard::body_full(Bytes::from(tar)),
-            )
+        copy_in(inner)
             .await
             .map_err(|e| format!("copy the relay program into the container: {e}"))?;
         let config = ExecConfig {
@@ -92,6 +80,28 @@ impl DockerRelay {
             session_id: crate::factory::unique_hex(),
         })
     }
+}
+
+/// Copies the supervisor program into the container (`/.shellbox/supervisor`, root-owned,
+/// `0555` in a `0511` `/.shellbox`), replacing whatever is there.
+///
+/// # Errors
+/// Packing the archive, or the Engine's answer to `PUT /containers/{id}/archive`.
+async fn copy_in(inner: &Inner) -> std::io::Result<()> {
+    let tar = crate::supervised::supervisor_tar()?;
+    let options = UploadToContainerOptions {
+        path: "/".to_string(),
+        ..Default::default()
+    };
+    inner
+        .docker
+        .upload_to_container(
+            &inner.id,
+            Some(options),
+            bollard::body_full(Bytes::from(tar)),
+        )
+        .await
+        .map_err(std::io::Error::other)
 }
 
 /// Kills every process of a session (its `SHELLBOX_SESSION_ID`, its terminal session, its
@@ -166,6 +176,14 @@ fn take_audit(buf: &mut Vec<u8>) -> Option<Option<String>> {
 impl RelayLauncher for DockerRelay {
     async fn launch(&self, argv: Vec<Vec<u8>>, first: Vec<u8>) -> std::io::Result<RelayChannel> {
         let inner = &self.inner;
+        // A root command of the machine can replace the program (root in the container
+        // passes the file's modes): it is copied in again before every relay starts, so
+        // what a session runs is shellbox's relay (a root command racing this copy and the
+        // exec below can still win; the exec path has no process of its own in the
+        // container to run the relay from).
+        copy_in(inner).await.map_err(|e| {
+            std::io::Error::other(format!("copy the relay program into the container: {e}"))
+        })?;
         let workdir = if inner.spec.workdir.is_empty() {
             "/".to_string()
         } else {

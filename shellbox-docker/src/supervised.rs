@@ -3,7 +3,9 @@
 //! At create the factory copies [`shellbox_supervisor::SUPERVISOR_PROGRAM`] into the
 //! container over the archive endpoint (`PUT /containers/{id}/archive`, root-owned: the
 //! directory `/.shellbox` `0511`, the program `0555`, so any account can run it — the shell
-//! session's terminal relay runs as the session's user — and none can change or list it) and starts it with one attached exec as root: the exec's
+//! session's terminal relay runs as the session's user — and no account but root can change
+//! or list it; a root command can replace it, which changes nothing: the supervisor starts
+//! relays from its own program, [`RELAY_PATH`]) and starts it with one attached exec as root: the exec's
 //! stdin and stdout are the supervisor's framed control channel, so a command costs a fork
 //! and an exec inside the container and no Engine API request. The supervisor runs under
 //! its own account (`--own-account`), each command under a keeper (its kill scope). A
@@ -38,6 +40,14 @@ use tokio::sync::mpsc;
 /// The supervisor program's path inside the container (in `/.shellbox`, root-owned,
 /// mode `0555` in a `0511` directory).
 pub(crate) const SUPERVISOR_PATH: &str = "/.shellbox/supervisor";
+
+/// The path the supervisor starts a shell session's terminal relay from: its own program
+/// (the relay is an ordinary command, forked from the supervisor, so `/proc/self/exe` is
+/// the file the supervisor was started from). A root command can replace
+/// [`SUPERVISOR_PATH`] (root passes the file's modes) but not that file, which the kernel
+/// keeps while the supervisor runs and refuses to write to (`ETXTBSY`): every session runs
+/// shellbox's relay.
+pub(crate) const RELAY_PATH: &str = "/proc/self/exe";
 
 /// The capabilities a command's bounding set keeps (`--keep-caps`): all, so it is the
 /// container's own (Docker's default set with the container's `CapAdd`/`CapDrop`), and a

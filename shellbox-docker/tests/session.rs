@@ -481,3 +481,50 @@ async fn session_job_ending_as_a_command_is_written_does_not_lose_it() {
         }
     }
 }
+
+/// A root command that replaces the relay program the container holds
+/// (`/.shellbox/supervisor`: root passes its modes) changes nothing for the next session,
+/// on both command paths: the shell after a reset starts and runs as before (issue 11,
+/// break-it: the replaced program made every later session's start time out after 30 s,
+/// and could have forged a relay).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_relay_program_cannot_be_replaced_by_a_command() {
+    let Some(f) = common::setup("session_relay_program_cannot_be_replaced").await else {
+        return;
+    };
+    for path in [
+        shellbox_docker::CommandPath::Supervisor,
+        shellbox_docker::CommandPath::Exec,
+    ] {
+        let f = f.clone().command_path(path);
+        let m = f.create_machine(common::spec()).await.unwrap();
+        let s = m.open_shell().await.unwrap();
+        let u = run_to_end(&*s, "echo one").await;
+        assert_eq!(&u.output[..], b"one\n", "{path:?}: {u:?}");
+        let r = m
+            .run(Command::shell(
+                "rm -f /.shellbox/supervisor && printf '#!/bin/sh\\nsleep 60\\n' > /.shellbox/supervisor \
+                 && chmod 755 /.shellbox/supervisor && echo replaced",
+            ))
+            .await
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&r.stdout),
+            "replaced\n",
+            "{path:?}: a root command could not replace the file: {r:?}"
+        );
+        let u = run_to_end(&*s, "exit").await;
+        assert_eq!(u.status, ShellStatus::Reset, "{path:?}: {u:?}");
+        for round in 0..2 {
+            let u = run_to_end(&*s, "echo two").await;
+            assert_eq!(
+                (u.status, u.exit_code, &u.output[..]),
+                (ShellStatus::Completed, Some(0), &b"two\n"[..]),
+                "{path:?} round {round}"
+            );
+            let u = run_to_end(&*s, "exit").await;
+            assert_eq!(u.status, ShellStatus::Reset, "{path:?}: {u:?}");
+        }
+        m.close().await.unwrap();
+    }
+}
