@@ -300,3 +300,40 @@ async fn session_processes_keep_the_machines_confinement() {
     assert!(!out.ends_with("status 0\n"), "unshare in a session: {out}");
     m.close().await.unwrap();
 }
+
+/// A call waiting on a session that the session's own `close` ends is told the session was
+/// closed (`ShellState`), not that the machine is (`Closed`): the machine is open and runs
+/// commands, and its `open_shell` gives a new session. Calls on the closed session say the
+/// same; once the machine closes, its new session's calls say `Closed` (issue 11, break-it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_session_tells_a_waiting_call_the_session_was_closed() {
+    let Some(f) = common::factory("closing_a_session_tells_a_waiting_call") else {
+        return;
+    };
+    let m = f.create(MachineSpec::host()).await.unwrap();
+    let s = m.open_shell().await.unwrap();
+    let waiting = {
+        let s = s.clone();
+        tokio::spawn(async move { s.execute("sleep 1000", WAIT, LIMIT).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    s.close().await.unwrap();
+    let said = |r: &Result<shellbox_core::ShellUpdate, shellbox_core::Error>| match r {
+        Err(shellbox_core::Error::ShellState(m)) => m.contains("session was closed"),
+        _ => false,
+    };
+    let r = waiting.await.unwrap();
+    assert!(said(&r), "the waiting call: {r:?}");
+    let r = s.execute("echo x", WAIT, LIMIT).await;
+    assert!(said(&r), "a later call: {r:?}");
+    let out = m.run(Command::shell("echo alive")).await.unwrap();
+    assert_eq!(&out.stdout[..], b"alive\n");
+    let s = m.open_shell().await.unwrap();
+    assert_eq!(text(&*s, "echo new").await, "new\n");
+    m.close().await.unwrap();
+    let r = s.execute("echo x", WAIT, LIMIT).await;
+    assert!(
+        matches!(r, Err(shellbox_core::Error::Closed)),
+        "after the machine closed: {r:?}"
+    );
+}

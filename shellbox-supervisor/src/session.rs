@@ -319,7 +319,10 @@ enum Phase {
 ///   between calls blocks until the next call; within a call, bytes past its
 ///   `output_limit_bytes` are read and dropped (`truncated`).
 /// - **Close**: the session's processes are killed (the supervisor kills the relay's
-///   whole subtree).
+///   whole subtree). A call waiting on the session, and any later call, then fails with
+///   [`Error::ShellState`] saying the session was closed (its machine stays open; its
+///   `open_shell` gives a new session), or [`Error::Closed`] when the machine's close
+///   closed it.
 pub struct PtySession {
     /// The machine's supervisor (or the launcher); `None` once closed.
     client: Mutex<Option<Source>>,
@@ -332,6 +335,9 @@ pub struct PtySession {
     shell: Mutex<Option<ShellHandle>>,
     /// Held by `execute` and `read` while they gather output: one call at a time.
     calls: tokio::sync::Mutex<()>,
+    /// The session's own `close` closed it (not its machine's): see
+    /// [`PtySession::closed_error`].
+    closed_by_session: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for PtySession {
@@ -405,6 +411,7 @@ impl PtySession {
             seq: AtomicU64::new(0),
             shell: Mutex::new(None),
             calls: tokio::sync::Mutex::new(()),
+            closed_by_session: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -424,6 +431,7 @@ impl PtySession {
             seq: AtomicU64::new(0),
             shell: Mutex::new(None),
             calls: tokio::sync::Mutex::new(()),
+            closed_by_session: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -445,9 +453,22 @@ impl PtySession {
 
     fn check_open(&self) -> Result<(), Error> {
         if self.is_closed() {
-            Err(Error::Closed)
+            Err(self.closed_error())
         } else {
             Ok(())
+        }
+    }
+
+    /// What a call on the closed session fails with: [`Error::ShellState`] saying so when
+    /// the session's own `close` closed it (its machine may well be open: its `open_shell`
+    /// gives a new session), else [`Error::Closed`] (the machine closed).
+    fn closed_error(&self) -> Error {
+        if self.closed_by_session.load(Ordering::SeqCst) {
+            Error::ShellState(
+                "this shell session was closed; the machine's open_shell gives a new one".into(),
+            )
+        } else {
+            Error::Closed
         }
     }
 
@@ -504,7 +525,7 @@ impl PtySession {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
-            .ok_or(Error::Closed)?;
+            .ok_or_else(|| self.closed_error())?;
         let mut first = pty_frame(PTY_CREDIT, &SESSION_BUFFER_BYTES.to_le_bytes());
         first.extend_from_slice(&pty_frame(PTY_MARKER, &self.prefix));
         first.extend_from_slice(&pty_frame(PTY_DATA, self.init_line().as_bytes()));
@@ -512,7 +533,7 @@ impl PtySession {
             Source::Supervisor(client) => {
                 let running = client.start_open(&self.start, &first).map_err(|e| {
                     if self.is_closed() {
-                        Error::Closed
+                        self.closed_error()
                     } else {
                         Error::backend("start a shell session on the machine's supervisor", e)
                     }
@@ -526,7 +547,7 @@ impl PtySession {
                     .await
                     .map_err(|e| {
                         if self.is_closed() {
-                            Error::Closed
+                            self.closed_error()
                         } else {
                             Error::backend("start a shell session's terminal relay", e)
                         }
@@ -554,7 +575,7 @@ impl PtySession {
             let mut slot = self.shell.lock().unwrap_or_else(|e| e.into_inner());
             if self.is_closed() {
                 shell.kill();
-                return Err(Error::Closed);
+                return Err(self.closed_error());
             }
             *slot = Some(shell.clone());
         }
@@ -713,7 +734,7 @@ impl PtySession {
         };
         shell.input.send(frame).map_err(|e| {
             if self.is_closed() {
-                Error::Closed
+                self.closed_error()
             } else {
                 Error::io("write to the session terminal", e)
             }
@@ -897,6 +918,7 @@ impl ShellSession for PtySession {
         if self.is_closed() {
             return Ok(());
         }
+        self.closed_by_session.store(true, Ordering::SeqCst);
         if let Some(task) = self.shut() {
             // The supervisor confirms the kill with the relay's end (its keeper's children
             // are all gone by then).
