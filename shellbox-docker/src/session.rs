@@ -278,12 +278,24 @@ impl DockerSession {
         self.phase() == Phase::Closed
     }
 
-    /// [`Error::Closed`] when the session or its machine is closed.
+    /// [`Error::Closed`] when its machine is closed; [`Error::ShellState`] saying so when
+    /// only the session is (its own close: the machine's `open_shell` gives a new one).
     fn check_open(&self) -> Result<(), Error> {
         if self.inner.closed.load(Ordering::SeqCst) || self.is_closed() {
-            Err(Error::Closed)
+            Err(self.closed_error())
         } else {
             Ok(())
+        }
+    }
+
+    /// The error of a call on the closed session (see [`DockerSession::check_open`]).
+    fn closed_error(&self) -> Error {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            Error::Closed
+        } else {
+            Error::ShellState(
+                "this shell session was closed; the machine's open_shell gives a new one".into(),
+            )
         }
     }
 
@@ -581,7 +593,7 @@ impl DockerSession {
                     interrupted: Some(at),
                     ..
                 } => Some(at + INTERRUPT_BOUND),
-                Phase::Closed => return Err(Error::Closed),
+                Phase::Closed => return Err(self.closed_error()),
                 _ => None,
             };
             tokio::select! {

@@ -528,3 +528,46 @@ async fn session_relay_program_cannot_be_replaced_by_a_command() {
         m.close().await.unwrap();
     }
 }
+
+/// A call waiting on a session that the session's own `close` ends is told the session was
+/// closed (`ShellState`), not that the machine is (`Closed`), on the relay session and the
+/// exec path's fallback terminal session alike (issue 11, break-it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_session_tells_a_waiting_call_the_session_was_closed() {
+    let Some(f) = common::setup("closing_a_session_tells_a_waiting_call").await else {
+        return;
+    };
+    for (name, f) in [
+        (
+            "supervisor",
+            f.clone()
+                .command_path(shellbox_docker::CommandPath::Supervisor),
+        ),
+        (
+            "exec fallback",
+            f.clone()
+                .command_path(shellbox_docker::CommandPath::Exec)
+                .exec_session_relay(false),
+        ),
+    ] {
+        let m = f.create_machine(common::spec()).await.unwrap();
+        let s = m.open_shell().await.unwrap();
+        let waiting = {
+            let s = s.clone();
+            tokio::spawn(async move {
+                s.execute("sleep 1000", Duration::from_secs(20), 1 << 20)
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        s.close().await.unwrap();
+        let r = waiting.await.unwrap();
+        assert!(
+            matches!(&r, Err(shellbox_core::Error::ShellState(m)) if m.contains("session was closed")),
+            "{name}: {r:?}"
+        );
+        let out = m.run(Command::shell("echo alive")).await.unwrap();
+        assert_eq!(&out.stdout[..], b"alive\n", "{name}");
+        m.close().await.unwrap();
+    }
+}
