@@ -5,8 +5,9 @@
 //! directory `/.shellbox` `0511`, the program `0555`, so any account can run it — the shell
 //! session's terminal relay runs as the session's user — and no account but root can change
 //! or list it; a root command can replace it, which changes nothing: the supervisor starts
-//! relays from its own program, [`RELAY_PATH`]) and starts it with one attached exec as root: the exec's
-//! stdin and stdout are the supervisor's framed control channel, so a command costs a fork
+//! relays from its own program, [`RELAY_PATH`]) and starts it with one attached exec as
+//! root: the exec's stdin and stdout are the supervisor's framed control channel, so a
+//! command costs a fork
 //! and an exec inside the container and no Engine API request. The supervisor runs under
 //! its own account (`--own-account`), each command under a keeper (its kill scope). A
 //! command has what a `docker exec` of it would have: the container's whole capability

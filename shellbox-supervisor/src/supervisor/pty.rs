@@ -30,7 +30,9 @@
 //!   running is never confirmed, so it passes on as output (but not a prompt of the
 //!   shell's own that a second one followed: busybox ash prompts again, writing
 //!   `Use "exit" to leave shell.`, when a background job's SIGCHLD interrupts its prompt's
-//!   read; nor one that came before the shell read the command line); the one way left to fake a
+//!   read; nor one that came before the shell read the command line; and a command line
+//!   that a child of the shell read instead of the shell, a second prompt's typeahead
+//!   drain, is written again); the one way left to fake a
 //!   prompt is a command that prints the marker and then itself blocks reading the
 //!   terminal in the foreground (the shell's `read`), which only stalls its own session.
 //!   Checks back off from 50 µs to 10 ms while a marker waits. A marker that comes while
@@ -715,9 +717,9 @@ impl Relay {
     /// A newer marker came: the pending one was the command's text (out it goes, with what
     /// followed it), unless it is known to be a prompt of the shell's own that a second
     /// prompt followed before it was confirmed: an [`Pending::early`] or
-    /// [`Pending::reprompt`] one, or one followed by [`ASH_REPROMPT`] (busybox ash prompts again when a background job's SIGCHLD
-    /// interrupts its prompt's read, taking it for end of input). Those are dropped, nonce
-    /// and all; what followed them is output.
+    /// [`Pending::reprompt`] one, or one followed by [`ASH_REPROMPT`] (busybox ash prompts
+    /// again when a background job's SIGCHLD interrupts its prompt's read, taking it for
+    /// end of input). Those are dropped, nonce and all; what followed them is output.
     fn drop_pending(&mut self) {
         if let Some(p) = self.pending.take() {
             if !p.early && !p.reprompt && !p.held.starts_with(ASH_REPROMPT) {
