@@ -702,6 +702,10 @@ const CORPUS: &[&str] = &[
     // the 5-minute run, seed 4, case 2231: sed copied and freed its million input lines
     // in one step each (115 ms past the deadline), and charged its output again and again
     "seq 1000000 > f; while :; do sed = f | tr -cd '[:digit:]\\n'; done > /dev/null",
+    // the hour run, seed 20261203, case 37057, minimised: awk's `x = x $0` over 1 MB of
+    // /dev/urandom copied x (megabytes) a few times per record and looked at the clock
+    // only every 256 records (315 ms of CPU past a 200 ms deadline)
+    "head -c 1000000 /dev/urandom | awk '{ x = x $0 } END { print length(x) }'",
 ];
 
 /// This process's CPU time (user and system, every thread).
@@ -935,6 +939,23 @@ fn sort_of_a_million_lines_ends_at_its_deadline() {
         "while :; do sort -V g; done > /dev/null",
         "while :; do sort -nu f; done > /dev/null",
         "while :; do sort -k1.2,1.3 f; done > /dev/null",
+    ];
+    assert_scripts_end_at_their_deadline(setup, &scripts);
+}
+
+/// Issue 16, the hour run, seed 20261203, case 37057, minimised (`head -c 1000000
+/// /dev/urandom | awk '{ x = x $0 } END { print length(x) }'`: 315 ms of CPU past a 200 ms
+/// deadline): each statement copied a string of megabytes a few times, and awk looked at
+/// the clock only every 256 records and every 1024 statements. It now looks per megabyte
+/// copied. Each runs a few times, so the deadline falls in different steps. The bound is
+/// [`CPU_AFTER_DEADLINE`].
+#[test]
+fn awk_copying_megabytes_per_statement_ends_at_its_deadline() {
+    let setup = "head -c 3000000 /dev/urandom > r; seq 1000000 | tr '\\n' ' ' > f";
+    let scripts = [
+        "while :; do awk '{ x = x $0 } END { print length(x) }' r; done",
+        "awk 'BEGIN { while (1) s = s \"x\" }'",
+        "awk '{ while (1) { y = $0; z = y } }' f",
     ];
     assert_scripts_end_at_their_deadline(setup, &scripts);
 }

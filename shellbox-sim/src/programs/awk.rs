@@ -1081,6 +1081,8 @@ struct Awk<'p> {
     /// Local frames of user functions: (scalars, arrays by name → global name or local).
     frames: Vec<HashMap<String, Local>>,
     steps: u64,
+    /// Paces long string copies (see [`Awk::copied`]).
+    copies: crate::shell::Pacer,
     rand_seed: f64,
     rng: u64,
     depth: u32,
@@ -1260,6 +1262,7 @@ impl<'p> Awk<'p> {
     fn get_field(&mut self, i: usize) -> FR<V> {
         if i == 0 {
             self.rebuild()?;
+            self.copied(self.record.len())?;
             return Ok(V::StrNum(self.record.clone()));
         }
         self.ensure_split()?;
@@ -1309,11 +1312,25 @@ impl<'p> Awk<'p> {
         if name == "NF" {
             return Ok(V::Num(self.nf()? as f64));
         }
-        Ok(self
+        let v = self
             .vars
             .get(name)
             .cloned()
-            .unwrap_or(V::StrNum(String::new())))
+            .unwrap_or(V::StrNum(String::new()));
+        if let V::Str(s) | V::StrNum(s) = &v {
+            self.copied(s.len())?;
+        }
+        Ok(v)
+    }
+
+    /// Counts `bytes` of string copied (a concatenation, a variable's value): the clock is
+    /// looked at once per [`crate::shell::CHUNK_BYTES`] of them, so statements that each
+    /// copy megabytes end at the deadline. `Err` (the deadline) when the command must stop.
+    fn copied(&mut self, bytes: usize) -> FR<()> {
+        if self.copies.due(bytes) {
+            return Err(Flow::Fail("\u{0}deadline".into()));
+        }
+        Ok(())
     }
     fn set_var(&mut self, name: &str, v: V) -> FR<()> {
         if let Some(f) = self.frames.last_mut() {
@@ -1483,6 +1500,9 @@ impl<'p> Awk<'p> {
                 if (s.len() + t.len()) as u64 > self.mem_left / 4 {
                     return Err(Flow::Fail("\u{0}memory".into()));
                 }
+                // `x = x $0` over megabytes copies x a few times per record: the clock is
+                // looked at per megabyte copied, not per statement
+                self.copied(s.len() + t.len())?;
                 s.push_str(&t);
                 V::Str(s)
             }
@@ -2338,6 +2358,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         out: Vec::new(),
         frames: Vec::new(),
         steps: 0,
+        copies: crate::shell::Pacer::default(),
         rand_seed: 0.0,
         rng: 0x2545_f491_4f6c_dd1d,
         depth: 0,
