@@ -960,6 +960,22 @@ fn awk_copying_megabytes_per_statement_ends_at_its_deadline() {
     assert_scripts_end_at_their_deadline(setup, &scripts);
 }
 
+/// Issue 16: paste copied every line of its inputs into a string of its own in one step
+/// (a million for `seq 1000000`), without looking at the clock, and freed them in one step.
+/// It now reads its lines out of the inputs' bytes as it makes each row, looking at the
+/// clock per megabyte. Each runs a few times, so the deadline falls in different steps. The
+/// bound is [`CPU_AFTER_DEADLINE`].
+#[test]
+fn paste_of_a_million_lines_ends_at_its_deadline() {
+    let setup = "seq 1000000 > f";
+    let scripts = [
+        "while :; do paste f f f; done > /dev/null",
+        "while :; do paste -s -d, f f; done > /dev/null",
+        "while :; do paste - - f < f; done > /dev/null",
+    ];
+    assert_scripts_end_at_their_deadline(setup, &scripts);
+}
+
 fn peak_rss_mib() -> Option<u64> {
     std::fs::read_to_string("/proc/self/status")
         .ok()

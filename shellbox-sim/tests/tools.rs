@@ -78,6 +78,8 @@ const NL_PASTE: &[&str] = &[
     "printf 'a\\nb\\n' > f; nl f f; nl nofile; echo rc=$?; nl -x f; echo rc=$?; nl -b q f; echo rc=$?; nl -w 0 f; echo rc=$?",
     "printf '1\\n2\\n3\\n' | paste - -; printf 'a\\nb' | paste -s -d,; printf 'a\\nb\\nc\\n' | paste -sd ',;'; printf '1\\n2\\n' > x; printf 'a\\nb\\nc\\n' > y; paste x y; paste -d: x y x; paste -s x y",
     "printf '1\\n2\\n' > x; paste x nofile; echo rc=$?; paste -d '\\t|' x x x; paste -d '' x x; printf 'a\\nb\\nc\\nd\\ne\\n' | paste - - -; paste -q x; echo rc=$?",
+    // standard input shared by several `-` among files, unterminated last lines, empty inputs
+    "printf '1\\n2\\n' > x; printf 'a\\nb\\nc\\nd\\ne' | paste - x -; printf '' | paste - x; printf 'p\\nq' > y; paste -s -d, x - y < y; paste -s - - < x; : > e; paste e e; paste -s e x; printf 'a\\0b\\0' | paste -z - - | tr '\\0' @",
 ];
 
 const EXPR: &[&str] = &[

@@ -63,80 +63,117 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     if files.is_empty() {
         files.push("-".into());
     }
-    // every input's lines; standard input is read once and dealt out in turn
-    let mut stdin: Option<Vec<Vec<u8>>> = None;
-    let stdin_uses = files.iter().filter(|f| *f == "-").count();
-    let mut inputs: Vec<Vec<Vec<u8>>> = Vec::new();
-    for (k, f) in files.iter().enumerate() {
+    // every input's bytes, read a line at a time as the rows are made; standard input is
+    // read once and shared: each `-` in turn takes its next line
+    let mut stdin: Option<usize> = None;
+    let mut inputs: Vec<Lines> = Vec::new();
+    // which input each operand reads
+    let mut which: Vec<usize> = Vec::new();
+    for f in &files {
         cx.check_time()?;
         if f == "-" {
-            if stdin.is_none() {
-                let d = cx.read_input("-").unwrap_or_default();
-                stdin = Some(split(&d, term));
-            }
-            if serial {
-                inputs.push(if k == files.iter().position(|f| f == "-").unwrap_or(k) {
-                    stdin.clone().unwrap_or_default()
-                } else {
-                    Vec::new()
-                });
-            } else {
-                // the n-th `-` takes lines n, n + uses, n + 2 * uses, ...
-                let nth = files[..k].iter().filter(|f| *f == "-").count();
-                let all = stdin.as_deref().unwrap_or(&[]);
-                inputs.push(all.iter().skip(nth).step_by(stdin_uses).cloned().collect());
+            match stdin {
+                Some(k) if !serial => which.push(k),
+                // serial: the first `-` has all of standard input, a later one none
+                Some(_) => {
+                    which.push(inputs.len());
+                    inputs.push(Lines::new(Vec::new()));
+                }
+                None => {
+                    stdin = Some(inputs.len());
+                    which.push(inputs.len());
+                    inputs.push(Lines::new(cx.read_input("-").unwrap_or_default()));
+                }
             }
             continue;
         }
         match cx.read_input(f) {
-            Ok(d) => inputs.push(split(&d, term)),
+            Ok(d) => {
+                which.push(inputs.len());
+                inputs.push(Lines::new(d));
+            }
             Err(e) => {
                 cx.err_line(&format!("paste: {f}: {e}"));
                 return Ok(1);
             }
         }
     }
-    let held: usize = inputs.iter().flatten().map(|l| l.len() + 24).sum();
-    cx.hold(held)?;
+    // the clock is looked at per megabyte copied (a row counts a little more than its bytes)
+    let mut pace = crate::shell::Pacer::default();
+    let mut charged = 0usize;
     let mut out = Vec::new();
-    if serial {
-        for lines in &inputs {
+    let mut rows = 0usize;
+    let mut step = |cx: &mut Ctx<'_, '_>, out: &Vec<u8>, bytes: usize| -> R<()> {
+        rows += 1;
+        if pace.due(bytes.saturating_add(16)) {
+            return Err(cx.interrupted());
+        }
+        if rows.is_multiple_of(1024) {
+            cx.hold(out.len().saturating_sub(charged))?;
+            charged = out.len();
             cx.tick()?;
-            for (i, l) in lines.iter().enumerate() {
+        }
+        Ok(())
+    };
+    if serial {
+        for &k in &which {
+            let mut i = 0;
+            while let Some(l) = inputs[k].next(term) {
                 if i > 0 {
                     out.extend_from_slice(&delims[(i - 1) % delims.len()]);
                 }
                 out.extend_from_slice(l);
+                i += 1;
+                step(cx, &out, l.len())?;
             }
             out.push(term);
+            step(cx, &out, 0)?;
         }
     } else {
-        let rows = inputs.iter().map(Vec::len).max().unwrap_or(0);
-        for r in 0..rows {
-            if r % 1024 == 1023 {
-                cx.hold(out.len())?;
-                cx.tick()?;
-            }
-            for (i, lines) in inputs.iter().enumerate() {
+        loop {
+            let row_start = out.len();
+            let mut any = false;
+            for (i, &k) in which.iter().enumerate() {
                 if i > 0 {
                     out.extend_from_slice(&delims[(i - 1) % delims.len()]);
                 }
-                if let Some(l) = lines.get(r) {
+                if let Some(l) = inputs[k].next(term) {
                     out.extend_from_slice(l);
+                    any = true;
                 }
             }
+            if !any {
+                out.truncate(row_start);
+                break;
+            }
             out.push(term);
+            step(cx, &out, out.len() - row_start)?;
         }
     }
     cx.out(&out)?;
     Ok(0)
 }
 
-/// Lines of `d` without their terminators (a last unterminated line counts).
-fn split(d: &[u8], term: u8) -> Vec<Vec<u8>> {
-    let mut v: Vec<Vec<u8>> = d.split(|b| *b == term).map(<[u8]>::to_vec).collect();
-    if d.is_empty() || d.last() == Some(&term) {
-        v.pop();
+/// One input's bytes and how far its lines have been read.
+struct Lines {
+    data: Vec<u8>,
+    pos: usize,
+}
+
+impl Lines {
+    fn new(data: Vec<u8>) -> Self {
+        Lines { data, pos: 0 }
     }
-    v
+
+    /// The next line without its terminator (a last unterminated line counts); `None` at
+    /// the end.
+    fn next(&mut self, term: u8) -> Option<&[u8]> {
+        let rest = self.data.get(self.pos..).filter(|r| !r.is_empty())?;
+        let (line, used) = match rest.iter().position(|b| *b == term) {
+            Some(n) => (&rest[..n], n + 1),
+            None => (rest, rest.len()),
+        };
+        self.pos += used;
+        Some(line)
+    }
 }
