@@ -976,6 +976,50 @@ fn paste_of_a_million_lines_ends_at_its_deadline() {
     assert_scripts_end_at_their_deadline(setup, &scripts);
 }
 
+/// Issue 10/16: jq (over jaq, which has no hook inside an evaluation) looks at the clock
+/// between output values and in every value its generators make, so these end at their
+/// deadline; and a filter whose function calls itself (jaq recurses on the host's stack
+/// without a bound) is refused. Each runs a few times, so the deadline falls in different
+/// steps. The bound is [`CPU_AFTER_DEADLINE`].
+#[test]
+fn jq_generators_end_at_their_deadline() {
+    let scripts = [
+        "jq -n 'range(1e12)' > /dev/null",
+        "jq -n '[range(1e12)] | length'",
+        "jq -n 'reduce range(1e12) as $i (0; . + $i)'",
+        "jq -n '[limit(1e12; repeat(1))] | length'",
+        "jq -n 'last(0 | while(true; . + 1))'",
+        "jq -n '0 | until(false; . + 1)'",
+        "jq -n '[0 | recurse(. + 1)] | length'",
+        "jq -n 'reduce range(1e12) as $i ([]; . + [$i]) | length'",
+    ];
+    assert_scripts_end_at_their_deadline("true", &scripts);
+    let f = SimMachineFactory::new();
+    let m = f.create_sim(MachineSpec::sim()).unwrap();
+    for filter in [
+        "def f: f; f",
+        "def f: 1 + f; f",
+        "def g(x): def h: h; x; g(1)",
+    ] {
+        let r = m
+            .run_sync(Command::from_argv(["jq", "-n", filter]))
+            .unwrap();
+        assert_eq!(r.exit_code, Some(2), "{filter}: {r:?}");
+        assert!(
+            String::from_utf8_lossy(&r.stderr).contains("unsupported: jq recursive"),
+            "{filter}: {r:?}"
+        );
+    }
+    let r = m
+        .run_sync(Command::from_argv([
+            "jq",
+            "-nc",
+            "def f: .f; {f: 1} | f, [range(3)]",
+        ]))
+        .unwrap();
+    assert_eq!(&r.stdout[..], b"1\n[0,1,2]\n", "{r:?}");
+}
+
 fn peak_rss_mib() -> Option<u64> {
     std::fs::read_to_string("/proc/self/status")
         .ok()

@@ -134,6 +134,28 @@ const FILE_TOOLS: &[&str] = &[
     "set -o pipefail; r() { \"$@\" | while IFS= read -r l; do echo \"${l#\"$PWD\"}\"; done; }; mkdir -p a/b; r realpath a/x; realpath a/x/y; echo rc=$?; r realpath -m a/x/y/../z; readlink -m /x/../y; r readlink -e a/b; readlink -e a/x; echo rc=$?; ln -s /nowhere dead; realpath dead; ln -s dead loop1 2>/dev/null; realpath -q a/x/y; echo rc=$?; realpath; echo rc=$?",
 ];
 
+/// jq 1.6 (Debian 12's `jq` package; `scripts/setup-sim` installs it when missing).
+const JQ: &[&str] = &[
+    r#"printf '{"a":[1,2.50,{"b":null}],"c":"x","d":{},"e":[]}' > f; jq . f; jq -c . f; jq .a f; jq '.a[2]' f; jq -r .c f; jq .c f; jq -j '.c, .c' f; echo; jq --tab . f; jq --indent 1 .a f; jq --indent 0 . f"#,
+    r#"echo '{"b":1,"a":{"d":1,"c":2}}' | jq -S .; echo '{"b":1,"a":{"d":1,"c":2}}' | jq -S -c .; echo '{"b":1,"a":2}' | jq 'keys, keys_unsorted, length, to_entries' -c"#,
+    r#"jq -n '1e17, 1e16, 123456789012345678, 1e-5, 0.0001, 3.14, 1.0, 100, 1e1000, 5e-324, 12345678901234567890123, 0.1 + 0.2, 1/3, 10/2, 3 * 1.5'"#,
+    r#"jq -n '"x\u007f\u0001é\t\"\\/", "\u00e9" | ., length'; jq -n -a '"é€𝄞"'; jq -n -r '"a\tb"'"#,
+    r#"echo '[{"n":"a","v":3},{"n":"b","v":1},{"n":"a","v":2}]' > f; jq -c 'map(select(.v > 1))' f; jq -c 'sort_by(.v)' f; jq -c 'group_by(.n) | map({n: .[0].n, total: (map(.v) | add)})' f; jq -c 'unique_by(.n)' f; jq 'map(.v) | add, max, min, length' f; jq -r '.[] | "\(.n)=\(.v)"' f; jq -r '.[] | [.n, .v] | @csv' f; jq -r '.[] | [.n, .v] | @tsv' f"#,
+    r#"echo '{"a":1,"b":null,"c":false}' > f; jq '.b // "dflt", .c // "d2", .a // 5, .x' f; jq 'has("a"), has("x")' f; jq -c 'del(.a)' f; jq -c '.a += 10 | .n = "new"' f; jq -c 'to_entries | map(select(.value != null)) | from_entries' f; jq -c 'with_entries(.key |= ascii_upcase)' f; jq -c 'map_values(. // 0)' f"#,
+    r#"jq -n --arg x 5 --argjson y '{"z":[1]}' '$x, $y, $y.z[0], ($x | tonumber) + 1' -c; jq -n --arg a b '$ARGS.named' -c; jq -n '[range(5)], [range(2;10;3)], [limit(3; range(100))], first(range(10;20))' -c"#,
+    r#"echo '1 2 3' | jq -s 'add'; echo '1 2 3' | jq -s -c .; echo '1 2 3' | jq -c '[., input]' ; echo '1 2 3 4' | jq -n -c '[inputs]'; echo '1 2' | jq -n 'input'; printf 'a\nb\n' | jq -R .; printf 'a\nb\n' | jq -Rs .; printf 'a\nb' | jq -R -c '[., length]'; printf 'x\ny\n' | jq -Rn '[inputs]' -c"#,
+    r#"echo '{}' | jq -e .a; echo rc=$?; echo '{"a":false}' | jq -e .a; echo rc=$?; echo '{"a":1}' | jq -e .a; echo rc=$?; jq -n -e empty; echo rc=$?; echo '{}' | jq .a.b.c; echo rc=$?"#,
+    r#"echo '{bad' | jq .; echo rc=$?; echo '1 {bad' | jq .; echo rc=$?; echo 1 | jq 'error("x")'; echo rc=$?; echo 1 | jq '.['; echo rc=$?; jq -n 'foo'; echo rc=$?; jq . nofile; echo rc=$?; jq; echo rc=$?; jq --nope .; echo rc=$?; jq -n '"a" + 1'; echo rc=$?; echo '[1,2]' | jq '.[] | (1 / .) , error("boom")'; echo rc=$?"#,
+    r#"jq -n '"a,b,c" | split(","), (split(",") | join("-")), ascii_downcase, ascii_upcase, test("B"), test("b"; "i"), ltrimstr("a,"), rtrimstr(",c"), startswith("a"), endswith("x"), (explode | implode), length, .[2:], .[:-2]' -c"#,
+    r#"jq -n '"hello world" | sub("o"; "0"), gsub("o"; "0"), [match("o+"; "g").offset], (capture("(?<first>\\w+) (?<second>\\w+)")), [scan("l+")], indices("o"), index("o"), rindex("o")' -c"#,
+    r#"jq -n '[1,[2,[3,[4]]]] | flatten, flatten(1), (tojson), (tojson | fromjson), contains([1]), (.[1] | length)' -c; jq -n '{"a":{"b":1}} | [paths], [leaf_paths], getpath(["a","b"]), setpath(["a","c"]; 2), [.. | numbers]' -c"#,
+    r#"jq -n 'reduce range(10) as $i (0; . + $i), ([range(5)] | map(. * 2) | any(. > 7), all(. < 9)), (try error("e") catch .), (if 1 > 2 then "a" elif 2 > 1 then "b" else "c" end), ([3,1,2] | sort, reverse, unique, min, max), (1 as $x | 2 as $y | [$x, $y])' -c"#,
+    r#"jq -n '[1.5, -1.5, 2.5] | map(floor), map(sqrt | . * 100 | floor), map(fabs), map(tostring), map(tojson), (.[0] | @text), ("\(1.5) \(2)")' -c; jq -n '"1.50", "12" | tonumber'; jq -n '[.[]?], (null | length), ("abc" | @base64), ("YWJj" | @base64d), ("a b&c" | @uri), ("<&>" | @html), (["a b", "c'"'"'d"] | @sh), ([1,"a"] | @json)' -c"#,
+    r#"jq -n '{"a":[{"b":1},{"b":2}]} | .a[].b, [.a[] | select(.b == 2)], (.a | map(.b) | add), (.a | length), (.a[0] | keys[0]), (.a | to_entries[0].key), ([.a[] | .b] | join(","))' -c; jq -n '[limit(3; repeat(1))], ([1,2,3] | IN(2)), ({"a":{}} | .a.b = 1), (walk(if type == "number" then . + 1 else . end)?)' -c"#,
+    r#"printf '{"id":1,"tags":["x","y"]}\n{"id":2,"tags":[]}\n' > f; jq -c '{id, n: (.tags | length)}' f; jq -r '.tags[]' f; jq -c 'select(.tags | length > 0) | .id' f; jq -s 'map(.id) | add' f; jq -c '.tags |= map(ascii_upcase)' f; jq -r '.id | tostring' f; jq -c '[.id, .tags[0]]' f; jq -c 'del(.tags)' f; jq '.id' f f"#,
+    r#"jq -n '$ENV.LANG, env.LANG, ($ENV | type), (env | has("PATH"))'; jq -n '[splits(", *"; null)]?' -c; jq -n '"a1b2" | [splits("[0-9]")]' -c; jq -n '[1,2,3] | .[1:], .[-1], .[5], (.[1] = 9), (. - [2]), (. + [4]), index(2)' -c"#,
+];
+
 fn host_has(tool: &str) -> bool {
     std::process::Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -306,4 +328,9 @@ fn hashes_and_base64_match_gnu_coreutils() {
 #[test]
 fn comm_cmp_diff_match_gnu() {
     check("comm_cmp_diff_match_gnu", "diff", "GNU diffutils", COMPARE);
+}
+
+#[test]
+fn jq_matches_jq_1_6() {
+    check("jq_matches_jq_1_6", "jq", "jq-1.6", JQ);
 }

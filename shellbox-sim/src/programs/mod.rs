@@ -18,6 +18,7 @@ mod find;
 mod grep;
 mod hash;
 mod install;
+mod jq;
 mod nl;
 pub(crate) mod opts;
 mod paste;
@@ -124,6 +125,10 @@ pub(crate) const TABLE: &[Program] = &[
     Program {
         name: "install",
         main: Some(install::main),
+    },
+    Program {
+        name: "jq",
+        main: Some(jq::main),
     },
     legacy("kill"),
     legacy("ln"),
@@ -329,6 +334,12 @@ impl<'i, 'w> Ctx<'i, 'w> {
     pub(crate) fn hold(&mut self, bytes: usize) -> R<()> {
         self.held.add_bytes(bytes);
         self.it.check_memory()
+    }
+
+    /// The machine's clock in seconds since the Unix epoch (what `date +%s` prints, with
+    /// its fraction).
+    pub(crate) fn now_secs(&self) -> f64 {
+        self.it.w.epoch as f64 + self.it.w.clock_ns as f64 / 1e9
     }
 
     /// The working directory (absolute).
