@@ -1020,6 +1020,21 @@ fn jq_generators_end_at_their_deadline() {
     assert_eq!(&r.stdout[..], b"1\n[0,1,2]\n", "{r:?}");
 }
 
+/// Issue 10/16: gzip works a piece of 64 KiB at a time, looking at the clock between
+/// pieces and charging its output as it grows (100 MB of zeros is a 100 KB file). Each runs
+/// a few times, so the deadline falls in different steps. The bound is
+/// [`CPU_AFTER_DEADLINE`].
+#[test]
+fn gzip_ends_at_its_deadline() {
+    let setup = "head -c 100000000 /dev/zero | gzip > z.gz; head -c 20000000 /dev/urandom > r";
+    let scripts = [
+        "while :; do zcat z.gz; done > /dev/null",
+        "while :; do gzip -9 -c r; done > /dev/null",
+        "while :; do gzip -t z.gz; done",
+    ];
+    assert_scripts_end_at_their_deadline(setup, &scripts);
+}
+
 fn peak_rss_mib() -> Option<u64> {
     std::fs::read_to_string("/proc/self/status")
         .ok()

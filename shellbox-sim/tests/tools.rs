@@ -156,6 +156,17 @@ const JQ: &[&str] = &[
     r#"jq -n '$ENV.LANG, env.LANG, ($ENV | type), (env | has("PATH"))'; jq -n '[splits(", *"; null)]?' -c; jq -n '"a1b2" | [splits("[0-9]")]' -c; jq -n '[1,2,3] | .[1:], .[-1], .[5], (.[1] = 9), (. - [2]), (. + [4]), index(2)' -c"#,
 ];
 
+/// GNU gzip 1.12. The compressed bytes are flate2's, so the cases compare what
+/// decompresses, files and statuses, never compressed bytes.
+const GZIP: &[&str] = &[
+    "echo hi | gzip | gunzip; seq 1000 | gzip -9 | zcat | tail -2; seq 100 | gzip -c | gzip -dc | wc -l; printf '' | gzip | gunzip | wc -c",
+    "seq 50 > f; gzip f; ls; gunzip f.gz; ls; tail -1 f; gzip -k f; ls; zcat f.gz | head -2; zcat f | head -1; echo rc=$?; gunzip -c f.gz | wc -l; rm f; zcat f | tail -1",
+    "echo a > f; gzip f; echo a > f; gzip f; echo rc=$?; gzip -f f; echo rc=$?; ls; gzip f.gz; echo rc=$?; gunzip f; echo rc=$?; mkdir d; gzip d; echo rc=$?; gzip nofile; echo rc=$?; gzip -x; echo rc=$?",
+    "echo junk > j.gz; gunzip j.gz; echo rc=$?; echo junk | gunzip; echo rc=$?; ls; gzip -t j.gz; echo rc=$?; echo ok | gzip > o.gz; gzip -t o.gz; echo rc=$?; gzip -d < o.gz; chmod 600 o.gz; gunzip o.gz; stat -c %a o",
+    // data compressed by GNU gzip (-n), multi-member, and a .tgz name
+    "printf 'H4sIAAAAAAAAA8tIzcnJ5wIAIDA6NgYAAAA=' | base64 -d > h.gz; zcat h.gz; cat h.gz h.gz | gunzip; cp h.gz t.tgz; gunzip t.tgz; ls; cat t.tar; gzip -c h.gz > hh.gz; gunzip -c hh.gz | gunzip",
+];
+
 fn host_has(tool: &str) -> bool {
     std::process::Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -333,4 +344,9 @@ fn comm_cmp_diff_match_gnu() {
 #[test]
 fn jq_matches_jq_1_6() {
     check("jq_matches_jq_1_6", "jq", "jq-1.6", JQ);
+}
+
+#[test]
+fn gzip_matches_gnu_gzip() {
+    check("gzip_matches_gnu_gzip", "gzip", "gzip 1.12", GZIP);
 }

@@ -16,6 +16,7 @@ mod dirname;
 mod expr;
 mod find;
 mod grep;
+mod gzip;
 mod hash;
 mod install;
 mod jq;
@@ -121,6 +122,14 @@ pub(crate) const TABLE: &[Program] = &[
         name: "grep",
         main: Some(grep::main),
     },
+    Program {
+        name: "gunzip",
+        main: Some(gzip::main),
+    },
+    Program {
+        name: "gzip",
+        main: Some(gzip::main),
+    },
     legacy("head"),
     Program {
         name: "install",
@@ -222,6 +231,10 @@ pub(crate) const TABLE: &[Program] = &[
     Program {
         name: "yes",
         main: Some(yes::main),
+    },
+    Program {
+        name: "zcat",
+        main: Some(gzip::main),
     },
 ];
 
