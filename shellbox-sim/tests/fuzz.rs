@@ -1035,6 +1035,21 @@ fn gzip_ends_at_its_deadline() {
     assert_scripts_end_at_their_deadline(setup, &scripts);
 }
 
+/// Issue 10/16: od, xxd and hexdump look at the clock per line of dump (a megabyte of
+/// input is 65,536 lines). Each runs a few times, so the deadline falls in different
+/// steps. The bound is [`CPU_AFTER_DEADLINE`].
+#[test]
+fn dumps_end_at_their_deadline() {
+    let setup = "head -c 3000000 /dev/urandom > r";
+    let scripts = [
+        "while :; do od -A x -t x1z -t d2 r; done > /dev/null",
+        "while :; do xxd r; done > /dev/null",
+        "while :; do xxd -p r | xxd -r -p; done > /dev/null",
+        "while :; do hexdump -C r; done > /dev/null",
+    ];
+    assert_scripts_end_at_their_deadline(setup, &scripts);
+}
+
 fn peak_rss_mib() -> Option<u64> {
     std::fs::read_to_string("/proc/self/status")
         .ok()

@@ -167,6 +167,16 @@ const GZIP: &[&str] = &[
     "printf 'H4sIAAAAAAAAA8tIzcnJ5wIAIDA6NgYAAAA=' | base64 -d > h.gz; zcat h.gz; cat h.gz h.gz | gunzip; cp h.gz t.tgz; gunzip t.tgz; ls; cat t.tar; gzip -c h.gz > hh.gz; gunzip -c hh.gz | gunzip",
 ];
 
+/// od (coreutils 9.1), xxd (vim 9.0) and hexdump -C (util-linux 2.38).
+const DUMPS: &[&str] = &[
+    "printf 'hello world\\n\\001\\377abcdefghijklmnopqrstuvwxyz' > d; od d; od -c d; od -An -tx1 d; od -A x -t x1z d; od -t d1 -t c -N 20 d; od -x d; od -a d; od -t u2 d; od -b -N 4 d",
+    "printf 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab' > a; od -c a; od -v -c a; od -w4 -tx1 -N 8 a; od -j 4 -N 6 -c a; od -tx4 a; od -t d2 a; od -t o1 -N 4 a; od -A d -t x8 a; od -i a; od -l a; od -s a; od -d a; od -tx2z a",
+    "printf '' | od; printf '\\200\\377\\177' | od -t d1 -t u1 -t x1 -t o1; printf abc | od -An -tx1z; od nofile; echo rc=$?; od -t q /dev/null; echo rc=$?; od -A q /dev/null; echo rc=$?; seq 10 | od -An -c -w8",
+    "printf 'hello world\\n\\001\\377abcdefghijklmnopqrstuvwxyz' > d; xxd d; xxd -p d; xxd -c 8 -g 1 d; xxd -u -l 5 d; xxd -s 3 -l 4 d; xxd -g 4 -l 9 d; xxd -p d | xxd -r -p | od -c; xxd d | xxd -r; xxd -c 5 -p d; seq 20 | xxd -g 0",
+    "printf '' | xxd; echo rc=$?; xxd nofile; echo rc=$?; seq 3 | xxd -; printf 'ab' | xxd -g 3",
+    "printf 'hello world\\n\\001\\377abcdefghijklmnopqrstuvwxyz' > d; hexdump -C d; printf 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab' | hexdump -C; printf '' | hexdump -C; hexdump -C -n 5 d; hexdump -C -s 10 -n 12 d; seq 30 | hexdump -C -v | tail -2; printf 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' | hexdump -C",
+];
+
 fn host_has(tool: &str) -> bool {
     std::process::Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -349,4 +359,9 @@ fn jq_matches_jq_1_6() {
 #[test]
 fn gzip_matches_gnu_gzip() {
     check("gzip_matches_gnu_gzip", "gzip", "gzip 1.12", GZIP);
+}
+
+#[test]
+fn od_xxd_hexdump_match_debian() {
+    check("od_xxd_hexdump_match_debian", "xxd", "", DUMPS);
 }

@@ -13,6 +13,7 @@ mod basename;
 mod compare;
 mod cut;
 mod dirname;
+mod dump;
 mod expr;
 mod find;
 mod grep;
@@ -132,6 +133,10 @@ pub(crate) const TABLE: &[Program] = &[
     },
     legacy("head"),
     Program {
+        name: "hexdump",
+        main: Some(dump::hexdump),
+    },
+    Program {
         name: "install",
         main: Some(install::main),
     },
@@ -151,6 +156,10 @@ pub(crate) const TABLE: &[Program] = &[
     Program {
         name: "nl",
         main: Some(nl::main),
+    },
+    Program {
+        name: "od",
+        main: Some(dump::od),
     },
     Program {
         name: "paste",
@@ -227,6 +236,10 @@ pub(crate) const TABLE: &[Program] = &[
     Program {
         name: "xargs",
         main: Some(xargs::main),
+    },
+    Program {
+        name: "xxd",
+        main: Some(dump::xxd),
     },
     Program {
         name: "yes",
