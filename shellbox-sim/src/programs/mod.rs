@@ -30,6 +30,7 @@ mod realpath;
 mod rev;
 mod sed;
 mod sort;
+mod sysinfo;
 mod tac;
 mod tr;
 mod truncate;
@@ -137,6 +138,14 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(dump::hexdump),
     },
     Program {
+        name: "hostname",
+        main: Some(sysinfo::hostname),
+    },
+    Program {
+        name: "id",
+        main: Some(sysinfo::id),
+    },
+    Program {
         name: "install",
         main: Some(install::main),
     },
@@ -156,6 +165,10 @@ pub(crate) const TABLE: &[Program] = &[
     Program {
         name: "nl",
         main: Some(nl::main),
+    },
+    Program {
+        name: "nproc",
+        main: Some(sysinfo::nproc),
     },
     Program {
         name: "od",
@@ -229,10 +242,22 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(truncate::main),
     },
     Program {
+        name: "uname",
+        main: Some(sysinfo::uname),
+    },
+    Program {
         name: "uniq",
         main: Some(uniq::main),
     },
     legacy("wc"),
+    Program {
+        name: "which",
+        main: Some(sysinfo::which),
+    },
+    Program {
+        name: "whoami",
+        main: Some(sysinfo::whoami),
+    },
     Program {
         name: "xargs",
         main: Some(xargs::main),
