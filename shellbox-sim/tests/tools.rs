@@ -177,6 +177,18 @@ const DUMPS: &[&str] = &[
     "printf 'hello world\\n\\001\\377abcdefghijklmnopqrstuvwxyz' > d; hexdump -C d; printf 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab' | hexdump -C; printf '' | hexdump -C; hexdump -C -n 5 d; hexdump -C -s 10 -n 12 d; seq 30 | hexdump -C -v | tail -2; printf 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' | hexdump -C",
 ];
 
+/// uname, hostname, whoami, id, nproc (coreutils 9.1, hostname 3.23), which (debianutils)
+/// and mktemp: only what does not depend on the host (the tests run as root; the names
+/// mktemp makes are compared by their shape).
+const SYSINFO: &[&str] = &[
+    "uname; uname -s; uname -m; uname -o; uname -sm; uname -x; echo rc=$?; uname a; echo rc=$?; uname -a | cut -d' ' -f1; uname -snrvmpio | cut -d' ' -f1",
+    "whoami; whoami x; echo rc=$?; id; id -u; id -g; id -G; id -un; id -gn; id -Gn; id root; id -u root; id nosuch; echo rc=$?; id -n; echo rc=$?; id -x; echo rc=$?",
+    "nproc | grep -c '^[0-9][0-9]*$'; nproc --all | grep -c '^[0-9]'; nproc x; echo rc=$?; nproc --ignore=1000; hostname | wc -l; hostname -s | wc -l; hostname -x; echo rc=$?",
+    "which ls; which -a ls; which ls nosuch; echo rc=$?; which; echo rc=$?; which -x ls; echo rc=$?; which /bin/ls; which jq sed; which ./nope; echo rc=$?; printf '#!/bin/sh\\n' > s; chmod +x s; which ./s; chmod -x s; which ./s; echo rc=$?",
+    "f=$(mktemp); test -f $f && stat -c %a $f; case $f in /tmp/tmp.??????????) echo shape;; esac; d=$(mktemp -d); test -d $d && stat -c %a $d; case $(mktemp -t foo.XXXX) in /tmp/foo.????) echo t;; esac; case $(mktemp q.XXX) in q.???) echo here;; esac; ls q.* | wc -l",
+    "mktemp foo; echo rc=$?; mktemp -x; echo rc=$?; mktemp -p /nonexist; echo rc=$?; mktemp --suffix=.txt | grep -c '^/tmp/tmp\\...........\\.txt$'; mkdir t; TMPDIR=$PWD/t mktemp -t | grep -c /t/tmp; case $(mktemp -p t) in t/tmp.*) echo p;; esac; mktemp -u | xargs test -e; echo rc=$?; mktemp a/b.XXX -t; echo rc=$?; mktemp -d -q -p /nonexist; echo rc=$?",
+];
+
 fn host_has(tool: &str) -> bool {
     std::process::Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -364,4 +376,14 @@ fn gzip_matches_gnu_gzip() {
 #[test]
 fn od_xxd_hexdump_match_debian() {
     check("od_xxd_hexdump_match_debian", "xxd", "", DUMPS);
+}
+
+#[test]
+fn sysinfo_which_mktemp_match_debian() {
+    check(
+        "sysinfo_which_mktemp_match_debian",
+        "uname",
+        "GNU coreutils",
+        SYSINFO,
+    );
 }

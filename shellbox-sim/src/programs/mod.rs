@@ -21,6 +21,7 @@ mod gzip;
 mod hash;
 mod install;
 mod jq;
+mod mktemp;
 mod nl;
 pub(crate) mod opts;
 mod paste;
@@ -157,6 +158,10 @@ pub(crate) const TABLE: &[Program] = &[
     legacy("ln"),
     legacy("ls"),
     legacy("mkdir"),
+    Program {
+        name: "mktemp",
+        main: Some(mktemp::main),
+    },
     legacy("mv"),
     Program {
         name: "md5sum",
