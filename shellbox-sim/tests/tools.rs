@@ -189,6 +189,13 @@ const SYSINFO: &[&str] = &[
     "mktemp foo; echo rc=$?; mktemp -x; echo rc=$?; mktemp -p /nonexist; echo rc=$?; mktemp --suffix=.txt | grep -c '^/tmp/tmp\\...........\\.txt$'; mkdir t; TMPDIR=$PWD/t mktemp -t | grep -c /t/tmp; case $(mktemp -p t) in t/tmp.*) echo p;; esac; mktemp -u | xargs test -e; echo rc=$?; mktemp a/b.XXX -t; echo rc=$?; mktemp -d -q -p /nonexist; echo rc=$?",
 ];
 
+/// fold and expand (coreutils 9.1), column -t (util-linux 2.38).
+const LAYOUT: &[&str] = &[
+    "printf 'hello world this is a long line of text\\nshort\\n' > f; fold -w 10 f; fold -s -w 10 f; fold -b -w 7 f; fold -w5 f | head -3; fold -3 f | head -2; printf 'a\\tb\\tc\\td\\n' | fold -w 10; printf 'abc\\rdefgh\\n' | fold -w 4; printf 'nonl' | fold -w 2; echo; fold -w 0 f; echo rc=$?; fold nofile; echo rc=$?",
+    "printf 'abc\\tdef\\n\\tx\\ty\\n' > t; expand t; expand -t 4 t; expand -i t; expand -t 2,6 t; expand -t 3 -i t; printf 'a\\bb\\tc\\n' | expand; expand -t x t; echo rc=$?; expand nofile; echo rc=$?",
+    "printf 'a\\tb  c\\td\\n1 2 3\\n\\nlonger field x\\n' > c; column -t c; printf 'a:b::c\\nddd:e:f\\n' | column -t -s:; printf 'a b\\n' | column -t -o '|'; printf 'x  y\\n' | column -t -s ' '; printf 'k=v\\nkey=value\\n' | column -t -s= -o ' = '; printf '' | column -t; column -t nofile; echo rc=$?; printf 'é b\\nab c\\n' | column -t",
+];
+
 fn host_has(tool: &str) -> bool {
     std::process::Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -386,4 +393,9 @@ fn sysinfo_which_mktemp_match_debian() {
         "GNU coreutils",
         SYSINFO,
     );
+}
+
+#[test]
+fn fold_expand_column_match_debian() {
+    check("fold_expand_column_match_debian", "column", "", LAYOUT);
 }

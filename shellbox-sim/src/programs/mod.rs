@@ -21,6 +21,7 @@ mod gzip;
 mod hash;
 mod install;
 mod jq;
+mod layout;
 mod mktemp;
 mod nl;
 pub(crate) mod opts;
@@ -85,6 +86,10 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(compare::cmp),
     },
     Program {
+        name: "column",
+        main: Some(layout::column),
+    },
+    Program {
         name: "comm",
         main: Some(compare::comm),
     },
@@ -109,6 +114,10 @@ pub(crate) const TABLE: &[Program] = &[
     },
     legacy("env"),
     Program {
+        name: "expand",
+        main: Some(layout::expand),
+    },
+    Program {
         name: "expr",
         main: Some(expr::main),
     },
@@ -120,6 +129,10 @@ pub(crate) const TABLE: &[Program] = &[
     Program {
         name: "fgrep",
         main: Some(grep::main),
+    },
+    Program {
+        name: "fold",
+        main: Some(layout::fold),
     },
     Program {
         name: "grep",
