@@ -1050,16 +1050,18 @@ fn dumps_end_at_their_deadline() {
     assert_scripts_end_at_their_deadline(setup, &scripts);
 }
 
-/// Issue 10/16: fold, expand and column -t look at the clock per line. Each runs a few
+/// Issue 10/16: fold, expand, column -t and join look at the clock per line. Each runs a few
 /// times, so the deadline falls in different steps. The bound is [`CPU_AFTER_DEADLINE`].
 #[test]
 fn layout_ends_at_their_deadline() {
-    let setup = "seq 1000000 | paste - - - > f; head -c 2000000 /dev/zero | tr '\\0' x > x";
+    let setup = "seq 1000000 | paste - - - > f; head -c 2000000 /dev/zero | tr '\\0' x > x; \
+                 seq 1000000 | sort > s";
     let scripts = [
         "while :; do fold -w 3 f; done > /dev/null",
         "while :; do fold -s -w 7 x; done > /dev/null",
         "while :; do expand -t 3 f; done > /dev/null",
         "while :; do column -t f; done > /dev/null",
+        "while :; do join s s; done > /dev/null",
     ];
     assert_scripts_end_at_their_deadline(setup, &scripts);
 }

@@ -196,6 +196,14 @@ const LAYOUT: &[&str] = &[
     "printf 'a\\tb  c\\td\\n1 2 3\\n\\nlonger field x\\n' > c; column -t c; printf 'a:b::c\\nddd:e:f\\n' | column -t -s:; printf 'a b\\n' | column -t -o '|'; printf 'x  y\\n' | column -t -s ' '; printf 'k=v\\nkey=value\\n' | column -t -s= -o ' = '; printf '' | column -t; column -t nofile; echo rc=$?; printf 'é b\\nab c\\n' | column -t",
 ];
 
+/// join (coreutils 9.1).
+const JOIN: &[&str] = &[
+    "printf '1 a\\n2 b\\n3 c\\n' > x; printf '1 A\\n3 C\\n4 D\\n' > y; join x y; join -a1 x y; join -a2 x y; join -a1 -a2 x y; join -v1 x y; join -v2 x y; join -o 1.2,2.2 x y; join -o 0,2.2 -a1 -e NA x y; join -o auto -a2 -e - x y",
+    "printf 'a,1,x\\nb,2,y\\n' > p; printf 'p,1\\nq,2\\n' > q; join -t, -1 2 -2 2 p q; join -t, -j 2 -o 1.1,2.1 p q; printf 'k 1\\nk 2\\n' > m; printf 'k A\\nk B\\n' > n; join m n; printf 'A 1\\nb 2\\n' > u; printf 'a x\\nB y\\n' > v; join -i u v",
+    "printf 'id name\\n1 a\\n2 b\\n' > h; printf 'id val\\n2 z\\n' > g; join --header h g; printf '2 b\\n1 a\\n' > s; printf '1 A\\n2 B\\n' > t; join s t; echo rc=$?; join --nocheck-order s t; echo rc=$?; join --check-order s t; echo rc=$?; join x; echo rc=$?; join x nofile; echo rc=$?; join -t ab x x; echo rc=$?",
+    "printf '  1   a\\n2\\tb\\n' > w; printf '1 X\\n2 Y\\n' > z; join w z; printf 'a\\0b\\0' > n1; printf 'a\\0' > n2; join -z n1 n2 | tr '\\0' @; echo; printf '1 a b c\\n' > l; printf '1 x\\n' > r; join l r; join -o 1.4,2.2,1.9 l r; seq 5 | join - <(seq 3 7)",
+];
+
 fn host_has(tool: &str) -> bool {
     std::process::Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -398,4 +406,9 @@ fn sysinfo_which_mktemp_match_debian() {
 #[test]
 fn fold_expand_column_match_debian() {
     check("fold_expand_column_match_debian", "column", "", LAYOUT);
+}
+
+#[test]
+fn join_matches_gnu_coreutils() {
+    check("join_matches_gnu_coreutils", "join", "GNU coreutils", JOIN);
 }

@@ -20,6 +20,7 @@ mod grep;
 mod gzip;
 mod hash;
 mod install;
+mod join;
 mod jq;
 mod layout;
 mod mktemp;
@@ -162,6 +163,10 @@ pub(crate) const TABLE: &[Program] = &[
     Program {
         name: "install",
         main: Some(install::main),
+    },
+    Program {
+        name: "join",
+        main: Some(join::main),
     },
     Program {
         name: "jq",
