@@ -204,6 +204,15 @@ const JOIN: &[&str] = &[
     "printf '  1   a\\n2\\tb\\n' > w; printf '1 X\\n2 Y\\n' > z; join w z; printf 'a\\0b\\0' > n1; printf 'a\\0' > n2; join -z n1 n2 | tr '\\0' @; echo; printf '1 a b c\\n' > l; printf '1 x\\n' > r; join l r; join -o 1.4,2.2,1.9 l r; seq 5 | join - <(seq 3 7)",
 ];
 
+/// du and df (coreutils 9.1). du's usage is the host's ext4 (4 KiB blocks, directories
+/// 4 KiB); entries are sorted (the host lists them in its directory order). df's disk is
+/// virtual: only its header and shape are compared.
+const DISK: &[&str] = &[
+    "mkdir -p du/a/b; echo hi > du/a/f; head -c 5000 /dev/zero > du/a/b/g; ln -s f du/a/l; du du | sort -k2; du -a du | sort -k2; du -s du; du -sh du; du -c du/a du/a/b; du -h du/a/b/g; du -sb du; du -d 1 du | sort -k2; du -sk du/a/f du/a/l",
+    "mkdir d; head -c 3000000 /dev/zero > d/big; du -sh d; du -h d/big; du -sm d; du -ch d d; du nofile; echo rc=$?; du -sa d; echo rc=$?; cd d; du; du -a | sort -k2",
+    "df | head -1 | tr -s ' '; df -h | head -1 | tr -s ' '; df / | wc -l; df -h / | tail -1 | awk '{print $NF}'; df -T / | head -1 | awk '{print $2}'; df nofile; echo rc=$?",
+];
+
 fn host_has(tool: &str) -> bool {
     std::process::Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -411,4 +420,9 @@ fn fold_expand_column_match_debian() {
 #[test]
 fn join_matches_gnu_coreutils() {
     check("join_matches_gnu_coreutils", "join", "GNU coreutils", JOIN);
+}
+
+#[test]
+fn du_df_match_gnu_coreutils() {
+    check("du_df_match_gnu_coreutils", "du", "GNU coreutils", DISK);
 }

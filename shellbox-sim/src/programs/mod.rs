@@ -13,6 +13,7 @@ mod basename;
 mod compare;
 mod cut;
 mod dirname;
+mod disk;
 mod dump;
 mod expr;
 mod find;
@@ -101,12 +102,20 @@ pub(crate) const TABLE: &[Program] = &[
     },
     legacy("date"),
     Program {
+        name: "df",
+        main: Some(disk::df),
+    },
+    Program {
         name: "diff",
         main: Some(compare::diff),
     },
     Program {
         name: "dirname",
         main: Some(dirname::main),
+    },
+    Program {
+        name: "du",
+        main: Some(disk::du),
     },
     legacy("echo"),
     Program {
