@@ -16,10 +16,19 @@ enum Out {
     Field(usize, usize),
 }
 
+/// One input: its bytes and where each line is (one allocation for a million lines, so
+/// it is made and freed in one cheap step).
 struct Input {
     name: String,
-    lines: Vec<Vec<u8>>,
-    fields: Vec<Vec<Vec<u8>>>,
+    data: Vec<u8>,
+    lines: Vec<(usize, usize)>,
+}
+
+impl Input {
+    fn line(&self, i: usize) -> &[u8] {
+        let (a, b) = self.lines[i];
+        &self.data[a..b]
+    }
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
@@ -137,28 +146,30 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
                 return Ok(1);
             }
         };
-        let mut lines: Vec<Vec<u8>> = data.split(|b| *b == term).map(<[u8]>::to_vec).collect();
+        let mut lines = Vec::new();
+        let mut start = 0;
+        for (k, piece) in data.split(|b| *b == term).enumerate() {
+            if k % 1024 == 1023 && crate::shell::stop_due() {
+                return Err(cx.interrupted());
+            }
+            lines.push((start, start + piece.len()));
+            start += piece.len() + 1;
+        }
         if data.is_empty() || data.last() == Some(&term) {
             lines.pop();
         }
-        let mut fields = Vec::with_capacity(lines.len());
-        for (k, l) in lines.iter().enumerate() {
-            if k % 4096 == 4095 {
-                cx.tick()?;
-            }
-            fields.push(split_fields(l, sep));
-        }
+        cx.hold(lines.len() * 16)?;
         inputs.push(Input {
             name: f.clone(),
+            data,
             lines,
-            fields,
         });
     }
     let keyf = [f1, f2];
     let key = |inputs: &[Input], w: usize, i: usize| -> Vec<u8> {
-        let k = inputs[w].fields[i]
+        let k = split_fields(inputs[w].line(i), sep)
             .get(keyf[w])
-            .cloned()
+            .map(|k| k.to_vec())
             .unwrap_or_default();
         if ignore_case {
             k.to_ascii_lowercase()
@@ -173,7 +184,11 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         Some("auto") => {
             let mut v = vec![Out::Key];
             for w in 0..2 {
-                let n = inputs[w].fields.first().map_or(0, Vec::len);
+                let n = if inputs[w].lines.is_empty() {
+                    0
+                } else {
+                    split_fields(inputs[w].line(0), sep).len()
+                };
                 v.extend((0..n).filter(|&i| i != keyf[w]).map(|i| Out::Field(w, i)));
             }
             Some(v)
@@ -200,27 +215,28 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     // one output line: `a` from file 1 and/or `b` from file 2
     let emit = |out: &mut Vec<u8>, inputs: &[Input], a: Option<usize>, b: Option<usize>| {
         let mut parts: Vec<&[u8]> = Vec::new();
-        let fields = |w: usize, i: Option<usize>| i.map(|i| &inputs[w].fields[i]);
+        let fields = |w: usize, i: Option<usize>| i.map(|i| split_fields(inputs[w].line(i), sep));
         let (fa, fb) = (fields(0, a), fields(1, b));
-        let keyval = fa
+        let keyval: &[u8] = fa
+            .as_ref()
             .and_then(|f| f.get(f1))
-            .or_else(|| fb.and_then(|f| f.get(f2)))
-            .map_or(&empty[..], |k| &k[..]);
+            .or_else(|| fb.as_ref().and_then(|f| f.get(f2)))
+            .map_or(&empty[..], |k| k);
         match &spec {
             Some(spec) => {
                 for o in spec {
                     parts.push(match o {
                         Out::Key => keyval,
                         Out::Field(w, n) => {
-                            let f = if *w == 0 { fa } else { fb };
-                            f.and_then(|f| f.get(*n)).map_or(&empty[..], |x| &x[..])
+                            let f = if *w == 0 { &fa } else { &fb };
+                            f.as_ref().and_then(|f| f.get(*n)).map_or(&empty[..], |x| x)
                         }
                     });
                 }
             }
             None => {
                 parts.push(keyval);
-                for (w, f) in [(0, fa), (1, fb)] {
+                for (w, f) in [(0, &fa), (1, &fb)] {
                     if let Some(f) = f {
                         for (i, x) in f.iter().enumerate() {
                             if i != keyf[w] {
@@ -266,7 +282,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
                 "join: {}:{}: is not sorted: {}",
                 inputs[w].name,
                 k + 1,
-                String::from_utf8_lossy(&inputs[w].lines[k])
+                String::from_utf8_lossy(inputs[w].line(k))
             ));
             return check != Some(true);
         }
@@ -368,14 +384,13 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
 }
 
 /// The fields of `line`: split at `sep`, or at runs of blanks with leading blanks skipped.
-fn split_fields(line: &[u8], sep: Option<u8>) -> Vec<Vec<u8>> {
+fn split_fields(line: &[u8], sep: Option<u8>) -> Vec<&[u8]> {
     match sep {
-        Some(b'\n') => vec![line.to_vec()],
-        Some(s) => line.split(|b| *b == s).map(<[u8]>::to_vec).collect(),
+        Some(b'\n') => vec![line],
+        Some(s) => line.split(|b| *b == s).collect(),
         None => line
             .split(|b| *b == b' ' || *b == b'\t')
             .filter(|f| !f.is_empty())
-            .map(<[u8]>::to_vec)
             .collect(),
     }
 }
