@@ -213,6 +213,14 @@ const DISK: &[&str] = &[
     "df | head -1 | tr -s ' '; df -h | head -1 | tr -s ' '; df / | wc -l; df -h / | tail -1 | awk '{print $NF}'; df -T / | head -1 | awk '{print $2}'; df nofile; echo rc=$?",
 ];
 
+/// split (coreutils 9.1).
+const SPLIT: &[&str] = &[
+    "seq 2500 > f; split f; ls; wc -l xaa xab xac | tail -4; rm x*; split -l 7 f p_; ls | wc -l; ls | head -3; ls | tail -2; cat p_* | cmp - f && echo same",
+    "seq 1000 > f; split -b 1K f; ls x* | wc -l; wc -c < xad; rm x*; split -b 1000 -d f n; ls n*; rm n*; split -n 3 f; wc -c xaa xab xac; rm x*; split -n 3 -d --additional-suffix=.txt f q; ls q*",
+    "seq 10 | split -l 3 - s; ls s*; cat sad; seq 10 | split -l 1 -a 1; ls x* | wc -l; seq 30 | split -l 1 -a 1; echo rc=$?; split -l 0 /dev/null; echo rc=$?; split nofile; echo rc=$?; split -x; echo rc=$?; printf '' | split; ls | wc -l",
+    "seq 700 | split -l 1; ls x* | tail -3; ls x* | wc -l; seq 20 | split -l 2 --numeric-suffixes=3 - y; ls y*; seq 40 | split -l 2 -x - h; ls h* | tail -2",
+];
+
 fn host_has(tool: &str) -> bool {
     std::process::Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -425,4 +433,14 @@ fn join_matches_gnu_coreutils() {
 #[test]
 fn du_df_match_gnu_coreutils() {
     check("du_df_match_gnu_coreutils", "du", "GNU coreutils", DISK);
+}
+
+#[test]
+fn split_matches_gnu_coreutils() {
+    check(
+        "split_matches_gnu_coreutils",
+        "split",
+        "GNU coreutils",
+        SPLIT,
+    );
 }

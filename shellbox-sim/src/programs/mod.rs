@@ -34,6 +34,7 @@ mod realpath;
 mod rev;
 mod sed;
 mod sort;
+mod split;
 mod sysinfo;
 mod tac;
 mod tr;
@@ -252,6 +253,10 @@ pub(crate) const TABLE: &[Program] = &[
     Program {
         name: "sort",
         main: Some(sort::main),
+    },
+    Program {
+        name: "split",
+        main: Some(split::main),
     },
     legacy("stat"),
     Program {
