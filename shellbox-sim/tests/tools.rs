@@ -221,6 +221,13 @@ const SPLIT: &[&str] = &[
     "seq 700 | split -l 1; ls x* | tail -3; ls x* | wc -l; seq 20 | split -l 2 --numeric-suffixes=3 - y; ls y*; seq 40 | split -l 2 -x - h; ls h* | tail -2",
 ];
 
+/// shuf (coreutils 9.1 options): its order is the machine's, so the cases compare what
+/// does not depend on it (the multiset of lines, counts).
+const SHUF: &[&str] = &[
+    "seq 100 | shuf | sort -n | md5sum; seq 100 | shuf -n 5 | wc -l; seq 100 | shuf -n 5 | sort -n | uniq | wc -l; shuf -i 1-10 | sort -n | tr '\\n' ' '; echo; shuf -e a b c | sort; shuf -r -n 50 -i 1-2 | sort -u; shuf -n 0 -i 1-5 | wc -l",
+    "seq 5 > f; shuf f | sort; shuf -o out f; sort out; shuf -n 100 f | wc -l; printf 'a\\0b\\0' | shuf -z | sort -z | tr '\\0' @; echo; shuf nofile; echo rc=$?; shuf -i 5-1; echo rc=$?; shuf -i 3-3; shuf -e; echo rc=$?; shuf -x; echo rc=$?; printf '' | shuf | wc -c",
+];
+
 fn host_has(tool: &str) -> bool {
     std::process::Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -443,4 +450,9 @@ fn split_matches_gnu_coreutils() {
         "GNU coreutils",
         SPLIT,
     );
+}
+
+#[test]
+fn shuf_matches_gnu_coreutils() {
+    check("shuf_matches_gnu_coreutils", "shuf", "GNU coreutils", SHUF);
 }

@@ -33,6 +33,7 @@ mod printenv;
 mod realpath;
 mod rev;
 mod sed;
+mod shuf;
 mod sort;
 mod split;
 mod sysinfo;
@@ -248,6 +249,10 @@ pub(crate) const TABLE: &[Program] = &[
     Program {
         name: "sha512sum",
         main: Some(hash::main),
+    },
+    Program {
+        name: "shuf",
+        main: Some(shuf::main),
     },
     legacy("sleep"),
     Program {
