@@ -228,6 +228,13 @@ const SHUF: &[&str] = &[
     "seq 5 > f; shuf f | sort; shuf -o out f; sort out; shuf -n 100 f | wc -l; printf 'a\\0b\\0' | shuf -z | sort -z | tr '\\0' @; echo; shuf nofile; echo rc=$?; shuf -i 5-1; echo rc=$?; shuf -i 3-3; shuf -e; echo rc=$?; shuf -x; echo rc=$?; printf '' | shuf | wc -c",
 ];
 
+/// numfmt (coreutils 9.1).
+const NUMFMT: &[&str] = &[
+    "numfmt --to=iec 1048576 1500 1024 1000 123456789 10240 10239 0 2048; numfmt --to=si 1000 1500 999 9999; numfmt --to=iec-i 2048; numfmt --from=iec 1K 1.5M; numfmt --from=si 1K; numfmt --from=auto 1Ki 1K",
+    "numfmt --suffix=B --to=iec 2048; numfmt --padding=8 --to=iec 2048; numfmt --padding=-8 --to=iec 2048; echo; numfmt --to=iec 1.7; numfmt --from=none 5; numfmt --to=iec --round=down 1500; numfmt --to=iec --round=nearest 1500 1600",
+    "echo 'a 2048 b' | numfmt --field=2 --to=iec; printf 'h 1\\nx 2048\\n' | numfmt --header --field 2 --to=iec; echo '1024,2048' | numfmt -d, --field=2 --to=iec; printf '1024\\n2048\\n' | numfmt --to=iec; numfmt x; echo rc=$?; numfmt --to=si 1e3; echo rc=$?; numfmt --to=bad 1; echo rc=$?",
+];
+
 fn host_has(tool: &str) -> bool {
     std::process::Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -455,4 +462,14 @@ fn split_matches_gnu_coreutils() {
 #[test]
 fn shuf_matches_gnu_coreutils() {
     check("shuf_matches_gnu_coreutils", "shuf", "GNU coreutils", SHUF);
+}
+
+#[test]
+fn numfmt_matches_gnu_coreutils() {
+    check(
+        "numfmt_matches_gnu_coreutils",
+        "numfmt",
+        "GNU coreutils",
+        NUMFMT,
+    );
 }

@@ -26,6 +26,7 @@ mod jq;
 mod layout;
 mod mktemp;
 mod nl;
+mod numfmt;
 pub(crate) mod opts;
 mod paste;
 pub(crate) mod posix;
@@ -203,6 +204,10 @@ pub(crate) const TABLE: &[Program] = &[
     Program {
         name: "nproc",
         main: Some(sysinfo::nproc),
+    },
+    Program {
+        name: "numfmt",
+        main: Some(numfmt::main),
     },
     Program {
         name: "od",
