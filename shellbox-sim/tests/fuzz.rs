@@ -1066,6 +1066,22 @@ fn layout_ends_at_their_deadline() {
     assert_scripts_end_at_their_deadline(setup, &scripts);
 }
 
+/// Issue 10/16: split, shuf, numfmt and du look at the clock per piece, line or entry.
+/// Each runs a few times, so the deadline falls in different steps. The bound is
+/// [`CPU_AFTER_DEADLINE`].
+#[test]
+fn split_shuf_numfmt_du_end_at_their_deadline() {
+    let setup = "seq 1000000 > f; mkdir d; cd d; seq 3000 | xargs touch; cd ..";
+    let scripts = [
+        "while :; do split -l 1 -a 7 f p; rm -f p*; done",
+        "while :; do shuf f; done > /dev/null",
+        "while :; do shuf -i 1-3000000 -n 10; done > /dev/null",
+        "while :; do numfmt --to=iec < f; done > /dev/null",
+        "while :; do du -a d; done > /dev/null",
+    ];
+    assert_scripts_end_at_their_deadline(setup, &scripts);
+}
+
 fn peak_rss_mib() -> Option<u64> {
     std::fs::read_to_string("/proc/self/status")
         .ok()
