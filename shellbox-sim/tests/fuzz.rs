@@ -706,6 +706,9 @@ const CORPUS: &[&str] = &[
     // /dev/urandom copied x (megabytes) a few times per record and looked at the clock
     // only every 256 records (315 ms of CPU past a 200 ms deadline)
     "head -c 1000000 /dev/urandom | awk '{ x = x $0 } END { print length(x) }'",
+    // the hour run, seed 20261206, case 17517, minimised: basename parsed a million
+    // operands without looking at the clock (283 ms of CPU past a 200 ms deadline)
+    "true | basename $(seq 1000000 | tr '\\n' ' ') -e f",
 ];
 
 /// This process's CPU time (user and system, every thread).
@@ -1078,6 +1081,25 @@ fn split_shuf_numfmt_du_end_at_their_deadline() {
         "while :; do shuf -i 1-3000000 -n 10; done > /dev/null",
         "while :; do numfmt --to=iec < f; done > /dev/null",
         "while :; do du -a d; done > /dev/null",
+    ];
+    assert_scripts_end_at_their_deadline(setup, &scripts);
+}
+
+/// Issue 16, the hour run (seed 20261206, case 17517): a table program given a million
+/// operands (`basename $(seq 1000000 | tr '\n' ' ') -e f`) copied them twice and parsed
+/// them all before it looked at the clock (283 ms of CPU past a 200 ms deadline). The
+/// option parser now looks at the clock every 1024 arguments and programs borrow their
+/// arguments instead of copying them. Each runs a few times, so the deadline falls in
+/// different steps. The bound is [`CPU_AFTER_DEADLINE`].
+#[test]
+fn programs_given_a_million_operands_end_at_their_deadline() {
+    let setup = "seq 1000000 > f";
+    let scripts = [
+        "set -- $(cat f); while :; do basename \"$@\" -e f; done",
+        "set -- $(cat f); while :; do dirname \"$@\" -e; done",
+        "set -- $(cat f); while :; do printenv \"$@\" -0; done",
+        "set -- $(cat f); while :; do tr \"$@\"; done",
+        "set -- $(cat f); while :; do cut -c1 \"$@\" -Q; done",
     ];
     assert_scripts_end_at_their_deadline(setup, &scripts);
 }

@@ -2221,7 +2221,7 @@ fn is_assignment(s: &str) -> Option<(&str, &str)> {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut fs: Option<String> = None;
     let mut assigns: Vec<(String, String)> = Vec::new();
     let mut prog: Option<String> = None;

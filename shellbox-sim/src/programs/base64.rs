@@ -12,10 +12,10 @@ use crate::shell::R;
 const USAGE: i32 = 1;
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "base64",
-        &args,
+        args,
         &["decode", "ignore-garbage", "wrap", "help", "version"],
     );
     let mut decode = false;
@@ -23,7 +23,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut wrap = 76usize;
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('d'))) | Ok(Some(Arg::Long("decode"))) => decode = true,
             Ok(Some(Arg::Short('i'))) | Ok(Some(Arg::Long("ignore-garbage"))) => garbage = true,
             Ok(Some(Arg::Short('w'))) | Ok(Some(Arg::Long("wrap"))) => match p.value() {

@@ -27,10 +27,10 @@ fn body(l: &[u8]) -> &[u8] {
 }
 
 pub(super) fn comm(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "comm",
-        &args,
+        args,
         &[
             "check-order",
             "nocheck-order",
@@ -44,7 +44,7 @@ pub(super) fn comm(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut hide = [false; 3];
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short(c @ ('1' | '2' | '3')))) => hide[c as usize - '1' as usize] = true,
             Ok(Some(Arg::Long("nocheck-order"))) => {}
             Ok(Some(Arg::Long(l))) => return cx.unsupported(&format!("comm option --{l}")),
@@ -122,10 +122,10 @@ pub(super) fn comm(cx: &mut Ctx<'_, '_>) -> R<i32> {
 }
 
 pub(super) fn cmp(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "cmp",
-        &args,
+        args,
         &[
             "quiet",
             "silent",
@@ -140,7 +140,7 @@ pub(super) fn cmp(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut silent = false;
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('s'))) | Ok(Some(Arg::Long("quiet" | "silent"))) => silent = true,
             Ok(Some(Arg::Long(l))) => return cx.unsupported(&format!("cmp option --{l}")),
             Ok(Some(Arg::Short(c @ ('l' | 'b' | 'i' | 'n')))) => {
@@ -225,10 +225,10 @@ fn range(from: usize, to: usize) -> String {
 }
 
 pub(super) fn diff(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "diff",
-        &args,
+        args,
         &[
             "brief",
             "normal",
@@ -244,7 +244,7 @@ pub(super) fn diff(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut brief = false;
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('q'))) | Ok(Some(Arg::Long("brief"))) => brief = true,
             Ok(Some(Arg::Long("normal"))) => {}
             Ok(Some(Arg::Short('a'))) | Ok(Some(Arg::Long("text"))) => {}

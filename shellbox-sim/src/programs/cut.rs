@@ -89,10 +89,10 @@ fn selected(list: &List, n: usize, complement: bool) -> bool {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "cut",
-        &args,
+        args,
         &[
             "bytes",
             "characters",
@@ -120,7 +120,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut zero = false;
     let mut files = Vec::new();
     loop {
-        let arg = match p.next() {
+        let arg = match p.next_in(cx)? {
             Ok(Some(a)) => a,
             Ok(None) => break,
             Err(u) => {

@@ -8,12 +8,12 @@ use crate::shell::R;
 const USAGE: i32 = 1;
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
-    let mut p = Parser::new("dirname", &args, &["zero", "help", "version"]);
+    let args = cx.args();
+    let mut p = Parser::new("dirname", args, &["zero", "help", "version"]);
     let mut zero = false;
     let mut names = Vec::new();
     loop {
-        let arg = match p.next() {
+        let arg = match p.next_in(cx)? {
             Ok(Some(a)) => a,
             Ok(None) => break,
             Err(u) => {

@@ -98,10 +98,10 @@ impl Du {
 }
 
 pub(super) fn du(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "du",
-        &args,
+        args,
         &[
             "summarize",
             "human-readable",
@@ -117,7 +117,7 @@ pub(super) fn du(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut max_depth = None;
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('s'))) | Ok(Some(Arg::Long("summarize"))) => summarize = true,
             Ok(Some(Arg::Short('h'))) | Ok(Some(Arg::Long("human-readable"))) => {
                 human_readable = true
@@ -209,16 +209,12 @@ pub(super) fn du(cx: &mut Ctx<'_, '_>) -> R<i32> {
 }
 
 pub(super) fn df(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
-    let mut p = Parser::new(
-        "df",
-        &args,
-        &["human-readable", "print-type", "portability"],
-    );
+    let args = cx.args();
+    let mut p = Parser::new("df", args, &["human-readable", "print-type", "portability"]);
     let (mut human_readable, mut typed) = (false, false);
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('h'))) | Ok(Some(Arg::Long("human-readable"))) => {
                 human_readable = true
             }

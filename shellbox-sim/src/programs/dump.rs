@@ -216,10 +216,10 @@ fn od_type(text: &str) -> Result<Vec<Spec>, String> {
 }
 
 pub(super) fn od(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "od",
-        &args,
+        args,
         &[
             "address-radix",
             "skip-bytes",
@@ -243,7 +243,7 @@ pub(super) fn od(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut files = Vec::new();
     let short = |ty, size| Spec { ty, size, z: false };
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('A'))) | Ok(Some(Arg::Long("address-radix"))) => {
                 let v = match p.value() {
                     Ok(v) => v,
@@ -429,10 +429,10 @@ pub(super) fn od(cx: &mut Ctx<'_, '_>) -> R<i32> {
 // ---------- xxd ----------
 
 pub(super) fn xxd(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     // xxd's options are single words (`-c8`, `-c 8`, `-cols 8`); lexopt reads them as
     // bundles, so its long forms are refused
-    let mut p = Parser::new("xxd", &args, &[]);
+    let mut p = Parser::new("xxd", args, &[]);
     let (mut cols, mut group, mut len, mut seek) = (None, None, None, 0usize);
     let (mut upper, mut plain, mut reverse) = (false, false, false);
     let mut files = Vec::new();
@@ -441,7 +441,7 @@ pub(super) fn xxd(cx: &mut Ctx<'_, '_>) -> R<i32> {
         Ok(1)
     };
     loop {
-        let a = match p.next() {
+        let a = match p.next_in(cx)? {
             Ok(Some(a)) => a,
             Ok(None) => break,
             Err(_) => return usage(cx),
@@ -568,17 +568,17 @@ pub(super) fn xxd(cx: &mut Ctx<'_, '_>) -> R<i32> {
 // ---------- hexdump ----------
 
 pub(super) fn hexdump(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "hexdump",
-        &args,
+        args,
         &["canonical", "length", "skip", "no-squeezing"],
     );
     let (mut canonical, mut verbose) = (false, false);
     let (mut len, mut skip) = (None, 0usize);
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('C'))) | Ok(Some(Arg::Long("canonical"))) => canonical = true,
             Ok(Some(Arg::Short('v'))) | Ok(Some(Arg::Long("no-squeezing"))) => verbose = true,
             Ok(Some(Arg::Short('n'))) | Ok(Some(Arg::Long("length"))) => {

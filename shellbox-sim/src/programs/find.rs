@@ -500,7 +500,7 @@ fn printf(f: &str, en: &Entry<'_>, node: &crate::vfs::Inode) -> String {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut i = 0;
     // leading -H -L -P
     while i < args.len() && matches!(args[i].as_str(), "-H" | "-L" | "-P") {

@@ -170,14 +170,14 @@ impl Matcher {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let prog = cx.argv_name();
     let mut dialect = match prog.as_str() {
         "egrep" => 'E',
         "fgrep" => 'F',
         _ => 'G',
     };
-    let mut p = Parser::new("grep", &args, LONGS);
+    let mut p = Parser::new("grep", args, LONGS);
     let mut o = Opts::default();
     let mut icase = false;
     let mut patterns: Option<Vec<String>> = None;
@@ -204,7 +204,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         }};
     }
     loop {
-        let arg = match p.next() {
+        let arg = match p.next_in(cx)? {
             Ok(Some(a)) => a,
             Ok(None) => break,
             Err(u) => return super::usage(cx, u, TROUBLE),

@@ -42,10 +42,10 @@ enum Fail {
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let name = cx.argv_name();
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "gzip",
-        &args,
+        args,
         &[
             "stdout",
             "to-stdout",
@@ -79,7 +79,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut level = 6u32;
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('c')))
             | Ok(Some(Arg::Long("stdout")))
             | Ok(Some(Arg::Long("to-stdout"))) => to_stdout = true,

@@ -36,10 +36,10 @@ fn tag_name(prog: &str) -> &'static str {
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let prog = cx.argv_name();
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         &prog,
-        &args,
+        args,
         &[
             "binary",
             "check",
@@ -60,7 +60,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         (false, false, false, false, false);
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('b'))) | Ok(Some(Arg::Long("binary"))) => binary = true,
             Ok(Some(Arg::Short('t'))) | Ok(Some(Arg::Long("text"))) => binary = false,
             Ok(Some(Arg::Short('c'))) | Ok(Some(Arg::Long("check"))) => check = true,
@@ -231,11 +231,11 @@ fn posix_crc(data: &[u8]) -> u32 {
 }
 
 pub(super) fn cksum(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
-    let mut p = Parser::new("cksum", &args, &["algorithm", "help", "version"]);
+    let args = cx.args();
+    let mut p = Parser::new("cksum", args, &["algorithm", "help", "version"]);
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Long(l))) => return cx.unsupported(&format!("cksum option --{l}")),
             Ok(Some(Arg::Short(c))) => {
                 return cx.unsupported(&format!("cksum option -{c}"));

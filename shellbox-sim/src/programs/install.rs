@@ -14,10 +14,10 @@ use crate::vfs::{Kind, Vfs};
 const USAGE: i32 = 1;
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "install",
-        &args,
+        args,
         &[
             "directory",
             "mode",
@@ -41,7 +41,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut verbose = false;
     let mut ops = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('d'))) | Ok(Some(Arg::Long("directory"))) => dirs = true,
             Ok(Some(Arg::Short('D'))) => leading = true,
             Ok(Some(Arg::Short('m'))) | Ok(Some(Arg::Long("mode"))) => match p.value() {

@@ -32,10 +32,10 @@ impl Input {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "join",
-        &args,
+        args,
         &[
             "ignore-case",
             "check-order",
@@ -60,7 +60,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         Ok(1)
     };
     loop {
-        let a = match p.next() {
+        let a = match p.next_in(cx)? {
             Ok(Some(a)) => a,
             Ok(None) => break,
             Err(u) => return super::usage(cx, u, 1),

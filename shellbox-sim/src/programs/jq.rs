@@ -145,10 +145,10 @@ def get_search_list: [];
 "#;
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "jq",
-        &args,
+        args,
         &[
             "raw-output",
             "join-output",
@@ -180,7 +180,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut named: Vec<(String, Val)> = Vec::new();
     let mut operands: Vec<String> = Vec::new();
     loop {
-        let a = match p.next() {
+        let a = match p.next_in(cx)? {
             Ok(Some(a)) => a,
             Ok(None) => break,
             Err(u) => return usage(cx, &u.0),

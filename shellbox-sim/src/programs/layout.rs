@@ -51,12 +51,12 @@ fn lines(d: &[u8]) -> impl Iterator<Item = &[u8]> {
 }
 
 pub(super) fn fold(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
-    let mut p = Parser::new("fold", &args, &["bytes", "spaces", "width"]);
+    let args = cx.args();
+    let mut p = Parser::new("fold", args, &["bytes", "spaces", "width"]);
     let (mut width, mut spaces, mut bytes) = (80usize, false, false);
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('b'))) | Ok(Some(Arg::Long("bytes"))) => bytes = true,
             Ok(Some(Arg::Short('s'))) | Ok(Some(Arg::Long("spaces"))) => spaces = true,
             Ok(Some(Arg::Short('w'))) | Ok(Some(Arg::Long("width"))) => {
@@ -176,13 +176,13 @@ fn parse_stops(v: &str) -> Option<Stops> {
 }
 
 pub(super) fn expand(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
-    let mut p = Parser::new("expand", &args, &["initial", "tabs"]);
+    let args = cx.args();
+    let mut p = Parser::new("expand", args, &["initial", "tabs"]);
     let mut stops = Stops::Every(8);
     let mut initial = false;
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('i'))) | Ok(Some(Arg::Long("initial"))) => initial = true,
             Ok(Some(Arg::Short('t'))) | Ok(Some(Arg::Long("tabs"))) => {
                 let v = match p.value() {
@@ -243,10 +243,10 @@ pub(super) fn expand(cx: &mut Ctx<'_, '_>) -> R<i32> {
 }
 
 pub(super) fn column(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "column",
-        &args,
+        args,
         &[
             "table",
             "separator",
@@ -261,7 +261,7 @@ pub(super) fn column(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut osep = "  ".to_string();
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('t'))) | Ok(Some(Arg::Long("table"))) => table = true,
             Ok(Some(Arg::Short('s'))) | Ok(Some(Arg::Long("separator"))) => match p.value() {
                 // lexopt reads `-s=` as an empty value (getopt: `=`)

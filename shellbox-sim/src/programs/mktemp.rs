@@ -17,10 +17,10 @@ thread_local! {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "mktemp",
-        &args,
+        args,
         &[
             "directory",
             "dry-run",
@@ -36,7 +36,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut tmpdir: Option<Option<String>> = None;
     let mut templates = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('d'))) | Ok(Some(Arg::Long("directory"))) => dir = true,
             Ok(Some(Arg::Short('u'))) | Ok(Some(Arg::Long("dry-run"))) => dry = true,
             Ok(Some(Arg::Short('q'))) | Ok(Some(Arg::Long("quiet"))) => quiet = true,

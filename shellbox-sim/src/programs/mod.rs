@@ -362,8 +362,9 @@ impl<'i, 'w> Ctx<'i, 'w> {
         a.rsplit('/').next().unwrap_or(a).to_string()
     }
 
-    /// The arguments after the name.
-    pub(crate) fn args(&self) -> &[String] {
+    /// The arguments after the name (borrowed from the launch, not from the context, so a
+    /// program keeps them while it uses the context: no copy of a million operands).
+    pub(crate) fn args(&self) -> &'i [String] {
         self.argv.get(1..).unwrap_or(&[])
     }
 

@@ -29,10 +29,10 @@ enum Format {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "nl",
-        &args,
+        args,
         &[
             "body-numbering",
             "number-width",
@@ -57,7 +57,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut incr: i64 = 1;
     let mut files = Vec::new();
     loop {
-        let arg = match p.next() {
+        let arg = match p.next_in(cx)? {
             Ok(Some(a)) => a,
             Ok(None) => break,
             Err(u) => return super::usage(cx, u, USAGE),

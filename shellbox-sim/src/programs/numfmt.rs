@@ -147,10 +147,10 @@ fn show(v: f64, decimals: usize, o: &Opts) -> Result<String, String> {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "numfmt",
-        &args,
+        args,
         &[
             "from",
             "to",
@@ -185,7 +185,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         Ok(1)
     };
     loop {
-        let a = match p.next() {
+        let a = match p.next_in(cx)? {
             Ok(Some(a)) => a,
             Ok(None) => break,
             Err(u) => return super::usage(cx, u, 1),

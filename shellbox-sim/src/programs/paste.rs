@@ -31,10 +31,10 @@ fn delimiters(text: &str) -> Vec<Vec<u8>> {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "paste",
-        &args,
+        args,
         &["delimiters", "serial", "zero-terminated", "help", "version"],
     );
     let mut delims = vec![b"\t".to_vec()];
@@ -42,7 +42,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut term = b'\n';
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('d'))) | Ok(Some(Arg::Long("delimiters"))) => match p.value() {
                 Ok(v) => delims = delimiters(&v),
                 Err(u) => return super::usage(cx, u, USAGE),

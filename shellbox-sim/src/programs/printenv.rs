@@ -9,12 +9,12 @@ use crate::shell::R;
 const USAGE: i32 = 2;
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
-    let mut p = Parser::new("printenv", &args, &["null", "help", "version"]);
+    let args = cx.args();
+    let mut p = Parser::new("printenv", args, &["null", "help", "version"]);
     let mut term = b'\n';
     let mut names = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Operand(o))) => names.push(o),
             Ok(Some(Arg::Short('0') | Arg::Long("null"))) => term = 0,
             Ok(Some(Arg::Long(l))) => {

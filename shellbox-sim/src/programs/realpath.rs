@@ -115,10 +115,10 @@ fn canonicalize(
 }
 
 pub(super) fn realpath(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "realpath",
-        &args,
+        args,
         &[
             "canonicalize-existing",
             "canonicalize-missing",
@@ -140,7 +140,7 @@ pub(super) fn realpath(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut end = b'\n';
     let mut names = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('e'))) | Ok(Some(Arg::Long("canonicalize-existing"))) => {
                 need = Need::All
             }
@@ -186,10 +186,10 @@ pub(super) fn realpath(cx: &mut Ctx<'_, '_>) -> R<i32> {
 }
 
 pub(super) fn readlink(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "readlink",
-        &args,
+        args,
         &[
             "canonicalize",
             "canonicalize-existing",
@@ -209,7 +209,7 @@ pub(super) fn readlink(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut end = b'\n';
     let mut names = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('f'))) | Ok(Some(Arg::Long("canonicalize"))) => {
                 need = Some(Need::AllButLast)
             }

@@ -8,12 +8,12 @@ use crate::shell::R;
 const USAGE: i32 = 1;
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
-    let mut p = Parser::new("rev", &args, &["help", "version"]);
+    let args = cx.args();
+    let mut p = Parser::new("rev", args, &["help", "version"]);
     let term = b'\n';
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Long(l))) => return cx.unsupported(&format!("rev option --{l}")),
             Ok(Some(Arg::Short(c))) => {
                 cx.err_line(&p.invalid_short(c).0);

@@ -822,10 +822,10 @@ fn c_is_negated_or_single(c: &Cmd) -> bool {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "sed",
-        &args,
+        args,
         &[
             "quiet",
             "silent",
@@ -854,7 +854,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut term = b'\n';
     let mut ops = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('n')))
             | Ok(Some(Arg::Long("quiet")))
             | Ok(Some(Arg::Long("silent"))) => quiet = true,

@@ -33,10 +33,10 @@ impl Rng {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "shuf",
-        &args,
+        args,
         &[
             "echo",
             "input-range",
@@ -58,7 +58,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         Ok(1)
     };
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('e'))) | Ok(Some(Arg::Long("echo"))) => echo = true,
             Ok(Some(Arg::Short('r'))) | Ok(Some(Arg::Long("repeat"))) => repeat = true,
             Ok(Some(Arg::Short('z'))) | Ok(Some(Arg::Long("zero-terminated"))) => term = 0,

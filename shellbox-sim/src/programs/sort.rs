@@ -592,8 +592,8 @@ impl Spec {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
-    let mut p = Parser::new("sort", &args, LONGS);
+    let args = cx.args();
+    let mut p = Parser::new("sort", args, LONGS);
     let mut global = Order::default();
     let mut key_specs = Vec::new();
     let mut sep = None;
@@ -610,7 +610,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         };
     }
     loop {
-        let arg = match p.next() {
+        let arg = match p.next_in(cx)? {
             Ok(Some(a)) => a,
             Ok(None) => break,
             Err(u) => return super::usage(cx, u, TROUBLE),

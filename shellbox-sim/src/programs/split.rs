@@ -67,10 +67,10 @@ fn suffix(k: usize, len: usize, auto: bool, base: usize) -> Option<String> {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "split",
-        &args,
+        args,
         &[
             "lines",
             "bytes",
@@ -95,7 +95,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         Ok(1)
     };
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('l'))) | Ok(Some(Arg::Long("lines"))) => match p.value() {
                 Ok(v) => match v.parse::<usize>() {
                     Ok(n) if n > 0 => by = By::Lines(n),

@@ -71,7 +71,7 @@ fn extra(cx: &mut Ctx<'_, '_>, prog: &str, op: &str) -> R<i32> {
 }
 
 pub(super) fn uname(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let longs = &[
         "all",
         "kernel-name",
@@ -83,11 +83,11 @@ pub(super) fn uname(cx: &mut Ctx<'_, '_>) -> R<i32> {
         "hardware-platform",
         "operating-system",
     ];
-    let mut p = Parser::new("uname", &args, longs);
+    let mut p = Parser::new("uname", args, longs);
     let mut want = [false; 8];
     let mut all = false;
     loop {
-        let i = match p.next() {
+        let i = match p.next_in(cx)? {
             Ok(Some(Arg::Short('a'))) | Ok(Some(Arg::Long("all"))) => {
                 all = true;
                 continue;
@@ -126,10 +126,10 @@ pub(super) fn uname(cx: &mut Ctx<'_, '_>) -> R<i32> {
 }
 
 pub(super) fn hostname(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
-    let mut p = Parser::new("hostname", &args, &["short", "fqdn", "long"]);
+    let args = cx.args();
+    let mut p = Parser::new("hostname", args, &["short", "fqdn", "long"]);
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('s' | 'f'))) | Ok(Some(Arg::Long(_))) => {}
             Ok(Some(Arg::Short(c @ ('a' | 'A' | 'b' | 'd' | 'F' | 'i' | 'I' | 'y')))) => {
                 return cx.unsupported_status(&format!("hostname -{c}"), 255)
@@ -156,9 +156,9 @@ pub(super) fn hostname(cx: &mut Ctx<'_, '_>) -> R<i32> {
 }
 
 pub(super) fn whoami(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
-    let mut p = Parser::new("whoami", &args, &[]);
-    match p.next() {
+    let args = cx.args();
+    let mut p = Parser::new("whoami", args, &[]);
+    match p.next_in(cx)? {
         Ok(None) => {}
         Ok(Some(Arg::Operand(o))) => return extra(cx, "whoami", &o),
         Ok(Some(Arg::Short(c))) => return super::usage(cx, p.invalid_short(c), 1),
@@ -170,12 +170,12 @@ pub(super) fn whoami(cx: &mut Ctx<'_, '_>) -> R<i32> {
 }
 
 pub(super) fn id(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
-    let mut p = Parser::new("id", &args, &["user", "group", "groups", "name", "real"]);
+    let args = cx.args();
+    let mut p = Parser::new("id", args, &["user", "group", "groups", "name", "real"]);
     let (mut what, mut name) = (None, false);
     let mut users = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('u'))) | Ok(Some(Arg::Long("user"))) => what = Some('u'),
             Ok(Some(Arg::Short('g'))) | Ok(Some(Arg::Long("group"))) => what = Some('g'),
             Ok(Some(Arg::Short('G'))) | Ok(Some(Arg::Long("groups"))) => what = Some('G'),
@@ -214,11 +214,11 @@ pub(super) fn id(cx: &mut Ctx<'_, '_>) -> R<i32> {
 }
 
 pub(super) fn nproc(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
-    let mut p = Parser::new("nproc", &args, &["all", "ignore"]);
+    let args = cx.args();
+    let mut p = Parser::new("nproc", args, &["all", "ignore"]);
     let mut ignore = 0usize;
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Long("all"))) => {}
             Ok(Some(Arg::Long("ignore"))) => {
                 let v = match p.value() {
@@ -246,11 +246,11 @@ pub(super) fn nproc(cx: &mut Ctx<'_, '_>) -> R<i32> {
 }
 
 pub(super) fn which(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut all = false;
     let mut names = Vec::new();
     let mut opts_done = false;
-    for a in &args {
+    for a in args {
         if !opts_done && a == "--" {
             opts_done = true;
         } else if !opts_done && a.starts_with('-') && a.len() > 1 {

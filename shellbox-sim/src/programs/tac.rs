@@ -9,17 +9,17 @@ use crate::shell::R;
 const USAGE: i32 = 1;
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "tac",
-        &args,
+        args,
         &["before", "regex", "separator", "help", "version"],
     );
     let mut sep = b"\n".to_vec();
     let mut before = false;
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('b') | Arg::Long("before"))) => before = true,
             Ok(Some(Arg::Short('s') | Arg::Long("separator"))) => match p.value() {
                 Ok(v) if v.is_empty() => {

@@ -153,10 +153,10 @@ fn parse_set(text: &str, first: bool) -> Result<Set, SetError> {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "tr",
-        &args,
+        args,
         &[
             "complement",
             "delete",
@@ -169,7 +169,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let (mut complement, mut delete, mut squeeze, mut truncate) = (false, false, false, false);
     let mut ops = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('c' | 'C') | Arg::Long("complement"))) => complement = true,
             Ok(Some(Arg::Short('d') | Arg::Long("delete"))) => delete = true,
             Ok(Some(Arg::Short('s') | Arg::Long("squeeze-repeats"))) => squeeze = true,

@@ -53,13 +53,13 @@ fn parse_size(text: &str) -> Option<(Op, u64)> {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
-    let mut p = Parser::new("truncate", &args, &["no-create", "size", "help", "version"]);
+    let args = cx.args();
+    let mut p = Parser::new("truncate", args, &["no-create", "size", "help", "version"]);
     let mut size: Option<String> = None;
     let mut no_create = false;
     let mut files = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Short('c'))) | Ok(Some(Arg::Long("no-create"))) => no_create = true,
             Ok(Some(Arg::Short('s'))) | Ok(Some(Arg::Long("size"))) => match p.value() {
                 Ok(v) => size = Some(v),

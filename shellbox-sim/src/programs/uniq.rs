@@ -31,10 +31,10 @@ fn key(line: &[u8], fields: usize, chars: usize, check: Option<usize>) -> &[u8] 
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     let mut p = Parser::new(
         "uniq",
-        &args,
+        args,
         &[
             "count",
             "repeated",
@@ -55,7 +55,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let (mut fields, mut chars, mut check) = (0usize, 0usize, None::<usize>);
     let mut ops = Vec::new();
     loop {
-        let arg = match p.next() {
+        let arg = match p.next_in(cx)? {
             Ok(Some(a)) => a,
             Ok(None) => break,
             Err(u) => {

@@ -137,7 +137,7 @@ fn parse_count(cx: &mut Ctx<'_, '_>, opt: char, v: &str) -> Option<usize> {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
+    let args = cx.args();
     // options end at the first operand: the command and its arguments follow raw
     let split = args
         .iter()
@@ -165,7 +165,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         };
     }
     loop {
-        let arg = match p.next() {
+        let arg = match p.next_in(cx)? {
             Ok(Some(a)) => a,
             Ok(None) => break,
             Err(u) => return super::usage(cx, u, USAGE),

@@ -6,11 +6,11 @@ use super::Ctx;
 use crate::shell::R;
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    let args = cx.args().to_vec();
-    let mut p = Parser::new("yes", &args, &["help", "version"]);
+    let args = cx.args();
+    let mut p = Parser::new("yes", args, &["help", "version"]);
     let mut words = Vec::new();
     loop {
-        match p.next() {
+        match p.next_in(cx)? {
             Ok(Some(Arg::Operand(o))) => words.push(o),
             Ok(Some(Arg::Long(l))) => {
                 return cx.unsupported_status(&format!("yes option --{l}"), 1)
