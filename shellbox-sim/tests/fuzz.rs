@@ -709,6 +709,9 @@ const CORPUS: &[&str] = &[
     // the hour run, seed 20261206, case 17517, minimised: basename parsed a million
     // operands without looking at the clock (283 ms of CPU past a 200 ms deadline)
     "true | basename $(seq 1000000 | tr '\\n' ' ') -e f",
+    // the hour run, seed 20261206, case 62350: xargs made three million empty words and
+    // charged none of them (205 MiB of RSS under a 64 MiB budget)
+    "seq 1000000 > f; head -c 3000000 /dev/zero | xargs -0 echo > f && tail -c 5 /dev/urandom || local ${#x}",
 ];
 
 /// This process's CPU time (user and system, every thread).

@@ -67,6 +67,11 @@ fn one_budget_bounds_everything_a_machine_holds() {
         // awk's arrays and strings count too
         "awk 'BEGIN { for (;;) a[i++] = i }'".to_string(),
         "awk 'BEGIN { s = \"x\"; for (;;) s = s s }'".to_string(),
+        // xargs's words, each a string of its own (the hour fuzz run, issue 16, seed
+        // 20261206 case 62350: three million empty words, 205 MiB under a 64 MiB budget);
+        // last, as the heap they leave behind weighs on the peaks of later cases
+        "head -c 3000000 /dev/zero | xargs -0 echo > /dev/null".to_string(),
+        "head -c 6000000 /dev/zero | tr '\\0' '\\n' | xargs -I{} echo {} > /dev/null".to_string(),
     ];
     for script in &cases {
         let m = f.create_sim(MachineSpec::sim()).unwrap();

@@ -18,6 +18,13 @@ const USAGE: i32 = 1;
 /// its input can be tens of megabytes, and splitting it makes a string per word.
 const UNITS_PER_CHECK: usize = 64 * 1024;
 
+/// What one word costs in memory beyond its bytes, as xargs holds it: its `String`, the
+/// `Vec` of its input line and the allocator's header. Charged to the memory budget as the
+/// words are made (issue 16, the hour run's seed 20261206 case 62350: `head -c 3000000
+/// /dev/zero | xargs -0` made three million empty words, 205 MiB of memory no budget saw).
+const WORD_OVERHEAD_BYTES: usize =
+    std::mem::size_of::<String>() + std::mem::size_of::<Vec<String>>() + 16;
+
 const LONGS: &[&str] = &[
     "null",
     "delimiter",
@@ -40,13 +47,15 @@ const LONGS: &[&str] = &[
 ];
 
 /// Splits `data` into xargs's words, grouped by input line; the inner `Err` is GNU's
-/// message on an unmatched quote. `check` is called every [`UNITS_PER_CHECK`] bytes (the
-/// outer error: the command must stop).
+/// message on an unmatched quote. `check` is called every [`UNITS_PER_CHECK`] bytes with
+/// the memory the words made since the last call hold (the outer error: the command must
+/// stop).
 fn words(
     data: &[u8],
     eof: Option<&str>,
-    mut check: impl FnMut() -> R<()>,
+    mut check: impl FnMut(usize) -> R<()>,
 ) -> R<Result<Vec<Vec<String>>, String>> {
+    let mut made = 0usize;
     // words grouped by input line (for -L); buried, not freed, should the deadline pass
     let mut lines: PacedVec<Vec<String>> = PacedVec::new(Vec::new());
     let mut cur_line: Vec<String> = Vec::new();
@@ -56,7 +65,7 @@ fn words(
     let mut i = 0;
     while i < data.len() {
         if i % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
-            check()?;
+            check(std::mem::take(&mut made))?;
         }
         let b = data[i];
         i += 1;
@@ -90,6 +99,7 @@ fn words(
                         }
                         return Ok(Ok(std::mem::take(&mut *lines)));
                     }
+                    made += WORD_OVERHEAD_BYTES + s.len();
                     cur_line.push(s);
                     w.clear();
                     in_word = false;
@@ -238,20 +248,27 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         let body = data.strip_suffix(&[d]).unwrap_or(&data);
         let mut lines = Vec::new();
         if !data.is_empty() {
+            let mut made = 0usize;
             for (k, w) in body.split(|b| *b == d).enumerate() {
                 if k % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
+                    cx.hold(std::mem::take(&mut made))?;
                     cx.check_time()?;
                 }
+                made += WORD_OVERHEAD_BYTES + w.len();
                 lines.push(vec![String::from_utf8_lossy(w).into_owned()]);
             }
+            cx.hold(made)?;
         }
         lines
     } else if replace.is_some() {
         let mut lines = Vec::new();
+        let mut made = 0usize;
         for (k, l) in data.split_inclusive(|b| *b == b'\n').enumerate() {
             if k % UNITS_PER_CHECK == UNITS_PER_CHECK - 1 {
+                cx.hold(std::mem::take(&mut made))?;
                 cx.check_time()?;
             }
+            made += WORD_OVERHEAD_BYTES + l.len();
             // as str::lines: the line ends at "\n" or "\r\n"
             let l = match l.strip_suffix(b"\n") {
                 Some(l) => l.strip_suffix(b"\r").unwrap_or(l),
@@ -265,7 +282,10 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         }
         lines
     } else {
-        match words(&data, eof.as_deref(), || cx.check_time())? {
+        match words(&data, eof.as_deref(), |made| {
+            cx.hold(made)?;
+            cx.check_time()
+        })? {
             Ok(w) => w,
             Err(m) => {
                 cx.err_line(&m);
