@@ -485,31 +485,30 @@ mod tests {
         v.iter().map(|c| c.to_string()).collect()
     }
 
+    /// Puts a directory at `rel` (components below the target; empty for the target).
+    fn put_dir(w: &mut TreeWriter, rel: &[&str], mode: u32) {
+        let entry = TreeEntry::Directory { mode, mtime: None };
+        w.put(&rel.join("/"), &s(rel), entry).unwrap();
+    }
+
+    /// Puts a 0644 file holding `data` at `rel`.
+    fn put_file(w: &mut TreeWriter, rel: &[&str], mut data: &[u8]) -> Result<(), Error> {
+        let entry = TreeEntry::File {
+            data: &mut data,
+            mode: 0o644,
+            mtime: None,
+        };
+        w.put(&rel.join("/"), &s(rel), entry)
+    }
+
     #[test]
     fn a_refused_download_leaves_nothing_and_a_good_one_lands() {
         let tmp = tempfile::tempdir().unwrap();
         let target = tmp.path().join("new/parents/res");
         let staged = StagedDownload::new(&target, DownloadKind::Directory).unwrap();
         let mut w = staged.writer();
-        w.put(
-            "",
-            &[],
-            TreeEntry::Directory {
-                mode: 0o755,
-                mtime: None,
-            },
-        )
-        .unwrap();
-        w.put(
-            "f",
-            &s(&["f"]),
-            TreeEntry::File {
-                data: &mut &b"x"[..],
-                mode: 0o644,
-                mtime: None,
-            },
-        )
-        .unwrap();
+        put_dir(&mut w, &[], 0o755);
+        put_file(&mut w, &["f"], b"x").unwrap();
         // Links are copied as stored, but no entry is written through one.
         w.put("l", &s(&["l"]), TreeEntry::Symlink { target: b"../../x" })
             .unwrap();
@@ -538,25 +537,8 @@ mod tests {
 
         let staged = StagedDownload::new(&target, DownloadKind::Directory).unwrap();
         let mut w = staged.writer();
-        w.put(
-            "",
-            &[],
-            TreeEntry::Directory {
-                mode: 0o750,
-                mtime: None,
-            },
-        )
-        .unwrap();
-        w.put(
-            "f",
-            &s(&["f"]),
-            TreeEntry::File {
-                data: &mut &b"x"[..],
-                mode: 0o644,
-                mtime: None,
-            },
-        )
-        .unwrap();
+        put_dir(&mut w, &[], 0o750);
+        put_file(&mut w, &["f"], b"x").unwrap();
         w.put("l", &s(&["l"]), TreeEntry::Symlink { target: b"f" })
             .unwrap();
         w.finish().unwrap();
@@ -591,26 +573,9 @@ mod tests {
         .unwrap();
         let staged = StagedDownload::new(&dir, DownloadKind::Directory).unwrap();
         let mut w = staged.writer();
-        w.put(
-            "",
-            &[],
-            TreeEntry::Directory {
-                mode: 0o755,
-                mtime: None,
-            },
-        )
-        .unwrap();
+        put_dir(&mut w, &[], 0o755);
         for name in ["a", "p"] {
-            w.put(
-                name,
-                &s(&[name]),
-                TreeEntry::File {
-                    data: &mut &b"x"[..],
-                    mode: 0o644,
-                    mtime: None,
-                },
-            )
-            .unwrap();
+            put_file(&mut w, &[name], b"x").unwrap();
         }
         w.finish().unwrap();
         let err = staged.commit().unwrap_err();
@@ -645,37 +610,11 @@ mod tests {
             let mut w = staged.writer();
             match kind {
                 DownloadKind::Directory => {
-                    w.put(
-                        "",
-                        &[],
-                        TreeEntry::Directory {
-                            mode: 0o755,
-                            mtime: None,
-                        },
-                    )
-                    .unwrap();
-                    w.put(
-                        "g",
-                        &s(&["g"]),
-                        TreeEntry::File {
-                            data: &mut &b"d"[..],
-                            mode: 0o644,
-                            mtime: None,
-                        },
-                    )
-                    .unwrap();
+                    put_dir(&mut w, &[], 0o755);
+                    put_file(&mut w, &["g"], b"d").unwrap();
                 }
                 DownloadKind::File { .. } => {
-                    w.put(
-                        "",
-                        &[],
-                        TreeEntry::File {
-                            data: &mut &b"f"[..],
-                            mode: 0o644,
-                            mtime: None,
-                        },
-                    )
-                    .unwrap();
+                    put_file(&mut w, &[], b"f").unwrap();
                 }
             }
             w.finish().unwrap();
@@ -686,32 +625,10 @@ mod tests {
         // A file into an existing real directory lands inside it.
         let staged = StagedDownload::new(&target, DownloadKind::File { name: "f" }).unwrap();
         let mut w = staged.writer();
-        w.put(
-            "",
-            &[],
-            TreeEntry::File {
-                data: &mut &b"f"[..],
-                mode: 0o644,
-                mtime: None,
-            },
-        )
-        .unwrap();
+        put_file(&mut w, &[], b"f").unwrap();
         w.finish().unwrap();
         staged.commit().unwrap();
         assert_eq!(fs::read(target.join("f")).unwrap(), b"f");
-    }
-
-    fn dir(w: &mut TreeWriter, rel: &[&str]) {
-        let name = rel.join("/");
-        w.put(
-            &name,
-            &s(rel),
-            TreeEntry::Directory {
-                mode: 0o755,
-                mtime: None,
-            },
-        )
-        .unwrap();
     }
 
     /// Three downloads into nested targets: the first leaves `d/l -> ../y/..` beside a real
@@ -724,9 +641,9 @@ mod tests {
         let t1 = tmp.path().join("d1/t1");
         let staged = StagedDownload::new(&t1, DownloadKind::Directory).unwrap();
         let mut w = staged.writer();
-        dir(&mut w, &[]);
-        dir(&mut w, &["y"]);
-        dir(&mut w, &["d"]);
+        put_dir(&mut w, &[], 0o755);
+        put_dir(&mut w, &["y"], 0o755);
+        put_dir(&mut w, &["d"], 0o755);
         w.put(
             "d/l",
             &s(&["d", "l"]),
@@ -738,7 +655,7 @@ mod tests {
 
         let staged = StagedDownload::new(&t1, DownloadKind::Directory).unwrap();
         let mut w = staged.writer();
-        dir(&mut w, &[]);
+        put_dir(&mut w, &[], 0o755);
         w.put("y", &s(&["y"]), TreeEntry::Symlink { target: b"." })
             .unwrap();
         w.finish().unwrap();
@@ -752,15 +669,7 @@ mod tests {
         let result = StagedDownload::new(&target, DownloadKind::File { name: "escaped" }).and_then(
             |staged| {
                 let mut w = staged.writer();
-                w.put(
-                    "",
-                    &[],
-                    TreeEntry::File {
-                        data: &mut &b"x"[..],
-                        mode: 0o644,
-                        mtime: None,
-                    },
-                )?;
+                put_file(&mut w, &[], b"x")?;
                 w.finish()?;
                 staged.commit()
             },
@@ -789,16 +698,7 @@ mod tests {
             let target = tmp.path().join(via).join(format!("f-{via}"));
             let staged = StagedDownload::new(&target, DownloadKind::File { name: "f" }).unwrap();
             let mut w = staged.writer();
-            w.put(
-                "",
-                &[],
-                TreeEntry::File {
-                    data: &mut &b"x"[..],
-                    mode: 0o644,
-                    mtime: None,
-                },
-            )
-            .unwrap();
+            put_file(&mut w, &[], b"x").unwrap();
             w.finish().unwrap();
             staged.commit().unwrap();
             assert_eq!(fs::read(real.join(format!("f-{via}"))).unwrap(), b"x");
@@ -820,8 +720,8 @@ mod tests {
         std::os::unix::fs::symlink(".", target.join("a")).unwrap();
         let staged = StagedDownload::new(&target, DownloadKind::Directory).unwrap();
         let mut w = staged.writer();
-        dir(&mut w, &[]);
-        dir(&mut w, &["d"]);
+        put_dir(&mut w, &[], 0o755);
+        put_dir(&mut w, &["d"], 0o755);
         w.put(
             "d/m",
             &s(&["d", "m"]),
