@@ -1704,6 +1704,31 @@ pub async fn session_interrupt_races_the_command(h: &Harness) {
     m.close().await.unwrap();
 }
 
+/// A session's commands start with the default signal dispositions and no signal blocked,
+/// as a shell on a terminal starts them: `while :; do echo y; done | head -n 1` ends when
+/// `head` exits (the loop is killed by SIGPIPE), and (interactive) a command's
+/// `/proc/self/status` shows nothing ignored or blocked. (The relay is a Rust program, and
+/// Rust ignores SIGPIPE at start: a shell that inherited that ignored it, and so did every
+/// command it ran, which then looped on EPIPE for ever.)
+pub async fn session_commands_get_default_signals(h: &Harness) {
+    let Some((m, s, kind)) = open_session(h).await else {
+        return;
+    };
+    assert_eq!(
+        complete(&*s, "while :; do echo y; done | head -n 1").await,
+        ("y\n".into(), 0)
+    );
+    if kind == SessionKind::Interactive {
+        let (out, code) = complete(&*s, "grep -E '^Sig(Ign|Blk):' /proc/self/status").await;
+        assert_eq!(code, 0, "{out:?}");
+        assert_eq!(
+            out, "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n",
+            "a session command's blocked and ignored signals"
+        );
+    }
+    m.close().await.unwrap();
+}
+
 /// A background job that ends between two calls leaves the shell as it was: the next call
 /// completes with the shell's state (busybox ash took the SIGCHLD at its prompt for end of
 /// input and exited).
@@ -2625,6 +2650,7 @@ macro_rules! conformance_tests {
             session_prompt_cannot_be_faked,
             session_interrupt_races_the_command,
             session_late_interrupt_is_harmless,
+            session_commands_get_default_signals,
             session_background_job_ending_between_calls,
             session_reset_after_exit,
             session_output_is_exact,

@@ -264,8 +264,15 @@ pub(crate) fn main() -> ! {
             fail("fork");
         }
         if pid == 0 {
-            // The program: a new session whose controlling terminal is the slave.
-            signal(SIGCHLD, 0);
+            // The program: a new session whose controlling terminal is the slave, with
+            // the default disposition of every signal and none blocked, as a login
+            // terminal's shell starts (the relay is a Rust program: std ignores SIGPIPE at
+            // start, and an ignored signal survives exec, so the shell and every command it
+            // ran ignored it and looped on EPIPE, e.g. `while :; do echo; done | head -1`).
+            for sig in 1..=64 {
+                super::sys::default_signal(sig);
+            }
+            super::sys::unblock_signals();
             setsid();
             if ioctl(slave, TIOCSCTTY, 0u64) != 0 {
                 fail("make the terminal the controlling terminal");
