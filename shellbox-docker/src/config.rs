@@ -286,6 +286,31 @@ pub(crate) fn validate_exec_size(spec: &MachineSpec, command: &Command) -> Resul
     )
 }
 
+/// Checks the spec's limits against the least a docker machine runs with
+/// ([`crate::MIN_PIDS_LIMIT`], [`crate::MIN_MEMORY_MB`]), on every engine.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming the field when `pids_limit` or `memory_mb` is below it.
+pub(crate) fn validate_limits(spec: &MachineSpec) -> Result<(), Error> {
+    if spec.pids_limit < crate::MIN_PIDS_LIMIT {
+        return Err(Error::invalid(format!(
+            "pids_limit {} is below {}, the least a docker machine runs with: the limit \
+             counts the container's own tasks too (its keep-alive shell, the supervisor's \
+             threads, a keeper per running command)",
+            spec.pids_limit,
+            crate::MIN_PIDS_LIMIT
+        )));
+    }
+    if let Some(mb) = spec.memory_mb.filter(|mb| *mb < crate::MIN_MEMORY_MB) {
+        return Err(Error::invalid(format!(
+            "memory_mb {mb} is below {}, the least a docker machine runs with (the Docker \
+             Engine's minimum memory limit, 6 MiB)",
+            crate::MIN_MEMORY_MB
+        )));
+    }
+    Ok(())
+}
+
 /// Checks a spec's environment alone (it is the container's, in every exec) against what
 /// `execve(2)` accepts, as [`validate_exec_size`] does for a command.
 ///

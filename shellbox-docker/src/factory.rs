@@ -266,12 +266,14 @@ impl DockerMachineFactory {
     /// container ID and client).
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a spec failing validation, a malformed registry
+    /// [`Error::InvalidInput`] for a spec failing validation, a `pids_limit` below
+    /// [`MIN_PIDS_LIMIT`](crate::MIN_PIDS_LIMIT) or a `memory_mb` below
+    /// [`MIN_MEMORY_MB`](crate::MIN_MEMORY_MB) (on every engine), a malformed registry
     /// reference, or a [`label`](Self::label) with an empty key, a NUL byte or a key in
     /// shellbox's `dev.shellbox.` namespace; [`Error::Unsupported`] for a source other than docker, registry,
     /// dockerfile or archive, an image without `setsid`, or a field the engine refuses
-    /// (`storage_mb`, `gpus`, `cpus`, `memory_mb`, the runtime; the reason quotes the
-    /// engine) or creates the container without (`memory_mb`, `cpus`, `pids_limit` reported
+    /// (`storage_mb`, `gpus`, `cpus` — the Docker Engine refuses more than its CPUs,
+    /// Podman takes them —, `memory_mb`, the runtime; the reason quotes the engine) or creates the container without (`memory_mb`, `cpus`, `pids_limit` reported
     /// discarded in the create response's `Warnings`), and on Podman for `gpus` or a runtime
     /// (which its compatible API ignores); [`Error::NotFound`] for a missing Dockerfile, context or archive;
     /// [`Error::Backend`] for other engine failures (a missing Docker image, a failed pull or
@@ -326,13 +328,15 @@ impl DockerMachineFactory {
         made
     }
 
-    /// What every create checks first: the command path setting, the spec, its env's size,
-    /// the factory's labels.
+    /// What every create checks first: the command path setting, the spec, its limits
+    /// against the least a machine runs with ([`crate::MIN_PIDS_LIMIT`],
+    /// [`crate::MIN_MEMORY_MB`]), its env's size, the factory's labels.
     fn check_create(&self, spec: &MachineSpec) -> Result<(), Error> {
         if let Some(e) = &self.path_error {
             return Err(Error::invalid(e.clone()));
         }
         spec.validate()?;
+        crate::config::validate_limits(spec)?;
         crate::config::validate_spec_env_size(spec)?;
         for (key, value) in &self.labels {
             validate_label(key, value)?;

@@ -149,6 +149,28 @@ pub const DOCKER_CAPABILITIES: shellbox_core::Capabilities =
         .with_snapshots()
         .with_shell_sessions(shellbox_core::SessionKind::Interactive);
 
+/// The smallest [`MachineSpec::pids_limit`](shellbox_core::MachineSpec::pids_limit) a
+/// docker machine takes: the container's pids cgroup also holds the keep-alive shell, the
+/// supervisor with its threads and a keeper per running command. Measured on Docker 20.10
+/// and Podman 4.3.1 (cgroup v1, runc) with the supervisor's command path: below 8 the create
+/// fails (the engine's 409 or 500 for an exec in a container whose keep-alive could not
+/// start, a `can't fork`, a thread the supervisor cannot start), 8 runs no command that
+/// forks, 9 no session command that forks, 10 runs a pipeline with a background job and a
+/// session command. Below it `check_environment` and `create` give
+/// [`Error::InvalidInput`](shellbox_core::Error::InvalidInput), as the local backend does
+/// below its own least (`shellbox_local::MIN_PIDS_LIMIT`, 16).
+pub const MIN_PIDS_LIMIT: u32 = 10;
+
+/// The smallest [`MachineSpec::memory_mb`](shellbox_core::MachineSpec::memory_mb) a docker
+/// machine takes: the Docker Engine's own least (`Minimum memory limit allowed is 6MB`, 6
+/// MiB), which it refuses below at create. Podman sets no such floor, but its runtime
+/// refuses a limit below what the container already uses as it starts (1 MiB: "unable to
+/// set memory limit to 1048576 (current usage: 2359296 ...)"), which varies; the backend
+/// takes Docker's floor on both engines, so a spec gets one verdict wherever it runs. Below
+/// it `check_environment` and `create` give
+/// [`Error::InvalidInput`](shellbox_core::Error::InvalidInput).
+pub const MIN_MEMORY_MB: u64 = 6;
+
 pub use bollard;
 pub use factory::DockerMachineFactory;
 #[doc(hidden)]

@@ -524,11 +524,13 @@ async fn refusal(f: &DockerMachineFactory, spec: MachineSpec, field: &str) -> Op
     if let Err(e) = &checked {
         assert!(e.to_string().contains(field), "{e}");
     }
-    assert_eq!(
-        containers_with_marker(f.docker(), &mark).await,
-        0,
-        "a refused create left its container"
-    );
+    if result.is_err() {
+        assert_eq!(
+            containers_with_marker(f.docker(), &mark).await,
+            0,
+            "a refused create left its container"
+        );
+    }
     match result {
         Err(Error::Unsupported(u)) => {
             assert!(u.reason.contains(field), "{u:?}");
@@ -578,6 +580,96 @@ async fn engine_refusals_are_unsupported_with_the_engines_reason() {
         .expect("an unknown runtime was accepted");
     assert!(reason.contains("runtime"), "{reason}");
     assert_eq!(reason.contains("Podman"), podman, "{reason}");
+}
+
+/// The least `pids_limit` (10) and `memory_mb` (6) a docker machine runs with, on Docker and
+/// Podman: below them `check_environment` and `create` both refuse with
+/// [`Error::InvalidInput`] naming the field (issue 12's break-it pass: `pids_limit` 1 was
+/// the engine's 409 at create and `memory_mb` 1 its "Minimum memory limit allowed is 6MB",
+/// after `check_environment` said yes); at them, the machine runs a pipeline with a
+/// background job and its session runs a command.
+#[tokio::test(flavor = "multi_thread")]
+async fn limits_below_the_least_a_machine_runs_with_are_invalid_input() {
+    let Some(f) =
+        common::setup("limits_below_the_least_a_machine_runs_with_are_invalid_input").await
+    else {
+        return;
+    };
+    let none = shellbox_core::ExecutionRequirements::default();
+    for (field, spec) in [
+        ("pids_limit", common::spec().pids_limit(1)),
+        ("pids_limit", common::spec().pids_limit(9)),
+        ("memory_mb", common::spec().memory_mb(1)),
+        ("memory_mb", common::spec().memory_mb(5)),
+    ] {
+        let mark = marker();
+        let spec = spec.env("SHELLBOX_TEST_MARK", &mark);
+        let checked = f.check_environment(&none, &spec).await;
+        let created = f.create_machine(spec.clone()).await;
+        let created = match created {
+            Ok(m) => {
+                m.close().await.unwrap();
+                Ok(())
+            }
+            Err(e) => Err(e),
+        };
+        for (what, result) in [("check_environment", checked), ("create", created)] {
+            match result {
+                Err(Error::InvalidInput(reason)) => assert!(reason.contains(field), "{reason}"),
+                other => panic!("{what} of {field} {spec:?}: {other:?}"),
+            }
+        }
+        assert_eq!(containers_with_marker(f.docker(), &mark).await, 0);
+    }
+    let least = common::spec()
+        .pids_limit(shellbox_docker::MIN_PIDS_LIMIT)
+        .memory_mb(shellbox_docker::MIN_MEMORY_MB);
+    assert_eq!(
+        (
+            shellbox_docker::MIN_PIDS_LIMIT,
+            shellbox_docker::MIN_MEMORY_MB
+        ),
+        (10, 6)
+    );
+    f.check_environment(&none, &least).await.unwrap();
+    let m = f.create_machine(least).await.unwrap();
+    let r = sh(&m, "echo a | cat; sleep 0.1 & wait").await;
+    assert_eq!(
+        (text(&r.stdout), r.exit_code),
+        ("a\n".into(), Some(0)),
+        "{r:?}"
+    );
+    let s = m.open_shell().await.unwrap();
+    let u = s
+        .execute("echo sess | cat", Duration::from_secs(30), 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(text(&u.output), "sess\n", "{u:?}");
+    assert_eq!(u.exit_code, Some(0), "{u:?}");
+    m.close().await.unwrap();
+}
+
+/// `cpus` past the CPUs the engine has (`GET /info`'s `NCPU`): the Docker Engine refuses
+/// the create ("Range of CPUs is from 0.01 to N"), so `check_environment` refuses it too,
+/// with the same [`Error::Unsupported`] (issue 12's break-it pass: it said yes); Podman
+/// takes such a limit and runs the machine, so both accept it there.
+#[tokio::test(flavor = "multi_thread")]
+async fn cpus_past_the_engines_cpus() {
+    let Some(f) = common::setup("cpus_past_the_engines_cpus").await else {
+        return;
+    };
+    let ncpu = f.docker().info().await.unwrap().ncpu.unwrap_or(1);
+    let cpus = u32::try_from(ncpu).unwrap() + 1;
+    let reason = refusal(&f, common::spec().cpus(cpus), "cpus").await;
+    if f.is_podman().await.unwrap() {
+        assert_eq!(reason, None);
+    } else {
+        let reason = reason.expect("the Docker Engine took more cpus than it has");
+        assert!(reason.contains(&format!("{ncpu}")), "{reason}");
+    }
+    // As many as it has: accepted by both.
+    let cpus = u32::try_from(ncpu).unwrap();
+    assert_eq!(refusal(&f, common::spec().cpus(cpus), "cpus").await, None);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -51,6 +51,8 @@ impl DockerMachineFactory {
     /// present, a registry reference well formed, a Dockerfile and archive must exist), and
     /// what the engine reports it cannot give (`GET /info`): a runtime it does not have,
     /// `storage_mb` on a storage driver that cannot bound a container ([`storage_refusal`]),
+    /// on the Docker Engine `cpus` past its `NCPU` (which it refuses at create; Podman
+    /// takes them),
     /// `gpus` with no `nvidia` runtime (the NVIDIA Container Toolkit's; an engine with only
     /// its hook on the daemon's `PATH` can still give GPUs, which this cannot see).
     pub(crate) async fn check_docker_spec(&self, spec: &MachineSpec) -> Result<(), Error> {
@@ -58,7 +60,11 @@ impl DockerMachineFactory {
         self.capabilities().check_spec(self.backend(), spec)?;
         self.refuse_what_podman_ignores(spec).await?;
         crate::image::check(&self.docker, &spec.source).await?;
-        if self.runtime.is_none() && spec.storage_mb.is_none() && spec.gpus == 0 {
+        if self.runtime.is_none()
+            && spec.storage_mb.is_none()
+            && spec.gpus == 0
+            && spec.cpus.is_none()
+        {
             return Ok(());
         }
         let info = self
@@ -90,6 +96,15 @@ impl DockerMachineFactory {
             if let Some(why) = storage_refusal(driver, status) {
                 return Err(Error::unsupported(format!(
                     "the Docker Engine cannot honour storage_mb: {why}"
+                )));
+            }
+        }
+        if let (Some(cpus), Some(ncpu)) = (spec.cpus, info.ncpu) {
+            // Podman takes a CPU limit past the host's CPUs (the quota is only a bound).
+            if i64::from(cpus) > ncpu && self.engine().await? == super::Engine::Docker {
+                return Err(Error::unsupported(format!(
+                    "the Docker Engine cannot honour cpus: {cpus} is more than the {ncpu} CPUs \
+                     it has (GET /info NCPU; it refuses NanoCPUs past them at create)"
                 )));
             }
         }
