@@ -50,6 +50,7 @@ __all__ = [
     "Stdout",
     "StreamEvent",
     "UnsupportedMachineSpec",
+    "CAPABILITY_NAMES",
     "check_execution_requirements",
 ]
 
@@ -249,6 +250,10 @@ class ExecutionRequirements:
     docker_image: str | None = None
 
 
+#: The task capability names of the reference library, in its order.
+CAPABILITY_NAMES = ("shell", "filesystem", "python", "process", "network", "git_repository")
+
+
 def check_execution_requirements(
     requirements: ExecutionRequirements,
     spec: MachineSpec,
@@ -260,7 +265,14 @@ def check_execution_requirements(
     ``capabilities`` and the image reference it would run (``docker_image``): the semantics
     must match; every requested capability must be offered (the missing ones are named,
     sorted, comma-separated); ``network`` needs ``NetworkPolicy.ALLOW``; a requested
-    ``docker_image`` must be the one the backend runs. Raises :class:`UnsupportedMachineSpec`."""
+    ``docker_image`` must be the one the backend runs. Raises :class:`UnsupportedMachineSpec`,
+    or :class:`ValueError` first for a capability name no backend has (the server's
+    ``invalid_input``)."""
+    unknown = sorted({c for c in requirements.capabilities if c not in CAPABILITY_NAMES})
+    if unknown:
+        raise ValueError(
+            f"unknown capability names: {', '.join(unknown)} (the names are {', '.join(CAPABILITY_NAMES)})"
+        )
     wanted = requirements.command_semantics
     if wanted is not None and CommandSemantics(wanted) != semantics:
         raise UnsupportedMachineSpec(

@@ -293,6 +293,10 @@ def test_check_environment() -> None:
     check_execution_requirements(ExecutionRequirements(None, ("network",)), allow, linux, caps)
     with pytest.raises(UnsupportedMachineSpec, match="docker image"):
         check_execution_requirements(ExecutionRequirements(docker_image="img"), spec, linux, caps, "other")
+    # An unknown name is malformed input (ValueError, not UnsupportedMachineSpec), before any rule.
+    with pytest.raises(ValueError, match="names: bogus, zeta") as refused:
+        check_execution_requirements(ExecutionRequirements(linux, ("zeta", "shell", "bogus")), spec, linux, caps)
+    assert not isinstance(refused.value, UnsupportedMachineSpec)
 
 
 def test_cancelling_the_awaiting_task_kills_the_command(backend: str, tmp_path: Path) -> None:

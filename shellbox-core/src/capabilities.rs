@@ -308,7 +308,9 @@ pub fn list_names<S: AsRef<str>>(names: &[S]) -> String {
 ///
 /// # Errors
 /// [`Error::InvalidInput`] for a `docker_image` that is empty or blank (no image has that
-/// reference); else [`Error::Unsupported`] saying which rule failed.
+/// reference) or a capability name not in [`CAPABILITY_NAMES`] (named, sorted; judged
+/// before the rules: no backend has such a capability); else [`Error::Unsupported`] saying
+/// which rule failed.
 pub fn check_execution_requirements(
     capabilities: &Capabilities,
     requirements: &ExecutionRequirements,
@@ -323,6 +325,21 @@ pub fn check_execution_requirements(
         return Err(Error::invalid(
             "docker_image: an image reference must not be empty",
         ));
+    }
+    let mut unknown: Vec<&str> = requirements
+        .capabilities
+        .iter()
+        .map(String::as_str)
+        .filter(|c| !CAPABILITY_NAMES.contains(c))
+        .collect();
+    if !unknown.is_empty() {
+        unknown.sort_unstable();
+        unknown.dedup();
+        return Err(Error::invalid(format!(
+            "unknown capability names: {} (the names are {})",
+            list_names(&unknown),
+            CAPABILITY_NAMES.join(", ")
+        )));
     }
     if let Some(wanted) = requirements.command_semantics {
         if wanted != capabilities.command_semantics {
@@ -396,12 +413,21 @@ mod tests {
         );
         let semantics = ExecutionRequirements {
             command_semantics: Some(CommandSemantics::LinuxProcess),
-            capabilities: vec!["bogus".into()],
+            capabilities: vec!["python".into()],
             ..Default::default()
         };
         // Semantics are judged before capabilities.
         let e = check_execution_requirements(&sim, &semantics, &spec, None).unwrap_err();
         assert!(e.to_string().contains("linux_process"), "{e}");
+        // An unknown name is malformed input, before any rule (issue 12's break-it pass:
+        // it was Unsupported, as if another backend could have it).
+        let unknown = ExecutionRequirements {
+            capabilities: vec!["zeta".into(), "shell".into(), "bogus".into(), "zeta".into()],
+            ..semantics
+        };
+        let e = check_execution_requirements(&sim, &unknown, &spec, None).unwrap_err();
+        assert!(matches!(e, Error::InvalidInput(_)), "{e:?}");
+        assert!(e.to_string().contains("names: bogus, zeta ("), "{e}");
 
         let linux = Capabilities::linux_process().with_sources(&["host"]);
         let host = MachineSpec::host();

@@ -421,7 +421,8 @@ pub async fn bad_program_and_kernel_dirs_refused(h: &Harness) {
 
 /// `check_environment` follows the declared [`Capabilities`](crate::Capabilities): the
 /// harness spec with every declared capability passes; an undeclared one, other command
-/// semantics and `network` under deny are refused; and whatever it refuses for a spec,
+/// semantics and `network` under deny are refused; an unknown capability name is
+/// [`Error::InvalidInput`]; and whatever it refuses for a spec,
 /// `create` refuses too, with the same [`Error::kind`] (it is never stricter than `create`).
 pub async fn check_environment_follows_capabilities(h: &Harness) {
     use crate::{CommandSemantics, ExecutionRequirements, NetworkPolicy, CAPABILITY_NAMES};
@@ -461,6 +462,21 @@ pub async fn check_environment_follows_capabilities(h: &Harness) {
             "{e}"
         );
     }
+    // A name no backend knows is the caller's mistake, whatever the backend offers.
+    let unknown = ExecutionRequirements {
+        capabilities: vec!["shell".into(), "shellbox-no-such-capability".into()],
+        ..Default::default()
+    };
+    let e = h
+        .factory
+        .check_environment(&unknown, &h.spec)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidInput(_))
+            && e.to_string().contains("shellbox-no-such-capability"),
+        "{e:?}"
+    );
     let other = match caps.command_semantics {
         CommandSemantics::LinuxProcess => CommandSemantics::ShellSimulator,
         CommandSemantics::ShellSimulator => CommandSemantics::LinuxProcess,
@@ -523,7 +539,8 @@ pub async fn check_environment_follows_capabilities(h: &Harness) {
 
 /// `check_environment` gives `create`'s verdict without acquiring anything: for each spec
 /// of a list that tries every spec field (bad and kernel workdirs, a workdir in a system
-/// directory, each resource limit, oversized `storage_mb`, network, env names, every image
+/// directory, each resource limit, oversized `storage_mb`, a `pids_limit` or `memory_mb` too
+/// small to run anything and more `cpus` than any host has, network, env names, every image
 /// source kind with a missing image, file or bad reference, read-only paths and mounts that
 /// do not exist or lie in a system directory, package specs with present and missing
 /// tools, and `pypi_packages` where the backend has no `python`), either both accept it or
@@ -584,6 +601,9 @@ pub async fn check_environment_agrees_with_create(h: &Harness) {
         ("gpus", base.clone().gpus(1)),
         ("network allow", base.clone().network(NetworkPolicy::Allow)),
         ("pids_limit 0", base.clone().pids_limit(0)),
+        ("pids_limit 1", base.clone().pids_limit(1)),
+        ("memory_mb 1", base.clone().memory_mb(1)),
+        ("cpus past any host's", base.clone().cpus(1 << 20)),
         ("an env name with =", base.clone().env("A=B", "x")),
         ("an empty env name", base.clone().env("", "x")),
         ("sim source", with(ImageSource::Sim(Default::default()))),
