@@ -91,6 +91,25 @@ pub enum PyenvError {
         reason: String,
     },
 
+    /// [`check_resolve`](crate::check_resolve) found that uv could not download the
+    /// CPython version asked for: its download (the URL `uv python list --only-downloads`
+    /// names, the mirror's when one is set) is not in `UV_PYTHON_CACHE_DIR` and cannot be
+    /// reached from here (`UV_OFFLINE`, a missing `file:` mirror, a host that does not
+    /// resolve or accept a connection, directly or through the proxy variables).
+    #[error(
+        "interpreter downloads are unavailable here: uv could not download CPython {version} \
+         from {url} ({reason}; pass the path of an installed interpreter instead, or set \
+         UV_PYTHON_INSTALL_MIRROR to a reachable mirror)"
+    )]
+    DownloadUnreachable {
+        /// The CPython version that was requested.
+        version: String,
+        /// Where uv would download it from.
+        url: String,
+        /// Why it cannot be reached.
+        reason: String,
+    },
+
     /// uv could not download the CPython version a resolve asked for and no local
     /// interpreter was named (`python_interpreter`), so neither way to get a Python works.
     #[error(
@@ -102,7 +121,8 @@ pub enum PyenvError {
     InterpreterUnavailable {
         /// The requested version.
         version: String,
-        /// The [`PyenvError::DownloadUnavailable`] of `uv python install`.
+        /// The [`PyenvError::DownloadUnavailable`] of `uv python install` (or the
+        /// [`PyenvError::DownloadUnreachable`] of [`check_resolve`](crate::check_resolve)).
         source: Box<PyenvError>,
     },
 
@@ -223,13 +243,15 @@ pub enum PyenvError {
 }
 
 impl PyenvError {
-    /// Whether this is [`PyenvError::DownloadUnavailable`] (or the
-    /// [`PyenvError::InterpreterUnavailable`] wrapping it): the host cannot download
-    /// interpreters, so only the interpreter-path form of `python` can work here.
+    /// Whether this is [`PyenvError::DownloadUnavailable`], [`PyenvError::DownloadUnreachable`]
+    /// (or the [`PyenvError::InterpreterUnavailable`] wrapping either): the host cannot
+    /// download interpreters, so only the interpreter-path form of `python` can work here.
     pub fn is_download_unavailable(&self) -> bool {
         matches!(
             self,
-            PyenvError::DownloadUnavailable { .. } | PyenvError::InterpreterUnavailable { .. }
+            PyenvError::DownloadUnavailable { .. }
+                | PyenvError::DownloadUnreachable { .. }
+                | PyenvError::InterpreterUnavailable { .. }
         )
     }
 

@@ -333,15 +333,19 @@ pub fn resolve_python_environment_with<S: AsRef<str>>(
 /// `check_environment`. It checks the version, the requirements and the interpreter as the
 /// resolve does first; then, unless the cache already holds the finished environment for
 /// this key (its lock and its completion marker: such a resolve needs neither uv nor the
-/// network), that uv can be found and that the cache's key directory can be made (its
+/// network), that uv can be found, that without a `python_interpreter` uv could download
+/// CPython `V` (where it would download from is asked of uv and reached, not downloaded:
+/// see `uv::check_download`), and that the cache's key directory can be made (its
 /// nearest existing ancestor is a directory this process may write). Whether the packages
 /// exist and have wheels is not checked: that needs uv and the network. Blocking (it may
-/// run the interpreter).
+/// run the interpreter and uv, and connect to the download's host, up to 5 s per address).
 ///
 /// # Errors
 /// Those [`resolve_python_environment_with`] gives for the same inputs before it runs uv:
 /// [`PyenvError::InvalidPython`], [`PyenvError::InvalidRequirement`],
-/// [`PyenvError::InterpreterUnusable`], [`PyenvError::UvMissing`], and [`PyenvError::Io`]
+/// [`PyenvError::InterpreterUnusable`], [`PyenvError::UvMissing`],
+/// [`PyenvError::InterpreterUnavailable`] (wrapping [`PyenvError::DownloadUnreachable`])
+/// when no interpreter was given and uv could not download one, and [`PyenvError::Io`]
 /// ("create directory") when the key directory could not be made.
 pub fn check_resolve<S: AsRef<str>>(
     cache: impl AsRef<Path>,
@@ -363,7 +367,15 @@ pub fn check_resolve<S: AsRef<str>>(
     if finished {
         return Ok(());
     }
-    locate_uv(&options.build)?;
+    let uv = locate_uv(&options.build)?;
+    if interpreter.is_none() {
+        crate::uv::check_download(&uv, python_version, &options.build).map_err(|e| {
+            PyenvError::InterpreterUnavailable {
+                version: python_version.to_string(),
+                source: Box::new(e),
+            }
+        })?;
+    }
     let mut existing = directory.as_path();
     while std::fs::symlink_metadata(existing).is_err() {
         match existing.parent() {

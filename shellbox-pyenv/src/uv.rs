@@ -239,6 +239,193 @@ pub(crate) fn locate_uv(options: &BuildOptions) -> Result<PathBuf, PyenvError> {
     })
 }
 
+/// How long [`check_download`] waits for one connection to the download's host (or proxy).
+const PROBE_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether `uv python install V` could get CPython `version` here, judged without
+/// downloading it (for [`check_resolve`](crate::check_resolve)): asks uv where it would
+/// download from (`uv python list --no-config --only-downloads --show-urls V`, with the
+/// options' mirror as `UV_PYTHON_INSTALL_MIRROR`, as the install step gets it), then
+/// accepts when the archive is in `UV_PYTHON_CACHE_DIR` (where uv keeps downloaded archives
+/// when that is set), else refuses under `UV_OFFLINE`, and otherwise checks that the URL
+/// can be reached: a `file:` URL's file exists; an `http(s)` URL's host (or the proxy of
+/// `HTTPS_PROXY`/`HTTP_PROXY`/`ALL_PROXY`, either case) resolves and accepts a TCP
+/// connection within [`PROBE_CONNECT_TIMEOUT`] (for uv's default host, the GitHub releases
+/// it falls back to count too). Whether the server then has the file is not checked. When
+/// uv names no download (an unknown version, uv failing), nothing is judged here: the
+/// install step says what is wrong.
+///
+/// # Errors
+/// [`PyenvError::DownloadUnreachable`] when the download cannot be reached.
+pub(crate) fn check_download(
+    uv: &Path,
+    version: &str,
+    options: &BuildOptions,
+) -> Result<(), PyenvError> {
+    let mut command = std::process::Command::new(uv);
+    command.args([
+        "python",
+        "list",
+        "--no-config",
+        "--only-downloads",
+        "--show-urls",
+        version,
+    ]);
+    if let Some(mirror) = &options.python_install_mirror {
+        command.env("UV_PYTHON_INSTALL_MIRROR", mirror);
+    }
+    let output = match command.stdin(Stdio::null()).output() {
+        Ok(output) if output.status.success() => output,
+        _ => return Ok(()),
+    };
+    let Some(url) = download_url(&String::from_utf8_lossy(&output.stdout), version) else {
+        return Ok(());
+    };
+    let refused = |reason: String| PyenvError::DownloadUnreachable {
+        version: version.to_string(),
+        url: url.clone(),
+        reason,
+    };
+    if let Some(dir) = std::env::var_os("UV_PYTHON_CACHE_DIR").filter(|d| !d.is_empty()) {
+        let name = percent_decode(url.rsplit('/').next().unwrap_or_default());
+        if Path::new(&dir).join(name).is_file() {
+            return Ok(());
+        }
+    }
+    if env_flag("UV_OFFLINE") {
+        return Err(refused(
+            "UV_OFFLINE is set and the archive is not in UV_PYTHON_CACHE_DIR".into(),
+        ));
+    }
+    if let Some(path) = url.strip_prefix("file://") {
+        let path = percent_decode(path);
+        return if Path::new(&path).is_file() {
+            Ok(())
+        } else {
+            Err(refused(format!("no file {path}")))
+        };
+    }
+    let Some((scheme, host, port)) = url_authority(&url) else {
+        return Ok(());
+    };
+    let proxy = proxy_for(&scheme);
+    let mut targets = vec![match &proxy {
+        Some(p) => p.clone(),
+        None => (host.clone(), port),
+    }];
+    if proxy.is_none() && host == "releases.astral.sh" {
+        targets.push(("github.com".to_string(), 443));
+    }
+    let mut why = Vec::new();
+    for (host, port) in &targets {
+        match connect(host, *port) {
+            Ok(()) => return Ok(()),
+            Err(e) => why.push(format!("{host}:{port}: {e}")),
+        }
+    }
+    let through = if proxy.is_some() { " (the proxy)" } else { "" };
+    Err(refused(format!(
+        "cannot connect to {}{through}",
+        why.join("; ")
+    )))
+}
+
+/// The URL of `uv python list --show-urls` output for CPython `version`: the second field of
+/// the first line whose key names it.
+fn download_url(listing: &str, version: &str) -> Option<String> {
+    let key = format!("cpython-{version}-");
+    listing.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let name = fields.next()?;
+        let url = fields.next()?;
+        (name.starts_with(&key) && url.contains("://")).then(|| url.to_string())
+    })
+}
+
+/// Whether an environment flag is set to something other than empty, `0` or `false`.
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false" | "no"))
+}
+
+/// `%XX` escapes decoded (a URL path's file name).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `(scheme, host, port)` of an `http`, `https` (or proxy) URL; `None` for another scheme.
+fn url_authority(url: &str) -> Option<(String, String, u16)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "https" => 443,
+        "http" => 80,
+        "socks5" | "socks5h" => 1080,
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit('@').next()?;
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (host, after) = v6.split_once(']')?;
+            (host, after.strip_prefix(':'))
+        }
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    let port = match port {
+        Some(p) => p.parse().ok()?,
+        None => default_port,
+    };
+    (!host.is_empty()).then(|| (scheme, host.to_string(), port))
+}
+
+/// The proxy uv would use for a `scheme` URL, as `(host, port)`, from the usual variables.
+fn proxy_for(scheme: &str) -> Option<(String, u16)> {
+    let names: &[&str] = match scheme {
+        "https" => &["HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"],
+        _ => &["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"],
+    };
+    names.iter().find_map(|name| {
+        let value = std::env::var(name).ok().filter(|v| !v.trim().is_empty())?;
+        let value = if value.contains("://") {
+            value
+        } else {
+            format!("http://{value}")
+        };
+        url_authority(&value).map(|(_, host, port)| (host, port))
+    })
+}
+
+/// Resolves `host` and connects to one of its addresses within [`PROBE_CONNECT_TIMEOUT`].
+fn connect(host: &str, port: u16) -> std::io::Result<()> {
+    use std::net::ToSocketAddrs;
+    let mut last = std::io::Error::other("the name resolves to no address");
+    for address in (host, port).to_socket_addrs()? {
+        match std::net::TcpStream::connect_timeout(&address, PROBE_CONNECT_TIMEOUT) {
+            Ok(_) => return Ok(()),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 fn is_executable_file(path: &Path) -> bool {
     std::fs::metadata(path)
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -508,6 +695,34 @@ mod tests {
         assert!(!is_download_failure(
             "error: Permission denied (os error 13)"
         ));
+    }
+
+    #[test]
+    fn download_probe_parsing() {
+        let listing = "cpython-3.12.12-linux-x86_64-gnu    https://releases.astral.sh/github/x/cpython-3.12.12%2B20260211-x86_64.tar.gz\n";
+        let url = download_url(listing, "3.12.12").unwrap();
+        assert!(url.ends_with("%2B20260211-x86_64.tar.gz"), "{url}");
+        assert_eq!(download_url(listing, "3.12.1"), None);
+        assert_eq!(download_url("", "3.12.12"), None);
+        assert_eq!(
+            percent_decode("cpython-3.12.12%2B2026.tar.gz%"),
+            "cpython-3.12.12+2026.tar.gz%"
+        );
+        let authority = |u: &str| url_authority(u).map(|(s, h, p)| format!("{s} {h} {p}"));
+        assert_eq!(
+            authority("https://releases.astral.sh/github/x").as_deref(),
+            Some("https releases.astral.sh 443")
+        );
+        assert_eq!(
+            authority("http://user:pw@proxy:3128").as_deref(),
+            Some("http proxy 3128")
+        );
+        assert_eq!(
+            authority("http://[::1]:8080/x").as_deref(),
+            Some("http ::1 8080")
+        );
+        assert_eq!(authority("file:///x"), None);
+        assert_eq!(authority("https://:443/"), None);
     }
 
     #[test]

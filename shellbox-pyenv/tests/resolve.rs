@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use shellbox_pyenv::{
-    cache_key, resolve_python_environment, resolve_python_environment_with, BuildOptions,
-    PyenvError, ResolveOptions, ENVIRONMENT_NAME, REQUIREMENTS_IN_NAME, REQUIREMENTS_LOCK_NAME,
-    REQUIREMENTS_PENDING_NAME,
+    cache_key, check_resolve, resolve_python_environment, resolve_python_environment_with,
+    BuildOptions, PyenvError, ResolveOptions, ENVIRONMENT_NAME, REQUIREMENTS_IN_NAME,
+    REQUIREMENTS_LOCK_NAME, REQUIREMENTS_PENDING_NAME,
 };
 
 /// A uv wrapper that logs each call's arguments to `log`, sets `vars`, then runs real uv.
@@ -324,6 +324,68 @@ fn validation_and_interpreter_errors() {
     let text = e.to_string();
     assert!(text.contains("python_interpreter"), "{text}");
     assert!(text.contains(&format!("CPython {version}")), "{text}");
+}
+
+/// `check_resolve` judges the interpreter as the resolve gets it: with no
+/// `python_interpreter`, uv must be able to download CPython `V` (issue 12's break-it pass:
+/// on this host, which cannot download, it said yes to `pypi_packages: []` and the resolve
+/// then failed "no CPython 3.12.12"). An unreachable mirror is refused by both with
+/// [`PyenvError::InterpreterUnavailable`]; with uv's own download source, whatever this host
+/// can reach, both give one verdict; a given interpreter needs no download.
+#[test]
+fn check_resolve_finds_the_interpreter_as_the_resolve_does() {
+    let test = "check_resolve_finds_the_interpreter_as_the_resolve_does";
+    let (Some(uv), Some(python)) = (real_uv(test), test_python(test)) else {
+        return;
+    };
+    let dir = scratch();
+    let cache = dir.path().join("cache");
+    let none = Vec::<String>::new();
+    let version = "3.12.12";
+    let unreachable = ResolveOptions::default().build(
+        BuildOptions::default()
+            .uv(&uv)
+            .python_install_mirror("file:///nonexistent/shellbox-mirror"),
+    );
+    let checked = check_resolve(&cache, &none, version, &unreachable).unwrap_err();
+    assert!(
+        matches!(checked, PyenvError::InterpreterUnavailable { .. }),
+        "{checked}"
+    );
+    assert!(checked.is_download_unavailable());
+    assert!(
+        checked.to_string().contains("python_interpreter"),
+        "{checked}"
+    );
+    // Nothing was made by the check.
+    assert!(!cache.exists());
+    let resolved =
+        resolve_python_environment_with(&cache, &none, version, &unreachable).unwrap_err();
+    assert!(
+        matches!(resolved, PyenvError::InterpreterUnavailable { .. }),
+        "{resolved}"
+    );
+    let default = ResolveOptions::default().build(BuildOptions::default().uv(&uv));
+    let checked = check_resolve(&cache, &none, version, &default);
+    let resolved = resolve_python_environment_with(&cache, &none, version, &default);
+    assert_eq!(
+        checked
+            .as_ref()
+            .err()
+            .map(PyenvError::is_download_unavailable),
+        resolved
+            .as_ref()
+            .err()
+            .map(PyenvError::is_download_unavailable),
+        "check_resolve {checked:?}, resolve {:?}",
+        resolved.as_ref().err()
+    );
+
+    let own = version_of(&python);
+    let given = ResolveOptions::default()
+        .python_interpreter(&python)
+        .build(BuildOptions::default().python_install_mirror("file:///nonexistent/m"));
+    check_resolve(&cache, &none, &own, &given).unwrap();
 }
 
 /// Four resolves at once of a requirement PyPI does not have: each fails with uv's own
