@@ -95,11 +95,12 @@ pub async fn gc_with_labels(docker: &Docker, label_filters: &[&str]) -> Result<G
         }
     }
     let this_host = host_name();
-    let mut wanted = vec![format!("{}=1", labels::MACHINE)];
-    wanted.extend(label_filters.iter().map(|f| f.to_string()));
     let options = ListContainersOptions {
         all: true,
-        filters: Some(HashMap::from([("label".to_string(), wanted)])),
+        filters: Some(label_filter(
+            format!("{}=1", labels::MACHINE),
+            label_filters,
+        )),
         ..Default::default()
     };
     let containers = list_containers(docker, options)
@@ -114,31 +115,16 @@ pub async fn gc_with_labels(docker: &Docker, label_filters: &[&str]) -> Result<G
             .and_then(|n| n.first())
             .map(|n| n.trim_start_matches('/').to_string())
             .unwrap_or_else(|| id.clone());
-        let pid = match ownership(&c.labels.unwrap_or_default(), &this_host) {
-            Ownership::OtherHost => {
-                report.other_hosts += 1;
-                continue;
-            }
-            Ownership::Kept => {
-                report.kept += 1;
-                continue;
-            }
-            Ownership::Dead(pid) => pid,
+        let Some(pid) = report.count(ownership(&c.labels.unwrap_or_default(), &this_host)) else {
+            continue;
         };
-        match remove_container(docker, &id).await {
-            Ok(()) => {
-                tracing::info!(target: "shellbox_docker", container = %name, owner_pid = pid, "gc removed a leaked container");
-                report.removed.push(name);
-            }
-            Err(e) => report.failed.push((name, e.to_string())),
-        }
+        let removed = remove_container(docker, &id).await;
+        report.record("container", name, pid, removed);
     }
 
-    let mut wanted = vec![labels::SNAPSHOT.to_string()];
-    wanted.extend(label_filters.iter().map(|f| f.to_string()));
     let options = ListImagesOptions {
         all: false,
-        filters: Some(HashMap::from([("label".to_string(), wanted)])),
+        filters: Some(label_filter(labels::SNAPSHOT.to_string(), label_filters)),
         ..Default::default()
     };
     let images = docker
@@ -152,26 +138,45 @@ pub async fn gc_with_labels(docker: &Docker, label_filters: &[&str]) -> Result<G
             .find(|t| t.starts_with(crate::SNAPSHOT_REPOSITORY))
             .cloned()
             .unwrap_or_else(|| image.id.clone());
-        let pid = match ownership(&image.labels, &this_host) {
-            Ownership::OtherHost => {
-                report.other_hosts += 1;
-                continue;
-            }
-            Ownership::Kept => {
-                report.kept += 1;
-                continue;
-            }
-            Ownership::Dead(pid) => pid,
+        let Some(pid) = report.count(ownership(&image.labels, &this_host)) else {
+            continue;
         };
-        match crate::snapshot::remove_image(docker, &image.id).await {
-            Ok(()) => {
-                tracing::info!(target: "shellbox_docker", image = %name, owner_pid = pid, "gc removed a leaked snapshot image");
-                report.removed.push(name);
-            }
-            Err(e) => report.failed.push((name, e.to_string())),
-        }
+        let removed = crate::snapshot::remove_image(docker, &image.id).await;
+        report.record("snapshot image", name, pid, removed);
     }
     Ok(report)
+}
+
+impl GcReport {
+    /// Counts a container or image its owner labels leave alone ([`GcReport::other_hosts`],
+    /// [`GcReport::kept`]); `Some(pid)` of its dead owner when it is to be removed.
+    fn count(&mut self, ownership: Ownership) -> Option<u32> {
+        match ownership {
+            Ownership::OtherHost => self.other_hosts += 1,
+            Ownership::Kept => self.kept += 1,
+            Ownership::Dead(pid) => return Some(pid),
+        }
+        None
+    }
+
+    /// Records the removal of `name` (a `what`: container or snapshot image) whose owner
+    /// `pid` is gone, or why it failed.
+    fn record(&mut self, what: &str, name: String, pid: u32, removed: Result<(), Error>) {
+        match removed {
+            Ok(()) => {
+                tracing::info!(target: "shellbox_docker", name = %name, owner_pid = pid, "gc removed a leaked {what}");
+                self.removed.push(name);
+            }
+            Err(e) => self.failed.push((name, e.to_string())),
+        }
+    }
+}
+
+/// A `label` list filter: `first` and each of the caller's `extra` filters.
+fn label_filter(first: String, extra: &[&str]) -> HashMap<String, Vec<String>> {
+    let mut wanted = vec![first];
+    wanted.extend(extra.iter().map(|f| f.to_string()));
+    HashMap::from([("label".to_string(), wanted)])
 }
 
 /// Whether process `pid` exists on this host and (when known) started at `start`.

@@ -4,9 +4,11 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shellbox_core::{Command, Machine, ShellSession, ShellStatus, ShellUpdate};
+use shellbox_docker::{CommandPath, DockerMachine, DockerMachineFactory};
 
 /// The command lines of every process in the container.
 async fn processes(m: &dyn Machine) -> String {
@@ -201,6 +203,32 @@ fn holds_marker(out: &[u8]) -> bool {
     })
 }
 
+/// The images the session tests run on: the busybox test image and, where the host has
+/// bash, the bash image.
+async fn session_images(test: &str, f: &DockerMachineFactory) -> Vec<String> {
+    let mut images = vec![shellbox_docker::BUSYBOX_TEST_IMAGE.to_string()];
+    if let Some(bash) = common::bash_image(test, f.docker()).await {
+        images.push(bash);
+    }
+    images
+}
+
+/// A machine of `image` made by `f` with commands on `path`, and its session.
+async fn session_on(
+    f: &DockerMachineFactory,
+    path: CommandPath,
+    image: &str,
+) -> (DockerMachine, Arc<dyn ShellSession>) {
+    let m = f
+        .clone()
+        .command_path(path)
+        .create_machine(shellbox_core::MachineSpec::docker(image))
+        .await
+        .unwrap();
+    let s = m.open_shell().await.unwrap();
+    (m, s)
+}
+
 /// The exec path's sessions on the busybox image and (where the host has bash) the bash
 /// image: machines of a factory that runs every command as an Engine exec.
 async fn exec_path_machines(test: &str) -> Vec<(String, Box<dyn Machine>)> {
@@ -208,10 +236,7 @@ async fn exec_path_machines(test: &str) -> Vec<(String, Box<dyn Machine>)> {
         return Vec::new();
     };
     let f = f.command_path(shellbox_docker::CommandPath::Exec);
-    let mut images = vec![shellbox_docker::BUSYBOX_TEST_IMAGE.to_string()];
-    if let Some(bash) = common::bash_image(test, f.docker()).await {
-        images.push(bash);
-    }
+    let images = session_images(test, &f).await;
     let mut machines: Vec<(String, Box<dyn Machine>)> = Vec::new();
     for image in images {
         let m = f
@@ -376,24 +401,14 @@ async fn exec_path_a_shell_closing_its_input_resets_at_once() {
 /// marker in the output), on both command paths, on ash and bash.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_input_left_unread_by_a_command_is_not_run() {
-    let Some(f) = common::setup("session_input_left_unread").await else {
+    let test = "session_input_left_unread";
+    let Some(f) = common::setup(test).await else {
         return;
     };
-    let mut images = vec![shellbox_docker::BUSYBOX_TEST_IMAGE.to_string()];
-    if let Some(bash) = common::bash_image("session_input_left_unread", f.docker()).await {
-        images.push(bash);
-    }
-    for path in [
-        shellbox_docker::CommandPath::Supervisor,
-        shellbox_docker::CommandPath::Exec,
-    ] {
-        let f = f.clone().command_path(path);
+    let images = session_images(test, &f).await;
+    for path in [CommandPath::Supervisor, CommandPath::Exec] {
         for image in &images {
-            let m = f
-                .create_machine(shellbox_core::MachineSpec::docker(image.clone()))
-                .await
-                .unwrap();
-            let s = m.open_shell().await.unwrap();
+            let (m, s) = session_on(&f, path, image).await;
             let u = s
                 .execute(
                     "read -r a; echo got $a",
@@ -437,21 +452,10 @@ async fn session_job_ending_as_a_command_is_written_does_not_lose_it() {
     let Some(f) = common::setup(test).await else {
         return;
     };
-    let mut images = vec![shellbox_docker::BUSYBOX_TEST_IMAGE.to_string()];
-    if let Some(bash) = common::bash_image(test, f.docker()).await {
-        images.push(bash);
-    }
-    for path in [
-        shellbox_docker::CommandPath::Exec,
-        shellbox_docker::CommandPath::Supervisor,
-    ] {
-        let f = f.clone().command_path(path);
+    let images = session_images(test, &f).await;
+    for path in [CommandPath::Exec, CommandPath::Supervisor] {
         for image in &images {
-            let m = f
-                .create_machine(shellbox_core::MachineSpec::docker(image.clone()))
-                .await
-                .unwrap();
-            let s = m.open_shell().await.unwrap();
+            let (m, s) = session_on(&f, path, image).await;
             // The job's end sweeps across the moment the next line is written.
             for round in 0..40u64 {
                 let u = run_to_end(&*s, "sleep 0.2 &").await;
