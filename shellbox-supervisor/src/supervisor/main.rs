@@ -62,6 +62,8 @@ extern "C" {
     fn write(fd: c_int, buf: *const u8, n: usize) -> isize;
     fn poll(fds: *mut PollFd, n: u64, timeout: c_int) -> c_int;
     fn waitpid(pid: c_int, status: *mut c_int, options: c_int) -> c_int;
+    fn pthread_sigmask(how: c_int, set: *const [u64; 16], old: *mut [u64; 16]) -> c_int;
+    fn sigwaitinfo(set: *const [u64; 16], info: *mut u8) -> c_int;
     fn kill(pid: c_int, sig: c_int) -> c_int;
     fn prctl(option: c_int, a2: u64, a3: u64, a4: u64, a5: u64) -> c_int;
     fn setgroups(n: usize, list: *const u32) -> c_int;
@@ -119,6 +121,7 @@ const ESTALE: c_int = 116;
 const SIGKILL: c_int = 9;
 const SIGCONT: c_int = 18;
 const WALL: c_int = 0x4000_0000;
+const WNOHANG: c_int = 1;
 const PR_SET_DUMPABLE: c_int = 4;
 const PR_SET_CHILD_SUBREAPER: c_int = 36;
 const PR_CAP_AMBIENT: c_int = 47;
@@ -552,10 +555,8 @@ impl Drop for Cmd {
 
 type Commands = Arc<Mutex<HashMap<u32, Arc<Cmd>>>>;
 
-/// Wakes the reaper when a new child exists, and knows which children are keepers.
+/// Knows which children are keepers.
 struct Children {
-    generation: Mutex<u64>,
-    cond: Condvar,
     /// The keepers not reaped yet, by pid, with the job each runs on (freed when it is
     /// reaped). Held across each keeper's start until its pid is in, so [`kill_strays`]
     /// never takes a keeper being born for a stray.
@@ -567,12 +568,16 @@ struct Children {
 /// reparent to the supervisor (a child subreaper) before the keeper can be reaped, so a
 /// killed keeper's subtree is found at once, and each stray killed is another reaped child,
 /// whose own children are found after it.
+///
+/// It sleeps in `sigwaitinfo(SIGCHLD)` (blocked in every thread since the start, so an exit
+/// that comes before the wait stays pending and ends it at once) whenever no child is left
+/// to reap: a new keeper needs no wake-up of its own (a condvar notify per command cost a
+/// futex wake and a reaper run, an IPI in a VM, on every command's start).
 fn reaper(children: Arc<Children>) {
     loop {
-        let seen = *children.generation.lock().unwrap_or_else(|e| e.into_inner());
         let mut status = 0;
         // SAFETY: waitpid with a valid status pointer.
-        let r = unsafe { waitpid(-1, &mut status, WALL) };
+        let r = unsafe { waitpid(-1, &mut status, WALL | WNOHANG) };
         if r > 0 {
             let job = children.keepers.lock().unwrap_or_else(|e| e.into_inner()).remove(&r);
             let keeper = job.is_some();
@@ -588,14 +593,38 @@ fn reaper(children: Arc<Children>) {
             if settings().reap_strays && (!keeper || status & 0x7f != 0) {
                 kill_strays(&children);
             }
-        } else if r < 0 && errno() == ECHILD {
-            let g = children.generation.lock().unwrap_or_else(|e| e.into_inner());
-            let _unused = children
-                .cond
-                .wait_while(g, |g| *g == seen)
-                .unwrap_or_else(|e| e.into_inner());
+        } else if r == 0 || errno() == ECHILD {
+            // Children that have not ended, or none: the next SIGCHLD says one ended.
+            wait_sigchld();
         }
     }
+}
+
+/// The signal set holding SIGCHLD alone (glibc's `sigset_t`: bit N-1 for signal N).
+fn sigchld_set() -> [u64; 16] {
+    let mut set = [0u64; 16];
+    set[0] = 1 << (SIGCHLD - 1);
+    set
+}
+
+/// Blocks SIGCHLD in this thread and so in every thread it starts (they inherit its mask),
+/// the reaper's included: a child's exit stays pending until [`wait_sigchld`] takes it.
+/// Keepers inherit it too (their `wait4` does not care); each command's process unblocks
+/// every signal before its exec.
+fn block_sigchld() {
+    const SIG_BLOCK: c_int = 0;
+    let set = sigchld_set();
+    // SAFETY: a valid set; no old mask asked for.
+    unsafe { pthread_sigmask(SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// Waits until a SIGCHLD is pending (a child of the supervisor ended, stopped or went on)
+/// and takes it; returns at once when one already is.
+fn wait_sigchld() {
+    let set = sigchld_set();
+    let mut info = [0u64; 16];
+    // SAFETY: a valid set and a siginfo_t-sized buffer (128 bytes).
+    unsafe { sigwaitinfo(&set, info.as_mut_ptr().cast()) };
 }
 
 /// SIGKILLs every child of the supervisor (of any of its threads: a child belongs to the
@@ -1370,11 +1399,6 @@ fn run_command(
         let e = clone_error.unwrap_or_else(|| std::io::Error::other("no pid"));
         return out.fail(id, proto::FAIL_SYSTEM, &format!("start its keeper (clone): {e}"));
     }
-    {
-        let mut g = children.generation.lock().unwrap_or_else(|e| e.into_inner());
-        *g += 1;
-        children.cond.notify_all();
-    }
     set_nonblocking(in_w);
     let mut streams = [
         Stream {
@@ -1773,10 +1797,10 @@ fn main() {
         file: Mutex::new(ctl_out),
     });
     let children = Arc::new(Children {
-        generation: Mutex::new(0),
-        cond: Condvar::new(),
         keepers: Mutex::default(),
     });
+    // Before any thread starts, so every thread inherits it (see `reaper`).
+    block_sigchld();
     {
         let children = children.clone();
         std::thread::spawn(move || reaper(children));
