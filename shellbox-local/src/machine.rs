@@ -1846,6 +1846,19 @@ impl LocalMachine {
             .ok_or(Error::Closed)
     }
 
+    /// The machine as a transfer sees it ([`GuestView`](crate::guest::GuestView)): its
+    /// mounts and layers, resolved from its namespaces' root directory.
+    ///
+    /// # Errors
+    /// As [`namespaces`](Self::namespaces).
+    fn guest_view(&self) -> Result<crate::guest::GuestView, Error> {
+        let namespaces = self.namespaces()?;
+        Ok(
+            crate::guest::GuestView::new(&self.layout, &self.factory.facts, &namespaces.layers)
+                .with_root_fd(namespaces.root.clone()),
+        )
+    }
+
     /// Releases the shared namespaces (commands already started keep theirs).
     fn release_namespaces(&self) {
         self.namespaces
@@ -2150,10 +2163,7 @@ impl Machine for LocalMachine {
         validate_guest_path(target)?;
         let _gate = self.gate.read().await;
         self.check_open()?;
-        let namespaces = self.namespaces()?;
-        let view =
-            crate::guest::GuestView::new(&self.layout, &self.factory.facts, &namespaces.layers)
-                .with_root_fd(namespaces.root.clone());
+        let view = self.guest_view()?;
         let source = source.to_path_buf();
         let target = target.to_string();
         tokio::task::spawn_blocking(move || crate::fsops::upload(&view, &source, &target))
@@ -2165,10 +2175,7 @@ impl Machine for LocalMachine {
         validate_guest_path(source)?;
         let _gate = self.gate.read().await;
         self.check_open()?;
-        let namespaces = self.namespaces()?;
-        let view =
-            crate::guest::GuestView::new(&self.layout, &self.factory.facts, &namespaces.layers)
-                .with_root_fd(namespaces.root.clone());
+        let view = self.guest_view()?;
         let source = source.to_string();
         let target = target.to_path_buf();
         tokio::task::spawn_blocking(move || crate::fsops::download(&view, &source, &target))
@@ -2189,10 +2196,7 @@ impl Machine for LocalMachine {
         validate_guest_path(source)?;
         let _gate = self.gate.read().await;
         self.check_open()?;
-        let namespaces = self.namespaces()?;
-        let view =
-            crate::guest::GuestView::new(&self.layout, &self.factory.facts, &namespaces.layers)
-                .with_root_fd(namespaces.root.clone());
+        let view = self.guest_view()?;
         let source = source.to_string();
         let target = target.to_path_buf();
         // A dropped future stops the copy and removes its staging directory at once.

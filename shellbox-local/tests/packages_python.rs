@@ -99,6 +99,14 @@ impl Setup {
             ..LocalOptions::default()
         }
     }
+
+    /// A factory whose uv logs each call to `uv.log` in the test's directory, and that
+    /// log's path; `None` (with the SKIP line) when no bwrap can sandbox.
+    fn logged_factory(&self, test: &str) -> Option<(LocalMachineFactory, PathBuf)> {
+        let log = self.dir.path().join("uv.log");
+        let uv = wrapped_uv(self.dir.path(), "uv", &self.uv, &log, &[]);
+        Some((common::factory_with(test, self.options(uv))?, log))
+    }
 }
 
 async fn sh(m: &dyn Machine, script: &str) -> (Option<i32>, String, String) {
@@ -114,11 +122,7 @@ async fn sh(m: &dyn Machine, script: &str) -> (Option<i32>, String, String) {
 async fn locked_package_is_importable_and_the_cache_is_reused_offline() {
     let test = "locked_package_is_importable_and_the_cache_is_reused_offline";
     let Some(s) = setup(test) else { return };
-    let log = s.dir.path().join("uv.log");
-    let Some(factory) = common::factory_with(
-        test,
-        s.options(wrapped_uv(s.dir.path(), "uv", &s.uv, &log, &[])),
-    ) else {
+    let Some((factory, log)) = s.logged_factory(test) else {
         return;
     };
     let spec = MachineSpec::packages(
@@ -213,11 +217,7 @@ async fn locked_package_is_importable_and_the_cache_is_reused_offline() {
 async fn a_failed_resolve_leaves_nothing_in_the_cache() {
     let test = "a_failed_resolve_leaves_nothing_in_the_cache";
     let Some(s) = setup(test) else { return };
-    let log = s.dir.path().join("uv.log");
-    let Some(factory) = common::factory_with(
-        test,
-        s.options(wrapped_uv(s.dir.path(), "uv", &s.uv, &log, &[])),
-    ) else {
+    let Some((factory, log)) = s.logged_factory(test) else {
         return;
     };
     let spec = MachineSpec::packages(PackageSpec::python([

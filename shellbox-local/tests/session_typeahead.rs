@@ -9,21 +9,28 @@ use std::time::{Duration, Instant};
 
 use shellbox_core::{Machine, MachineFactory, MachineSpec, ShellStatus};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn typeahead_pushed_by_a_command_is_not_run() {
-    let test = "typeahead_pushed_by_a_command_is_not_run";
+/// A factory for a test that pushes typeahead with perl's `ioctl(TIOCSTI)`, or `None`
+/// (with the SKIP line) when the kernel refuses TIOCSTI, there is no `/usr/bin/perl`, or no
+/// bwrap can sandbox.
+fn typeahead_factory(test: &str) -> Option<shellbox_local::LocalMachineFactory> {
     match std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti") {
         Ok(v) if v.trim() == "0" => {
             eprintln!("SKIP {test}: dev.tty.legacy_tiocsti is 0 (TIOCSTI is refused)");
-            return;
+            return None;
         }
         _ => {}
     }
     if !std::path::Path::new("/usr/bin/perl").exists() {
         eprintln!("SKIP {test}: no /usr/bin/perl to call ioctl(TIOCSTI)");
-        return;
+        return None;
     }
-    let Some(f) = common::factory(test) else {
+    common::factory(test)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typeahead_pushed_by_a_command_is_not_run() {
+    let test = "typeahead_pushed_by_a_command_is_not_run";
+    let Some(f) = typeahead_factory(test) else {
         return;
     };
     let m = f.create(MachineSpec::host()).await.unwrap();
@@ -93,18 +100,7 @@ async fn run_to_end(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partial_typeahead_never_joins_the_next_command() {
     let test = "partial_typeahead_never_joins_the_next_command";
-    match std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti") {
-        Ok(v) if v.trim() == "0" => {
-            eprintln!("SKIP {test}: dev.tty.legacy_tiocsti is 0 (TIOCSTI is refused)");
-            return;
-        }
-        _ => {}
-    }
-    if !std::path::Path::new("/usr/bin/perl").exists() {
-        eprintln!("SKIP {test}: no /usr/bin/perl to call ioctl(TIOCSTI)");
-        return;
-    }
-    let Some(f) = common::factory(test) else {
+    let Some(f) = typeahead_factory(test) else {
         return;
     };
     let m = f.create(MachineSpec::host()).await.unwrap();
