@@ -1600,10 +1600,19 @@ fn lookup_user(user: &str) -> Option<(u32, u32)> {
     Some((found.uid.as_raw(), found.gid.as_raw()))
 }
 
+/// The host's task count now ([`plan::parse_loadavg_tasks`]; 1024 when /proc says
+/// nothing). `/proc/loadavg` is opened once per process and read with `pread` at offset 0,
+/// which makes the kernel write it anew: one system call per command instead of five.
 fn host_tasks() -> u64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| plan::parse_loadavg_tasks(&s))
+    use std::os::unix::fs::FileExt;
+    static LOADAVG: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    let mut buf = [0u8; 128];
+    LOADAVG
+        .get_or_init(|| std::fs::File::open("/proc/loadavg").ok())
+        .as_ref()
+        .and_then(|f| f.read_at(&mut buf, 0).ok())
+        .and_then(|n| std::str::from_utf8(&buf[..n]).ok())
+        .and_then(plan::parse_loadavg_tasks)
         .unwrap_or(1024)
 }
 
@@ -2061,12 +2070,13 @@ impl Machine for LocalMachine {
                 "environment variable {key:?} contains a NUL byte"
             )));
         }
-        let limits = plan::limits(
-            host_tasks(),
-            command.timeout,
-            affinity_cpus(),
-            &current_soft,
-        );
+        // The CPU count matters only for a timeout's CPU limit.
+        let cpus = if command.timeout.is_some() {
+            affinity_cpus()
+        } else {
+            1
+        };
+        let limits = plan::limits(host_tasks(), command.timeout, cpus, &current_soft);
         let start = shellbox_supervisor::proto::Start {
             argv: command.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
             env: env
