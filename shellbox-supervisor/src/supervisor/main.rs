@@ -1333,28 +1333,47 @@ impl Stream {
     }
 }
 
-/// Runs one command to its end: forks its keeper, pumps its pipes, applies its stdin, kill
-/// requests and output limit, and sends its EXIT (or FAIL).
-fn run_command(
-    id: u32,
-    start: proto::Start,
-    cmd: Arc<Cmd>,
-    wake_r: RawFd,
-    out: Arc<Out>,
-    children: Arc<Children>,
-) {
-    let ex = match Exec::new(&start) {
+/// A command whose keeper was started ([`launch`]): what its runner ([`run_command`])
+/// takes over. The runner owns the pipe ends from then on.
+struct Launched {
+    keeper_pid: c_int,
+    /// The job's `started` flag (see [`KeeperJob::started`]).
+    started: Arc<std::sync::atomic::AtomicBool>,
+    /// The write end of the command's stdin.
+    in_w: RawFd,
+    /// The read ends of its stdout and stderr.
+    out_r: RawFd,
+    err_r: RawFd,
+    /// The read end of the keeper's status pipe.
+    st_r: RawFd,
+}
+
+/// Starts one command's keeper (which starts the command's process): its pipes, its job,
+/// the `clone`. Done by the control thread itself, so the command's exec is under way
+/// before a pool thread has woken for the rest ([`run_command`]): that wake-up is off the
+/// command's path. Returns `None` once the failure was reported to the host (FAIL).
+fn launch(id: u32, start: &proto::Start, out: &Out, children: &Children) -> Option<Launched> {
+    let ex = match Exec::new(start) {
         Ok(ex) => ex,
-        Err(why) => return out.fail(id, proto::FAIL_INVALID_INPUT, &why),
+        Err(why) => {
+            out.fail(id, proto::FAIL_INVALID_INPUT, &why);
+            return None;
+        }
     };
     let stacks = match Stacks::take() {
         Ok(s) => s,
-        Err(e) => return out.fail(id, proto::FAIL_SYSTEM, &format!("map the keeper's stacks: {e}")),
+        Err(e) => {
+            out.fail(id, proto::FAIL_SYSTEM, &format!("map the keeper's stacks: {e}"));
+            return None;
+        }
     };
     let pipes = (|| Ok::<_, std::io::Error>([pipe_cloexec()?, pipe_cloexec()?, pipe_cloexec()?, pipe_cloexec()?]))();
     let [(in_r, in_w), (out_r, out_w), (err_r, err_w), (st_r, st_w)] = match pipes {
         Ok(p) => p,
-        Err(e) => return out.fail(id, proto::FAIL_SYSTEM, &format!("pipe: {e}")),
+        Err(e) => {
+            out.fail(id, proto::FAIL_SYSTEM, &format!("pipe: {e}"));
+            return None;
+        }
     };
     let mut job = Box::new(KeeperJob {
         ex,
@@ -1397,15 +1416,23 @@ fn run_command(
             close_fd(fd);
         }
         let e = clone_error.unwrap_or_else(|| std::io::Error::other("no pid"));
-        return out.fail(id, proto::FAIL_SYSTEM, &format!("start its keeper (clone): {e}"));
+        out.fail(id, proto::FAIL_SYSTEM, &format!("start its keeper (clone): {e}"));
+        return None;
     }
+    Some(Launched { keeper_pid, started, in_w, out_r, err_r, st_r })
+}
+
+/// Runs one started command ([`launch`]) to its end: pumps its pipes, applies its stdin,
+/// kill requests and output limit, and sends its EXIT (or FAIL).
+fn run_command(id: u32, output_limit_bytes: u64, launched: Launched, cmd: Arc<Cmd>, wake_r: RawFd, out: Arc<Out>) {
+    let Launched { keeper_pid, started, in_w, out_r, err_r, st_r } = launched;
     set_nonblocking(in_w);
     let mut streams = [
         Stream {
             fd: out_r,
             which: proto::STDOUT,
             limiter: Limiter {
-                limit: start.output_limit_bytes,
+                limit: output_limit_bytes,
                 kept: 0,
                 truncated: false,
             },
@@ -1414,7 +1441,7 @@ fn run_command(
             fd: err_r,
             which: proto::STDERR,
             limiter: Limiter {
-                limit: start.output_limit_bytes,
+                limit: output_limit_bytes,
                 kept: 0,
                 truncated: false,
             },
@@ -1855,14 +1882,27 @@ fn main() {
                     wake_w,
                     inbox: Mutex::default(),
                 });
+                let Some(launched) = launch(id, &start, &out, &children) else {
+                    close_fd(wake_r);
+                    continue;
+                };
+                let (keeper_pid, started) = (launched.keeper_pid, launched.started.clone());
+                let fds = [launched.in_w, launched.out_r, launched.err_r, launched.st_r];
                 commands.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cmd.clone());
-                let (out2, children2, commands2) = (out.clone(), children.clone(), commands.clone());
+                let (out2, commands2) = (out.clone(), commands.clone());
+                let limit = start.output_limit_bytes;
                 let spawned = pool.submit(Box::new(move || {
-                    run_command(id, start, cmd, wake_r, out2, children2);
+                    run_command(id, limit, launched, cmd, wake_r, out2);
                     commands2.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
                 }));
                 if let Err(e) = spawned {
+                    // No thread runs it: the command is killed (its whole scope) and its
+                    // pipes closed (the job that held them was dropped unrun).
                     commands.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                    kill_scope(keeper_pid, &started);
+                    for fd in fds.into_iter().chain([wake_r]) {
+                        close_fd(fd);
+                    }
                     out.fail(id, proto::FAIL_SYSTEM, &format!("start a thread: {e}"));
                 }
             }
