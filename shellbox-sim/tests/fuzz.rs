@@ -714,14 +714,28 @@ const CORPUS: &[&str] = &[
     "seq 1000000 > f; head -c 3000000 /dev/zero | xargs -0 echo > f && tail -c 5 /dev/urandom || local ${#x}",
 ];
 
-/// This process's CPU time (user and system, every thread).
-fn cpu_time() -> Duration {
-    let u = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
-        .expect("getrusage");
-    let t = |tv: nix::sys::time::TimeVal| {
-        Duration::from_secs(tv.tv_sec() as u64) + Duration::from_micros(tv.tv_usec() as u64)
+/// The CPU clock of the calling thread (the one a `run_sync` runs its script on), for
+/// [`cpu_time`] from another thread. A thread's own clock, not the process's: the tests of
+/// this binary run side by side, and the process's CPU time counted theirs too (a dump
+/// case once showed 112 ms "past its deadline" while fuzz_scripts ran beside it).
+fn this_thread_clock() -> libc::clockid_t {
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: pthread_self() is the calling thread, alive; `clock` is a valid out pointer.
+    let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) };
+    assert_eq!(rc, 0, "pthread_getcpuclockid");
+    clock
+}
+
+/// CPU time (user and system) of the thread whose clock is `clock`.
+fn cpu_time(clock: libc::clockid_t) -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
     };
-    t(u.user_time()) + t(u.system_time())
+    // SAFETY: `ts` is a valid out pointer; the clock's thread outlives every call here.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// `VmRSS` or `VmHWM` of this process, in bytes.
@@ -749,14 +763,15 @@ fn check_one(f: &SimMachineFactory, seed: u64, case: usize, script: &str, worst:
     let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let rss_before = status_bytes("VmRSS:");
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let clock = this_thread_clock();
     let watcher = std::thread::spawn(move || match done_rx.recv_timeout(TIMEOUT) {
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Some(cpu_time()),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Some(cpu_time(clock)),
         _ => None,
     });
     let started = Instant::now();
     let r = m.run_sync(Command::shell(script).timeout(TIMEOUT));
     let took = started.elapsed();
-    let cpu_end = cpu_time();
+    let cpu_end = cpu_time(clock);
     let _ = done_tx.send(());
     let cpu_at_deadline = watcher.join().expect("the watcher thread");
     let fail = |what: String| -> ! {
@@ -825,12 +840,13 @@ fn cpu_past_deadline(setup: &str, script: &str, timeout: Duration) -> Option<Dur
         .unwrap_or_else(|e| panic!("{setup:?}: {e}"));
     assert_eq!(r.exit_code, Some(0), "{setup:?}: {r:?}");
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let clock = this_thread_clock();
     let watcher = std::thread::spawn(move || match done_rx.recv_timeout(timeout) {
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Some(cpu_time()),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Some(cpu_time(clock)),
         _ => None,
     });
     let r = m.run_sync(Command::shell(script).timeout(timeout));
-    let cpu_end = cpu_time();
+    let cpu_end = cpu_time(clock);
     let _ = done_tx.send(());
     let at = watcher.join().expect("the watcher thread");
     match r {
