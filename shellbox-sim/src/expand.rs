@@ -16,12 +16,21 @@ thread_local! {
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
-/// Parses an arithmetic expression once per text (per thread).
+/// The most operator characters an arithmetic expression may hold. brush-parser parses an
+/// operator chain recursively, a few stack frames per operator: `$((!!!…1))` with 50,000
+/// `!` or `1+1+…` with 70,000 terms overflowed the parser's 32 MiB stack in a release
+/// build and aborted the whole process (a debug build's frames are larger: 2,450 `!`).
+/// Bash has no such bound; no hand-written expression comes near it.
+pub(crate) const MAX_ARITH_OPERATORS: usize = 1024;
+
+/// Parses an arithmetic expression once per text (per thread); `None` for a syntax error,
+/// nesting past [`crate::shell::MAX_NESTING`] or more than [`MAX_ARITH_OPERATORS`]
+/// operators.
 fn parse_arith(t: &str) -> Option<std::rc::Rc<ast::ArithmeticExpr>> {
     if let Some(hit) = ARITH_CACHE.with(|c| c.borrow().get(t).cloned()) {
         return hit;
     }
-    if !crate::shell::nesting_ok(t) {
+    if !crate::shell::nesting_ok(t) || arith_operators(t) > MAX_ARITH_OPERATORS {
         return None;
     }
     let parsed = crate::shell::with_parser_stack(|| brush_parser::arithmetic::parse(t))
@@ -38,6 +47,13 @@ fn parse_arith(t: &str) -> Option<std::rc::Rc<ast::ArithmeticExpr>> {
         c.insert(t.to_string(), parsed.clone());
     });
     parsed
+}
+
+/// How many operator characters `t` holds (each of `+-*/%!~<>=&|^?:,`).
+fn arith_operators(t: &str) -> usize {
+    t.bytes()
+        .filter(|b| b"+-*/%!~<>=&|^?:,".contains(b))
+        .count()
 }
 
 const LIT: u8 = 0;

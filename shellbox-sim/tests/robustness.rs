@@ -95,6 +95,13 @@ fn deep_nesting_is_refused_not_fatal() {
         ),
         format!("echo {}x{}", "${a:-".repeat(3000), "}".repeat(3000)),
         "x='eval \"$x\"'; eval \"$x\"".to_string(),
+        // operator chains the arithmetic parser recursed into until the process's stack
+        // overflowed (break-it of issue 16: SIGSEGV / "stack overflow, aborting")
+        "s=$(printf '%.0s!' $(seq 50000))1; echo $((s))".to_string(),
+        "s=$(printf '%.0s1+' $(seq 70000))1; echo $((s))".to_string(),
+        "s=$(printf '%.0s1+' $(seq 70000))1; (( s ))".to_string(),
+        "s=$(printf '%.0s-' $(seq 90000))1; let x=s".to_string(),
+        format!("echo $(({}1))", "~".repeat(100_000)),
     ];
     for script in &scripts {
         let m = f.create_sim(MachineSpec::sim()).unwrap();
@@ -679,4 +686,22 @@ fn a_child_shell_gets_the_exported_variables() {
         };
         assert_eq!(out, want, "{script}: {r:?}");
     }
+}
+
+/// Operator chains just below the simulator's bound (1,024 operators) parse and evaluate
+/// on an ordinary thread's stack, as bash evaluates them; past it the expression is an
+/// arithmetic error (which, as in bash, ends the rest of the line), not a crash.
+#[test]
+fn long_arithmetic_chains_below_the_bound_work() {
+    let f = SimMachineFactory::new();
+    let m = f.create_sim(MachineSpec::sim()).unwrap();
+    let script = "a=$(printf '%.0s!' $(seq 1022))1; b=$(printf '%.0s1+' $(seq 1023))1; \
+                  echo $((a)) $((b)); (( b == 1024 )) && echo ok; c=$(printf '%.0s!' $(seq 3000))1; \
+                  echo $((c)); echo not reached";
+    let r = m.run_sync(Command::shell(script)).unwrap();
+    assert_eq!(
+        (r.exit_code, &r.stdout[..]),
+        (Some(1), &b"1 1024\nok\n"[..]),
+        "{r:?}"
+    );
 }
