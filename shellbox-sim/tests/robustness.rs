@@ -102,6 +102,7 @@ fn deep_nesting_is_refused_not_fatal() {
         "s=$(printf '%.0s1+' $(seq 70000))1; (( s ))".to_string(),
         "s=$(printf '%.0s-' $(seq 90000))1; let x=s".to_string(),
         format!("echo $(({}1))", "~".repeat(100_000)),
+        format!("(( {}1 ))", "1+".repeat(60_000)),
     ];
     for script in &scripts {
         let m = f.create_sim(MachineSpec::sim()).unwrap();
