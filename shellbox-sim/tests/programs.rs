@@ -257,3 +257,33 @@ fn programs_match_gnu() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A program's output is charged to the memory budget once, not again at every pace
+/// point: awk, nl, shuf and join charged their whole output so far every few hundred or
+/// thousand lines, so `seq 300000 | awk '{print}'` (2 MB of output) "held" gigabytes and
+/// ended a 64 MiB machine (break-it of issue 16; `seq 1000000 | awk '{print}'` ended even a
+/// 2 GiB one).
+#[test]
+fn program_output_is_charged_once() {
+    let f = SimMachineFactory::with_options(shellbox_sim::SimOptions {
+        memory_bytes: Some(64 << 20),
+        ..shellbox_sim::SimOptions::default()
+    });
+    let m = f.create_sim(MachineSpec::sim()).unwrap();
+    m.run_sync(Command::shell("seq 300000 > a")).unwrap();
+    for script in [
+        "awk '{print}' a | wc -l",
+        "nl a | wc -l",
+        "shuf a | wc -l",
+        "join a a | wc -l",
+    ] {
+        let r = m
+            .run_sync(Command::shell(script))
+            .unwrap_or_else(|e| panic!("{script}: {e}"));
+        assert_eq!(
+            (r.exit_code, &r.stdout[..]),
+            (Some(0), &b"300000\n"[..]),
+            "{script}: {r:?}"
+        );
+    }
+}

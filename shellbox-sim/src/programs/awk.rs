@@ -1078,6 +1078,8 @@ struct Awk<'p> {
     /// Whether `record` must be rebuilt from `fields`.
     dirty: bool,
     out: Vec<u8>,
+    /// How much of `out` has been charged to the memory budget.
+    out_charged: usize,
     /// Local frames of user functions: (scalars, arrays by name → global name or local).
     frames: Vec<HashMap<String, Local>>,
     steps: u64,
@@ -2356,6 +2358,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         split: true,
         dirty: false,
         out: Vec::new(),
+        out_charged: 0,
         frames: Vec::new(),
         steps: 0,
         copies: crate::shell::Pacer::default(),
@@ -2487,7 +2490,10 @@ fn run(cx: &mut Ctx<'_, '_>, awk: &mut Awk<'_>, items: &[Item], operands: &[Stri
             }
             for (k, line) in lines.into_iter().enumerate() {
                 if k % 256 == 255 {
-                    cx.hold(awk.out.len())?;
+                    // the output's growth since the last charge (charging it whole
+                    // each time "held" gigabytes for megabytes of output)
+                    cx.hold(awk.out.len().saturating_sub(awk.out_charged))?;
+                    awk.out_charged = awk.out.len();
                     cx.tick()?;
                 }
                 nr += 1.0;

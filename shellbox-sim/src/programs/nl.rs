@@ -158,9 +158,12 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
             }
         };
         let mut out = Vec::with_capacity(data.len() + data.len() / 4);
+        let mut charged = 0;
         for (k, line) in data.split_inclusive(|b| *b == b'\n').enumerate() {
             if k % 1024 == 1023 {
-                cx.hold(out.len())?;
+                // the output's growth since the last charge, not all of it again
+                cx.hold(out.len().saturating_sub(charged))?;
+                charged = out.len();
                 cx.tick()?;
             }
             let body = line.strip_suffix(b"\n").unwrap_or(line);

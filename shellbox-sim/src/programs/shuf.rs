@@ -138,13 +138,16 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut rng = Rng::new(cx.now_secs());
     let mut out = Vec::new();
     let mut emitted = 0usize;
+    let mut charged = 0usize;
     let mut step = |cx: &mut Ctx<'_, '_>, out: &Vec<u8>| -> R<()> {
         emitted += 1;
         if emitted.is_multiple_of(4096) {
             if crate::shell::stop_due() {
                 return Err(cx.interrupted());
             }
-            cx.hold(out.len())?;
+            // the output's growth since the last charge, not all of it again
+            cx.hold(out.len().saturating_sub(charged))?;
+            charged = out.len();
             cx.tick()?;
         }
         Ok(())
