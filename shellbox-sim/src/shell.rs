@@ -2415,11 +2415,17 @@ impl<'a> Interp<'a> {
                 let mut st = 0;
                 let mut i = 0;
                 let mut fall = false;
+                let mut tried = 0usize;
                 while i < cc.cases.len() {
                     let item = &cc.cases[i];
                     let mut hit = fall;
                     if !hit {
                         for p in &item.patterns {
+                            // a `case` of 200,000 patterns ran 3 s past its deadline
+                            tried += 1;
+                            if tried.is_multiple_of(256) {
+                                self.check_time()?;
+                            }
                             let pat = match self.expand_pattern(sh, &p.value)? {
                                 Ok(p) => p,
                                 Err(st) => return Ok(st),

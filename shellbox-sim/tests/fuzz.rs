@@ -884,6 +884,15 @@ fn million_item_steps_end_at_their_deadline() {
         "while :; do REPLY+=$(declare -p); done",
     ];
     assert_scripts_end_at_their_deadline(setup, &scripts);
+    // `case` tried its patterns without looking at the clock: 5,000 per loop step and a
+    // look every 256 steps (break-it of issue 16: one `case` of 200,000 patterns ran 3 s
+    // past a 1 s timeout)
+    let patterns: Vec<String> = (0..5000).map(|i| format!("p{i}")).collect();
+    let case = format!(
+        "while :; do case z in {}) ;; esac; done",
+        patterns.join("|")
+    );
+    assert_scripts_end_at_their_deadline("true", &[case.as_str()]);
 }
 
 /// Runs each of `scripts` after `setup` under a 1.5 s timeout (three times in release, so
