@@ -866,6 +866,11 @@ pub fn nesting_ok(text: &str) -> bool {
             _ => {}
         }
     }
+    // brush-parser recurses once per operator of a `[[ ]]` expression too: 5,000 `&& a`
+    // or `!` overflowed the parser's stack and aborted the process
+    if !test_operators_ok(text) {
+        return false;
+    }
     // compound commands nest by keywords too
     for w in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
         match w {
@@ -877,6 +882,32 @@ pub fn nesting_ok(text: &str) -> bool {
             }
             "fi" | "esac" | "done" => kw_depth = kw_depth.saturating_sub(1),
             _ => {}
+        }
+    }
+    true
+}
+
+/// Whether every `[[ … ]]` in `text` holds at most [`MAX_NESTING`] of the operators
+/// `&&`, `||` and `!` (counted up to the next `]]`, quoted or not: a conservative count).
+fn test_operators_ok(text: &str) -> bool {
+    let mut rest = text;
+    while let Some(at) = rest.find("[[") {
+        let body = &rest[at + 2..];
+        let end = body.find("]]").unwrap_or(body.len());
+        let body = &body[..end];
+        let bytes = body.as_bytes();
+        let mut ops = body.matches("&&").count() + body.matches("||").count();
+        for (i, &b) in bytes.iter().enumerate() {
+            if b == b'!' && (i == 0 || matches!(bytes[i - 1], b' ' | b'\t' | b'\n' | b'(' | b'!')) {
+                ops += 1;
+            }
+        }
+        if ops > MAX_NESTING {
+            return false;
+        }
+        rest = &body[end.min(body.len())..];
+        if rest.is_empty() {
+            break;
         }
     }
     true

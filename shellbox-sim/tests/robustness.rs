@@ -103,6 +103,10 @@ fn deep_nesting_is_refused_not_fatal() {
         "s=$(printf '%.0s-' $(seq 90000))1; let x=s".to_string(),
         format!("echo $(({}1))", "~".repeat(100_000)),
         format!("(( {}1 ))", "1+".repeat(60_000)),
+        // `[[ ]]` operator chains: the program parser recursed per operator (break-it of
+        // issue 16: 5,000 of either aborted the process)
+        format!("[[ a{} ]]", " && a".repeat(5000)),
+        format!("[[ {}a ]]", "! ".repeat(5000)),
     ];
     for script in &scripts {
         let m = f.create_sim(MachineSpec::sim()).unwrap();
@@ -703,6 +707,24 @@ fn long_arithmetic_chains_below_the_bound_work() {
     assert_eq!(
         (r.exit_code, &r.stdout[..]),
         (Some(1), &b"1 1024\nok\n"[..]),
+        "{r:?}"
+    );
+}
+
+/// Long `&&` lists outside `[[ ]]` and `[[ ]]` expressions of a few operators still run.
+#[test]
+fn long_lists_and_short_tests_still_run() {
+    let f = SimMachineFactory::new();
+    let m = f.create_sim(MachineSpec::sim()).unwrap();
+    let script = format!(
+        "true{} && echo list; [[ a && ! -z a || b ]] && echo test; [[ a{} ]] && echo chain",
+        " && true".repeat(5000),
+        " && a".repeat(150)
+    );
+    let r = m.run_sync(Command::shell(script.as_str())).unwrap();
+    assert_eq!(
+        (r.exit_code, &r.stdout[..]),
+        (Some(0), &b"list\ntest\nchain\n"[..]),
         "{r:?}"
     );
 }
