@@ -602,6 +602,11 @@ pub async fn check_environment_agrees_with_create(h: &Harness) {
         ("network allow", base.clone().network(NetworkPolicy::Allow)),
         ("pids_limit 0", base.clone().pids_limit(0)),
         ("pids_limit 1", base.clone().pids_limit(1)),
+        (
+            "pids_limit past Linux's PID_MAX_LIMIT",
+            base.clone().pids_limit(4_194_305),
+        ),
+        ("pids_limit u32::MAX", base.clone().pids_limit(u32::MAX)),
         ("memory_mb 1", base.clone().memory_mb(1)),
         ("cpus past any host's", base.clone().cpus(1 << 20)),
         ("an env name with =", base.clone().env("A=B", "x")),

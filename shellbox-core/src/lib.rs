@@ -55,7 +55,7 @@ pub use snapshot::{Snapshot, SnapshotHandle};
 pub use spec::{
     DockerImage, DockerfileSource, HostImage, ImageArchive, ImageSource, MachineSpec, Mount,
     NetworkPolicy, PackageSpec, RegistryCredentials, RegistryImage, SimBuiltins,
-    DEFAULT_PIDS_LIMIT, DEFAULT_WORKDIR,
+    DEFAULT_PIDS_LIMIT, DEFAULT_WORKDIR, MAX_PIDS_LIMIT,
 };
 pub use staging::STAGING_PREFIX;
 

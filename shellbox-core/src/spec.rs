@@ -12,6 +12,11 @@ use crate::Error;
 /// The default working directory of a machine, as in the reference library.
 pub const DEFAULT_WORKDIR: &str = "/workspace";
 
+/// The largest [`MachineSpec::pids_limit`]: Linux's `PID_MAX_LIMIT` on 64-bit systems
+/// (2²²), the most a pids cgroup's `pids.max` or a container's `PidsLimit` takes (the
+/// kernel refuses a larger value with `EINVAL`).
+pub const MAX_PIDS_LIMIT: u32 = 4_194_304;
+
 /// The default [`MachineSpec::pids_limit`]: at most this many processes (and threads) at
 /// once in one machine. Docker's own default is unlimited (`pids.max = max`), which lets a
 /// fork bomb reach the host's `pid_max`; 1024 leaves room for parallel builds and test
@@ -391,7 +396,8 @@ impl MachineSpec {
     /// `NAME=value` is longer than one `execve(2)` string may be (Linux's `MAX_ARG_STRLEN`:
     /// [`validate_exec_strings`](crate::validate::validate_exec_strings); every command
     /// gets the spec's env),
-    /// `cpus`, `memory_mb`, `storage_mb` or `pids_limit` is 0, or a mount's guest path is
+    /// `cpus`, `memory_mb`, `storage_mb` or `pids_limit` is 0, `pids_limit` is above
+    /// [`MAX_PIDS_LIMIT`], or a mount's guest path is
     /// not absolute and normalised, or a [`PackageSpec`] has a bad requirement or tool
     /// ([`PackageSpec::validate`]). [`Error::Unsupported`] when `workdir` is inside `/proc`,
     /// `/sys` or `/dev` ([`validate_not_kernel_dir`](crate::validate::validate_not_kernel_dir)).
@@ -424,6 +430,13 @@ impl MachineSpec {
         if self.pids_limit == 0 {
             return Err(Error::invalid("pids_limit must be > 0"));
         }
+        if self.pids_limit > MAX_PIDS_LIMIT {
+            return Err(Error::invalid(format!(
+                "pids_limit {} is above {MAX_PIDS_LIMIT}, the most processes Linux allows \
+                 (PID_MAX_LIMIT)",
+                self.pids_limit
+            )));
+        }
         match &self.source {
             ImageSource::Host(image) => {
                 for mount in &image.mounts {
@@ -452,6 +465,14 @@ mod tests {
         assert_eq!(spec.pids_limit, DEFAULT_PIDS_LIMIT);
         assert!(MachineSpec::sim().pids_limit(0).validate().is_err());
         MachineSpec::sim().pids_limit(1).validate().unwrap();
+        MachineSpec::sim()
+            .pids_limit(MAX_PIDS_LIMIT)
+            .validate()
+            .unwrap();
+        assert!(MachineSpec::sim()
+            .pids_limit(MAX_PIDS_LIMIT + 1)
+            .validate()
+            .is_err());
         assert!(MachineSpec::sim().workdir("rel").validate().is_err());
         assert!(MachineSpec::sim().workdir("/a/../b").validate().is_err());
         MachineSpec::sim().workdir("").validate().unwrap();
