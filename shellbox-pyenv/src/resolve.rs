@@ -376,11 +376,17 @@ pub fn check_resolve<S: AsRef<str>>(
             }
         })?;
     }
+    // The nearest ancestor that exists must be a writable directory; a relative cache's
+    // walk ends at the working directory (as the resolve's create_dir_all starts there).
     let mut existing = directory.as_path();
     while std::fs::symlink_metadata(existing).is_err() {
         match existing.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => existing = parent,
-            _ => break,
+            Some(_) => {
+                existing = Path::new(".");
+                break;
+            }
+            None => break,
         }
     }
     let refused = |e: std::io::Error| PyenvError::io("create directory", &directory, e);

@@ -386,6 +386,12 @@ fn check_resolve_finds_the_interpreter_as_the_resolve_does() {
         .python_interpreter(&python)
         .build(BuildOptions::default().python_install_mirror("file:///nonexistent/m"));
     check_resolve(&cache, &none, &own, &given).unwrap();
+    // A relative cache none of whose directories exist yet is made below the working
+    // directory by the resolve, so the check says yes too (break-it of issue 12: it
+    // refused, "create directory rel/x/y/...: No such file or directory"), making nothing.
+    let relative = PathBuf::from(format!("no-such-cache-{}/x/y", std::process::id()));
+    check_resolve(&relative, &none, &own, &given).unwrap();
+    assert!(!relative.parent().unwrap().parent().unwrap().exists());
 }
 
 /// Four resolves at once of a requirement PyPI does not have: each fails with uv's own
