@@ -175,9 +175,11 @@ fn host_file_problem(requirement: &str) -> Option<&'static str> {
 /// `--network deny`). Refused: `localhost` and `*.localhost`, IP literals that are
 /// loopback, private (10/8, 172.16/12, 192.168/16, fc00::/7), link-local (169.254/16,
 /// fe80::/10), unspecified or shared (100.64/10), and hosts written as numbers (`2130706433`,
-/// `0x7f.1`: URL parsers read them as IPv4 addresses). A DNS name is not resolved here: one
-/// that resolves to a private address is fetched (factories whose hosts must not, firewall
-/// the host).
+/// `0x7f.1`: URL parsers read them as IPv4 addresses), and names that resolve here (through
+/// /etc/hosts or DNS) to any such address. A name is resolved once, at this check: one whose
+/// DNS answer changes between the check and uv's fetch (rebinding), or a public URL that
+/// redirects to a private one, is not caught (factories whose hosts must never reach their
+/// private networks firewall the host).
 fn url_host_problem(rest: &str) -> Option<&'static str> {
     const PRIVATE: &str = "a direct reference must not name this host or a private network \
                            address (uv fetches it from the host, whatever the machine's \
@@ -194,22 +196,44 @@ fn url_host_problem(rest: &str) -> Option<&'static str> {
         return Some(PRIVATE);
     }
     let private = match host.parse::<std::net::IpAddr>() {
-        Ok(std::net::IpAddr::V4(v4)) => private_v4(v4),
-        Ok(std::net::IpAddr::V6(v6)) => {
+        Ok(ip) => private_ip(ip),
+        // Numbers a URL parser reads as an IPv4 address (decimal, octal, hex parts).
+        Err(_) if numeric_host(&host) => true,
+        // A name: resolved as uv would resolve it (getaddrinfo: /etc/hosts, then DNS), and
+        // refused when any address is private (break-it of issue 12: `vm` in /etc/hosts,
+        // `127.0.0.1.nip.io`). A name that does not resolve here is left to uv.
+        Err(_) => {
+            use std::net::ToSocketAddrs;
+            (host.as_str(), 443)
+                .to_socket_addrs()
+                .is_ok_and(|mut addrs| addrs.any(|a| private_ip(a.ip())))
+        }
+    };
+    private.then_some(PRIVATE)
+}
+
+/// Whether `host` is written as numbers a URL parser reads as an IPv4 address (`2130706433`,
+/// `0x7f.1`, `0177.0.0.1`).
+fn numeric_host(host: &str) -> bool {
+    host.split('.')
+        .all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_hexdigit() || c == 'x'))
+        && host.starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// Whether `ip` is this host or a private network's: loopback, private, link-local,
+/// unspecified, broadcast or shared (100.64/10); IPv6 ULA, link-local and IPv4-mapped
+/// private addresses.
+fn private_ip(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => private_v4(v4),
+        std::net::IpAddr::V6(v6) => {
             v6.is_loopback()
                 || v6.is_unspecified()
                 || (v6.segments()[0] & 0xfe00) == 0xfc00
                 || (v6.segments()[0] & 0xffc0) == 0xfe80
                 || v6.to_ipv4_mapped().is_some_and(private_v4)
         }
-        // Numbers a URL parser reads as an IPv4 address (decimal, octal, hex parts).
-        Err(_) => {
-            host.split('.').all(|part| {
-                !part.is_empty() && part.chars().all(|c| c.is_ascii_hexdigit() || c == 'x')
-            }) && host.starts_with(|c: char| c.is_ascii_digit())
-        }
-    };
-    private.then_some(PRIVATE)
+    }
 }
 
 fn private_v4(v4: std::net::Ipv4Addr) -> bool {
@@ -726,6 +750,25 @@ mod tests {
             assert!(
                 matches!(
                     normalize_requirements(&[bad]),
+                    Err(PyenvError::InvalidRequirement { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+        // Names that resolve to this host (break-it of issue 12: `vm` in /etc/hosts made
+        // the host's uv fetch from 127.0.0.1): every /etc/hosts name of a private address
+        // here, `localhost` and its kin aside (refused by name already).
+        let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+        let names = hosts.lines().filter_map(|line| {
+            let mut words = line.split('#').next()?.split_whitespace();
+            let ip = words.next()?.parse::<std::net::IpAddr>().ok()?;
+            private_ip(ip).then_some(words)
+        });
+        for name in names.flatten() {
+            let bad = format!("six @ http://{name}:8765/six-1.17.0-py2.py3-none-any.whl");
+            assert!(
+                matches!(
+                    normalize_requirements(&[bad.as_str()]),
                     Err(PyenvError::InvalidRequirement { .. })
                 ),
                 "{bad:?}"
