@@ -48,7 +48,9 @@ pub enum Error {
     Closed,
 
     /// A wrapper's limit was reached and it was told not to wait (e.g.
-    /// [`LimitFactory::fail_fast`](crate::LimitFactory::fail_fast)). Retryable.
+    /// [`LimitFactory::fail_fast`](crate::LimitFactory::fail_fast)), or a backend's budget
+    /// shared by the machines of this process is spent (local: the host memory its tmpfs
+    /// file systems may hold). Retryable: closing a machine gives room.
     #[error("limit reached: {0}")]
     LimitReached(String),
 

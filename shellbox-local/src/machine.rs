@@ -327,8 +327,9 @@ impl MemoryReservation {
     /// Reserves `bytes` of the budget.
     ///
     /// # Errors
-    /// [`Error::Backend`] when the live machines of this process already reserved so much
-    /// that `bytes` more would pass the budget (the message gives the numbers).
+    /// [`Error::LimitReached`] (retryable: a machine's close gives room) when the live
+    /// machines of this process already reserved so much that `bytes` more would pass the
+    /// budget (the message gives the numbers).
     pub(crate) fn take(bytes: u64) -> Result<MemoryReservation, Error> {
         // Room for one machine of the largest storage_mb with its /dev/shm.
         let budget = largest_storage_mb()
@@ -340,19 +341,16 @@ impl MemoryReservation {
             })
             .map(|_| MemoryReservation(bytes))
             .map_err(|reserved| {
-                Error::backend(
-                    "reserve host memory for the machine's tmpfs file systems",
-                    std::io::Error::other(format!(
-                        "the machine's /dev/shm, bounded root and copy-on-write layers can hold \
-                         {} MiB of host memory, and the live local machines of this process \
-                         already reserved {} MiB of the {} MiB all of them may hold together \
-                         (half the host's RAM and one /dev/shm): close a machine, or give \
-                         machines a smaller storage_mb",
-                        bytes >> 20,
-                        reserved >> 20,
-                        budget >> 20
-                    )),
-                )
+                Error::LimitReached(format!(
+                    "reserve host memory for the machine's tmpfs file systems: the machine's \
+                     /dev/shm, bounded root and copy-on-write layers can hold {} MiB of host \
+                     memory, and the live local machines of this process already reserved {} \
+                     MiB of the {} MiB all of them may hold together (half the host's RAM and \
+                     one /dev/shm): close a machine, or give machines a smaller storage_mb",
+                    bytes >> 20,
+                    reserved >> 20,
+                    budget >> 20
+                ))
             })
     }
 
