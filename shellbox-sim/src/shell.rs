@@ -1606,6 +1606,19 @@ impl<'a> Interp<'a> {
         }
     }
 
+    /// [`Interp::read_all`] without a copy when nothing of the buffer was read yet (a
+    /// pipe's whole output, what `seq | grep` hands on): the bytes are moved out of the
+    /// stream, which is left empty, and released from the memory budget, so the caller
+    /// must charge them while it holds them (as [`crate::programs`]' `read_input` does).
+    pub fn take_all(&mut self, sh: &Shell, n: i32) -> Vec<u8> {
+        if let Some(f) = sh.get_fd(n) {
+            if let Stream::Buf { data, pos: 0 } = &mut *f.borrow_mut() {
+                return data.take();
+            }
+        }
+        self.read_all(sh, n)
+    }
+
     /// Reads up to and including `delim` (None at EOF with nothing read).
     pub fn read_until(
         &mut self,

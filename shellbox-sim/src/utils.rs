@@ -2683,6 +2683,9 @@ fn seq(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         && whole(last)
         && !(first == 0.0 && first.is_sign_negative());
     let (first_i, inc_i) = (first as i64, inc as i64);
+    if ints && !width && count >= 0.0 {
+        return seq_ints(it, sh, first_i, inc_i, count as u64, sep.as_bytes());
+    }
     // written in chunks, so a reader like `head` can stop an endless sequence (SIGPIPE)
     let mut out = String::new();
     let mut k = 0u64;
@@ -2724,6 +2727,59 @@ fn seq(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         out.push('\n');
     }
     it.out(sh, &out)?;
+    Ok(0)
+}
+
+/// `seq` of whole numbers without `-w` or `-f`: `count + 1` values from `first` by `inc`,
+/// each written in decimal straight into the output bytes (no string per value), in
+/// chunks of 64 KiB with a tick between, so a reader like `head` can stop an endless
+/// sequence (SIGPIPE) and the deadline is seen.
+fn seq_ints(
+    it: &mut Interp<'_>,
+    sh: &mut Shell,
+    first: i64,
+    inc: i64,
+    count: u64,
+    sep: &[u8],
+) -> R<i32> {
+    const CHUNK: usize = 64 * 1024;
+    // a chunk is filled by index (plain stores: a copy call per value of five bytes was
+    // most of `seq 100000`'s time), with room for one more value and separator
+    let mut out = vec![0u8; CHUNK + 21 + sep.len()];
+    let mut n = 0usize;
+    let mut v = first;
+    for k in 0..=count {
+        if k > 0 {
+            for &b in sep {
+                out[n] = b;
+                n += 1;
+            }
+            v = v.wrapping_add(inc);
+        }
+        if v < 0 {
+            out[n] = b'-';
+            n += 1;
+        }
+        let mut m = v.unsigned_abs();
+        let mut digits = 1;
+        let mut p = m;
+        while p >= 10 {
+            p /= 10;
+            digits += 1;
+        }
+        for d in (n..n + digits).rev() {
+            out[d] = b'0' + (m % 10) as u8;
+            m /= 10;
+        }
+        n += digits;
+        if n >= CHUNK {
+            it.write(sh, 1, &out[..n])?;
+            n = 0;
+            it.tick()?;
+        }
+    }
+    out[n] = b'\n';
+    it.write(sh, 1, &out[..n + 1])?;
     Ok(0)
 }
 
@@ -3011,7 +3067,17 @@ fn wc(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         if !regular {
             nonregular = true;
         }
-        let data = match read_input(it, sh, f) {
+        // standard input unread so far (a pipe) is moved out, not copied, and charged
+        // to the memory budget while it is counted
+        let mut held = crate::mem::Charge::default();
+        let read = if f == "-" {
+            let d = it.take_all(sh, 0);
+            held.add_bytes(d.len());
+            Ok(d)
+        } else {
+            read_input(it, sh, f)
+        };
+        let data = match read {
             Ok(d) => d,
             Err(e) => {
                 fail(it, sh, format!("wc: {f}: {}", e.msg()));
@@ -3020,6 +3086,8 @@ fn wc(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
             }
         };
         let counts = wc_counts(it, &data, w || m || big_l)?;
+        drop(data);
+        drop(held);
         let mut row = Vec::new();
         for (k, on) in [l, w, m, c, big_l].iter().enumerate() {
             total[k] = if k == 4 {

@@ -30,6 +30,9 @@ const GREP: &[&str] = &[
     // a pattern list over 4 KiB is compiled in pieces and matched as their union
     // (leftmost, then longest, across the pieces)
     "seq 1000 3000 > pats; printf '1234567\\nx1500y\\n999\\n29991\\nab2000cd2001\\nA1001\\n' > f; grep -f pats f; grep -o -f pats f; grep -c -f pats f; grep -x -f pats f; grep -w -f pats f; grep -F -o -f pats f; grep -v -f pats f; grep -n -i -o -f pats f",
+    // inputs of 16 KiB and more are searched whole for plain strings: regexes (over a
+    // newline, empty matches, buffer anchors), context, -m, -v, -w, -o must not change
+    "seq 1 30000 > n; grep -c '9[^0-9]1' n; grep -c '[^5]5' n; grep -n '^1.*9$' n | tail -3; grep -c '\\s7' n; grep -v -c 7 n; grep -c '^$' n; grep -c 'x*' n; grep -B2 -A1 -m3 99 n; grep -c '\\`1' n; grep -c \"3\\\\'\" n; grep -ic 'A\\|77' n; grep -x -c '1[0-9]*' n; grep -c -E '^(12|3)4' n; grep -n -B1 -A2 29999 n; printf '\\n\\nx\\n' >> n; grep -c '^$' n; grep -n '^x$' n; grep -c -v '^' n; grep -c '9$' n; grep -c 99 n; grep -n -B1 -A1 -m2 2999 n; grep -v -c 1 n; grep -F -c -e 9- -e 12 n; grep -c -i 'X' n; grep -w -c 300 n; grep -o 777 n | wc -l; grep -q 29999 n; echo q=$?",
     "printf 'tab\\there\\n  sp\\n' > f; grep -P '\\t' f; grep '[[:space:]]sp' f; grep -E '^\\s+' f; grep '\\<sp\\>' f; grep 'e\\b' f",
 ];
 

@@ -9,6 +9,8 @@
 use super::opts::{Arg, Parser};
 use super::posix::{self, Dialect, Re};
 use super::Ctx;
+use std::collections::VecDeque;
+
 use crate::mem::PacedVec;
 use crate::shell::R;
 use crate::vfs::Kind;
@@ -98,7 +100,7 @@ struct Opts {
 
 /// The patterns as one regex, or as the union of several (see [`PATTERN_BYTES_PER_REGEX`]).
 /// Held so that, dropped after the timeout fired, the regexes are buried, not freed.
-struct Union(PacedVec<Re>);
+struct Union(PacedVec<Re>, Option<String>);
 
 impl Union {
     /// The leftmost-longest match of any of the regexes at or after `start`.
@@ -335,6 +337,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         o,
         m,
         show_names,
+        whole: None,
         out: Vec::new(),
         any: false,
         trouble: false,
@@ -372,6 +375,8 @@ fn build(
     let mut parts = PacedVec::new(Vec::new());
     let mut alt = patterns.len() > 1;
     let mut bytes = 0usize;
+    // whether every pattern is a plain string (what the whole-input search is for)
+    let mut literal = !line;
     for (k, p) in patterns.iter().enumerate() {
         if k % 1024 == 1023 {
             cx.check_time()?;
@@ -394,6 +399,7 @@ fn build(
                 Err(e) => return Ok(Err(e)),
             },
         };
+        literal &= is_literal(&t);
         let part = if line {
             format!("^(?:{t})$")
         } else {
@@ -403,11 +409,15 @@ fn build(
         parts.push(part);
     }
     if bytes <= PATTERN_BYTES_PER_REGEX {
-        return Ok(Re::build(&parts.join("|"), alt, icase).map(|re| Union(PacedVec::new(vec![re]))));
+        let joined = parts.join("|");
+        // the whole-input search (see [`Scan`]) is for plain strings: some regexes
+        // (`^1.*9$`) made the regex crate search the rest of the input for each line
+        let whole = literal.then(|| format!("(?m){}(?:{joined})", if icase { "(?i)" } else { "" }));
+        return Ok(Re::build(&joined, alt, icase).map(|re| Union(PacedVec::new(vec![re]), whole)));
     }
     // a long list: its pieces are alternations (leftmost-longest within each), and the
     // union takes the leftmost, then longest, of their matches
-    let mut res = Union(PacedVec::new(Vec::new()));
+    let mut res = Union(PacedVec::new(Vec::new()), None);
     let mut piece: Vec<&str> = Vec::new();
     let mut piece_bytes = 0;
     for (k, part) in parts.iter().enumerate() {
@@ -427,9 +437,89 @@ fn build(
     Ok(Ok(res))
 }
 
+/// Inputs smaller than this are matched line by line only: compiling the whole-input
+/// regex of [`Scan`] costs more than it saves there.
+const SCAN_MIN_BYTES: usize = 16 * 1024;
+
+/// Bytes of input one whole-input search of [`Scan`] covers (it looks at no clock).
+const SCAN_WINDOW: usize = 256 * 1024;
+
+/// Which lines hold a match of plain strings, found by searching the whole input at once
+/// rather than each line: `^` and `$` match at line ends (multi-line mode), so every match within a
+/// line is a match of the whole input, and the leftmost match from a line's start tells
+/// that no line before the one holding it matches. A match that runs over a newline (a
+/// `[^x]` or `\s` can) decides nothing: that line is matched on its own.
+struct Scan {
+    re: regex::bytes::Regex,
+    state: ScanState,
+}
+
+#[derive(Clone, Copy)]
+enum ScanState {
+    /// Nothing searched yet.
+    Unknown,
+    /// The leftmost match from where the last search began.
+    Next(usize, usize),
+    /// No match starts before this offset (where the last search's window ended).
+    NoneUntil(usize),
+}
+
+impl Scan {
+    /// A scan with `re` (a clone of a compiled regex shares it).
+    fn new(re: regex::bytes::Regex) -> Self {
+        Scan {
+            re,
+            state: ScanState::Unknown,
+        }
+    }
+
+    /// Whether the line `body[ls..le]` holds a match; `None` when the search cannot
+    /// tell (the caller matches the line itself).
+    fn hit(&mut self, body: &[u8], ls: usize, le: usize) -> Option<bool> {
+        loop {
+            match self.state {
+                ScanState::NoneUntil(w) if ls < w => return Some(false),
+                ScanState::Next(s, _) if s > le => return Some(false),
+                ScanState::Next(s, e) if s >= ls => return Some(e <= le).filter(|h| *h),
+                _ => {}
+            }
+            // a window ends at a newline, where `$` matches anyway
+            let wend = if body.len() - ls <= SCAN_WINDOW {
+                body.len()
+            } else {
+                memchr::memchr(b'\n', &body[ls + SCAN_WINDOW..])
+                    .map_or(body.len(), |p| ls + SCAN_WINDOW + p)
+            };
+            self.state = match self.re.find(&body[ls..wend]) {
+                Some(m) => ScanState::Next(ls + m.start(), ls + m.end()),
+                None => ScanState::NoneUntil(wend),
+            };
+        }
+    }
+}
+
+/// Whether `t` (in the `regex` crate's syntax) matches only itself: letters, digits,
+/// spaces and escaped ASCII punctuation.
+fn is_literal(t: &str) -> bool {
+    let mut chars = t.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if !chars.next().is_some_and(|e| e.is_ascii_punctuation()) {
+                return false;
+            }
+        } else if !(c.is_alphanumeric() || c == ' ' || c == '_' || c == '-' || c == '/') {
+            return false;
+        }
+    }
+    true
+}
+
 struct Grep {
     o: Opts,
     m: Matcher,
+    /// The whole-input regex of [`Scan`]: not compiled yet, or compiled (`None` when the
+    /// patterns have none).
+    whole: Option<Option<regex::bytes::Regex>>,
     show_names: bool,
     out: Vec<u8>,
     any: bool,
@@ -439,6 +529,20 @@ struct Grep {
 }
 
 impl Grep {
+    /// The whole-input regex, compiled the first time an input is big enough.
+    fn whole(&mut self) -> Option<&regex::bytes::Regex> {
+        if self.whole.is_none() {
+            let re = self.m.re.1.as_deref().and_then(|src| {
+                regex::bytes::RegexBuilder::new(src)
+                    .size_limit(8 << 20)
+                    .build()
+                    .ok()
+            });
+            self.whole = Some(re);
+        }
+        self.whole.as_ref().and_then(Option::as_ref)
+    }
+
     fn flush(&mut self, cx: &mut Ctx<'_, '_>) -> R<()> {
         if !self.out.is_empty() {
             let out = std::mem::take(&mut self.out);
@@ -582,11 +686,6 @@ impl Grep {
         let term = if self.o.zero { 0 } else { b'\n' };
         let binary = !self.o.text && !self.o.zero && data.contains(&0);
         let body = data.strip_suffix(&[term]).unwrap_or(data);
-        let lines: Vec<&[u8]> = if data.is_empty() {
-            Vec::new()
-        } else {
-            body.split(|b| *b == term).collect()
-        };
         let mut count: u64 = 0;
         let context = self.o.after > 0 || self.o.before > 0;
         let plain = self.o.list.is_none() && !self.o.count && !self.o.quiet && !binary;
@@ -596,7 +695,32 @@ impl Grep {
         let mut printed_any = false;
         // the work since the clock was looked at: each line is matched against each regex
         let mut work = 0usize;
-        for (i, line) in lines.iter().enumerate() {
+        // the lines before this one that `-B` may print, with their numbers
+        let mut recent: VecDeque<(usize, &[u8])> = VecDeque::new();
+        let mut scan = if term == b'\n' && !self.m.word && data.len() >= SCAN_MIN_BYTES {
+            self.whole().cloned().map(Scan::new)
+        } else {
+            None
+        };
+        let mut next_start = 0usize;
+        let mut next_index = 0usize;
+        // the line before this one, kept for `-B` at the top of the next round
+        let mut previous: Option<(usize, &[u8])> = None;
+        while !data.is_empty() && next_start <= body.len() {
+            if let Some(p) = previous.take() {
+                if self.o.before > 0 {
+                    recent.push_back(p);
+                    if recent.len() > self.o.before {
+                        recent.pop_front();
+                    }
+                }
+            }
+            let (i, ls) = (next_index, next_start);
+            let end = memchr::memchr(term, &body[ls..]).map_or(body.len(), |p| ls + p);
+            let line = &body[ls..end];
+            next_start = end + 1;
+            next_index += 1;
+            previous = Some((i, line));
             if i % 256 == 255 {
                 cx.tick()?;
                 if self.out.len() > 1 << 16 {
@@ -608,7 +732,11 @@ impl Grep {
                 work = 0;
                 cx.check_time()?;
             }
-            let hit = self.m.matches(line) != self.o.invert;
+            let matched = match scan.as_mut().and_then(|sc| sc.hit(body, ls, end)) {
+                Some(h) => h,
+                None => self.m.matches(line),
+            };
+            let hit = matched != self.o.invert;
             if self.o.max.is_some_and(|m| count >= m) {
                 // after -m NUM, trailing context still prints
                 if plain && after_left > 0 && !hit {
@@ -655,7 +783,7 @@ impl Grep {
                 if printed_any && last_printed.is_none_or(|l| from > l + 1) {
                     self.out.extend_from_slice(b"--\n");
                 }
-                for (j, l) in lines.iter().enumerate().take(i).skip(from) {
+                for &(j, l) in recent.iter().filter(|(j, _)| *j >= from) {
                     self.prefix(name, j + 1, b'-');
                     self.out.extend_from_slice(l);
                     self.out.push(term);

@@ -396,7 +396,7 @@ impl<'i, 'w> Ctx<'i, 'w> {
     /// rest of the program's run.
     pub(crate) fn read_input(&mut self, name: &str) -> Result<Vec<u8>, &'static str> {
         let d = if name == "-" {
-            Ok(self.it.read_all(self.sh, 0))
+            Ok(self.it.take_all(self.sh, 0))
         } else {
             self.it.read_file(self.sh, name).map_err(|e| e.msg())
         };
