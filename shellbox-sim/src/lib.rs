@@ -91,7 +91,6 @@ mod pattern;
 mod programs;
 mod session;
 mod shell;
-mod tar;
 mod utils;
 mod vfs;
 

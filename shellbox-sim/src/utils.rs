@@ -58,7 +58,6 @@ pub fn run(it: &mut Interp<'_>, sh: &mut Shell, name: &str, argv: Vec<String>) -
         "wc" => wc(it, sh, args),
         "tee" => tee(it, sh, args),
         "timeout" => timeout(it, sh, args),
-        "tar" => crate::tar::run(it, sh, args),
         _ => {
             it.err(sh, &format!("bash: line 1: {name}: command not found"));
             Ok(127)
@@ -1152,7 +1151,7 @@ fn civil(t: i64) -> (i64, u32, u32, u32, u32, u32, usize, u32) {
     )
 }
 
-fn strftime(fmt: &str, t: i64, ns: u64) -> String {
+pub(crate) fn strftime(fmt: &str, t: i64, ns: u64) -> String {
     let (y, mo, d, h, mi, s, wd, yd) = civil(t);
     let mut out = String::new();
     let mut it = fmt.chars().peekable();

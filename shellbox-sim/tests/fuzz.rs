@@ -1132,6 +1132,22 @@ fn programs_given_a_million_operands_end_at_their_deadline() {
     assert_scripts_end_at_their_deadline(setup, &scripts);
 }
 
+/// Issue 10/16: tar (on the command table, with -z) looks at the clock per name and entry,
+/// compresses a piece at a time, and parses a million operands in pieces. Each runs a few
+/// times, so the deadline falls in different steps. The bound is [`CPU_AFTER_DEADLINE`].
+#[test]
+fn tar_ends_at_its_deadline() {
+    let setup = "mkdir d; cd d; seq 3000 | xargs touch; cd ..; head -c 20000000 /dev/urandom > r; \
+                 tar czf r.tgz r; seq 1000000 > f";
+    let scripts = [
+        "while :; do tar czf x.tgz d r; done",
+        "while :; do tar xzf r.tgz -O; done > /dev/null",
+        "while :; do tar tvf r.tgz; tar cf - d | tar xf - -C /tmp --strip-components=1; done > /dev/null",
+        "set -- $(cat f); while :; do tar cf - \"$@\" 2>/dev/null; done",
+    ];
+    assert_scripts_end_at_their_deadline(setup, &scripts);
+}
+
 fn peak_rss_mib() -> Option<u64> {
     std::fs::read_to_string("/proc/self/status")
         .ok()

@@ -238,6 +238,16 @@ const NUMFMT: &[&str] = &[
     "echo 'a 2048 b' | numfmt --field=2 --to=iec; printf 'h 1\\nx 2048\\n' | numfmt --header --field 2 --to=iec; echo '1024,2048' | numfmt -d, --field=2 --to=iec; printf '1024\\n2048\\n' | numfmt --to=iec; numfmt x; echo rc=$?; numfmt --to=si 1e3; echo rc=$?; numfmt --to=bad 1; echo rc=$?",
 ];
 
+/// GNU tar 1.34: what does not depend on the host's directory order (listings sorted, or
+/// of one file per directory).
+const TAR: &[&str] = &[
+    "mkdir -p p/q; echo 1 > p/a; echo 2 > p/q/b; tar czf y.tgz p && tar xzf y.tgz -O p/a; tar tzf y.tgz | sort; tar tf y.tgz | sort; mkdir o; tar xf y.tgz -C o --strip-components=1; find o | sort; cat o/q/b; tar xOf y.tgz p/q; tar -xzOf y.tgz p/q/b p/a | sort; tar -czf - p | tar -xzf - -C o; find o | sort",
+    "mkdir -p p/q; echo 1 > p/a; echo 2 > p/q/b; tar cvf x.tar p | sort; tar cvf - p 2>/dev/null | tar t | sort; tar cf - --exclude=q p | tar t | sort; tar cf - --exclude='p/q' p | tar t | sort; tar tf x.tar --exclude='*a' | sort; tar tf x.tar p/a nope; echo rc=$?; mkdir o; tar xvf x.tar -C o --strip-components=1 | sort; find o | sort; tar xvOf x.tar p/a 2>/dev/null; tar --list --file=x.tar --exclude=b | sort",
+    // (the listing's date is the machine's clock)
+    "mkdir p; echo hello > p/f; l() { cut -c1-30; }; tar cf x.tar p; tar tvf x.tar | l; tar -tv -f x.tar p/f | l; chmod 750 p/f; tar cf z.tar p/f; tar tvf z.tar | l; head -c 123456 /dev/zero > p/big; tar cf b.tar p/big; tar tvf b.tar | l; rm -r p; tar xf x.tar; stat -c '%a %s' p p/f",
+    "mkdir p; echo 1 > p/a; tar czf - p | tar tf -; echo rc=$?; echo x > x.tar; tar tzf x.tar 2>/dev/null; echo rc=$?; tar xf nonexist.tar; echo rc=$?; tar; echo rc=$?; tar cf e.tar; echo rc=$?; tar -c -x -f f; echo rc=$?; tar --bogus; echo rc=$?; tar -cf x.tar --strip-components=x p; echo rc=$?; ls",
+];
+
 fn host_has(tool: &str) -> bool {
     std::process::Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -475,4 +485,9 @@ fn numfmt_matches_gnu_coreutils() {
         "GNU coreutils",
         NUMFMT,
     );
+}
+
+#[test]
+fn tar_matches_gnu_tar() {
+    check("tar_matches_gnu_tar", "tar", "GNU tar", TAR);
 }

@@ -33,7 +33,7 @@ enum Mode {
 }
 
 /// Why a piece of work stopped.
-enum Fail {
+pub(super) enum Fail {
     /// The input is not gzip data (or is cut short).
     Format,
     /// The command must stop, or the budget is spent.
@@ -257,7 +257,7 @@ fn step(cx: &mut Ctx<'_, '_>, grown: usize) -> Result<(), Fail> {
 }
 
 /// `data` as one gzip member at `level`, a piece at a time.
-fn compress(cx: &mut Ctx<'_, '_>, data: &[u8], level: u32) -> Result<Vec<u8>, Fail> {
+pub(super) fn compress(cx: &mut Ctx<'_, '_>, data: &[u8], level: u32) -> Result<Vec<u8>, Fail> {
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
     let mut charged = 0;
     for piece in data.chunks(PIECE) {
@@ -271,7 +271,7 @@ fn compress(cx: &mut Ctx<'_, '_>, data: &[u8], level: u32) -> Result<Vec<u8>, Fa
 }
 
 /// Every gzip member of `data` decompressed, a piece at a time.
-fn decompress(cx: &mut Ctx<'_, '_>, data: &[u8]) -> Result<Vec<u8>, Fail> {
+pub(super) fn decompress(cx: &mut Ctx<'_, '_>, data: &[u8]) -> Result<Vec<u8>, Fail> {
     if data.len() < 2 || data[0] != 0x1f || data[1] != 0x8b {
         return Err(Fail::Format);
     }

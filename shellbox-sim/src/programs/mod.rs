@@ -39,6 +39,7 @@ mod sort;
 mod split;
 mod sysinfo;
 mod tac;
+mod tar;
 mod tr;
 mod truncate;
 mod uniq;
@@ -274,7 +275,10 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(tac::main),
     },
     legacy("tail"),
-    legacy("tar"),
+    Program {
+        name: "tar",
+        main: Some(tar::main),
+    },
     legacy("tee"),
     legacy("test"),
     legacy("timeout"),
