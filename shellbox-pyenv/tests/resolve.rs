@@ -5,6 +5,9 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+/// A requirement no package index or cache holds.
+const MISSING: &str = "shellbox-test-no-such-project==1.0";
+
 use common::*;
 use shellbox_pyenv::{
     cache_key, check_resolve, resolve_python_environment, resolve_python_environment_with,
@@ -144,9 +147,10 @@ fn locked_once_then_reused_offline() {
     let (ok, out) = run(&rebuilt.python(), "import six; print(six.__version__)");
     assert!(ok && out == "1.17.0\n", "{out}");
 
-    // Offline and no lock yet for another set: uv pip compile fails, nothing is kept.
-    let e =
-        resolve_python_environment_with(&cache, &["six==1.16.0"], &version, &offline).unwrap_err();
+    // Offline and no lock yet for another set: uv pip compile fails, nothing is kept. (A
+    // project no index has: six==1.16.0 was found offline once another run left it in
+    // uv's shared cache.)
+    let e = resolve_python_environment_with(&cache, &[MISSING], &version, &offline).unwrap_err();
     assert!(matches!(e, PyenvError::UvFailed { .. }), "{e}");
     assert!(
         e.to_string().contains("uv pip compile") || e.to_string().contains("pip compile"),
@@ -155,7 +159,7 @@ fn locked_once_then_reused_offline() {
     let other = cache
         .canonicalize()
         .unwrap()
-        .join(cache_key(&version, &["six==1.16.0".to_string()]));
+        .join(cache_key(&version, &[MISSING.to_string()]));
     assert!(!other.join(REQUIREMENTS_LOCK_NAME).exists());
     assert!(!other.join(REQUIREMENTS_PENDING_NAME).exists());
 }

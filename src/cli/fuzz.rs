@@ -333,6 +333,14 @@ fn check_machine_number(rng: &mut Rng) -> Result<(), String> {
         // The simulator cannot limit CPUs: refused naming the option.
         (Err(f), "--cpus", _) if f.message.contains("--cpus") => Ok(()),
         (Err(f), _, 0) if f.message.contains(option) && f.kind == "invalid_input" => Ok(()),
+        // Past Linux's PID_MAX_LIMIT: refused naming the option (check and create agree).
+        (Err(f), "--pids-limit", n)
+            if n > u128::from(shellbox::MAX_PIDS_LIMIT)
+                && f.message.contains(option)
+                && f.kind == "invalid_input" =>
+        {
+            Ok(())
+        }
         (Ok(spec), _, n) if n > 0 && option != "--cpus" => check_sim_machine(spec, option, &text),
         (spec, _, _) => Err(format!(
             "{option} {text}: the spec is {:?}",

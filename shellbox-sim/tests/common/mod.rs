@@ -53,15 +53,26 @@ impl Compared {
 /// Runs `script` with `bash --norc --noprofile -c` in an empty temporary directory, and
 /// with `bash -c` in a fresh simulator machine whose workdir is `/work`.
 pub fn run_both(script: &str) -> Compared {
+    use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
-    let real = std::process::Command::new("bash")
-        .args(["--norc", "--noprofile", "-c", script])
+    let mut real = std::process::Command::new("bash");
+    real.args(["--norc", "--noprofile", "-c", script])
         .current_dir(dir.path())
         .env_clear()
         .envs(ENV)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
+        .stdin(std::process::Stdio::null());
+    // SAFETY: only async-signal-safe calls between fork and exec. A test run started in the
+    // background of a shell ignores SIGINT and SIGQUIT, and bash cannot trap a signal
+    // ignored at its start (`trap -p INT` then shows '' where a fresh machine shows the
+    // trap): the real bash starts with their default dispositions, as a machine's does.
+    unsafe {
+        real.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let real = real.output().unwrap();
     let m = SimMachineFactory::new()
         .create_sim(MachineSpec::sim().workdir("/work"))
         .unwrap();
