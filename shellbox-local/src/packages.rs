@@ -38,8 +38,17 @@ pub(crate) struct PackageSettings {
 
 impl PackageSettings {
     /// The package cache: the option, else `$HOME/.cache/shellbox/python`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for an empty option, or no option and no `HOME`.
     fn cache(&self) -> Result<PathBuf, Error> {
         if let Some(cache) = &self.cache {
+            if cache.as_os_str().is_empty() {
+                return Err(Error::invalid(
+                    "LocalOptions::package_cache (CLI --package-cache) is empty: name a \
+                     directory",
+                ));
+            }
             return Ok(cache.clone());
         }
         match std::env::var_os("HOME").filter(|h| !h.is_empty()) {

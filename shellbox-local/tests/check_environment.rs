@@ -7,7 +7,7 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use shellbox_core::{Error, ExecutionRequirements, MachineFactory, MachineSpec, PackageSpec};
 use shellbox_local::LocalOptions;
@@ -177,7 +177,7 @@ async fn tools_are_judged_as_the_machine_would_see_them() {
 
 /// A `pypi_packages` spec needs the factory's package settings, which `check_environment`
 /// judges as `create` does before it resolves anything: a partial Python version and an
-/// interpreter that cannot run are refused by both (`InvalidInput`); whether the packages
+/// interpreter that cannot run, an empty package cache are refused by both (`InvalidInput`); whether the packages
 /// resolve is not checked (that needs uv and the network).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn package_settings_are_judged_as_create_judges_them() {
@@ -194,6 +194,12 @@ async fn package_settings_are_judged_as_create_judges_them() {
         LocalOptions {
             package_cache: Some(cache.path().to_path_buf()),
             python_interpreter: Some("/shellbox-no-such-python".into()),
+            ..LocalOptions::default()
+        },
+        // An empty package cache (issue 12 break-it: accepted, and the resolve wrote its
+        // lock below the working directory).
+        LocalOptions {
+            package_cache: Some(PathBuf::new()),
             ..LocalOptions::default()
         },
     ];
@@ -257,7 +263,7 @@ async fn package_settings_are_judged_as_create_judges_them() {
 /// A requirement naming an environment variable (`${HOME}`, `$HOME`: uv expands them from
 /// the host's environment, so a URL could carry a host secret out) or ending in a backslash
 /// (uv joins it to the next requirement) is refused by `check_environment` and `create`
-/// alike with `InvalidInput`, before uv runs: the factory's uv here is the real one behind
+/// alike with `InvalidInput`, before uv runs, as is one that is not PEP 508 (`six===`): the factory's uv here is the real one behind
 /// a wrapper that records each call, and it records none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requirements_with_env_references_or_host_files_never_reach_uv() {
@@ -306,6 +312,9 @@ async fn requirements_with_env_references_or_host_files_never_reach_uv() {
         vec!["hello-pkg @ file:///srv/private/hello_pkg-1.0-py3-none-any.whl"],
         vec!["/srv/private/hello_pkg-1.0-py3-none-any.whl"],
         vec!["pkg @ git+file:///srv/repo"],
+        // Not PEP 508 (issue 12 break-it: check accepted them, create failed in uv's parse).
+        vec!["six==="],
+        vec!["six[[["],
     ] {
         let spec = MachineSpec::packages(PackageSpec::python(requirements.clone()));
         let checked = factory.check_environment(&none, &spec).await;

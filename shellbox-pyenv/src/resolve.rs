@@ -2,9 +2,11 @@
 //! build from that lock with binary wheels only (REFERENCE.md section 7,
 //! `resolve_python_environment`).
 
+use std::borrow::Cow;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::str::FromStr;
 
 use shellbox_core::PackageSpec;
 use tracing::info;
@@ -101,18 +103,25 @@ pub fn cache_key(python_version: &str, requirements: &[String]) -> String {
 ///   in an archive suffix (`.whl`, `.tar.gz`, `.zip`, ...) or another URL scheme is refused.
 /// - Options: a word after the first that starts with `-` (`six==1.17.0 --hash=...`, which
 ///   uv's requirements file would take as the line's own option).
-pub fn requirement_problem(requirement: &str) -> Option<&'static str> {
+/// - Syntax: a requirement that is not a bare URL must be a PEP 508 dependency specifier
+///   (name, extras, version specifiers, `@ URL`, markers), parsed with `pep508_rs`, the
+///   parser uv's own descends from: `six===`, `six[[[` or `six; python_version <` are
+///   refused here with the parser's message instead of failing uv's compile at `create`
+///   after `check_environment` accepted them (break-it of issue 12).
+pub fn requirement_problem(requirement: &str) -> Option<Cow<'static, str>> {
     if let Some(problem) = PackageSpec::requirement_problem(requirement) {
-        Some(problem)
+        Some(problem.into())
     } else if requirement.contains('$') {
         Some(
             "a requirement must not contain '$' (uv would expand ${VAR} from the host's \
-             environment)",
+             environment)"
+                .into(),
         )
     } else if requirement.contains('\\') {
         Some(
             "a requirement must not contain a backslash (a requirements file joins a line \
-             ending in one to the next)",
+             ending in one to the next)"
+                .into(),
         )
     } else if requirement
         .split_whitespace()
@@ -121,10 +130,37 @@ pub fn requirement_problem(requirement: &str) -> Option<&'static str> {
     {
         Some(
             "a requirement must not carry options (` --hash=...`, ` -e`): uv's requirements \
-             file takes them on a requirement's line",
+             file takes them on a requirement's line"
+                .into(),
         )
+    } else if let Some(problem) = host_file_problem(requirement.trim()) {
+        Some(problem.into())
     } else {
-        host_file_problem(requirement.trim())
+        pep508_problem(requirement.trim())
+    }
+}
+
+/// [`requirement_problem`]'s syntax rule, on a trimmed requirement that passed the others:
+/// `None` for a bare `scheme://` URL (uv takes one and names the package from its file
+/// name; its host was checked already), else the PEP 508 parser's message when
+/// `requirement` is not a dependency specifier.
+fn pep508_problem(requirement: &str) -> Option<Cow<'static, str>> {
+    let head = requirement.split(';').next().unwrap_or("").trim();
+    // A bare URL: its `://` comes before any `@` (`name @ URL` has the `@` first).
+    let bare_url = head
+        .find("://")
+        .is_some_and(|scheme_end| head.find('@').is_none_or(|at| at > scheme_end));
+    if bare_url {
+        return None;
+    }
+    match pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(requirement) {
+        Ok(_) => None,
+        Err(e) => {
+            // The parser's message is several lines (the text, then a caret line).
+            let text = e.to_string();
+            let message: Vec<&str> = text.lines().map(str::trim_end).collect();
+            Some(format!("not a PEP 508 requirement: {}", message.join(" / ")).into())
+        }
     }
 }
 
@@ -262,7 +298,7 @@ pub fn normalize_requirements<S: AsRef<str>>(
         if let Some(reason) = requirement_problem(requirement) {
             return Err(PyenvError::InvalidRequirement {
                 requirement: requirement.to_string(),
-                reason: reason.to_string(),
+                reason: reason.into_owned(),
             });
         }
         out.push(requirement.trim().to_string());
@@ -728,6 +764,13 @@ mod tests {
             // Options on the line (uv takes them from a requirements file).
             "six==1.17.0 --hash=sha256:0000",
             "six -e .",
+            // Not PEP 508 (break-it of issue 12: accepted by check, refused by uv at create).
+            "six===",
+            "six[[[",
+            "six==",
+            "six; python_version <",
+            "six >= 1 <<",
+            "six @",
             // The host itself and private networks (uv fetches from the host).
             "six@http://127.0.0.1:8765/six-1.17.0-py2.py3-none-any.whl",
             "six @ http://localhost/six.whl",
