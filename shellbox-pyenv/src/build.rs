@@ -3,6 +3,7 @@
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -305,11 +306,14 @@ pub(crate) fn lock_exclusive(
     path: &Path,
     timeout: Option<Duration>,
 ) -> Result<Flock<File>, PyenvError> {
+    // O_NOFOLLOW: a lock file linked elsewhere is refused (ELOOP), never created or
+    // opened where the link leads (break-it of issue 12: the cache's entries are its own).
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
+        .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)
         .map_err(|e| PyenvError::io("open lock file", path, e))?;
     let start = Instant::now();

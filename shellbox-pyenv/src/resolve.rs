@@ -355,11 +355,12 @@ pub fn resolve_python_environment_with<S: AsRef<str>>(
         .canonicalize()
         .map_err(|e| PyenvError::io("resolve directory", cache, e))?;
     let directory = cache.join(cache_key(python_version, &requirements));
+    refuse_symlink(&directory)?;
     let _guard = lock_directory(&directory, options)?;
     info!(directory = %directory.display(), "pyenv: holding the resolve lock");
 
     let lock = directory.join(REQUIREMENTS_LOCK_NAME);
-    if lock.is_file() {
+    if own_file(&lock)? {
         info!(lock = %lock.display(), "pyenv: reusing the lock");
     } else if let Err(e) = compile_lock(&directory, &requirements, python_version, &options.build) {
         // Nothing of a failed first resolve stays: the directory held only its lock file.
@@ -419,7 +420,8 @@ pub fn check_resolve<S: AsRef<str>>(
         .canonicalize()
         .unwrap_or_else(|_| cache.to_path_buf())
         .join(cache_key(python_version, &requirements));
-    let finished = directory.join(REQUIREMENTS_LOCK_NAME).is_file()
+    refuse_symlink(&directory)?;
+    let finished = own_file(&directory.join(REQUIREMENTS_LOCK_NAME))?
         && directory
             .join(environment_name(interpreter.as_deref()))
             .join(crate::MARKER_NAME)
@@ -513,6 +515,41 @@ fn environment_name(interpreter: Option<&str>) -> String {
     }
 }
 
+/// Refuses a cache entry that is a symbolic link (break-it of issue 12): a key directory
+/// `<cache>/<key>` or a `requirements.lock` linked elsewhere by whoever else can write the
+/// cache would make the resolve put its files where the link leads, or read a host file as
+/// the lock (and quote it in uv's error). The cache's entries must be its own.
+///
+/// # Errors
+/// [`PyenvError::Io`] (`InvalidData`) when `path` is a symbolic link, or when it cannot be
+/// inspected for another reason than not existing.
+fn refuse_symlink(path: &Path) -> Result<(), PyenvError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(PyenvError::io(
+            "use cache entry",
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "it is a symbolic link: the package cache's entries must be its own \
+                 files (remove the link)",
+            ),
+        )),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(PyenvError::io("inspect cache entry", path, e)),
+    }
+}
+
+/// Whether `path` is a regular file of the cache's own (not a symbolic link, which is
+/// refused: [`refuse_symlink`]).
+///
+/// # Errors
+/// Those of [`refuse_symlink`].
+fn own_file(path: &Path) -> Result<bool, PyenvError> {
+    refuse_symlink(path)?;
+    Ok(std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()))
+}
+
 /// Makes `directory` and takes its [`RESOLVE_LOCK_NAME`] lock. A resolve that failed while
 /// this one waited may have removed the directory ([`remove_unused_directory`]): the lock
 /// then held is on a file no longer at its path, so this one makes the directory again and
@@ -577,7 +614,18 @@ fn compile_lock(
     if !text.is_empty() {
         text.push('\n');
     }
-    std::fs::write(&input, text).map_err(|e| PyenvError::io("write", &input, e))?;
+    // A new file, never through a link left at its name (create_new does not follow one).
+    match std::fs::remove_file(&input) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(PyenvError::io("remove", &input, e)),
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&input)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()))
+        .map_err(|e| PyenvError::io("write", &input, e))?;
     let pending = directory.join(REQUIREMENTS_PENDING_NAME);
     let step = compile_step(&uv, python_version);
     info!(

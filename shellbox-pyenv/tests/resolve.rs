@@ -438,3 +438,71 @@ fn concurrent_failed_resolves_fail_alike_and_leave_nothing() {
         .collect();
     assert!(left.is_empty(), "the cache holds {left:?}");
 }
+
+/// Entries of the package cache linked elsewhere (by whoever else can write the cache) are
+/// refused, never followed (break-it of issue 12): a key directory linked to another
+/// directory gets no file there, a `requirements.lock` linked to a host file is neither read
+/// nor quoted, and a `requirements.in` link is replaced, not written through. Before the
+/// fix the lock link reached uv (`pip sync` of the host file) and the key link got the
+/// resolve's lock file.
+#[test]
+fn cache_entries_linked_elsewhere_are_refused() {
+    let test = "cache_entries_linked_elsewhere_are_refused";
+    let (Some(uv), Some(python)) = (real_uv(test), test_python(test)) else {
+        return;
+    };
+    let dir = scratch();
+    let cache = dir.path().join("cache");
+    std::fs::create_dir(&cache).unwrap();
+    let cache = cache.canonicalize().unwrap();
+    let version = version_of(&python);
+    let log = dir.path().join("uv.log");
+    let options =
+        ResolveOptions::default()
+            .python_interpreter(&python)
+            .build(BuildOptions::default().uv(wrapped_uv(
+                dir.path(),
+                "uv-offline",
+                &uv,
+                &log,
+                &[("UV_OFFLINE", "1")],
+            )));
+    let refused = |e: &PyenvError| {
+        matches!(e, PyenvError::Io { .. }) && e.to_string().contains("symbolic link")
+    };
+
+    // The key directory is a link to a directory outside the cache.
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let key = cache.join(cache_key(&version, &[MISSING.to_string()]));
+    std::os::unix::fs::symlink(&outside, &key).unwrap();
+    let e = resolve_python_environment_with(&cache, &[MISSING], &version, &options).unwrap_err();
+    assert!(refused(&e), "{e}");
+    let e = check_resolve(&cache, &[MISSING], &version, &options).unwrap_err();
+    assert!(refused(&e), "{e}");
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+    std::fs::remove_file(&key).unwrap();
+
+    // The lock is a link to a host file.
+    let secret = dir.path().join("secret.txt");
+    std::fs::write(&secret, "shellbox-secret-line==1.0\n").unwrap();
+    std::fs::create_dir(&key).unwrap();
+    std::os::unix::fs::symlink(&secret, key.join(REQUIREMENTS_LOCK_NAME)).unwrap();
+    let e = resolve_python_environment_with(&cache, &[MISSING], &version, &options).unwrap_err();
+    assert!(refused(&e), "{e}");
+    assert!(!e.to_string().contains("shellbox-secret-line"), "{e}");
+    let e = check_resolve(&cache, &[MISSING], &version, &options).unwrap_err();
+    assert!(refused(&e), "{e}");
+    std::fs::remove_file(key.join(REQUIREMENTS_LOCK_NAME)).unwrap();
+
+    // requirements.in is a link to a host file: replaced, the host file unchanged (the
+    // offline compile then fails, as MISSING is nowhere).
+    std::os::unix::fs::symlink(&secret, key.join(REQUIREMENTS_IN_NAME)).unwrap();
+    let e = resolve_python_environment_with(&cache, &[MISSING], &version, &options).unwrap_err();
+    assert!(matches!(e, PyenvError::UvFailed { .. }), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        "shellbox-secret-line==1.0\n"
+    );
+    assert_eq!(count_calls(&log, "pip sync"), 0);
+}
