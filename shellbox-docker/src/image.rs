@@ -99,11 +99,68 @@ fn refuse_source(source: &ImageSource) -> Error {
     }
 }
 
+/// Why `reference` is not an image reference the Engine would parse, or `None`: the grammar
+/// of Docker's reference package (`distribution/reference`, which the Engine parses every
+/// `image` and `fromImage` with): `[host[:port]/]component[/component...][:tag][@digest]`,
+/// where a host is DNS labels (letters of either case, digits, inner `-`) joined by `.`, or
+/// `[IPv6]`; a path component is lowercase letters and digits joined by one `.` or `_`, two
+/// `_`, or dashes; a tag is 1 to 128 of `[A-Za-z0-9_.-]` not starting with `.` or `-`; a
+/// digest is `algorithm:hex` (32 or more hex digits; exactly 64 for `sha256`, 128 for
+/// `sha512`); the name is at most 255 bytes. An image ID (`sha256:<64 hex>`, or a prefix of
+/// its hex) also parses. Break-it of issue 12: `a b`, `UPPER`, `x@sha256:zz` reached the
+/// engine and came back as [`Error::Backend`]; they are the caller's mistake.
+pub(crate) fn reference_problem(reference: &str) -> Option<String> {
+    static GRAMMAR: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        let alphanumeric = "[a-z0-9]+";
+        let separator = "(?:[._]|__|-+)";
+        let component = format!("{alphanumeric}(?:{separator}{alphanumeric})*");
+        let label = "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])";
+        let host = format!(r"(?:{label}(?:\.{label})*|\[[a-fA-F0-9:]+\])");
+        let domain = format!("{host}(?::[0-9]+)?");
+        let name = format!("(?:{domain}/)?{component}(?:/{component})*");
+        let tag = "[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}";
+        let digest = "[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}";
+        regex::Regex::new(&format!("^({name})(?::({tag}))?(?:@({digest}))?$"))
+            .expect("the reference grammar is a valid regex")
+    });
+    let bad = |why: &str| {
+        Some(format!(
+            "bad image reference {reference:?}: {why} (expected e.g. ghcr.io/org/img:tag or \
+             img@sha256:<64 hex digits>)"
+        ))
+    };
+    if reference.is_empty() {
+        return bad("it is empty");
+    }
+    let Some(parts) = GRAMMAR.captures(reference) else {
+        return bad(
+            "not [host[:port]/]name[:tag][@digest] with a lowercase name, a tag of at most \
+             128 characters and a hex digest",
+        );
+    };
+    if parts[1].len() > 255 {
+        return bad("the name is longer than 255 characters");
+    }
+    if let Some(digest) = parts.get(3) {
+        let (algorithm, hex) = digest.as_str().split_once(':').unwrap_or_default();
+        let wanted = match algorithm {
+            "sha256" => Some(64),
+            "sha384" => Some(96),
+            "sha512" => Some(128),
+            _ => None,
+        };
+        if wanted.is_some_and(|n| n != hex.len()) {
+            return bad("the digest has the wrong number of hex digits for its algorithm");
+        }
+    }
+    None
+}
+
 /// A Docker source's image, which the engine must have (it is never pulled).
 async fn find(docker: &Docker, reference: &str) -> Result<String, Error> {
     let reference = reference.trim();
-    if reference.is_empty() {
-        return Err(Error::invalid("docker image reference is empty"));
+    if let Some(problem) = reference_problem(reference) {
+        return Err(Error::invalid(problem));
     }
     match docker.inspect_image(reference).await {
         Ok(_) => Ok(reference.to_string()),
@@ -118,14 +175,15 @@ async fn find(docker: &Docker, reference: &str) -> Result<String, Error> {
     }
 }
 
-/// Checks a registry reference and returns it with `:latest` added when it names neither a
-/// tag nor a digest (the engine would otherwise pull every tag).
+/// Checks a registry reference ([`reference_problem`]) and returns it with `:latest` added
+/// when it names neither a tag nor a digest (the engine would otherwise pull every tag).
+///
+/// # Errors
+/// [`Error::InvalidInput`] for a reference that does not parse.
 pub(crate) fn normalize_reference(reference: &str) -> Result<String, Error> {
     let r = reference.trim();
-    if r.is_empty() || r.contains("://") || r.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(Error::invalid(format!(
-            "bad registry reference {reference:?} (expected e.g. ghcr.io/org/img:tag, no scheme)"
-        )));
+    if let Some(problem) = reference_problem(r) {
+        return Err(Error::invalid(problem));
     }
     if r.contains('@') {
         return Ok(r.to_string());
@@ -589,11 +647,11 @@ async fn load(docker: &Docker, archive: &ImageArchive) -> Result<String, Error> 
 ///
 /// # Errors
 /// [`Error::Unsupported`] when `/bin/busybox` is missing or cannot list its applets,
-/// [`Error::InvalidInput`] for an empty tag, [`Error::Backend`] when the engine refuses the
-/// import.
+/// [`Error::InvalidInput`] for an empty or malformed tag (outside the Engine's reference grammar),
+/// [`Error::Backend`] when the engine refuses the import.
 pub async fn ensure_busybox_image(docker: &Docker, tag: &str) -> Result<String, Error> {
-    if tag.trim().is_empty() {
-        return Err(Error::invalid("image tag is empty"));
+    if let Some(problem) = reference_problem(tag.trim()) {
+        return Err(Error::invalid(problem));
     }
     let _guard = key_lock(&format!("busybox:{tag}")).await;
     if let Ok(image) = docker.inspect_image(tag).await {
@@ -713,15 +771,56 @@ mod tests {
             normalize_reference("127.0.0.1:5000/a/b:1").unwrap(),
             "127.0.0.1:5000/a/b:1"
         );
+        let hex = "0123456789abcdef".repeat(4);
         assert_eq!(
-            normalize_reference("h/a@sha256:00").unwrap(),
-            "h/a@sha256:00"
+            normalize_reference(&format!("h/a@sha256:{hex}")).unwrap(),
+            format!("h/a@sha256:{hex}")
         );
         for bad in ["", " ", "https://x/y", "a b"] {
             assert!(matches!(
                 normalize_reference(bad),
                 Err(Error::InvalidInput(_))
             ));
+        }
+        // The Engine's grammar (distribution/reference); break-it of issue 12: these reached
+        // the engine and came back as Backend errors.
+        for good in [
+            "busybox".to_string(),
+            "shellbox-test/busybox:1".to_string(),
+            "127.0.0.1:5000/a/b:1".to_string(),
+            "localhost:5000/x_y__z-w.v".to_string(),
+            "UPPER.example/x".to_string(),
+            "[::1]:5000/x:1".to_string(),
+            format!("x:t@sha256:{hex}"),
+            format!("sha256:{hex}"),
+            format!("x:{}", "t".repeat(128)),
+            "a---b/c".to_string(),
+        ] {
+            assert_eq!(reference_problem(&good), None, "{good:?}");
+        }
+        for bad in [
+            "UPPER".to_string(),
+            "x@sha256:zz".to_string(),
+            format!("x@sha256:{}", &hex[..40]),
+            "x:".to_string(),
+            ":tag".to_string(),
+            "x::y".to_string(),
+            "-x".to_string(),
+            "x/".to_string(),
+            "x//y".to_string(),
+            "x_".to_string(),
+            "x..y".to_string(),
+            "x:.t".to_string(),
+            format!("x:{}", "t".repeat(129)),
+            format!("{}/x", "a".repeat(255)),
+            "x\ny".to_string(),
+            "x\0".to_string(),
+        ] {
+            assert!(reference_problem(&bad).is_some(), "{bad:?}");
+            assert!(
+                matches!(normalize_reference(&bad), Err(Error::InvalidInput(_))),
+                "{bad:?}"
+            );
         }
         assert_eq!(registry_host("127.0.0.1:5000/a:1"), "127.0.0.1:5000");
         assert_eq!(registry_host("library/busybox"), "docker.io");

@@ -151,6 +151,26 @@ async fn other_sources_are_unsupported_and_bad_specs_invalid() {
             .expect("expected an error");
         assert!(matches!(err, Error::InvalidInput(_)), "{bad:?}: {err:?}");
     }
+    // References outside the Engine's grammar are the caller's mistake, judged before any
+    // request (break-it of issue 12: they reached the engine and came back as Backend).
+    let none = shellbox_core::ExecutionRequirements::default();
+    for bad in ["UPPER", "x@sha256:zz", "x::1", "a//b", "x:-tag", "x\u{0}"] {
+        for spec in [
+            MachineSpec::docker(bad),
+            MachineSpec::new(ImageSource::Registry(RegistryImage {
+                reference: bad.into(),
+                credentials: None,
+            })),
+        ] {
+            let checked = f.check_environment(&none, &spec).await;
+            assert!(
+                matches!(checked, Err(Error::InvalidInput(_))),
+                "check {bad:?}: {checked:?}"
+            );
+            let err = f.create(spec).await.err().expect("expected an error");
+            assert!(matches!(err, Error::InvalidInput(_)), "{bad:?}: {err:?}");
+        }
+    }
     assert_eq!(f.backend(), "docker");
 }
 
