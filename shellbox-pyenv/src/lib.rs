@@ -54,8 +54,8 @@ pub use error::{DifferingInput, PyenvError};
 pub use resolve::{
     cache_key, check_interpreter, check_resolve, lock_path, normalize_requirements,
     requirement_problem, resolve_python_environment, resolve_python_environment_with,
-    ResolveOptions, ENVIRONMENT_NAME, REQUIREMENTS_IN_NAME, REQUIREMENTS_LOCK_NAME,
-    REQUIREMENTS_PENDING_NAME, RESOLVE_LOCK_NAME,
+    ResolveOptions, ENVIRONMENT_NAME, MAX_REQUIREMENT_NESTING, REQUIREMENTS_IN_NAME,
+    REQUIREMENTS_LOCK_NAME, REQUIREMENTS_PENDING_NAME, RESOLVE_LOCK_NAME,
 };
 pub use source::PythonSource;
 pub use uv::{is_download_failure, uv_steps, StepKind, UvStep};

@@ -153,6 +153,25 @@ fn pep508_problem(requirement: &str) -> Option<Cow<'static, str>> {
     if bare_url {
         return None;
     }
+    // The parser recurses once per parenthesis of a marker: a deep nesting would overflow the
+    // stack and abort the process (second break-it pass of issue 12: 1,000 levels did).
+    let mut depth = 0usize;
+    for c in requirement.chars() {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if depth > MAX_REQUIREMENT_NESTING {
+            return Some(
+                format!(
+                    "not a PEP 508 requirement: brackets nested deeper than \
+                     {MAX_REQUIREMENT_NESTING} levels"
+                )
+                .into(),
+            );
+        }
+    }
     match pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(requirement) {
         Ok(_) => None,
         Err(e) => {
@@ -163,6 +182,11 @@ fn pep508_problem(requirement: &str) -> Option<Cow<'static, str>> {
         }
     }
 }
+
+/// How deep `(` and `[` may nest in a requirement ([`requirement_problem`]): far past any
+/// real marker expression, well short of what the PEP 508 parser's recursion can take on a
+/// 2 MiB thread stack (a debug build overflowed at 1,000 levels).
+pub const MAX_REQUIREMENT_NESTING: usize = 32;
 
 /// The URL schemes a direct reference may use ([`requirement_problem`]).
 const DIRECT_REFERENCE_SCHEMES: [&str; 4] = ["http", "https", "git+http", "git+https"];
@@ -189,7 +213,7 @@ fn host_file_problem(requirement: &str) -> Option<&'static str> {
     };
     if let Some((scheme, rest)) = reference.split_once("://") {
         return if DIRECT_REFERENCE_SCHEMES.contains(&scheme.trim()) {
-            url_host_problem(rest)
+            url_host_problem(scheme.trim(), rest)
         } else {
             Some(
                 "a direct reference must be an http, https, git+http or git+https URL (uv \
@@ -204,45 +228,53 @@ fn host_file_problem(requirement: &str) -> Option<&'static str> {
     looks_like_path.then_some(LOCAL)
 }
 
-/// [`requirement_problem`]'s rule for the host of a direct reference (`rest` is the URL
-/// after `scheme://`): uv fetches it from the host running the resolve, whatever network
-/// the machine is given, so a requirement must not make the host reach itself or its
-/// private networks (issue 12's break-it pass: `pkg @ http://127.0.0.1:8765/...` under
-/// `--network deny`). Refused: `localhost` and `*.localhost`, IP literals that are
-/// loopback, private (10/8, 172.16/12, 192.168/16, fc00::/7), link-local (169.254/16,
-/// fe80::/10), unspecified or shared (100.64/10), and hosts written as numbers (`2130706433`,
-/// `0x7f.1`: URL parsers read them as IPv4 addresses), and names that resolve here (through
-/// /etc/hosts or DNS) to any such address. A name is resolved once, at this check: one whose
-/// DNS answer changes between the check and uv's fetch (rebinding), or a public URL that
-/// redirects to a private one, is not caught (factories whose hosts must never reach their
-/// private networks firewall the host).
-fn url_host_problem(rest: &str) -> Option<&'static str> {
+/// [`requirement_problem`]'s rule for the host of a direct reference (`scheme` one of
+/// [`DIRECT_REFERENCE_SCHEMES`], `rest` the URL after `scheme://`): uv fetches it from the
+/// host running the resolve, whatever network the machine is given, so a requirement must
+/// not make the host reach itself or its private networks (issue 12's break-it pass:
+/// `pkg @ http://127.0.0.1:8765/...` under `--network deny`). The URL is parsed as uv parses
+/// it (the WHATWG URL rules of the `url` crate, which uv uses: tabs and newlines dropped,
+/// the host percent-decoded and IDNA-mapped, numbers such as `2130706433` or `0x7f.1` read
+/// as IPv4), so `%31%32%37.0.0.1`, full-width `１２７．０．０．１` or `ⓛⓞⓒⓐⓛⓗⓞⓢⓣ` are the
+/// addresses they name (second break-it pass: the raw text was checked, and uv fetched from
+/// 127.0.0.1). Refused: a URL that does not parse, no host, `localhost` and `*.localhost`,
+/// addresses that are loopback, private (10/8, 172.16/12, 192.168/16, fc00::/7),
+/// link-local (169.254/16, fe80::/10), unspecified, broadcast or shared (100.64/10), and
+/// names that resolve here (through /etc/hosts or DNS) to any such address. A name is
+/// resolved once, at this check: one whose DNS answer changes between the check and uv's
+/// fetch (rebinding), or a public URL that redirects to a private one, is not caught
+/// (factories whose hosts must never reach their private networks firewall the host).
+fn url_host_problem(scheme: &str, rest: &str) -> Option<&'static str> {
     const PRIVATE: &str = "a direct reference must not name this host or a private network \
                            address (uv fetches it from the host, whatever the machine's \
                            network): use a public URL or a PyPI name";
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = if let Some(v6) = host_port.strip_prefix('[') {
-        v6.split(']').next().unwrap_or("")
-    } else {
-        host_port.split(':').next().unwrap_or("")
+    const UNPARSED: &str = "a direct reference's URL does not parse (as uv would parse it)";
+    let base = scheme.strip_prefix("git+").unwrap_or(scheme);
+    let Ok(url) = url::Url::parse(&format!("{base}://{rest}")) else {
+        return Some(UNPARSED);
     };
-    let host = host.trim_end_matches('.').to_ascii_lowercase();
-    if host.is_empty() || host == "localhost" || host.ends_with(".localhost") {
-        return Some(PRIVATE);
-    }
-    let private = match host.parse::<std::net::IpAddr>() {
-        Ok(ip) => private_ip(ip),
-        // Numbers a URL parser reads as an IPv4 address (decimal, octal, hex parts).
-        Err(_) if numeric_host(&host) => true,
-        // A name: resolved as uv would resolve it (getaddrinfo: /etc/hosts, then DNS), and
-        // refused when any address is private (break-it of issue 12: `vm` in /etc/hosts,
-        // `127.0.0.1.nip.io`). A name that does not resolve here is left to uv.
-        Err(_) => {
-            use std::net::ToSocketAddrs;
-            (host.as_str(), 443)
-                .to_socket_addrs()
-                .is_ok_and(|mut addrs| addrs.any(|a| private_ip(a.ip())))
+    let private = match url.host() {
+        None => true,
+        Some(url::Host::Ipv4(v4)) => private_v4(v4),
+        Some(url::Host::Ipv6(v6)) => private_ip(std::net::IpAddr::V6(v6)),
+        Some(url::Host::Domain(name)) => {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            name.is_empty()
+                || name == "localhost"
+                || name.ends_with(".localhost")
+                // Numbers a URL parser reads as an IPv4 address (decimal, octal, hex parts),
+                // should one reach here unconverted.
+                || numeric_host(&name)
+                // A name: resolved as uv would resolve it (getaddrinfo: /etc/hosts, then
+                // DNS), and refused when any address is private (break-it of issue 12: `vm`
+                // in /etc/hosts, `127.0.0.1.nip.io`). A name that does not resolve here is
+                // left to uv, which resolves the same ASCII name.
+                || {
+                    use std::net::ToSocketAddrs;
+                    (name.as_str(), 443)
+                        .to_socket_addrs()
+                        .is_ok_and(|mut addrs| addrs.any(|a| private_ip(a.ip())))
+                }
         }
     };
     private.then_some(PRIVATE)
@@ -837,6 +869,18 @@ mod tests {
             "six @ http://0x7f.1/six.whl",
             "pkg @ git+https://git@127.0.0.1/org/pkg.git",
             "https://10.0.0.1/six-1.17.0-py2.py3-none-any.whl",
+            // Hosts as uv's URL parser reads them (second break-it pass: the raw text was
+            // checked and uv fetched from 127.0.0.1 or the metadata address).
+            "six @ http://%31%32%37.0.0.1:18712/six-1.17.0-py2.py3-none-any.whl",
+            "six @ http://127%2e0%2e0%2e1/six.whl",
+            "six @ http://%31%36%39.254.169.254/latest",
+            "six @ http://\u{ff11}\u{ff12}\u{ff17}.0.0.1/six.whl",
+            "six @ http://127\u{3002}0\u{3002}0\u{3002}1/six.whl",
+            "six @ http://\u{24db}\u{24de}\u{24d2}\u{24d0}\u{24db}\u{24d7}\u{24de}\u{24e2}\u{24e3}/six.whl",
+            "six @ http://12\t7.0.0.1/six.whl",
+            "six @ http://127.0.0.1\t/six.whl",
+            "pkg @ git+http://%31%32%37.0.0.1:18712/evil.git",
+            "six @ http://[::1/six.whl",
         ] {
             assert!(
                 matches!(

@@ -7,7 +7,7 @@
 
 use std::process::Command;
 
-use shellbox_pyenv::requirement_problem;
+use shellbox_pyenv::{requirement_problem, MAX_REQUIREMENT_NESTING};
 
 /// The variable that tells the inner run it is inside the namespace.
 const INNER: &str = "SHELLBOX_TEST_HOSTS_INNER";
@@ -81,4 +81,38 @@ fn names_resolving_to_private_addresses_are_refused() {
 
 fn nix_is_root() -> bool {
     nix::unistd::geteuid().is_root()
+}
+
+/// A requirement whose markers nest deeper than [`MAX_REQUIREMENT_NESTING`] is refused
+/// before the PEP 508 parser sees it: the parser recurses per parenthesis, and 1,000 levels
+/// overflowed the stack and aborted the process (second break-it pass of issue 12, through
+/// the CLI and `serve`). Run on a thread of 256 KiB, well below the 2 MiB a spawned thread
+/// gets, so that a recursion the depth check lets through would fail here first.
+#[test]
+fn deeply_nested_markers_are_refused_without_recursing() {
+    let child = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(|| {
+            for n in [MAX_REQUIREMENT_NESTING + 1, 1_000, 100_000] {
+                let deep = format!(
+                    "six; {}python_version > \"2\"{}",
+                    "(".repeat(n),
+                    ")".repeat(n)
+                );
+                let problem = requirement_problem(&deep).expect("accepted");
+                assert!(problem.contains("nested"), "{problem}");
+                let extras = format!("six{}", "[".repeat(n));
+                assert!(requirement_problem(&extras).is_some());
+            }
+            // At the bound itself, a real marker still parses.
+            let n = MAX_REQUIREMENT_NESTING - 1;
+            let ok = format!(
+                "six; {}python_version > \"2\"{}",
+                "(".repeat(n),
+                ")".repeat(n)
+            );
+            assert_eq!(requirement_problem(&ok), None, "{ok}");
+        })
+        .unwrap();
+    child.join().unwrap();
 }
