@@ -842,7 +842,8 @@ pub async fn bounded_file_download(h: &Harness) {
     let m = h.machine().await;
     let r = sh(
         &*m,
-        "mkdir -p /tmp/bd/dir && head -c 100000 /dev/zero > /tmp/bd/f && echo done",
+        "mkdir -p /tmp/bd/dir && head -c 100000 /dev/zero > /tmp/bd/f && chmod 600 /tmp/bd/f \
+         && echo '#!/bin/sh' > /tmp/bd/x && chmod 751 /tmp/bd/x && echo done",
     )
     .await;
     assert_eq!(text(&r.stdout), "done\n", "{}", text(&r.stderr));
@@ -852,6 +853,16 @@ pub async fn bounded_file_download(h: &Harness) {
         .await
         .unwrap();
     assert_eq!(std::fs::read(&target).unwrap(), vec![0u8; 100_000]);
+    // The copy takes the source's permission bits, as `download` keeps them (second
+    // break-it pass of issue 12: a 0600 file arrived 0644, a 0751 one 0644).
+    let mode = |p: &Path| {
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions())
+            & 0o7777
+    };
+    assert_eq!(mode(&target), 0o600, "{}", target.display());
+    let exec = host.path().join("x");
+    m.download_file("/tmp/bd/x", &exec, 100).await.unwrap();
+    assert_eq!(mode(&exec), 0o751);
 
     // A host node that is no regular file (here a socket) is never replaced.
     let socket = host.path().join("socket");

@@ -35,6 +35,10 @@ const UNRESOLVED: i32 = 47;
 ///    link between the check and the open cannot slip a kernel file in), then `cat`
 ///    copies fd 3.
 ///
+/// Before the bytes, one line `mode NNN` on stderr: the file's permission bits in octal
+/// (`stat -c %a`; where the machine has no `stat`, 755 or 644 by `test -x`), which the
+/// staged copy takes.
+///
 /// `$(…; echo x)` then `${r%?x}` keeps a trailing newline of a file name.
 const SCRIPT: &str = r#"if [ ! -e "$1" ]; then if [ -L "$1" ]; then exit 45; fi; exit 44; fi
 r=$(readlink -f -- "$1" && echo x) || exit 47
@@ -48,6 +52,9 @@ o=${o%?x}
 case $o in /proc|/proc/*|/sys|/sys/*|/dev|/dev/*) printf %s "$o" >&2; exit 46;; esac
 [ -f /proc/self/fd/3 ] || exit 45
 fi
+m=$(stat -c %a "$r" 2>/dev/null) || m=
+case $m in [0-7]|[0-7][0-7]|[0-7][0-7][0-7]|[0-7][0-7][0-7][0-7]) ;; *) if [ -x "$r" ]; then m=755; else m=644; fi;; esac
+printf 'mode %s\n' "$m" >&2
 exec cat <&3
 } 3<"$r""#;
 
@@ -72,6 +79,19 @@ pub fn refuse_special_download_target(target: &Path) -> Result<(), Error> {
     }
 }
 
+/// Gives a staged download the source's permission bits (`mode`: only `rwx` for user, group
+/// and others are kept; set-user-ID, set-group-ID and sticky are dropped), as the unbounded
+/// [`Machine::download`] keeps a file's mode (second break-it pass of issue 12: a 0600
+/// target became 0644). Shared by every backend's `download_file`.
+///
+/// # Errors
+/// [`Error::Io`] when the mode cannot be set.
+pub fn set_download_mode(file: &std::fs::File, staged: &Path, mode: u32) -> Result<(), Error> {
+    use std::os::unix::fs::PermissionsExt;
+    file.set_permissions(std::fs::Permissions::from_mode(mode & 0o777))
+        .map_err(|e| Error::io(format!("set the mode of {}", staged.display()), e))
+}
+
 /// Copies the regular file `source` out of `machine` to the host file `target`, refusing
 /// files larger than `max_bytes`.
 ///
@@ -87,8 +107,8 @@ pub fn refuse_special_download_target(target: &Path) -> Result<(), Error> {
 /// killed), which is then renamed over `target` — so memory stays bounded by the backend's
 /// chunk size, a file of exactly `max_bytes` succeeds, and on any failure, or when the
 /// returned future is dropped, the old `target` is untouched and the staging directory is
-/// removed. A symlink at `target` is replaced, never written through. Runs as the
-/// machine's default user.
+/// removed. A symlink at `target` is replaced, never written through. The new file takes the
+/// source's permission bits ([`set_download_mode`]). Runs as the machine's default user.
 ///
 /// # Errors
 /// - [`Error::InvalidInput`]: `source` is not absolute and normalised, or `target` has no
@@ -218,6 +238,12 @@ pub async fn download_file(
             ))
         }
     }
+    let mode = std::str::from_utf8(&stderr)
+        .ok()
+        .and_then(|text| text.lines().find_map(|l| l.strip_prefix("mode ")))
+        .and_then(|m| u32::from_str_radix(m.trim(), 8).ok())
+        .unwrap_or(0o644);
+    set_download_mode(&file, &staged, mode)?;
     file.sync_all()
         .map_err(|e| Error::io(format!("write {}", staged.display()), e))?;
     drop(file);

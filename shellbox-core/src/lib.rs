@@ -43,7 +43,7 @@ pub use command::{
     Command, CommandResult, Event, ExitReason, ExitStatus, DEFAULT_OUTPUT_LIMIT_BYTES,
 };
 pub use download::{download_files, DownloadLimits};
-pub use download_file::{download_file, refuse_special_download_target};
+pub use download_file::{download_file, refuse_special_download_target, set_download_mode};
 pub use error::{Error, UnsupportedMachineSpec};
 pub use limit::LimitFactory;
 pub use machine::{Machine, MachineFactory};

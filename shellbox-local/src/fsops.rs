@@ -911,6 +911,7 @@ pub(crate) fn download_file_by(
         out.write_all(&buf[..n])
             .map_err(|e| Error::io(format!("write {}", staged.display()), e))?;
     }
+    shellbox_core::set_download_mode(&out, &staged, st.st_mode)?;
     out.sync_all()
         .map_err(|e| Error::io(format!("write {}", staged.display()), e))?;
     drop(out);
