@@ -304,7 +304,9 @@ pub fn list_names<S: AsRef<str>>(names: &[S]) -> String {
 /// backend's own spec checks: the command semantics must match; every requested
 /// capability must be offered (the missing ones are named, sorted and comma-separated);
 /// `network` under [`NetworkPolicy::Deny`] is refused; a requested `docker_image` must be
-/// the reference the backend would run (`image`, `None` when it runs no named image).
+/// the reference the backend would run (`image`, `None` when it runs no named image), the
+/// two compared as Docker normalizes them (`busybox` is `docker.io/library/busybox:latest`;
+/// the reference compares the strings).
 ///
 /// # Errors
 /// [`Error::InvalidInput`] for a `docker_image` that is empty or blank (no image has that
@@ -372,7 +374,8 @@ pub fn check_execution_requirements(
         ));
     }
     if let Some(wanted) = &requirements.docker_image {
-        if image != Some(wanted.as_str()) {
+        let same = image.is_some_and(|i| familiar_image(i) == familiar_image(wanted));
+        if !same {
             return Err(Error::unsupported(format!(
                 "the task needs docker image {wanted}; this backend would run {}",
                 image.unwrap_or("no docker image")
@@ -382,9 +385,107 @@ pub fn check_execution_requirements(
     Ok(())
 }
 
+/// An image reference in Docker's fully qualified form, for comparing two references
+/// that name one image (Docker's normalization, `ParseNormalizedNamed`): a first component
+/// that is no host (no `.` or `:`, not `localhost`) gets `docker.io/` before it (and
+/// `library/` when it is the only one), `index.docker.io` is `docker.io`, and a reference
+/// with neither tag nor digest gets `:latest`. So `busybox`, `busybox:latest`,
+/// `library/busybox` and `docker.io/library/busybox:latest` are one image (second break-it
+/// pass of issue 12: `docker.io/shellbox-test/busybox:1` was refused against a spec of
+/// `shellbox-test/busybox:1`). Nothing else is checked: a malformed reference compares as
+/// written.
+fn familiar_image(reference: &str) -> String {
+    let reference = reference.trim();
+    let (name_tag, digest) = match reference.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (reference, None),
+    };
+    let last_slash = name_tag.rfind('/').map_or(0, |i| i + 1);
+    let (name, tag) = match name_tag[last_slash..].rfind(':') {
+        Some(i) => (
+            &name_tag[..last_slash + i],
+            Some(&name_tag[last_slash + i + 1..]),
+        ),
+        None => (name_tag, None),
+    };
+    let (domain, path) = match name.split_once('/') {
+        Some((first, rest))
+            if first.contains(['.', ':'])
+                || first == "localhost"
+                || first != first.to_lowercase() =>
+        {
+            (first, rest.to_string())
+        }
+        _ => ("docker.io", name.to_string()),
+    };
+    let domain = if domain == "index.docker.io" {
+        "docker.io"
+    } else {
+        domain
+    };
+    let path = if domain == "docker.io" && !path.contains('/') {
+        format!("library/{path}")
+    } else {
+        path
+    };
+    let mut out = format!("{domain}/{path}");
+    match (tag, digest) {
+        (Some(tag), _) => {
+            out.push(':');
+            out.push_str(tag);
+        }
+        (None, None) => out.push_str(":latest"),
+        (None, Some(_)) => {}
+    }
+    if let Some(digest) = digest {
+        out.push('@');
+        out.push_str(digest);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn familiar_images_compare_as_docker_normalizes_them() {
+        for same in [
+            "busybox",
+            "busybox:latest",
+            "library/busybox",
+            "docker.io/busybox",
+            "docker.io/library/busybox:latest",
+            "index.docker.io/library/busybox",
+        ] {
+            assert_eq!(
+                familiar_image(same),
+                "docker.io/library/busybox:latest",
+                "{same}"
+            );
+        }
+        assert_eq!(
+            familiar_image("shellbox-test/busybox:1"),
+            familiar_image("docker.io/shellbox-test/busybox:1")
+        );
+        for (a, b) in [
+            ("busybox:1", "busybox:2"),
+            ("busybox", "other/busybox"),
+            ("127.0.0.1:5000/busybox", "busybox"),
+            ("localhost/x", "x"),
+            ("x@sha256:aa", "x:latest@sha256:aa"),
+        ] {
+            assert_ne!(familiar_image(a), familiar_image(b), "{a} {b}");
+        }
+        assert_eq!(
+            familiar_image("127.0.0.1:5000/a/b"),
+            "127.0.0.1:5000/a/b:latest"
+        );
+        assert_eq!(
+            familiar_image("x@sha256:aa"),
+            "docker.io/library/x@sha256:aa"
+        );
+    }
 
     fn req(caps: &[&str]) -> ExecutionRequirements {
         ExecutionRequirements {
@@ -447,6 +548,9 @@ mod tests {
         assert!(check_execution_requirements(&linux, &image, &host, None).is_err());
         check_execution_requirements(&linux, &image, &host, Some("busybox:1")).unwrap();
         assert!(check_execution_requirements(&linux, &image, &host, Some("busybox:2")).is_err());
+        // One image by Docker's normalization (second break-it pass of issue 12).
+        check_execution_requirements(&linux, &image, &host, Some("docker.io/library/busybox:1"))
+            .unwrap();
         for blank in ["", " "] {
             let blank = ExecutionRequirements {
                 docker_image: Some(blank.into()),
