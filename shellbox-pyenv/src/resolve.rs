@@ -389,6 +389,7 @@ pub fn resolve_python_environment_with<S: AsRef<str>>(
     let directory = cache.join(cache_key(python_version, &requirements));
     refuse_symlink(&directory)?;
     let _guard = lock_directory(&directory, options)?;
+    refuse_foreign_entry(&directory, true)?;
     info!(directory = %directory.display(), "pyenv: holding the resolve lock");
 
     let lock = directory.join(REQUIREMENTS_LOCK_NAME);
@@ -405,6 +406,7 @@ pub fn resolve_python_environment_with<S: AsRef<str>>(
         ..options.build.clone()
     };
     let root = directory.join(environment_name(interpreter.as_deref()));
+    refuse_foreign_entry(&root, false)?;
     match interpreter {
         Some(text) => build_python_environment_with(root, &lock, &text, &build),
         None => {
@@ -453,6 +455,11 @@ pub fn check_resolve<S: AsRef<str>>(
         .unwrap_or_else(|_| cache.to_path_buf())
         .join(cache_key(python_version, &requirements));
     refuse_symlink(&directory)?;
+    refuse_foreign_entry(&directory, true)?;
+    refuse_foreign_entry(
+        &directory.join(environment_name(interpreter.as_deref())),
+        false,
+    )?;
     let finished = own_file(&directory.join(REQUIREMENTS_LOCK_NAME))?
         && directory
             .join(environment_name(interpreter.as_deref()))
@@ -572,6 +579,50 @@ fn refuse_symlink(path: &Path) -> Result<(), PyenvError> {
     }
 }
 
+/// Refuses a cache entry another user could have changed (second break-it pass of issue 12:
+/// a copied entry, `chown -R nobody` and `chmod -R a+rwX`, then a poisoned `six.py`, was
+/// mounted and imported as found): the key directory must belong to this process's
+/// effective user and not be writable by group or others (`writable_check`; the resolve
+/// makes it 0755), an environment root must belong to this user (its mode is uv's, after
+/// the umask). An entry that does not exist yet passes. What the owner itself changes in
+/// its own cache is trusted: the environment is not hashed again at each use.
+///
+/// # Errors
+/// [`PyenvError::Io`] (`PermissionDenied`) naming the entry's owner or mode; an `lstat`
+/// failure other than not existing.
+fn refuse_foreign_entry(path: &Path, writable_check: bool) -> Result<(), PyenvError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(PyenvError::io("inspect cache entry", path, e)),
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    let why = if meta.uid() != me {
+        Some(format!(
+            "it belongs to uid {}, not to this user (uid {me}): the package cache's entries \
+             must be this user's own",
+            meta.uid()
+        ))
+    } else if writable_check && meta.mode() & 0o022 != 0 {
+        Some(format!(
+            "its mode {:o} lets group or others write it: the package cache's entries must \
+             be writable by this user only",
+            meta.mode() & 0o7777
+        ))
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(PyenvError::io(
+            "use cache entry",
+            path,
+            std::io::Error::new(std::io::ErrorKind::PermissionDenied, why),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Whether `path` is a regular file of the cache's own (not a symbolic link, which is
 /// refused: [`refuse_symlink`]).
 ///
@@ -593,7 +644,10 @@ fn lock_directory(
     use std::os::unix::fs::MetadataExt;
     let path = directory.join(RESOLVE_LOCK_NAME);
     loop {
-        std::fs::create_dir_all(directory)
+        // 0755 whatever the umask adds (refuse_foreign_entry refuses a key directory group
+        // or others may write).
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o755)
+            .create(directory)
             .map_err(|e| PyenvError::io("create directory", directory, e))?;
         let guard = lock_exclusive(&path, options.build.lock_timeout)?;
         let held = guard

@@ -506,3 +506,50 @@ fn cache_entries_linked_elsewhere_are_refused() {
     );
     assert_eq!(count_calls(&log, "pip sync"), 0);
 }
+
+/// A cache entry another user could have changed is refused, not mounted as found (second
+/// break-it pass of issue 12: a copied entry made `chown -R nobody` and `chmod -R a+rwX`,
+/// with a poisoned module, was imported): a key directory writable by group or others, or
+/// one owned by another user, is `PermissionDenied`, for the
+/// resolve and check_resolve alike, before uv runs.
+#[test]
+fn cache_entries_others_could_change_are_refused() {
+    let test = "cache_entries_others_could_change_are_refused";
+    let (Some(uv), Some(python)) = (real_uv(test), test_python(test)) else {
+        return;
+    };
+    let dir = scratch();
+    let cache = dir.path().join("cache");
+    std::fs::create_dir(&cache).unwrap();
+    let cache = cache.canonicalize().unwrap();
+    let version = version_of(&python);
+    let log = dir.path().join("uv.log");
+    let options =
+        ResolveOptions::default()
+            .python_interpreter(&python)
+            .build(BuildOptions::default().uv(wrapped_uv(
+                dir.path(),
+                "uv-offline",
+                &uv,
+                &log,
+                &[("UV_OFFLINE", "1")],
+            )));
+    let refused = |e: &PyenvError| matches!(e, PyenvError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied);
+    let key = cache.join(cache_key(&version, &[MISSING.to_string()]));
+    std::fs::create_dir(&key).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let e = resolve_python_environment_with(&cache, &[MISSING], &version, &options).unwrap_err();
+    assert!(refused(&e), "{e}");
+    let e = check_resolve(&cache, &[MISSING], &version, &options).unwrap_err();
+    assert!(refused(&e), "{e}");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o755)).unwrap();
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(&key, Some(65534), Some(65534)).unwrap();
+        let e =
+            resolve_python_environment_with(&cache, &[MISSING], &version, &options).unwrap_err();
+        assert!(refused(&e), "{e}");
+        let e = check_resolve(&cache, &[MISSING], &version, &options).unwrap_err();
+        assert!(refused(&e), "{e}");
+    }
+    assert_eq!(count_calls(&log, ""), 0);
+}
