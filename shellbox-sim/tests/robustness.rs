@@ -728,3 +728,34 @@ fn long_lists_and_short_tests_still_run() {
         "{r:?}"
     );
 }
+
+/// `bc` computes in pieces that look at the clock: `2^10000000` (3 million digits; GNU bc
+/// runs for minutes) and an endless loop end at a 1 s timeout, and a number past the memory
+/// budget ends the machine with the budget's error instead of being built.
+#[test]
+fn bc_ends_at_its_deadline_and_budget() {
+    for script in [
+        "echo '2^10000000' | bc",
+        "echo 'while (1) x++' | bc",
+        "echo 'scale=100000; 4*a(1)' | bc -l",
+        "echo 'define f(n) { if (n) return f(n-1); return 0; }; while (1) f(9000)' | bc",
+    ] {
+        assert_ends_at_deadline(&[], "true", "", script);
+    }
+    let f = SimMachineFactory::with_options(shellbox_sim::SimOptions {
+        memory_bytes: Some(64 << 20),
+        ..shellbox_sim::SimOptions::default()
+    });
+    for script in [
+        "echo '2^(2^40)' | bc",
+        "echo 'x = 2^1000000; while (1) x *= x' | bc",
+    ] {
+        let m = f.create_sim(MachineSpec::sim()).unwrap();
+        match m.run_sync(Command::shell(script).timeout(Duration::from_secs(60))) {
+            Err(shellbox_core::Error::Terminated(why)) => {
+                assert!(why.contains("memory limit exceeded"), "{script}: {why}")
+            }
+            r => panic!("{script}: {r:?}"),
+        }
+    }
+}

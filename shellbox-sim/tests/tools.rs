@@ -248,6 +248,22 @@ const TAR: &[&str] = &[
     "mkdir p; echo 1 > p/a; tar czf - p | tar tf -; echo rc=$?; echo x > x.tar; tar tzf x.tar 2>/dev/null; echo rc=$?; tar xf nonexist.tar; echo rc=$?; tar; echo rc=$?; tar cf e.tar; echo rc=$?; tar -c -x -f f; echo rc=$?; tar --bogus; echo rc=$?; tar -cf x.tar --strip-components=x p; echo rc=$?; ls",
 ];
 
+/// GNU bc 1.07.1: each script's stderr joins its stdout (`2>&1`) with the bytecode address
+/// of runtime messages (`adr=N`, not modelled by the simulator) masked.
+const BC: &[&str] = &[
+    "b() { bc \"$@\" 2>&1 | sed 's/adr=[0-9]*/adr=0/'; }; printf 'scale=2; 10/3\\n2^10\\n3 * (4 + 5)\\n0.00\\n-0.5\\nscale=3;1/3;-1/3\\n1/0\\n2\\n' | b; printf '2+\\n3\\n1+ +\\n4\\nx=3;x;x+1\\n' | b",
+    "b() { bc \"$@\" 2>&1 | sed 's/adr=[0-9]*/adr=0/'; }; printf 'length(0.000123);length(123.45);length(0);scale(1.50);length(0.0);length(0.00);length(100)\\n2^0.5;2^2.0;2^-2;scale=4;2^-2;-2^2\\n' | b",
+    "b() { bc \"$@\" 2>&1 | sed 's/adr=[0-9]*/adr=0/'; }; printf 'ibase=16;FF;A;ibase=A;A;19;AB\\nobase=16;255;-255.5;obase=100;123456.7;obase=2;0.1;obase=7;1000;obase=20;12345.678\\n' | b; printf 'ibase=2; 1010.1; ibase=1010; obase=16; 255.5\\nibase=1;ibase=17;ibase;obase=1;scale=-1\\n' | b",
+    "b() { bc \"$@\" 2>&1 | sed 's/adr=[0-9]*/adr=0/'; }; printf 'sqrt(2);scale=5;sqrt(2);sqrt(-1)\\n\"ab\\\\ncd\"\\nprint \"x\\\\ny\", 1+1, \"\\\\n\"\\nprint \"\\\\q\\\\\\\\ \\\\t|\\\\z\\\\n\"\\n5%%3;scale=2;5%%3;-5%%3;5.5%%2\\n' | b",
+    "b() { bc \"$@\" 2>&1 | sed 's/adr=[0-9]*/adr=0/'; }; printf 'a[3]=5;a[3];a[2];b\\ndefine f(x) { auto y; y = x*2; return y+g(); }\\ndefine g() { return y; }\\nf(3)\\ny\\nx=5; x++; ++x; x--; x; -x; !0; !5; 1&&0; 1||0; 3<2; 2<=2; 1==1; 1!=1\\nlast; 7; last; .\\n' | b",
+    "b() { bc \"$@\" 2>&1 | sed 's/adr=[0-9]*/adr=0/'; }; printf 'define h(a[]) { a[0]=9; return a[0]; }\\nb[0]=1; h(b[]); b[0]\\nfor(i=0;i<3;i++) i\\ni=0; while (i<2) { i; i+=1 }\\nif (1) 1 else 2\\nif (0) 1 else 2\\nfor(;;) { break }\\nprint 1,2\\n3\\ndefine void g() { print \"v\\\\n\" }\\ng()\\nx = 1 < 2\\nx\\n1 < x = 2\\nx\\n' | b",
+    "b() { bc \"$@\" 2>&1 | sed 's/adr=[0-9]*/adr=0/'; }; printf 'define fact(n) { if (n<2) return 1; return n*fact(n-1); }\\nfact(30)\\n99999999999999999999999*88888888888888888888888\\n-1.000 * 3\\n0.1+0.20\\nscale=3; -7/2; -7%%2; 7%%-2; 1.5%%1\\na=10; a+=5; a; a-=3; a; a*=2; a; a/=5; a; a%%=3; a; a^=3; a\\n' | b; printf 'define f(n) { if (n == 0) return (0); return (f(n-1) + 1); }\\nf(500)\\nx[0]=1;x[1]=2\\ndefine s(a[]) { auto i, t; for (i=0; i<2; i++) t += a[i]; return t; }\\ns(x[])\\n/* c\\n d */ 1 # h\\n2\\\\\\n3\\n' | b",
+    "b() { bc \"$@\" 2>&1 | sed 's/adr=[0-9]*/adr=0/'; }; echo '2^300' | b; echo '2^300' | BC_LINE_LENGTH=10 b; echo '2^300' | BC_LINE_LENGTH=0 b; echo '2^300' | BC_LINE_LENGTH=2 b; echo '2^200' | BC_LINE_LENGTH=3 b | head -3; echo 'print \"abc\"; 2^300' | b; printf 'print \"%s\\\\n\"\\n' $(printf '%.0sa' $(seq 100)) | b",
+    "b() { bc \"$@\" 2>&1 | sed 's/adr=[0-9]*/adr=0/'; }; printf '1+1' | b; echo rc=$?; printf '1;quit\\n2\\n' | b; printf 'if (0) quit\\n5\\n' | b; printf 'limits;1\\n' | b; echo 'halt; 5' | b; echo 'break' | b; echo 'return 5' | b; echo 'f(' | b; echo '3 $ 4' | b; printf '@\\n1+@\\n' | b; echo 'x = (1+2' | b; echo 'define f() { return 1 }; f()' | b; printf 'f(1)\\ndefine f(x) { return x; }\\nf(1,2); f(); a[-1]=2; q[16777216]=1\\n' | b",
+    "printf '1+1\\n' > f1; printf '3+\\n4\\n' > f2; echo 9 | bc f1 f2 2>&1; echo rc=$?; echo 5 | bc nofile f1; echo rc=$?; echo 1 | bc -q; bc -l < /dev/null; echo rc=$?",
+    "b() { bc \"$@\" 2>&1 | sed 's/adr=[0-9]*/adr=0/'; }; printf 'e(1);l(2);s(1);c(1);a(1);j(1,2)\\nscale=50;e(1);a(.2);l(0);sqrt(2)\\nscale=20\\ne(-3.5);e(10);e(0);l(0.001);l(1000);l(1);s(-2);s(100);c(0);c(3.14159);a(-0.5);a(5);a(.1);j(0,1);j(-3,2.5);j(5,-1)\\nscale=5; e(2); s(0.5); c(0.5); a(2); l(10); j(2,3)\\nscale=70; a(1); 4*a(1)\\nscale=100; e(1)\\nobase=16; e(1)\\n' | b -l; echo 's(1)' | b --mathlib; echo 'e(1)' | b",
+];
+
 fn host_has(tool: &str) -> bool {
     std::process::Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -490,4 +506,9 @@ fn numfmt_matches_gnu_coreutils() {
 #[test]
 fn tar_matches_gnu_tar() {
     check("tar_matches_gnu_tar", "tar", "GNU tar", TAR);
+}
+
+#[test]
+fn bc_matches_gnu_bc() {
+    check("bc_matches_gnu_bc", "bc", "bc 1.07", BC);
 }

@@ -10,6 +10,7 @@
 mod awk;
 mod base64;
 mod basename;
+mod bc;
 mod compare;
 mod cut;
 mod dirname;
@@ -81,6 +82,10 @@ pub(crate) const TABLE: &[Program] = &[
         main: Some(basename::main),
     },
     legacy("bash"),
+    Program {
+        name: "bc",
+        main: Some(bc::main),
+    },
     legacy("cat"),
     legacy("chmod"),
     Program {
