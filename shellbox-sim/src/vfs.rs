@@ -583,18 +583,29 @@ impl Vfs {
         Ok(())
     }
 
-    /// Removes a tree (the entry itself and everything below).
+    /// Removes a tree (the entry itself and everything below), children before their
+    /// directory. The walk keeps its own stack, so a tree of any depth is removed (a
+    /// recursion overflowed the host's stack at ~8,000 levels).
     pub fn remove_tree(&mut self, dir: usize, name: &str) {
         let Some(ino) = self.lookup_in(dir, name) else {
             return;
         };
-        if let Kind::Dir(map, _) = &self.get(ino).kind {
-            let names: Vec<String> = map.keys().cloned().collect();
-            for n in names {
-                self.remove_tree(ino, &n);
+        // (parent, name, inode, whether its children are on the stack already)
+        let mut stack = vec![(dir, name.to_string(), ino, false)];
+        while let Some((d, n, i, expanded)) = stack.pop() {
+            if !expanded {
+                if let Kind::Dir(map, _) = &self.get(i).kind {
+                    let kids: Vec<(String, usize)> =
+                        map.iter().map(|(k, v)| (k.clone(), *v)).collect();
+                    stack.push((d, n, i, true));
+                    for (k, v) in kids.into_iter().rev() {
+                        stack.push((i, k, v, false));
+                    }
+                    continue;
+                }
             }
+            self.remove_entry(d, &n, i);
         }
-        self.remove_entry(dir, name, ino);
     }
 
     /// Renames `from` to `to` (both relative to `cwd`); into a directory when `to` is one.

@@ -759,3 +759,53 @@ fn bc_ends_at_its_deadline_and_budget() {
         }
     }
 }
+
+/// Issue 16, break-it of stop 27: programs that recursed per level of their input
+/// overflowed the host's stack and aborted the whole process. `du` and `rm -r` walk a
+/// tree of any depth with their own stack; jq reads input nested up to jq 1.6's limit
+/// (256) and refuses deeper with jq's error; jq, awk and expr run on a stack of their own
+/// and refuse what is past their bound (a filter of more than 10,000 operators, an awk
+/// expression of more than 10,000 tokens, expr nesting past 10,000) with the tool's
+/// status, never a crash.
+#[test]
+fn deep_inputs_never_overflow_programs() {
+    let m = SimMachineFactory::new()
+        .create_sim(MachineSpec::sim())
+        .unwrap();
+    let run = |script: &str| {
+        let r = m
+            .run_sync(Command::shell(script).timeout(Duration::from_secs(120)))
+            .unwrap_or_else(|e| panic!("{script}: {e}"));
+        assert_no_panic(script, &r);
+        r
+    };
+    // a tree 9,000 levels deep (GNU du and rm walk any depth with fts)
+    let r = run("mkdir -p x/$(printf 'd/%.0s' {1..9000}) && du -s x && du x | wc -l && rm -rf x; echo rc=$?; ls");
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout),
+        "36004\tx\n9001\nrc=0\n",
+        "{r:?}"
+    );
+    // jq 1.6: `parse error: Exceeds depth limit for parsing`, status 4, after the values
+    // before it
+    let r = run(
+        "{ echo 1; printf '%.0s[' {1..10000}; printf '%.0s]' {1..10000}; } > deep; jq -c . deep; echo rc=$?",
+    );
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "1\nrc=4\n", "{r:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&r.stderr),
+        "parse error: Exceeds depth limit for parsing at line 2, column 257\n"
+    );
+    let r = run("jq -n \"1$(printf '+1%.0s' {1..9000})\"; jq -n \"1$(printf '+1%.0s' {1..50000})\"; echo rc=$?");
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "9001\nrc=3\n", "{r:?}");
+    let r = run("awk \"BEGIN { print $(printf '!%.0s' {1..5000})1 }\"; awk \"BEGIN { print 1$(printf '+1%.0s' {1..4000}) }\"; awk \"BEGIN { print 1$(printf '+1%.0s' {1..50000}) }\"; echo rc=$?");
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout),
+        "1\n4001\nrc=2\n",
+        "{r:?}"
+    );
+    let r = run("expr $(printf '( %.0s' {1..5000}) 1 $(printf ') %.0s' {1..5000}); expr $(printf '( %.0s' {1..20000}) 1 $(printf ') %.0s' {1..20000}); echo rc=$?");
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "1\nrc=2\n", "{r:?}");
+    let r = run("echo ok");
+    assert_eq!(r.stdout, "ok\n");
+}

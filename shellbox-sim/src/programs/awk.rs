@@ -272,7 +272,20 @@ struct Parser {
     no_gt: bool,
     /// Inside a `for (...)` header's first part: `in` belongs to the loop.
     no_in: bool,
+    /// Nesting of [`Parser::expr`] now, and the token the outermost one started at.
+    nest: usize,
+    expr_from: usize,
 }
+
+/// Most tokens one expression (with everything nested in it) may have: the parser, the
+/// evaluator and the tree's drop recurse over it, so `1+1+…` or `!!!…` of any length
+/// would overflow the stack; a longer one is a syntax error (mawk's parser stack refuses
+/// 5,000 `!` too).
+const MAX_EXPR_TOKENS: usize = 10_000;
+
+/// The stack an awk run gets (mapped lazily): an expression of [`MAX_EXPR_TOKENS`] tokens
+/// recurses that deep.
+const AWK_STACK: usize = 256 << 20;
 
 type PR<T> = Result<T, String>;
 
@@ -640,7 +653,24 @@ impl Parser {
     }
 
     fn expr(&mut self) -> PR<Ex> {
-        self.ternary()
+        if self.nest == 0 {
+            self.expr_from = self.i;
+        }
+        self.nest += 1;
+        let r = self.ternary();
+        self.nest -= 1;
+        r
+    }
+
+    /// Refuses an expression past [`MAX_EXPR_TOKENS`] (looked at by every operand).
+    fn bound(&self) -> PR<()> {
+        if self.nest > 0 && self.i - self.expr_from > MAX_EXPR_TOKENS {
+            return Err(format!(
+                "syntax error: an expression of more than {MAX_EXPR_TOKENS} tokens \
+                 (shellbox-sim's bound)"
+            ));
+        }
+        Ok(())
     }
 
     fn ternary(&mut self) -> PR<Ex> {
@@ -783,6 +813,7 @@ impl Parser {
         Ok(l)
     }
     fn unary(&mut self) -> PR<Ex> {
+        self.bound()?;
         if self.is_op("!") {
             self.next();
             return Ok(Ex::Not(Box::new(self.unary()?)));
@@ -884,8 +915,14 @@ impl Parser {
                 self.no_in = inn;
                 Ok(e)
             }
-            Tok::Op("-") => Ok(Ex::Neg(Box::new(self.primary()?))),
-            Tok::Op("!") => Ok(Ex::Not(Box::new(self.primary()?))),
+            Tok::Op("-") => {
+                self.bound()?;
+                Ok(Ex::Neg(Box::new(self.primary()?)))
+            }
+            Tok::Op("!") => {
+                self.bound()?;
+                Ok(Ex::Not(Box::new(self.primary()?)))
+            }
             Tok::Name(n) => {
                 if self.is_op("[") {
                     self.next();
@@ -2223,6 +2260,10 @@ fn is_assignment(s: &str) -> Option<(&str, &str)> {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
+    stacker::grow(AWK_STACK, || main_inner(cx))
+}
+
+fn main_inner(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let args = cx.args();
     let mut fs: Option<String> = None;
     let mut assigns: Vec<(String, String)> = Vec::new();
@@ -2318,6 +2359,8 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
             res: Vec::new(),
             no_gt: false,
             no_in: false,
+            nest: 0,
+            expr_from: 0,
         };
         let items = p.program(&mut funcs)?;
         Ok((items, p.res))

@@ -51,9 +51,27 @@ struct Du {
     steps: usize,
 }
 
+/// One directory being walked: what [`Du::walk`] keeps per level instead of recursing.
+struct Frame {
+    depth: usize,
+    is_dir: bool,
+    total: u64,
+    entries: Vec<(String, usize)>,
+    next: usize,
+    /// The path's length before this entry's name was added.
+    parent_len: usize,
+}
+
 impl Du {
-    /// The usage of `ino` at `path` (depth `depth`), its lines recorded.
-    fn walk(&mut self, cx: &mut Ctx<'_, '_>, ino: usize, path: &str, depth: usize) -> R<u64> {
+    /// The frame for `ino` at `depth` (its own usage counted), or `None` when the inode
+    /// was counted already.
+    fn enter(
+        &mut self,
+        cx: &mut Ctx<'_, '_>,
+        ino: usize,
+        depth: usize,
+        parent_len: usize,
+    ) -> R<Option<Frame>> {
         self.steps += 1;
         if crate::shell::stop_due() {
             return Err(cx.interrupted());
@@ -62,9 +80,9 @@ impl Du {
             cx.tick()?;
         }
         if !self.seen.insert(ino) {
-            return Ok(0);
+            return Ok(None);
         }
-        let node = cx.vfs().get(ino).clone();
+        let node = cx.vfs().get(ino);
         let own = if self.apparent {
             node.size()
         } else {
@@ -74,26 +92,66 @@ impl Du {
                 _ => 0,
             }
         };
-        let mut total = own;
-        if node.is_dir() {
-            let entries = cx.vfs().list(ino).unwrap_or_default();
-            for (name, child) in entries {
+        let is_dir = node.is_dir();
+        let entries = if is_dir {
+            cx.vfs().list(ino).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        Ok(Some(Frame {
+            depth,
+            is_dir,
+            total: own,
+            entries,
+            next: 0,
+            parent_len,
+        }))
+    }
+
+    /// The usage of `ino` at `path` (depth `depth`), its lines recorded. The walk keeps
+    /// its own stack (and one path buffer), so a tree of any depth is walked (GNU's fts
+    /// walks any depth too); a recursion overflowed the host's stack at ~6,000 levels.
+    fn walk(&mut self, cx: &mut Ctx<'_, '_>, ino: usize, path: &str, depth: usize) -> R<u64> {
+        let mut path = path.to_string();
+        let mut stack = match self.enter(cx, ino, depth, path.len())? {
+            Some(f) => vec![f],
+            None => return Ok(0),
+        };
+        loop {
+            let Some(top) = stack.last_mut() else {
+                return Ok(0);
+            };
+            if top.next < top.entries.len() {
+                let (name, child) = std::mem::take(&mut top.entries[top.next]);
+                top.next += 1;
                 if name == "." || name == ".." {
                     continue;
                 }
-                let p = if path.ends_with('/') {
-                    format!("{path}{name}")
-                } else {
-                    format!("{path}/{name}")
-                };
-                total += self.walk(cx, child, &p, depth + 1)?;
+                let d = top.depth + 1;
+                let parent_len = path.len();
+                if !path.ends_with('/') {
+                    path.push('/');
+                }
+                path.push_str(&name);
+                match self.enter(cx, child, d, parent_len)? {
+                    Some(f) => stack.push(f),
+                    None => path.truncate(parent_len),
+                }
+                continue;
+            }
+            let Some(f) = stack.pop() else {
+                return Ok(0);
+            };
+            let shown = self.max_depth.is_none_or(|m| f.depth <= m);
+            if shown && (f.is_dir || self.all || f.depth == depth) {
+                self.lines.push((f.total, path.clone()));
+            }
+            path.truncate(f.parent_len);
+            match stack.last_mut() {
+                Some(parent) => parent.total += f.total,
+                None => return Ok(f.total),
             }
         }
-        let shown = self.max_depth.is_none_or(|m| depth <= m);
-        if shown && (node.is_dir() || self.all || depth == 0) {
-            self.lines.push((total, path.to_string()));
-        }
-        Ok(total)
     }
 }
 

@@ -74,7 +74,17 @@ fn looks_int(s: &str) -> Option<i128> {
 struct Ev<'a> {
     args: &'a [String],
     pos: usize,
+    /// Nesting of parentheses and prefix operators now.
+    depth: usize,
 }
+
+/// Deepest nesting of parentheses and prefix operators (`length`, `match`, `substr`,
+/// `index`) evaluated; deeper is refused as unsupported (GNU's recursion overflows its
+/// 8 MiB stack and crashes near 20,000). The run gets a stack of [`EXPR_STACK`] bytes.
+const MAX_DEPTH: usize = 10_000;
+
+/// The stack an `expr` run gets (mapped lazily).
+const EXPR_STACK: usize = 256 << 20;
 
 impl Ev<'_> {
     fn peek(&self) -> Option<&str> {
@@ -187,6 +197,18 @@ impl Ev<'_> {
         Ok(l)
     }
     fn unary(&mut self) -> Result<Val, Stop> {
+        if self.depth >= MAX_DEPTH {
+            return Err(Stop::Unsupported(format!(
+                "expr nesting deeper than {MAX_DEPTH} levels"
+            )));
+        }
+        self.depth += 1;
+        let r = self.unary_inner();
+        self.depth -= 1;
+        r
+    }
+
+    fn unary_inner(&mut self) -> Result<Val, Stop> {
         match self.peek() {
             None => Err(self.missing_after()),
             Some("+") => {
@@ -293,6 +315,10 @@ fn matches(s: &str, pat: &str) -> Result<Val, Stop> {
 }
 
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
+    stacker::grow(EXPR_STACK, || main_inner(cx))
+}
+
+fn main_inner(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut args = cx.args().to_vec();
     if args.first().is_some_and(|a| a == "--") {
         args.remove(0);
@@ -305,6 +331,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let mut ev = Ev {
         args: &args,
         pos: 0,
+        depth: 0,
     };
     let r = ev.or().and_then(|v| match ev.peek() {
         None => Ok(v),

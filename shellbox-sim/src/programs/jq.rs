@@ -144,7 +144,115 @@ def JOIN($idx; stream; idx_expr; join_expr): stream | [., $idx[idx_expr]] | join
 def get_search_list: [];
 "#;
 
+/// The stack a jq run gets: jaq parses, compiles and runs a filter recursively (a
+/// filter of 50,000 terms needs tens of MiB in an unoptimised build), so the run gets a
+/// stack of its own, mapped lazily (what it does not use costs nothing).
+const JQ_STACK: usize = 256 << 20;
+
+/// Most operators and brackets a filter may have: jaq recurses over the filter's tree
+/// (about 9 KiB of stack per term in an unoptimised build), so a longer one is refused as
+/// unsupported rather than overflowing [`JQ_STACK`].
+const MAX_FILTER_OPERATORS: usize = 10_000;
+
+/// The operators and brackets of a filter's text, outside its string literals.
+fn operators(text: &str) -> usize {
+    let mut n = 0;
+    let mut in_str = false;
+    let mut esc = false;
+    for c in text.bytes() {
+        if in_str {
+            if esc {
+                esc = false;
+            } else if c == b'\\' {
+                esc = true;
+            } else if c == b'"' {
+                in_str = false;
+            }
+            continue;
+        }
+        match c {
+            b'"' => in_str = true,
+            b'+' | b'-' | b'*' | b'/' | b'%' | b'|' | b',' | b'(' | b'[' | b'{' | b'<' | b'>'
+            | b'=' | b'!' | b'?' | b':' | b';' | b'.' => n += 1,
+            _ => {}
+        }
+    }
+    n
+}
+
+/// Deepest nesting of input JSON: jq 1.6's `MAX_PARSING_DEPTH` (an object's pending key
+/// counts as one more level, as in jq's parser stack).
+const MAX_PARSING_DEPTH: usize = 256;
+
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
+    stacker::grow(JQ_STACK, || main_inner(cx))
+}
+
+/// Where `bytes` first nests deeper than jq 1.6 parses: the offset where the top-level
+/// value holding it starts, and jq's words for it (`Exceeds depth limit for parsing at
+/// line 1, column 257`: the offending bracket's line and 1-based column).
+fn too_deep(bytes: &[u8]) -> Option<(usize, String)> {
+    let mut stack: Vec<u8> = Vec::new();
+    let (mut line, mut col) = (1usize, 0usize);
+    let mut top_start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c == b'\n' {
+            line += 1;
+            col = 0;
+        } else {
+            col += 1;
+        }
+        match c {
+            b'"' => {
+                // a string: skip to its closing quote (columns count its bytes)
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    if bytes[i] == b'\\' {
+                        i += 1;
+                        col += 1;
+                    }
+                    if bytes.get(i) == Some(&b'\n') {
+                        line += 1;
+                        col = 0;
+                    } else {
+                        col += 1;
+                    }
+                    i += 1;
+                }
+                col += 1;
+            }
+            b'[' | b'{' => {
+                if stack.is_empty() {
+                    top_start = i;
+                }
+                if stack.len() >= MAX_PARSING_DEPTH {
+                    return Some((
+                        top_start,
+                        format!("Exceeds depth limit for parsing at line {line}, column {col}"),
+                    ));
+                }
+                stack.push(c);
+            }
+            b':' if stack.last() == Some(&b'{') => stack.push(b'k'),
+            b',' if stack.last() == Some(&b'k') => {
+                stack.pop();
+            }
+            b']' | b'}' => {
+                if stack.last() == Some(&b'k') {
+                    stack.pop();
+                }
+                stack.pop();
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+fn main_inner(cx: &mut Ctx<'_, '_>) -> R<i32> {
     let args = cx.args();
     let mut p = Parser::new(
         "jq",
@@ -336,6 +444,16 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         values.push(v.clone());
     }
 
+    let ops = operators(&filter_text);
+    if ops > MAX_FILTER_OPERATORS {
+        cx.unsupported_status(
+            &format!(
+                "jq filter of {ops} operators (shellbox-sim parses at most {MAX_FILTER_OPERATORS})"
+            ),
+            COMPILE,
+        )?;
+        return Ok(COMPILE);
+    }
     let code = format!("{PRELUDE}{filter_text}");
     let arena = Arena::default();
     let loader = Loader::new(
@@ -432,7 +550,15 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
             Box::new(lines.into_iter().map(|l| Ok(Val::from(l.to_string()))))
         }
     } else {
-        let many = jaq_json::read::parse_many(&bytes).map(|r| r.map_err(|e| e.to_string()));
+        // values nested deeper than jq 1.6 reads end the input with its error (jaq would
+        // recurse into them as deep as they go)
+        let (upto, deep) = match too_deep(&bytes) {
+            Some((at, why)) => (at, Some(why)),
+            None => (bytes.len(), None),
+        };
+        let many = jaq_json::read::parse_many(&bytes[..upto])
+            .map(|r| r.map_err(|e| e.to_string()))
+            .chain(deep.map(Err));
         if slurp {
             let mut all = Vec::new();
             let mut bad = None;
