@@ -1365,11 +1365,19 @@ fn ls(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
     }
     let show_header = ops.len() > 1 || o.recursive;
     let mut first = files.is_empty();
-    let mut queue: Vec<(String, usize)> = dirs;
-    let mut qi = 0;
-    while qi < queue.len() {
-        let (p, ino) = queue[qi].clone();
-        qi += 1;
+    // directories still to list, the next one last: a listed directory's path is dropped,
+    // so a deep tree holds one path per pending directory (a queue that kept every path
+    // held gigabytes for a 30,000-deep tree), and the output is written as it grows
+    let mut pending: Vec<(String, usize)> = dirs;
+    pending.reverse();
+    while let Some((p, ino)) = pending.pop() {
+        it.tick()?;
+        if out.len() > 1 << 16 {
+            if !it.out(sh, &out)? {
+                return Ok(st);
+            }
+            out.clear();
+        }
         if !first {
             out.push('\n');
         }
@@ -1403,16 +1411,13 @@ fn ls(it: &mut Interp<'_>, sh: &mut Shell, args: &[String]) -> R<i32> {
         }
         out.push_str(&format_entries(it, sh, &entries, &o, true));
         if o.recursive {
-            let mut subs: Vec<(String, usize)> = entries
+            let subs: Vec<(String, usize)> = entries
                 .iter()
                 .filter(|(n, i)| n != "." && n != ".." && it.w.vfs.get(*i).is_dir())
                 .map(|(n, i)| (format!("{}/{}", p.trim_end_matches('/'), n), *i))
                 .collect();
-            // depth-first: insert right after current
-            let at = qi;
-            for (k, s) in subs.drain(..).enumerate() {
-                queue.insert(at + k, s);
-            }
+            // depth-first: the subdirectories next, in order
+            pending.extend(subs.into_iter().rev());
         }
     }
     it.out(sh, &out)?;

@@ -249,7 +249,7 @@ impl Vfs {
         }
     }
 
-    fn lookup_in(&mut self, dir: usize, name: &str) -> Option<usize> {
+    pub(crate) fn lookup_in(&mut self, dir: usize, name: &str) -> Option<usize> {
         if !self.bins_ready && (dir == 1 || self.is_usr_bin(dir)) {
             self.ensure_bins();
         }

@@ -809,3 +809,39 @@ fn deep_inputs_never_overflow_programs() {
     let r = run("echo ok");
     assert_eq!(r.stdout, "ok\n");
 }
+
+/// Issue 16, break-it of stop 27: `find` stopped silently at 4,096 levels (4,097 entries,
+/// status 0); realpath looked each component up from `/` again (90 s for a path 10,000
+/// levels deep in an unoptimised build); `ls -R` kept every listed path in a queue and
+/// the whole output in one string (1.9 GB for a 30,000-deep tree). Each walks any depth
+/// now: find with its own stack, realpath from the parent's inode, ls -R from a stack
+/// of pending directories, writing as it goes.
+#[test]
+fn deep_trees_are_walked_whole() {
+    let m = SimMachineFactory::new()
+        .create_sim(MachineSpec::sim())
+        .unwrap();
+    let run = |script: &str| {
+        let r = m
+            .run_sync(Command::shell(script).timeout(Duration::from_secs(30)))
+            .unwrap_or_else(|e| panic!("{script}: {e}"));
+        assert_no_panic(script, &r);
+        assert_eq!(r.exit_code, Some(0), "{script}: {r:?}");
+        String::from_utf8_lossy(&r.stdout).into_owned()
+    };
+    run("mkdir -p x/$(printf 'd/%.0s' {1..5000})");
+    assert_eq!(
+        run("find x | wc -l; find x -mindepth 5000 -type d | wc -c"),
+        "5001\n10002\n"
+    );
+    assert_eq!(
+        run("ls -R x | wc -l; ls -R x | tail -n 2 | wc -c"),
+        "15001\n10004\n"
+    );
+    assert_eq!(
+        run("p=$(printf 'd/%.0s' {1..5000}); realpath x/$p | wc -c; cd x/$p && realpath -e $(printf '../%.0s' {1..4999}) | wc -c; realpath -m ../../q/r | cut -c 1-14,10003-"),
+        "10013\n15\n/workspace/x/d/d/d/d/q/r\n"
+    );
+    run("find x -delete; ls");
+    assert_eq!(run("ls"), "");
+}

@@ -408,45 +408,107 @@ impl Walk {
         })
     }
 
-    fn visit(&mut self, cx: &mut Ctx<'_, '_>, en: &Entry<'_>) -> R<()> {
+    /// Visits `en` before its children: evaluates the expression (unless `-depth`), and
+    /// returns its frame (the children to visit, when it is a directory find descends).
+    fn enter(&mut self, cx: &mut Ctx<'_, '_>, en: &Entry<'_>, parent_len: usize) -> R<Frame> {
         cx.tick()?;
-        if self.quit || en.depth > 4096 {
-            return Ok(());
+        let mut frame = Frame {
+            ino: en.ino,
+            depth: en.depth,
+            name: en.name.to_string(),
+            parent_len,
+            here: false,
+            entries: Vec::new(),
+            next: 0,
+        };
+        if self.quit {
+            return Ok(frame);
         }
         let is_dir = cx.vfs().get(en.ino).is_dir();
         let mut prune = false;
         let expr = self.expr.clone();
-        let here = en.depth >= self.mindepth;
-        if here && !self.depth_first {
+        frame.here = en.depth >= self.mindepth;
+        if frame.here && !self.depth_first {
             self.eval(cx, &expr, en, &mut prune)?;
         }
         let deeper = self.maxdepth.is_none_or(|m| en.depth < m);
         if is_dir && !prune && deeper && !self.quit {
-            let entries = cx.vfs().list(en.ino).unwrap_or_default();
-            for (name, ino) in entries {
-                let path = if en.path.ends_with('/') {
-                    format!("{}{name}", en.path)
-                } else {
-                    format!("{}/{name}", en.path)
-                };
-                let child = Entry {
+            frame.entries = cx.vfs().list(en.ino).unwrap_or_default();
+        }
+        Ok(frame)
+    }
+
+    /// Walks the tree at `path` (the operand `start`, named `name`, inode `ino`): each
+    /// entry before its children (after them with `-depth`/`-delete`), children in name
+    /// order. The walk keeps its own stack and one path buffer, so a tree of any depth is
+    /// walked, as GNU's fts walks it (a recursion stopped silently at 4,096 levels).
+    fn walk(&mut self, cx: &mut Ctx<'_, '_>, start: &str, name: &str, ino: usize) -> R<()> {
+        let mut path = start.to_string();
+        let root = Entry {
+            path: &path,
+            name,
+            start,
+            ino,
+            depth: 0,
+        };
+        let first = self.enter(cx, &root, 0)?;
+        let mut stack = vec![first];
+        while let Some(top) = stack.last_mut() {
+            if top.next < top.entries.len() && !self.quit {
+                let (name, child) = std::mem::take(&mut top.entries[top.next]);
+                top.next += 1;
+                let depth = top.depth + 1;
+                let parent_len = path.len();
+                if !path.ends_with('/') {
+                    path.push('/');
+                }
+                path.push_str(&name);
+                let en = Entry {
                     path: &path,
                     name: &name,
-                    start: en.start,
-                    ino,
-                    depth: en.depth + 1,
+                    start,
+                    ino: child,
+                    depth,
                 };
-                self.visit(cx, &child)?;
+                let f = self.enter(cx, &en, parent_len)?;
+                stack.push(f);
                 if self.out.len() > 1 << 16 {
                     self.flush(cx)?;
                 }
+                continue;
             }
-        }
-        if here && self.depth_first && !self.quit {
-            self.eval(cx, &expr, en, &mut prune)?;
+            let Some(f) = stack.pop() else { break };
+            if f.here && self.depth_first && !self.quit {
+                let expr = self.expr.clone();
+                let en = Entry {
+                    path: &path,
+                    name: &f.name,
+                    start,
+                    ino: f.ino,
+                    depth: f.depth,
+                };
+                let mut prune = false;
+                self.eval(cx, &expr, &en, &mut prune)?;
+            }
+            if !stack.is_empty() {
+                path.truncate(f.parent_len);
+            }
         }
         Ok(())
     }
+}
+
+/// One entry of [`Walk::walk`]'s stack: a visited entry whose children are being walked.
+struct Frame {
+    ino: usize,
+    depth: usize,
+    name: String,
+    /// The path's length before this entry's name was added.
+    parent_len: usize,
+    /// At or below `-mindepth`: the expression is evaluated for it.
+    here: bool,
+    entries: Vec<(String, usize)>,
+    next: usize,
 }
 
 fn printf(f: &str, en: &Entry<'_>, node: &crate::vfs::Inode) -> String {
@@ -590,14 +652,7 @@ pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
         };
         let name = s.trim_end_matches('/').rsplit('/').next().unwrap_or(s);
         let name = if name.is_empty() { "/" } else { name };
-        let en = Entry {
-            path: s,
-            name,
-            start: s,
-            ino,
-            depth: 0,
-        };
-        w.visit(cx, &en)?;
+        w.walk(cx, s, name, ino)?;
         if w.quit {
             break;
         }
