@@ -845,3 +845,24 @@ fn deep_trees_are_walked_whole() {
     run("find x -delete; ls");
     assert_eq!(run("ls"), "");
 }
+
+/// Issue 16, break-it of stop 27: `jq -n '"x" * 1000000000'` under a 64 MiB budget
+/// printed the whole string (escaping each character: minutes in an unoptimised build)
+/// into an uncharged buffer before the budget saw it. A string result is charged before
+/// it is printed now, so the machine ends with the memory budget's error at once. (The
+/// string itself is built by jaq, outside the meter: bounded by jaq, not by the budget.)
+#[test]
+fn a_huge_jq_string_meets_the_budget_before_printing() {
+    let f = SimMachineFactory::with_options(shellbox_sim::SimOptions {
+        memory_bytes: Some(64 << 20),
+        ..shellbox_sim::SimOptions::default()
+    });
+    let m = f.create_sim(MachineSpec::sim()).unwrap();
+    let script = "jq -n '\"x\" * 200000000'";
+    match m.run_sync(Command::shell(script).timeout(Duration::from_secs(10))) {
+        Err(shellbox_core::Error::Terminated(why)) => {
+            assert!(why.contains("memory limit exceeded"), "{why}")
+        }
+        r => panic!("{script}: {r:?}"),
+    }
+}

@@ -606,6 +606,14 @@ fn main_inner(cx: &mut Ctx<'_, '_>) -> R<i32> {
             match r {
                 Ok(v) => {
                     last = Some(!matches!(v, Val::Null | Val::Bool(false)));
+                    // a string result is charged before it is printed: `"x" * 1000000000`
+                    // under a 64 MiB budget printed (escaping each of its characters, 250 s
+                    // in an unoptimised build) into a buffer that only then met the budget
+                    if let Val::TStr(t) | Val::BStr(t) = &v {
+                        if t.len() as u64 > cx.memory_left() {
+                            cx.hold(t.len())?;
+                        }
+                    }
                     match (&v, raw) {
                         (Val::TStr(s) | Val::BStr(s), true) => out.extend_from_slice(s),
                         _ => print_value(out, &v, style, 0),
