@@ -535,8 +535,65 @@ impl Gen {
         c
     }
 
+    /// A case past the usual sizes (issue 16's break-it of stop 27 found each kind
+    /// aborting or outrunning the process): a deep directory tree walked by a program, a
+    /// long operator chain or deep nesting in a program's language, or a huge input
+    /// through a pipeline. Sizes go from small to far past any bound, so the deadline,
+    /// the memory budget or a program's refusal ends the big ones.
+    fn stress(&mut self) -> String {
+        let n = [3usize, 300, 3000, 9000, 40000][self.rng.below(5)];
+        let big = [1000usize, 100_000, 10_000_000, 2_000_000_000][self.rng.below(4)];
+        match self.rng.below(3) {
+            0 => {
+                let walk = self.rng.pick(&[
+                    "du -s x",
+                    "du -a x | tail -1",
+                    "rm -rf x; ls",
+                    "find x | wc -l",
+                    "find x -depth -delete",
+                    "ls -R x | wc -c",
+                    "ls -lR x | tail -1",
+                    "realpath x/$p | wc -c",
+                    "cd x/$p && realpath $(printf '../%.0s' {1..50}) | wc -c",
+                    "tar cf - x | wc -c",
+                    "grep -r q x",
+                    "chmod -R 700 x",
+                    "cp -r x y",
+                ]);
+                format!("p=$(printf 'd/%.0s' {{1..{n}}}); mkdir -p x/$p; {walk}")
+            }
+            1 => {
+                let r = |c: &str| format!("$(printf '{c}%.0s' {{1..{n}}})");
+                match self.rng.below(9) {
+                    0 => format!("expr {} 1 {}", r("( "), r(") ")),
+                    1 => format!("awk \"BEGIN {{ print {}1 }}\"", r("!")),
+                    2 => format!("awk \"BEGIN {{ print 1{} }}\"", r("+1")),
+                    3 => format!("jq -n \"1{}\"", r("+1")),
+                    4 => format!("jq -c . <<< \"{}1{}\"", r("["), r("]")),
+                    5 => format!("echo \"{}1{}\" | bc", r("("), r(")")),
+                    6 => format!("echo \"1{}\" | bc", r("+1")),
+                    7 => format!("echo $(( 1{} ))", r("+1")),
+                    _ => format!("[[ a{} ]]; echo $?", r(" && a")),
+                }
+            }
+            _ => match self.rng.below(7) {
+                0 => format!("yes | head -c {big} | wc -c"),
+                1 => format!("head -c {big} /dev/zero | tr '\\0' x | wc -c"),
+                2 => format!("seq {big} | sort -n | tail -1"),
+                3 => format!("echo '2^{big}' | bc | wc -c"),
+                4 => format!("jq -n '\"x\" * {big}' | wc -c"),
+                5 => format!("yes | head -n {big} | awk '{{ n++ }} END {{ print n }}'"),
+                _ => format!("head -c {big} /dev/zero | gzip | wc -c"),
+            },
+        }
+    }
+
     fn script(&mut self) -> String {
         let mut s = String::new();
+        if self.rng.chance(8) {
+            s.push_str(&self.stress());
+            s.push('\n');
+        }
         if self.rng.chance(30) {
             s.push_str("shopt -s extglob; ");
         }
@@ -587,6 +644,11 @@ impl Gen {
 
 /// Scripts that once broke the simulator (issue 16), run first on every fuzz run.
 const CORPUS: &[&str] = &[
+    // found by the deep-tree / long-chain generator (seed 1): `find -depth -delete` did
+    // not look at the clock between deletions (18 s of CPU past a 200 ms deadline); bc's
+    // parser overflowed the stack on 3,000 nested parentheses in an unoptimised build
+    "p=$(printf 'd/%.0s' {1..9000}); mkdir -p x/$p; find x -depth -delete",
+    "echo \"$(printf '(%.0s' {1..3000})1$(printf ')%.0s' {1..3000})\" | bc",
     "printf '%.65536f' 1",
     "echo 99999999999>/dev/null",
     "${\"\"<<EOF\n}\nEOF\n",

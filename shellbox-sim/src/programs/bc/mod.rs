@@ -26,8 +26,12 @@ use crate::shell::{Ctl, R};
 use num::Halt;
 use parse::Item;
 
+/// The stack a bc run gets (mapped lazily): the parser recurses about ten frames per
+/// level of nesting, up to its bound of 10,000 levels.
+const BC_STACK: usize = 256 << 20;
+
 pub(super) fn main(cx: &mut Ctx<'_, '_>) -> R<i32> {
-    stacker::maybe_grow(1024 * 1024, 16 * 1024 * 1024, || main_inner(cx))
+    stacker::grow(BC_STACK, || main_inner(cx))
 }
 
 fn main_inner(cx: &mut Ctx<'_, '_>) -> R<i32> {

@@ -45,18 +45,37 @@ fn stop() -> Res<()> {
     }
 }
 
-/// `10^n`.
+/// `10^n`, by squaring with a look at the deadline between the steps (a single
+/// `BigInt::pow` of a large exponent would not look).
 pub(super) fn pow10(n: usize) -> Res<BigInt> {
-    if n > 64 {
-        stop()?;
+    if n <= 64 {
+        return Ok(BigInt::from(10u32).pow(n as u32));
     }
-    Ok(BigInt::from(10u32).pow(u32::try_from(n).map_err(|_| Halt::Memory(n as u64 / 2))?))
+    // 3.33 bits a digit: past about 400 MB of digits no machine holds it
+    if n > 1_000_000_000 {
+        return Err(Halt::Memory(n as u64 / 2));
+    }
+    let mut acc = BigInt::one();
+    let mut base = BigInt::from(10u32);
+    let mut k = n;
+    while k > 0 {
+        stop()?;
+        if k & 1 == 1 {
+            acc = mul_int(&acc, &base)?;
+        }
+        k >>= 1;
+        if k > 0 {
+            base = mul_int(&base, &base)?;
+        }
+    }
+    Ok(acc)
 }
 
-/// A product, in pieces of [`PIECE_BITS`] of the longer factor when both are large.
+/// A product, in pieces of the longer factor when the work is large (each piece about
+/// 2^36 bit-products, so the deadline is looked at every few milliseconds).
 fn mul_int(a: &BigInt, b: &BigInt) -> Res<BigInt> {
     let (big, small) = if a.bits() >= b.bits() { (a, b) } else { (b, a) };
-    if small.bits() < PIECE_BITS || big.bits() < 4 * PIECE_BITS {
+    if (big.bits() as u128) * (small.bits() as u128) < 1u128 << 36 {
         return Ok(a * b);
     }
     let sign = if a.sign() == b.sign() {
@@ -66,7 +85,7 @@ fn mul_int(a: &BigInt, b: &BigInt) -> Res<BigInt> {
     };
     let (bu, su) = (big.magnitude(), small.magnitude());
     let digits = bu.to_u32_digits();
-    let per = (PIECE_BITS / 32) as usize;
+    let per = ((1u64 << 36) / small.bits().max(1) / 32).clamp(64, PIECE_BITS / 32) as usize;
     let mut acc = BigUint::zero();
     for (k, piece) in digits.chunks(per).enumerate() {
         stop()?;
@@ -90,7 +109,8 @@ fn div_int(a: &BigInt, b: &BigInt) -> Res<BigInt> {
     };
     let d = b.magnitude();
     let digits = a.magnitude().to_u32_digits();
-    let per = (PIECE_BITS / 32) as usize;
+    // each step divides `per` digits more: about 2^34 bit-products
+    let per = ((1u64 << 34) / bb.max(1) / 32).clamp(1, PIECE_BITS / 32) as usize;
     let pieces = digits.len().div_ceil(per);
     let mut r = BigUint::zero();
     let mut q: Vec<u32> = vec![0; pieces * per];

@@ -870,7 +870,7 @@ impl Parser {
 }
 
 /// Deepest nesting of parentheses, unary operators, `^` chains and statements.
-const MAX_DEPTH: usize = 5000;
+const MAX_DEPTH: usize = 10_000;
 
 fn chain(l: Expr, rest: Vec<(&'static str, Expr)>) -> Expr {
     if rest.is_empty() {
