@@ -1815,6 +1815,58 @@ pub async fn session_late_interrupt_is_harmless(h: &Harness) {
     m.close().await.unwrap();
 }
 
+/// (Interactive) Input written just as a command ends never runs as a command of its own
+/// and never shifts the answers: over many rounds, a short command (one that reads the
+/// terminal, or not) gets a `write` racing its end, its call completes with its own
+/// status, and the next `execute` of `echo N` answers exactly `N` (issue 11, break-it F2:
+/// the written line ran as a command line and the next `execute` answered its status
+/// without running, or the answers shifted by one).
+pub async fn session_write_racing_the_end_keeps_answers_in_step(h: &Harness) {
+    let Some((m, s, kind)) = open_session(h).await else {
+        return;
+    };
+    if kind != SessionKind::Interactive {
+        m.close().await.unwrap();
+        return;
+    }
+    for i in 0..40u32 {
+        let pause = u64::from(i % 8) * 2;
+        let command = if i % 2 == 0 {
+            format!("read -r -t 0.0{} x; (exit 3)", 1 + i % 4)
+        } else {
+            format!("sleep 0.0{}; (exit 3)", 1 + i % 4)
+        };
+        let u = s
+            .execute(&command, Duration::ZERO, SESSION_LIMIT)
+            .await
+            .unwrap();
+        if u.status == ShellStatus::Running {
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            // The host still takes the command for running: the write is accepted, whatever
+            // the shell did meanwhile.
+            s.write(b"(exit 7)\n").await.unwrap();
+        }
+        let done = read_until_done(&*s, u).await;
+        assert_eq!(
+            (done.status, done.exit_code),
+            (ShellStatus::Completed, Some(3)),
+            "round {i}, {command:?}: {done:?}"
+        );
+        assert!(
+            !shows_marker(&done.output),
+            "round {i}: the marker leaked: {:?}",
+            text(&done.output)
+        );
+        let (out, code) = complete(&*s, &format!("echo {i}")).await;
+        assert_eq!(
+            (out.as_str(), code),
+            (format!("{i}\n").as_str(), 0),
+            "round {i}, after {command:?}"
+        );
+    }
+    m.close().await.unwrap();
+}
+
 /// A shell that exits gives Reset (no exit code); the next `execute` runs in a fresh shell
 /// started in the workdir, files kept, variables gone. (Interactive: a shell killed by a
 /// signal is a Reset too.)
@@ -2686,6 +2738,7 @@ macro_rules! conformance_tests {
             session_prompt_cannot_be_faked,
             session_interrupt_races_the_command,
             session_late_interrupt_is_harmless,
+            session_write_racing_the_end_keeps_answers_in_step,
             session_commands_get_default_signals,
             session_background_job_ending_between_calls,
             session_reset_after_exit,

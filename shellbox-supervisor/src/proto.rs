@@ -72,8 +72,10 @@ pub const FAIL_INVALID_INPUT: u8 = 1;
 /// killed keeper).
 pub const FAIL_SYSTEM: u8 = 2;
 
-/// `--pty-relay` frame, both ways: terminal bytes (input for the terminal on stdin, what
-/// the terminal printed on stdout).
+/// `--pty-relay` frame, both ways: terminal bytes (what the terminal printed, on stdout; on
+/// stdin, unnumbered input for the terminal: the session's set-up line before the first
+/// prompt; dropped once a prompt was confirmed: commands go as [`PTY_LINE`], input for them
+/// as [`PTY_INPUT`]).
 pub const PTY_DATA: u8 = 1;
 /// `--pty-relay` input frame: a little-endian `u64`, how many more terminal bytes the host
 /// takes; the relay reads the terminal only within the credit granted.
@@ -92,11 +94,42 @@ pub const PTY_INTERRUPT: u8 = 3;
 /// completions.
 pub const PTY_MARKER: u8 = 4;
 /// `--pty-relay` output frame: the shell is back at its prompt; payload a little-endian
-/// `u64` command number and `i32` status from the marker it printed there. Sent only when
-/// the relay has seen, after the marker, that the shell waits for terminal input with no
-/// job in the foreground and no unread input (so a command that prints a marker, even the
-/// real one, and goes on running does not end its call).
+/// `u64` command number (that of the last [`PTY_LINE`]; 0 before any) and `i32` status from
+/// the marker it printed there. Sent only when the relay has seen, after the marker, that
+/// the shell waits for terminal input with no job in the foreground and no unread input (so
+/// a command that prints a marker, even the real one, and goes on running does not end its
+/// call).
 pub const PTY_DONE: u8 = 5;
+/// `--pty-relay` input frame: a command line for the shell, payload a little-endian `u64`
+/// command number (counting from 1 in a session) then the line's bytes. Sent only while
+/// the shell waits at a confirmed prompt ([`PTY_DONE`] came); the relay puts the
+/// terminal's settings back, discards the input waiting in it and writes the line. Terminal
+/// input for a running command travels as [`PTY_INPUT`] instead, so the relay never takes
+/// it for a command line.
+pub const PTY_LINE: u8 = 6;
+/// `--pty-relay` input frame: terminal input for command number `seq` (a little-endian
+/// `u64`, then the bytes): what the host's `write` sends. Dropped when the shell is back at
+/// its prompt (the command ended: input written for it never runs as a command line) or
+/// when it names another command than the current line's; held back, unwritten, while a
+/// completion marker waits to be confirmed (the shell may be on its way to its prompt,
+/// whose read would take it as a command line), and dropped if that marker is confirmed.
+pub const PTY_INPUT: u8 = 7;
+
+/// A [`PTY_LINE`] or [`PTY_INPUT`] payload: `seq` then `bytes`.
+pub fn pty_numbered(seq: u64, bytes: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(8 + bytes.len());
+    v.extend_from_slice(&seq.to_le_bytes());
+    v.extend_from_slice(bytes);
+    v
+}
+
+/// The command number and bytes of a [`pty_numbered`] payload (`None`: shorter than 8
+/// bytes).
+pub fn parse_pty_numbered(payload: &[u8]) -> Option<(u64, &[u8])> {
+    let (n, rest) = payload.split_at_checked(8)?;
+    Some((u64::from_le_bytes(n.try_into().ok()?), rest))
+}
+
 /// Whether a completion marker numbered `n` with `status` ends command `seq`: its own
 /// number; or, once the command was `interrupted`, the previous number with 130 (128 +
 /// SIGINT): the signal reached the shell while it still parsed the command's line, and the
@@ -403,6 +436,11 @@ mod tests {
 
     #[test]
     fn a_marker_ends_its_command_or_after_an_interrupt_the_dropped_line() {
+        assert_eq!(
+            super::parse_pty_numbered(&super::pty_numbered(7, b"ls\n")),
+            Some((7, &b"ls\n"[..]))
+        );
+        assert_eq!(super::parse_pty_numbered(&[1, 2, 3]), None);
         assert!(super::marker_ends_command(5, 5, 0, false));
         assert!(!super::marker_ends_command(5, 4, 130, false));
         assert!(super::marker_ends_command(5, 4, 130, true));

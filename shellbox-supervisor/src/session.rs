@@ -8,7 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::proto::{self, pty_frame, PTY_CREDIT, PTY_DATA, PTY_DONE, PTY_INTERRUPT, PTY_MARKER};
+use crate::proto::{
+    self, pty_frame, pty_numbered, PTY_CREDIT, PTY_DATA, PTY_DONE, PTY_INPUT, PTY_INTERRUPT,
+    PTY_LINE, PTY_MARKER,
+};
 use crate::{Client, Input, Reply, Running};
 use bytes::{Bytes, BytesMut};
 use shellbox_core::{async_trait, Error, OutputLimiter, ShellSession, ShellStatus, ShellUpdate};
@@ -290,7 +293,11 @@ enum Phase {
 ///   `TIOCSTI`), so no line the host did not send runs as a command; and before writing
 ///   each command line the relay discards what input still waits in the terminal (a
 ///   partial line, with no newline, pushed by a command or later by a background job), so
-///   the line runs exactly as sent.
+///   the line runs exactly as sent. Input that `write` sends is numbered by its command
+///   ([`proto::PTY_INPUT`], the line itself goes as [`proto::PTY_LINE`]): the relay drops
+///   it once that command's prompt is confirmed and holds it back while a marker waits to
+///   be confirmed, so input written as a command ends never runs as a command line nor
+///   shifts the answers; completions are numbered by the line they follow.
 /// - **Plumbing a command changes**: the marker goes to `/dev/tty`, so `exec >log 2>&1`
 ///   keeps the session working; the terminal's settings are put back before each command
 ///   line (a command's `stty echo` never shows the next line). A shell that waits at its
@@ -658,6 +665,10 @@ impl PtySession {
         let deadline = Instant::now().checked_add(wait);
         let mut limiter = OutputLimiter::new(limit);
         let mut out = BytesMut::new();
+        let running_seq = match self.phase() {
+            Phase::Running { seq, .. } => Some(seq),
+            _ => None,
+        };
         loop {
             self.check_open()?;
             let Some(shell) = self.current() else {
@@ -675,15 +686,15 @@ impl PtySession {
                             }
                         }
                         // The relay confirmed the shell back at its prompt after the line
-                        // this call sent (a prompt for stray input, while the shell sat at
-                        // a confirmed one, it drops): that is the command's end, whatever
-                        // number the marker carries (a command may have changed the
-                        // variable, or after an interrupt the shell dropped the line before
-                        // it set it: the previous number with 130).
-                        Item::Marker(_, code) => {
+                        // this call's command sent (it numbers completions by the command
+                        // line they follow; a prompt for stray input, while the shell sat
+                        // at a confirmed one, it drops): that is the command's end. One
+                        // numbered otherwise belongs to no command this call runs.
+                        Item::Marker(n, code) if Some(n) == running_seq => {
                             status = Some(code);
                             break;
                         }
+                        Item::Marker(..) => {}
                     }
                 }
                 (status, st.ended && st.items.is_empty())
@@ -870,7 +881,7 @@ impl ShellSession for PtySession {
             seq,
             interrupted: None,
         });
-        let line = pty_frame(PTY_DATA, &command_line(command));
+        let line = pty_frame(PTY_LINE, &pty_numbered(seq, &command_line(command)));
         if let Err(e) = self.send(&line) {
             self.check_open()?;
             tracing::debug!(target: "shellbox_supervisor", "writing a command to the session failed: {e}");
@@ -894,10 +905,12 @@ impl ShellSession for PtySession {
 
     async fn write(&self, data: &[u8]) -> Result<(), Error> {
         self.check_open()?;
-        if !matches!(self.phase(), Phase::Running { .. }) {
+        let Phase::Running { seq, .. } = self.phase() else {
             return Err(idle_error("write to"));
-        }
-        self.send(&pty_frame(PTY_DATA, data))
+        };
+        // Numbered: the relay drops input for a command that has ended (its prompt
+        // confirmed) rather than feed it to the shell as a command line.
+        self.send(&pty_frame(PTY_INPUT, &pty_numbered(seq, data)))
     }
 
     async fn interrupt(&self) -> Result<(), Error> {

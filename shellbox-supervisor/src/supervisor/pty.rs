@@ -9,10 +9,13 @@
 //!   unchanged), flow control off (`-ixon`); canonical input and signals (`ISIG`) on.
 //!   PROGRAM runs in a new session with the terminal as its controlling terminal and as its
 //!   stdin, stdout and stderr (one merged stream).
-//! - Input (stdin of this process) is frames ([`proto::pty_frame`]): `PTY_DATA` bytes for the
-//!   terminal, `PTY_CREDIT` (u64: how many more terminal bytes the host will take),
+//! - Input (stdin of this process) is frames ([`proto::pty_frame`]): `PTY_LINE` (a numbered
+//!   command line, sent at a confirmed prompt), `PTY_INPUT` (numbered input for the running
+//!   command: dropped once its prompt is confirmed, held back while a marker waits to be
+//!   confirmed, so it never reaches the shell's prompt read as a command line), `PTY_DATA`
+//!   (the set-up line), `PTY_CREDIT` (u64: how many more terminal bytes the host will take),
 //!   `PTY_INTERRUPT` (see [`proto::PTY_INTERRUPT`]), `PTY_MARKER` (the completion marker's
-//!   prefix).
+//!   prefix). `PTY_DONE` carries the number of the command line it follows.
 //! - Output (stdout) is frames too: `PTY_DATA` with the terminal's bytes, never more than the
 //!   credit granted apart from what a prompt's confirmation reads (at most 1 MiB, see
 //!   below; without credit the terminal is not read, so a program writing more blocks on
@@ -546,7 +549,6 @@ fn unsignalled_members(group: c_int, main: c_int, done: &[c_int]) -> (bool, bool
 
 /// A completion marker seen in the output, not yet confirmed by the shell's state.
 struct Pending {
-    seq: u64,
     status: i32,
     raw: Vec<u8>,
     /// It came after the host's command line was written and before the shell read it: a
@@ -559,6 +561,16 @@ struct Pending {
     /// Output that came after it, held until it is confirmed (then it follows
     /// [`proto::PTY_DONE`]) or found to be text (then it follows `raw` as output).
     held: Vec<u8>,
+    /// The shell was seen waiting at its prompt behind it, its confirmation held back only
+    /// because host input written around it was not yet read ([`Relay::typed_unsettled`]):
+    /// a marker after it is the prompt after a line the shell read from that input, and
+    /// ends the command with this marker's status, not the stray line's.
+    prompt_seen: bool,
+    /// A check found a job of the command in the foreground behind it, or the shell blocked
+    /// reading the terminal in another call than its prompt's (a `read` built-in): it is a
+    /// command's text (the shell prompts only once its job is done, and in its own call), so
+    /// host input held back for the command may be written.
+    command_seen: bool,
     /// When it was seen.
     seen: std::time::Instant,
     /// When the next check of the shell's state is due, and the wait after that one.
@@ -640,6 +652,17 @@ struct Relay {
     cpu_at_write: Option<u64>,
     /// The current command line: a prompt counts only once the shell has read it.
     line_read: Option<Line>,
+    /// The number of the current command line ([`proto::PTY_LINE`]; 0: none yet, the
+    /// session's set-up line).
+    line_seq: u64,
+    /// Host input for the running command ([`proto::PTY_INPUT`]) not yet written: written
+    /// only after the command line (`input`) and never while a marker waits to be
+    /// confirmed; dropped when the prompt is confirmed.
+    typed: Vec<u8>,
+    /// Host input bytes written to the terminal since the command line, and when the last
+    /// were written.
+    typed_written: u64,
+    typed_at: Option<std::time::Instant>,
     /// The last text since the last marker (at most [`RECENT_MAX`] bytes), and whether
     /// [`ASH_REPROMPT`] was in it.
     recent: Vec<u8>,
@@ -678,6 +701,10 @@ impl Relay {
             last_write: std::time::Instant::now(),
             cpu_at_write: None,
             line_read: None,
+            line_seq: 0,
+            typed: Vec::new(),
+            typed_written: 0,
+            typed_at: None,
             recent: Vec::new(),
             reprompted: false,
             interrupt: None,
@@ -727,14 +754,24 @@ impl Relay {
     /// [`Pending::reprompt`] one, or one followed by [`ASH_REPROMPT`] (busybox ash prompts
     /// again when a background job's SIGCHLD interrupts its prompt's read, taking it for
     /// end of input). Those are dropped, nonce and all; what followed them is output.
-    fn drop_pending(&mut self) {
-        if let Some(p) = self.pending.take() {
+    ///
+    /// Returns the status of a dropped marker the shell was seen waiting behind
+    /// ([`Pending::prompt_seen`]): it was the command's prompt, and the newer marker is the
+    /// prompt after a stray line the shell read there.
+    fn drop_pending(&mut self) -> Option<i32> {
+        let p = self.pending.take()?;
+        if p.prompt_seen {
+            Self::emit(proto::PTY_DATA, &p.held);
+            return Some(p.status);
+        }
+        {
             if !p.early && !p.reprompt && !p.held.starts_with(ASH_REPROMPT) {
                 // (A marker the command printed.)
                 Self::emit(proto::PTY_DATA, &p.raw);
             }
             Self::emit(proto::PTY_DATA, &p.held);
         }
+        None
     }
 
     /// Terminal bytes read from the master.
@@ -752,8 +789,9 @@ impl Relay {
             };
             match scan {
                 proto::Scan::Output(b) => self.text(b),
-                proto::Scan::Marker(seq, status, raw) => {
-                    self.drop_pending();
+                proto::Scan::Marker(_, status, raw) => {
+                    let carried = self.drop_pending();
+                    let status = carried.unwrap_or(status);
                     self.markers += 1;
                     let early = !self.idle
                         && self
@@ -763,12 +801,13 @@ impl Relay {
                     let reprompt = std::mem::take(&mut self.reprompted);
                     self.recent.clear();
                     self.pending = Some(Pending {
-                        seq,
                         status,
                         raw,
                         early,
                         reprompt,
                         held: Vec::new(),
+                        prompt_seen: false,
+                        command_seen: false,
                         seen: std::time::Instant::now(),
                         next_check: std::time::Instant::now(),
                         backoff: std::time::Duration::from_micros(50),
@@ -979,11 +1018,37 @@ impl Relay {
         }
         match self.at_prompt() {
             Prompt::Yes => {}
-            Prompt::No => return,
+            Prompt::No => {
+                let reading = || match wait_state(self.main) {
+                    Wait::Input(sig) => self.prompt_signature.as_ref() != Some(&sig),
+                    _ => false,
+                };
+                if self.foreground() != self.main || (!self.typed.is_empty() && reading()) {
+                    // A job of the command runs, or the shell reads the terminal for the
+                    // command (a `read` built-in after a printed marker): the marker was
+                    // the command's text, not the prompt; the input held back for the
+                    // command may go to it.
+                    if let Some(p) = &mut self.pending {
+                        p.prompt_seen = false;
+                        p.command_seen = true;
+                    }
+                }
+                return;
+            }
             Prompt::LineTaken => {
                 self.retake_line();
                 return;
             }
+        }
+        if self.typed_unsettled() {
+            // The shell waits at its prompt, but host input written around its marker may
+            // still be on its way to it: should the prompt's read take it as a line, the
+            // shell runs it and prompts again, and that next prompt ends the command
+            // (with this marker's status).
+            if let Some(p) = &mut self.pending {
+                p.prompt_seen = true;
+            }
+            return;
         }
         // The shell waits at a prompt now, so it has written that prompt's marker; but the
         // terminal may still hold it unread, behind the pending one (a command printed the
@@ -995,13 +1060,52 @@ impl Relay {
         let Some(p) = self.pending.take() else {
             return;
         };
-        let mut done = p.seq.to_le_bytes().to_vec();
+        // Numbered by the command line it follows (the marker's own number is the
+        // shell's, which a command can change).
+        let mut done = self.line_seq.to_le_bytes().to_vec();
         done.extend_from_slice(&p.status.to_le_bytes());
         Self::emit(proto::PTY_DONE, &done);
         Self::emit(proto::PTY_DATA, &p.held);
         self.idle = true;
         self.line_read = None;
         self.interrupt = None;
+        // Input for the command that ended is never fed to the shell at its prompt.
+        self.typed.clear();
+    }
+
+    /// Whether the host input queued for the running command may be written now: after
+    /// the command line, and not while a marker waits to be confirmed (unless a job was
+    /// seen running behind it).
+    fn typed_writable(&self) -> bool {
+        !self.typed.is_empty()
+            && !self.idle
+            && self.input.is_empty()
+            && self.pending.as_ref().is_none_or(|p| p.command_seen)
+    }
+
+    /// Whether host input written since the command line may still be on its way to the
+    /// shell: written less than [`SETTLE`] ago, or not all read yet by the shell and the
+    /// children it reaped (`rchar` of `/proc/PID/io` short of the line and the input),
+    /// for at most [`LOST_GRACE`] after it was written (a partial line, with no newline,
+    /// is never read at a canonical prompt; the next command line's flush discards it).
+    fn typed_unsettled(&self) -> bool {
+        let Some(at) = self.typed_at else {
+            return false;
+        };
+        let since = at.elapsed();
+        if since < SETTLE {
+            return true;
+        }
+        if since >= LOST_GRACE {
+            return false;
+        }
+        let Some(line) = &self.line_read else {
+            return false;
+        };
+        match (bytes_read(self.main), line.all_base) {
+            (Some(now), Some(base)) => now < base + line.bytes.len() as u64 + self.typed_written,
+            _ => false,
+        }
     }
 
     /// Reads the terminal until it has nothing more (a non-blocking read finds it empty,
@@ -1185,12 +1289,21 @@ impl Relay {
         let mut at = 0;
         while let Some((kind, payload, used)) = proto::parse_pty_frame(&self.frames[at..]) {
             match kind {
-                proto::PTY_DATA => {
-                    self.input.extend_from_slice(payload);
-                    if !payload.is_empty() && self.idle {
+                proto::PTY_LINE => {
+                    let Some((seq, line)) = proto::parse_pty_numbered(payload) else {
+                        at += used;
+                        continue;
+                    };
+                    // A new command: whatever was asked for the last one is void.
+                    self.line_seq = seq;
+                    self.typed.clear();
+                    self.typed_written = 0;
+                    self.typed_at = None;
+                    self.input.extend_from_slice(line);
+                    if !line.is_empty() && self.idle {
                         // The command line: the shell must read all of it before a prompt
                         // counts as the one after it.
-                        self.line_read = Some(Line::new(self.main, payload));
+                        self.line_read = Some(Line::new(self.main, line));
                         // The terminal as the session set it up, whatever the last command
                         // left (before the line is written, so it is never echoed).
                         // Then whatever input waits in the terminal is discarded, a partial
@@ -1207,8 +1320,25 @@ impl Relay {
                         self.lost_backoff = LOST_CHECK_FIRST;
                         self.next_lost_check = std::time::Instant::now() + LOST_CHECK_FIRST;
                     }
-                    if !payload.is_empty() {
+                    if !line.is_empty() {
                         self.idle = false;
+                    }
+                }
+                proto::PTY_INPUT => {
+                    if let Some((seq, bytes)) = proto::parse_pty_numbered(payload) {
+                        // Input for the running command: dropped at a confirmed prompt (the
+                        // command ended), held back while a marker waits to be confirmed
+                        // ([`Relay::typed_writable`]), else queued behind the command line.
+                        if seq == self.line_seq && !self.idle {
+                            self.typed.extend_from_slice(bytes);
+                        }
+                    }
+                }
+                proto::PTY_DATA => {
+                    // Unnumbered input: the session's set-up line, before any prompt; never
+                    // fed to a confirmed prompt.
+                    if !self.idle {
+                        self.input.extend_from_slice(payload);
                     }
                 }
                 proto::PTY_CREDIT => {
@@ -1275,7 +1405,11 @@ impl Relay {
                 PollFd {
                     fd: if master_open { self.master } else { -1 },
                     events: (if self.credit > 0 && !self.holding_full() { POLLIN } else { 0 })
-                        | (if self.input.is_empty() { 0 } else { POLLOUT }),
+                        | (if self.input.is_empty() && !self.typed_writable() {
+                            0
+                        } else {
+                            POLLOUT
+                        }),
                     revents: 0,
                 },
                 PollFd {
@@ -1308,19 +1442,8 @@ impl Relay {
                 }
             }
             if master_open && fds[1].revents != 0 {
-                if !self.input.is_empty() {
-                    match write_some(self.master, &self.input) {
-                        Ok(n) => {
-                            self.input.drain(..n);
-                            if n > 0 {
-                                self.last_write = std::time::Instant::now();
-                                self.cpu_at_write = cpu_ns(self.main);
-                            }
-                        }
-                        Err(e) if e == EAGAIN || e == EINTR => {}
-                        Err(_) => self.input.clear(),
-                    }
-                }
+                // The terminal is read first: a marker the shell printed before the host's
+                // input came is seen before that input is written (it is then held back).
                 if self.credit > 0 && !self.holding_full() {
                     let want = (self.credit.min(buf.len() as u64)) as usize;
                     // SAFETY: reading into a live buffer.
@@ -1336,6 +1459,31 @@ impl Relay {
                 } else if fds[1].revents & (POLLIN | POLLOUT) == 0 {
                     // Hang-up with no credit to read: nothing holds the terminal.
                     master_open = false;
+                }
+                if master_open && !self.input.is_empty() {
+                    match write_some(self.master, &self.input) {
+                        Ok(n) => {
+                            self.input.drain(..n);
+                            if n > 0 {
+                                self.last_write = std::time::Instant::now();
+                                self.cpu_at_write = cpu_ns(self.main);
+                            }
+                        }
+                        Err(e) if e == EAGAIN || e == EINTR => {}
+                        Err(_) => self.input.clear(),
+                    }
+                } else if master_open && self.typed_writable() {
+                    match write_some(self.master, &self.typed) {
+                        Ok(n) => {
+                            self.typed.drain(..n);
+                            if n > 0 {
+                                self.typed_written += n as u64;
+                                self.typed_at = Some(std::time::Instant::now());
+                            }
+                        }
+                        Err(e) if e == EAGAIN || e == EINTR => {}
+                        Err(_) => self.typed.clear(),
+                    }
                 }
             }
             self.check_pending();
