@@ -1867,6 +1867,45 @@ pub async fn session_write_racing_the_end_keeps_answers_in_step(h: &Harness) {
     m.close().await.unwrap();
 }
 
+/// (Interactive) An interrupt that races a command's end reaches no later command: over many
+/// rounds, a short command gets an `interrupt` right at its end, its call completes (with
+/// its own status, or 130 when the signal came first), and the next command, which runs
+/// long enough to be hit by a stale signal, completes with its own status (issue 11,
+/// break-it F3: busybox ash on docker's exec path, the interrupt hit the next command).
+pub async fn session_interrupt_racing_the_end_hits_nothing(h: &Harness) {
+    let Some((m, s, kind)) = open_session(h).await else {
+        return;
+    };
+    if kind != SessionKind::Interactive {
+        m.close().await.unwrap();
+        return;
+    }
+    for i in 0..40u32 {
+        let command = format!("sleep 0.0{}; (exit 3)", 1 + i % 4);
+        let u = s
+            .execute(&command, Duration::ZERO, SESSION_LIMIT)
+            .await
+            .unwrap();
+        if u.status == ShellStatus::Running {
+            tokio::time::sleep(Duration::from_millis(u64::from(i % 8) * 2 + 5)).await;
+            s.interrupt().await.unwrap();
+        }
+        let done = read_until_done(&*s, u).await;
+        assert_eq!(done.status, ShellStatus::Completed, "round {i}: {done:?}");
+        assert!(
+            matches!(done.exit_code, Some(3) | Some(130)),
+            "round {i}: {done:?}"
+        );
+        let (out, code) = complete(&*s, &format!("sleep 0.2; echo {i}")).await;
+        assert_eq!(
+            (out.as_str(), code),
+            (format!("{i}\n").as_str(), 0),
+            "round {i}: the next command"
+        );
+    }
+    m.close().await.unwrap();
+}
+
 /// A shell that exits gives Reset (no exit code); the next `execute` runs in a fresh shell
 /// started in the workdir, files kept, variables gone. (Interactive: a shell killed by a
 /// signal is a Reset too.)
@@ -2739,6 +2778,7 @@ macro_rules! conformance_tests {
             session_interrupt_races_the_command,
             session_late_interrupt_is_harmless,
             session_write_racing_the_end_keeps_answers_in_step,
+            session_interrupt_racing_the_end_hits_nothing,
             session_commands_get_default_signals,
             session_background_job_ending_between_calls,
             session_reset_after_exit,

@@ -80,14 +80,17 @@ pub const PTY_DATA: u8 = 1;
 /// `--pty-relay` input frame: a little-endian `u64`, how many more terminal bytes the host
 /// takes; the relay reads the terminal only within the credit granted.
 pub const PTY_CREDIT: u8 = 2;
-/// `--pty-relay` input frame (empty): interrupt the command the shell runs. The relay sends
+/// `--pty-relay` input frame: interrupt command number `seq` (payload a little-endian `u64`,
+/// the number its [`PTY_LINE`] carried; empty: whatever command runs). The relay sends
 /// SIGINT to the terminal's foreground process group once the command has started (its
 /// line written and read), again to each new foreground group (a job the shell forked after
 /// the first signal), and every [`PTY_INTERRUPT_REPEAT_MS`] to the shell itself while it
 /// runs a built-in; input the shell has not read is flushed as the line discipline does
 /// for `^C`. An interrupt that arrives when the shell is back at its prompt (the command
-/// ended first) is dropped: nothing is signalled. A shell the signal leaves deadlocked
-/// (busybox ash's handler can leave `malloc`'s lock taken) is killed, so the session resets.
+/// ended first), or that names another command than the current line's (a stale one that
+/// raced its command's end and arrived with the next command's line), is dropped: nothing
+/// is signalled. A shell the signal leaves deadlocked (busybox ash's handler can leave
+/// `malloc`'s lock taken) is killed, so the session resets.
 pub const PTY_INTERRUPT: u8 = 3;
 /// `--pty-relay` input frame: the completion marker's prefix (see [`MarkerScanner`]). Sent
 /// once, first; without it the relay passes the terminal's bytes through and reports no

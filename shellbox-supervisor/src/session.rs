@@ -312,7 +312,10 @@ enum Phase {
 ///   the command line was read, to each new foreground group after that (a job the shell
 ///   was still forking), and repeatedly to the shell itself while it runs a built-in,
 ///   flushing unread input as `^C` does; an interrupt that meets the shell already back at
-///   its prompt signals nothing (the call then completes with the command's own status).
+///   its prompt signals nothing (the call then completes with the command's own status);
+///   interrupts are numbered by their command ([`proto::PTY_INTERRUPT`]), so one that
+///   raced its command's end and reaches the relay with the next command's line is
+///   dropped there, never signalling that command.
 ///   A shell the signal leaves deadlocked (busybox ash) is killed at once, and the call
 ///   reports `Reset`. A shell not back at its prompt within [`INTERRUPT_BOUND`] is killed with everything it
 ///   started, and the call reports `Reset`.
@@ -915,16 +918,19 @@ impl ShellSession for PtySession {
 
     async fn interrupt(&self) -> Result<(), Error> {
         self.check_open()?;
-        {
+        let seq = {
             let mut phase = self.phase.lock().unwrap_or_else(|p| p.into_inner());
             match &mut *phase {
-                Phase::Running { interrupted, .. } => {
+                Phase::Running { interrupted, seq } => {
                     interrupted.get_or_insert_with(Instant::now);
+                    *seq
                 }
                 _ => return Err(idle_error("interrupt")),
             }
-        }
-        self.send(&pty_frame(PTY_INTERRUPT, &[]))
+        };
+        // Numbered: an interrupt that races its command's end and reaches the relay with the
+        // next command's line is dropped there, never signalling that command.
+        self.send(&pty_frame(PTY_INTERRUPT, &seq.to_le_bytes()))
     }
 
     async fn close(&self) -> Result<(), Error> {

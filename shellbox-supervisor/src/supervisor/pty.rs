@@ -1299,6 +1299,7 @@ impl Relay {
                     self.typed.clear();
                     self.typed_written = 0;
                     self.typed_at = None;
+                    self.interrupt = None;
                     self.input.extend_from_slice(line);
                     if !line.is_empty() && self.idle {
                         // The command line: the shell must read all of it before a prompt
@@ -1349,6 +1350,17 @@ impl Relay {
                     }
                 }
                 proto::PTY_INTERRUPT => {
+                    let stale = match proto::parse_pty_numbered(payload) {
+                        Some((seq, _)) => seq != self.line_seq,
+                        None => false,
+                    };
+                    // One for a command that already ended (its prompt confirmed, or a
+                    // later line came first, in the same read) is dropped: it never reaches
+                    // the next command.
+                    if stale || self.idle {
+                        at += used;
+                        continue;
+                    }
                     self.reading_since = None;
                     if self.interrupt.is_none() {
                         self.interrupt = Some(Interrupt {
