@@ -418,6 +418,66 @@ fn local_shell_through_a_terminal_leaves_no_root() {
     );
 }
 
+/// Ctrl-\\ while a command runs is the terminal's quit for that command (issue 11, break-it
+/// F8: SIGQUIT killed shellbox and left the machine behind): `sleep` ends with 131 and the
+/// session goes on; a SIGQUIT from outside at the prompt ends shellbox like SIGTERM does,
+/// machine removed, exit 131.
+#[cfg(feature = "local")]
+#[test]
+fn local_shell_quit_key_quits_the_command() {
+    if !available(
+        "local_shell_quit_key_quits_the_command",
+        &["--backend", "local"],
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let spawn = || {
+        let mut cmd = shellbox();
+        cmd.args(["shell", "--backend", "local"])
+            .env("TMPDIR", tmp.path())
+            .env("TERM", "xterm");
+        let mut p = Session::spawn(cmd).unwrap();
+        p.set_expect_timeout(Some(Duration::from_secs(60)));
+        p.expect("local$ ").unwrap();
+        p
+    };
+    let mut p = spawn();
+    p.send_line("echo st$((0))arted; sleep 30").unwrap();
+    wait_for_cooked_mode(&p);
+    p.expect("st0arted").unwrap();
+    p.send([0x1cu8]).unwrap();
+    p.expect("local [131]$ ").unwrap();
+    p.send_line("echo af''ter").unwrap();
+    p.expect("after").unwrap();
+    p.expect("local$ ").unwrap();
+    p.send([4u8]).unwrap();
+    p.expect(Eof).unwrap();
+    let status = format!("{:?}", p.get_process().wait().unwrap());
+    assert!(
+        status.starts_with("Exited(") && status.ends_with(", 0)"),
+        "Ctrl-D must exit 0, not {status}"
+    );
+    let mut p = spawn();
+    let pid = p.get_process().pid();
+    let killed = Command::new("kill")
+        .args(["-QUIT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    p.expect(Eof).unwrap();
+    let status = format!("{:?}", p.get_process().wait().unwrap());
+    assert!(
+        status.starts_with("Exited(") && status.ends_with(", 131)"),
+        "SIGQUIT at the prompt must exit 131, not {status}"
+    );
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "the machine root is left on the host"
+    );
+}
+
 #[cfg(feature = "local")]
 #[test]
 fn local_shell_json_lines() {

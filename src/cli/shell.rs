@@ -103,10 +103,13 @@ pub(crate) async fn shell(args: ShellArgs) -> Result<ExitCode, Failure> {
     Ok(code)
 }
 
-/// SIGTERM and SIGHUP, which end the session (SIGINT interrupts the running command instead).
+/// SIGTERM, SIGHUP and SIGQUIT, which end the session (SIGINT interrupts the running command
+/// instead; so does SIGQUIT, Ctrl-\\, while a command of an interactive session runs: see
+/// [`run_line`]).
 struct Endings {
     terminate: Option<Signal>,
     hangup: Option<Signal>,
+    quit: Option<Signal>,
 }
 
 impl Endings {
@@ -114,10 +117,12 @@ impl Endings {
         Endings {
             terminate: signal(SignalKind::terminate()).ok(),
             hangup: signal(SignalKind::hangup()).ok(),
+            quit: signal(SignalKind::quit()).ok(),
         }
     }
 
-    /// The number of the next SIGTERM or SIGHUP (never, if the handlers are missing).
+    /// The number of the next SIGTERM, SIGHUP or SIGQUIT (never, if the handlers are
+    /// missing).
     async fn next(&mut self) -> i32 {
         async fn one(signal: &mut Option<Signal>) {
             match signal {
@@ -130,9 +135,16 @@ impl Endings {
         tokio::select! {
             _ = one(&mut self.terminate) => 15,
             _ = one(&mut self.hangup) => 1,
+            _ = one(&mut self.quit) => SIGQUIT,
         }
     }
 }
+
+/// SIGQUIT's number.
+const SIGQUIT: i32 = 3;
+/// The terminal's quit character (Ctrl-\\, `VQUIT`), written to an interactive session's
+/// terminal when shellbox gets SIGQUIT while a command runs.
+const QUIT_CHARACTER: u8 = 0x1c;
 
 /// What the line-editor thread tells the session loop.
 enum FromEditor {
@@ -711,6 +723,18 @@ async fn run_line(
                     }
                 }
                 signal = endings.next() => {
+                    if signal == SIGQUIT && session.interactive() {
+                        // Ctrl-\ while the command runs (the real terminal is cooked then):
+                        // what the terminal does, for the command's terminal. The session's
+                        // line discipline turns its quit character into SIGQUIT for the
+                        // command's foreground group (an interactive shell ignores it), so
+                        // `sleep` ends with 131 and the session goes on.
+                        match session.write(&[QUIT_CHARACTER]).await {
+                            Ok(()) | Err(Error::ShellState(_)) => {}
+                            Err(e) => screen.note(&format!("quit: {}", Failure::from(e).message)),
+                        }
+                        continue;
+                    }
                     call.abort();
                     return Ran::Signalled(signal);
                 }
