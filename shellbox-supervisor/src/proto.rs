@@ -118,6 +118,15 @@ pub const PTY_LINE: u8 = 6;
 /// whose read would take it as a command line), and dropped if that marker is confirmed.
 pub const PTY_INPUT: u8 = 7;
 
+/// `--pty-relay` input frame (empty): turn the relay's debug log on; from then on it
+/// reports what it decides (frames taken, held or dropped, markers seen, prompt checks when
+/// their outcome changes, completions, kills) in [`PTY_LOG`] frames. The host sends it when
+/// `SHELLBOX_RELAY_DEBUG` names a file, and appends the lines there.
+pub const PTY_DEBUG: u8 = 8;
+/// `--pty-relay` output frame: one line of the relay's debug log (see [`PTY_DEBUG`]):
+/// microseconds since the relay started, then what happened.
+pub const PTY_LOG: u8 = 9;
+
 /// A [`PTY_LINE`] or [`PTY_INPUT`] payload: `seq` then `bytes`.
 pub fn pty_numbered(seq: u64, bytes: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(8 + bytes.len());

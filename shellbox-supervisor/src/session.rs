@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::proto::{
-    self, pty_frame, pty_numbered, PTY_CREDIT, PTY_DATA, PTY_DONE, PTY_INPUT, PTY_INTERRUPT,
-    PTY_LINE, PTY_MARKER,
+    self, pty_frame, pty_numbered, PTY_CREDIT, PTY_DATA, PTY_DEBUG, PTY_DONE, PTY_INPUT,
+    PTY_INTERRUPT, PTY_LINE, PTY_LOG, PTY_MARKER,
 };
 use crate::{Client, Input, Reply, Running};
 use bytes::{Bytes, BytesMut};
@@ -537,6 +537,10 @@ impl PtySession {
             .clone()
             .ok_or_else(|| self.closed_error())?;
         let mut first = pty_frame(PTY_CREDIT, &SESSION_BUFFER_BYTES.to_le_bytes());
+        let debug_log = relay_debug_log();
+        if debug_log.is_some() {
+            first.extend_from_slice(&pty_frame(PTY_DEBUG, &[]));
+        }
         first.extend_from_slice(&pty_frame(PTY_MARKER, &self.prefix));
         first.extend_from_slice(&pty_frame(PTY_DATA, self.init_line().as_bytes()));
         let (output, input) = match client {
@@ -575,7 +579,9 @@ impl PtySession {
             }),
             notify: Notify::new(),
         });
-        let task = tokio::spawn(pump(output, queue.clone(), input.clone()));
+        let tag = String::from_utf8_lossy(&self.prefix[2..10]).into_owned();
+        let log = debug_log.map(|file| (file, tag));
+        let task = tokio::spawn(pump(output, queue.clone(), input.clone(), log));
         let shell = ShellHandle {
             queue,
             input,
@@ -765,7 +771,15 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 
 /// Reads one shell's relay frames into its queue until the shell's process ends or the
 /// session drops it.
-async fn pump(mut running: RelayOut, queue: Arc<Queue>, input: RelayIn) {
+///
+/// `log`: where the relay's debug lines go ([`proto::PTY_LOG`]), each behind the session's
+/// tag.
+async fn pump(
+    mut running: RelayOut,
+    queue: Arc<Queue>,
+    input: RelayIn,
+    mut log: Option<(std::fs::File, String)>,
+) {
     let mut frames = BytesMut::new();
     loop {
         let reply = running.next().await;
@@ -800,6 +814,12 @@ async fn pump(mut running: RelayOut, queue: Arc<Queue>, input: RelayIn) {
                         st.items
                             .push_back(Item::Output(Bytes::copy_from_slice(payload)));
                     }
+                    PTY_LOG => {
+                        if let Some((file, tag)) = &mut log {
+                            use std::io::Write;
+                            let _ = writeln!(file, "{tag} {}", String::from_utf8_lossy(payload));
+                        }
+                    }
                     PTY_DONE if payload.len() == 12 => {
                         let seq = u64::from_le_bytes(payload[..8].try_into().unwrap_or([0; 8]));
                         let code = i32::from_le_bytes(payload[8..].try_into().unwrap_or([0; 4]));
@@ -823,6 +843,17 @@ async fn pump(mut running: RelayOut, queue: Arc<Queue>, input: RelayIn) {
             break;
         }
     }
+}
+
+/// The file named by `SHELLBOX_RELAY_DEBUG` (opened to append), where a session's relays
+/// log what they decide ([`proto::PTY_DEBUG`]); `None` when unset, empty or not openable.
+fn relay_debug_log() -> Option<std::fs::File> {
+    let path = std::env::var_os("SHELLBOX_RELAY_DEBUG").filter(|p| !p.is_empty())?;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .ok()
 }
 
 /// The line that runs `command` (see [`PtySession`]).

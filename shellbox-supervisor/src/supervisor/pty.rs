@@ -683,6 +683,11 @@ struct Relay {
     lost_since: Option<std::time::Instant>,
     next_lost_check: std::time::Instant,
     lost_backoff: std::time::Duration,
+    /// The debug log is on ([`proto::PTY_DEBUG`]), since when the relay runs, and the last
+    /// prompt check logged (only changes are).
+    debug: bool,
+    started: std::time::Instant,
+    last_check: String,
 }
 
 impl Relay {
@@ -715,6 +720,42 @@ impl Relay {
             lost_since: None,
             next_lost_check: std::time::Instant::now(),
             lost_backoff: LOST_CHECK_FIRST,
+            debug: false,
+            started: std::time::Instant::now(),
+            last_check: String::new(),
+        }
+    }
+
+    /// One line of the debug log ([`proto::PTY_LOG`]), when it is on.
+    fn log(&self, what: impl FnOnce() -> String) {
+        if self.debug {
+            let line = format!("{} {}", self.started.elapsed().as_micros(), what());
+            raw_write_all(1, &proto::pty_frame(proto::PTY_LOG, line.as_bytes()));
+        }
+    }
+
+    /// Logs the state a prompt check saw (`outcome`), when it differs from the last one.
+    fn log_check(&mut self, outcome: &str) {
+        if !self.debug {
+            return;
+        }
+        let line = self.line_read.as_ref();
+        let state = format!(
+            "check {outcome}: fg={} main={} inq={} input={} typed={} line_seq={} \
+             read_by_shell={:?} read_by_any={:?} wait={:?}",
+            self.foreground(),
+            self.main,
+            self.unread_input(),
+            self.input.len(),
+            self.typed.len(),
+            self.line_seq,
+            line.and_then(|l| l.read_by_shell(self.main)),
+            line.and_then(|l| l.read_by_any(self.main)),
+            wait_state(self.main),
+        );
+        if state != self.last_check {
+            self.log(|| state.clone());
+            self.last_check = state;
         }
     }
 
@@ -799,6 +840,13 @@ impl Relay {
                             .as_ref()
                             .is_some_and(|l| l.read_by_shell(self.main) == Some(false));
                     let reprompt = std::mem::take(&mut self.reprompted);
+                    self.log(|| {
+                        format!(
+                            "marker status={status} early={early} reprompt={reprompt} \
+                             idle={} carried={carried:?}",
+                            self.idle
+                        )
+                    });
                     self.recent.clear();
                     self.pending = Some(Pending {
                         status,
@@ -945,6 +993,7 @@ impl Relay {
         }
         let since = *self.lost_since.get_or_insert(now);
         if now.duration_since(since) >= LOST_GRACE {
+            self.log(|| "lost: the shell waits with no marker: killed".into());
             // SAFETY: kill(2) of the shell, our own child.
             unsafe { kill(self.main, SIGKILL) };
         }
@@ -975,6 +1024,7 @@ impl Relay {
     /// ([`Prompt::LineTaken`]): its marker (if pending) is dropped and the line is written
     /// again.
     fn retake_line(&mut self) {
+        self.log(|| "line taken by a child: written again".into());
         if let Some(p) = self.pending.take() {
             Self::emit(proto::PTY_DATA, &p.held);
         }
@@ -1016,7 +1066,9 @@ impl Relay {
             self.drop_pending();
             return;
         }
-        match self.at_prompt() {
+        let prompt = self.at_prompt();
+        self.log_check(&format!("{prompt:?}"));
+        match prompt {
             Prompt::Yes => {}
             Prompt::No => {
                 let reading = || match wait_state(self.main) {
@@ -1064,6 +1116,7 @@ impl Relay {
         // shell's, which a command can change).
         let mut done = self.line_seq.to_le_bytes().to_vec();
         done.extend_from_slice(&p.status.to_le_bytes());
+        self.log(|| format!("done seq={} status={}", self.line_seq, p.status));
         Self::emit(proto::PTY_DONE, &done);
         Self::emit(proto::PTY_DATA, &p.held);
         self.idle = true;
@@ -1267,6 +1320,11 @@ impl Relay {
             } else {
                 Vec::new()
             };
+            if self.debug {
+                // (Not `log`: `int` borrows the interrupt.)
+                let line = format!("{} SIGINT to group {group}", self.started.elapsed().as_micros());
+                raw_write_all(1, &proto::pty_frame(proto::PTY_LOG, line.as_bytes()));
+            }
             // SAFETY: ioctl on our own descriptor; kill(2) of the terminal's foreground
             // group (processes of this session).
             unsafe {
@@ -1294,6 +1352,7 @@ impl Relay {
                         at += used;
                         continue;
                     };
+                    self.log(|| format!("line seq={seq} len={} idle={}", line.len(), self.idle));
                     // A new command: whatever was asked for the last one is void.
                     self.line_seq = seq;
                     self.typed.clear();
@@ -1330,6 +1389,15 @@ impl Relay {
                         // Input for the running command: dropped at a confirmed prompt (the
                         // command ended), held back while a marker waits to be confirmed
                         // ([`Relay::typed_writable`]), else queued behind the command line.
+                        self.log(|| {
+                            format!(
+                                "input seq={seq} len={} line_seq={} idle={} pending={}",
+                                bytes.len(),
+                                self.line_seq,
+                                self.idle,
+                                self.pending.is_some()
+                            )
+                        });
                         if seq == self.line_seq && !self.idle {
                             self.typed.extend_from_slice(bytes);
                         }
@@ -1357,6 +1425,7 @@ impl Relay {
                     // One for a command that already ended (its prompt confirmed, or a
                     // later line came first, in the same read) is dropped: it never reaches
                     // the next command.
+                    self.log(|| format!("interrupt stale={stale} idle={}", self.idle));
                     if stale || self.idle {
                         at += used;
                         continue;
@@ -1371,6 +1440,7 @@ impl Relay {
                         });
                     }
                 }
+                proto::PTY_DEBUG => self.debug = true,
                 proto::PTY_MARKER if !payload.is_empty() && self.scanner.is_none() => {
                     self.scanner = Some(proto::MarkerScanner::new(payload.to_vec()));
                 }
@@ -1479,6 +1549,7 @@ impl Relay {
                             if n > 0 {
                                 self.last_write = std::time::Instant::now();
                                 self.cpu_at_write = cpu_ns(self.main);
+                                self.log(|| format!("wrote line bytes={n}"));
                             }
                         }
                         Err(e) if e == EAGAIN || e == EINTR => {}
@@ -1489,6 +1560,7 @@ impl Relay {
                         Ok(n) => {
                             self.typed.drain(..n);
                             if n > 0 {
+                                self.log(|| format!("wrote input bytes={n}"));
                                 self.typed_written += n as u64;
                                 self.typed_at = Some(std::time::Instant::now());
                             }
