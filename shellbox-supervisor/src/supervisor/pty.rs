@@ -598,6 +598,10 @@ const HELD_MAX: usize = 64 * 1024;
 /// writer before blocking it (640 KiB of flip buffers and the 4 KiB line discipline
 /// buffer, Linux's `TTYB_DEFAULT_MEM_LIMIT` and `N_TTY_BUF_SIZE`).
 const DRAIN_MAX: usize = 1 << 20;
+/// How long the shell must stay in one polling wait at its first prompt before the relay
+/// takes it for the prompt's wait (a `read` of fd 0 is taken at once): the prompt's
+/// typeahead drain waits up to 50 ms in a `pselect6` first.
+const LEARN_POLL_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 /// How long an unconfirmed marker holds back an interrupt (the shell may be at its prompt).
 const PENDING_GRACE: std::time::Duration = std::time::Duration::from_millis(20);
 /// How long after writing input the relay takes a shell that waits for input with none
@@ -672,6 +676,8 @@ struct Relay {
     reading_since: Option<std::time::Instant>,
     /// How the shell waits at its prompt, learned at the first one ([`Relay::at_prompt`]).
     prompt_signature: Option<String>,
+    /// A polling wait seen at the first prompt, and since when (see [`LEARN_POLL_GRACE`]).
+    learning: Option<(String, std::time::Instant)>,
     /// The shell's program ([`image`]), learned with the prompt's signature.
     shell_image: Option<String>,
     /// The terminal's settings as the relay made them, put back before each command line
@@ -715,6 +721,7 @@ impl Relay {
             interrupt: None,
             reading_since: None,
             prompt_signature: None,
+            learning: None,
             shell_image: None,
             settings,
             lost_since: None,
@@ -923,6 +930,33 @@ impl Relay {
                 Some(known) if *known == sig => Prompt::Yes,
                 Some(_) => Prompt::No,
                 None => {
+                    // The first prompt teaches the signature. A wait in a polling call is
+                    // taken only once it has stayed for [`LEARN_POLL_GRACE`]: the prompt's
+                    // typeahead drain (`read -t 0.05`, a `pselect6` of fd 0) waits in one
+                    // before the prompt's own `read`, and a signature learned there made
+                    // every later prompt unconfirmable (the session hung at its first
+                    // command: the Podman flake of `session_plumbing_changes`).
+                    let polling = sig
+                        .split(' ')
+                        .next()
+                        .and_then(|nr| nr.parse::<i64>().ok())
+                        .is_some_and(|nr| POLL_NRS.contains(&nr));
+                    if polling {
+                        let now = std::time::Instant::now();
+                        match &self.learning {
+                            Some((seen, since)) if *seen == sig => {
+                                if now.duration_since(*since) < LEARN_POLL_GRACE {
+                                    return Prompt::No;
+                                }
+                            }
+                            _ => {
+                                self.learning = Some((sig, now));
+                                return Prompt::No;
+                            }
+                        }
+                    }
+                    self.learning = None;
+                    self.log(|| format!("learned the prompt's wait: {sig}"));
                     self.prompt_signature = Some(sig);
                     self.shell_image = image(self.main);
                     Prompt::Yes
