@@ -302,14 +302,14 @@ pub fn check_source(spec: &MachineSpec) -> Result<(), Error> {
                 Err(Error::unsupported(format!(
                     "the machine's PATH {path:?} reaches neither /bin nor /usr/bin, where the \
                      sim backend's programs are: tools {} would not be found",
-                    packages.tools.join(", ")
+                    shellbox_core::list_names(&packages.tools)
                 )))
             } else if missing.is_empty() {
                 Ok(())
             } else {
                 Err(Error::unsupported(format!(
                     "the sim backend has no program {} (its programs: {})",
-                    missing.join(", "),
+                    shellbox_core::list_names(&missing),
                     names.join(" ")
                 )))
             }

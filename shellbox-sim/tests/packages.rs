@@ -107,3 +107,25 @@ async fn tools_are_judged_through_the_spec_s_path() {
         m.close().await.unwrap();
     }
 }
+
+/// A refusal naming missing tools stays one short line however many there are (second
+/// break-it pass of issue 12: 5,000 missing tools gave a 34 KB message; local's says
+/// "... and N more").
+#[tokio::test]
+async fn a_refusal_of_many_missing_tools_stays_short() {
+    let factory = SimMachineFactory::new();
+    let mut spec = PackageSpec::shell();
+    for i in 0..5_000 {
+        spec = spec.tool(format!("shellbox-missing-{i}"));
+    }
+    let e = factory
+        .check_environment(
+            &ExecutionRequirements::default(),
+            &MachineSpec::packages(spec),
+        )
+        .await
+        .unwrap_err();
+    let message = e.to_string();
+    assert!(message.contains("and 4980 more"), "{message}");
+    assert!(message.len() < 8 * 1024, "{} bytes", message.len());
+}
