@@ -1188,27 +1188,7 @@ async fn run_in(
     Ok((code, json))
 }
 
-/// Resolves with the number of the first SIGINT, SIGTERM or SIGHUP this process gets (never,
-/// if the handlers cannot be installed).
-async fn termination_signal() -> i32 {
-    use tokio::signal::unix::{signal, Signal, SignalKind};
-    async fn next(signal: &mut Option<Signal>) {
-        match signal {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending().await,
-        }
-    }
-    let mut interrupt = signal(SignalKind::interrupt()).ok();
-    let mut terminate = signal(SignalKind::terminate()).ok();
-    let mut hangup = signal(SignalKind::hangup()).ok();
-    tokio::select! {
-        _ = next(&mut interrupt) => 2,
-        _ = next(&mut terminate) => 15,
-        _ = next(&mut hangup) => 1,
-    }
-}
+pub(crate) use shellbox::serve::termination_signal;
 
 /// Removes the download staging directories (`.shellbox-download-*`, beside their
 /// targets) of processes that were killed mid-download, from this host's staging registry

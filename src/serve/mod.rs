@@ -965,9 +965,12 @@ async fn gc(entry: &FactoryEntry) -> Answer {
     .into())
 }
 
-/// Resolves with the number of the first SIGTERM, SIGINT or SIGHUP (never, if the handlers
-/// cannot be installed).
-async fn termination_signal() -> i32 {
+/// Resolves with the number of the first SIGTERM, SIGINT or SIGHUP this process receives
+/// (15, 2 or 1; never, if the handlers cannot be installed): the signals on which `shellbox
+/// run`, `shell` and `serve` stop what runs, close their machines and exit 128 + N. Each
+/// call installs tokio's handlers, so the default action (ending the process) is replaced
+/// from the first call on.
+pub async fn termination_signal() -> i32 {
     use tokio::signal::unix::{signal, Signal, SignalKind};
     async fn next(signal: &mut Option<Signal>) {
         match signal {
