@@ -2353,3 +2353,39 @@ fn nix_root() -> bool {
             .unwrap_or(false)
     })
 }
+
+/// Issue 14: a root command that writes `oom_score_adj` of every process it can see (the
+/// supervisor's and every keeper's included) changes nothing past its own command: the next
+/// command and its keeper have the values they had before. Failed before: keepers share
+/// the supervisor's memory, so the kernel gave the raise to the supervisor, and every later
+/// keeper and command inherited 1000 from it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oom_score_adj_raise_does_not_carry_over() {
+    let Some(f) = common::setup("an_oom_score_adj_raise_does_not_carry_over").await else {
+        return;
+    };
+    let m = f.create_machine(common::spec()).await.unwrap();
+    if !m.uses_supervisor() {
+        eprintln!("SKIP an_oom_score_adj_raise_does_not_carry_over: no supervisor here");
+        m.close().await.unwrap();
+        return;
+    }
+    const LOOK: &str =
+        "read a < /proc/self/oom_score_adj; read b < /proc/$PPID/oom_score_adj; echo $a $b";
+    let before = text(&sh(&m, LOOK).await.stdout);
+    assert_ne!(before.trim(), "1000 1000", "already raised");
+    sh(&m, "sleep 1018 >/dev/null 2>&1 &").await;
+    let r = sh(
+        &m,
+        "for f in /proc/[0-9]*/oom_score_adj; do echo 1000 2>/dev/null > $f; done; \
+         read b < /proc/$PPID/oom_score_adj; echo $b",
+    )
+    .await;
+    assert_eq!(text(&r.stdout), "1000\n", "{r:?}");
+    let after = text(&sh(&m, LOOK).await.stdout);
+    assert_eq!(
+        after, before,
+        "a later command or its keeper inherited the raise"
+    );
+    m.close().await.unwrap();
+}

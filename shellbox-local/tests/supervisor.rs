@@ -674,3 +674,57 @@ async fn keeper_stacks_have_guard_pages() {
     m.close().await.unwrap();
     let _ = running.await;
 }
+
+/// Issue 14: a root command that writes `oom_score_adj` of every process it can see (its
+/// keeper's and every other keeper's files are root's: non-dumpable processes) changes
+/// nothing past its own command: the next command, its keeper and the supervisor have the
+/// values they had before. Failed before: keepers share the supervisor's memory, so the
+/// kernel gave the raise to the supervisor, and every later keeper and command inherited
+/// 1000 from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oom_score_adj_raise_does_not_carry_over() {
+    let test = "an_oom_score_adj_raise_does_not_carry_over";
+    let Some(factory) = common::factory(test) else {
+        return;
+    };
+    if !root(test) {
+        return;
+    }
+    let m = factory.create_local(MachineSpec::host()).await.unwrap();
+    const LOOK: &str =
+        "read a < /proc/self/oom_score_adj; read b < /proc/$PPID/oom_score_adj; echo $a $b";
+    let before = run(&m, Command::shell(LOOK)).await.stdout_lossy();
+    assert_ne!(
+        before.trim(),
+        "1000 1000",
+        "the values to compare with are already raised"
+    );
+    // A background sleeper keeps its keeper alive; the supervisor is seen from the host.
+    run(&m, Command::shell("exec sleep 1017 >/dev/null 2>&1 &")).await;
+    let sleeper = wait_for_process(&["sleep", "1017"]).await;
+    let (_, supervisor) = keeper_and_supervisor(sleeper);
+    let supervisor_before =
+        std::fs::read_to_string(format!("/proc/{supervisor}/oom_score_adj")).unwrap();
+    let r = run(
+        &m,
+        Command::shell(
+            "n=0; for f in /proc/[0-9]*/oom_score_adj; do echo 1000 2>/dev/null > $f && n=$((n+1)); done; \
+             read b < /proc/$PPID/oom_score_adj; echo $b",
+        ),
+    )
+    .await;
+    // The raise itself works (its own keeper shows it): what matters is that it ends there.
+    assert_eq!(r.stdout_lossy(), "1000\n", "{r:?}");
+    let after = run(&m, Command::shell(LOOK)).await.stdout_lossy();
+    assert_eq!(
+        after, before,
+        "a later command or its keeper inherited the raise"
+    );
+    let supervisor_after =
+        std::fs::read_to_string(format!("/proc/{supervisor}/oom_score_adj")).unwrap();
+    assert_eq!(
+        supervisor_after, supervisor_before,
+        "the supervisor kept the raise"
+    );
+    m.close().await.unwrap();
+}

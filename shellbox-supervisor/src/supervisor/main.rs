@@ -79,6 +79,8 @@ extern "C" {
     fn munmap(addr: *mut u8, len: usize) -> c_int;
     fn sysconf(name: c_int) -> i64;
     fn open(path: *const i8, flags: c_int, ...) -> c_int;
+    fn pread(fd: c_int, buf: *mut u8, n: usize, off: i64) -> isize;
+    fn pwrite(fd: c_int, buf: *const u8, n: usize, off: i64) -> isize;
     fn __errno_location() -> *mut c_int;
 }
 
@@ -156,7 +158,10 @@ mod sys {
     /// namespace, mode 0644, and raising the value needs no capability; lowering it below
     /// its floor needs `CAP_SYS_RESOURCE`, which no command has). The kernel applies the new
     /// value to every process sharing that memory (`__set_oom_adj`), the supervisor
-    /// included, and an OOM kill of one kills them all (`__oom_kill_process`). So under
+    /// included, and an OOM kill of one kills them all (`__oom_kill_process`). The raise
+    /// does not carry over: before each keeper starts the supervisor puts its own value
+    /// back ([`super::OomScore`]), which the kernel applies to every keeper too. Until the
+    /// next command starts, under
     /// memory pressure (the machine's memory limit, or the host's) such a command can make
     /// its own machine's supervisor the OOM killer's pick: that machine ends (its runs fail
     /// as with a supervisor gone), no other machine or host process is touched, and nothing
@@ -187,6 +192,9 @@ mod sys {
         pub const DUP3: usize = 292;
         pub const PRLIMIT64: usize = 302;
         pub const CLOSE_RANGE: usize = 436;
+        pub const PREAD64: usize = 17;
+        pub const PWRITE64: usize = 18;
+        pub const OPENAT: usize = 257;
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -245,7 +253,35 @@ mod sys {
             pub fn setgroups(n: usize, list: *const u32) -> c_int;
             pub fn setresuid(r: u32, e: u32, s: u32) -> c_int;
             pub fn setresgid(r: u32, e: u32, s: u32) -> c_int;
+            pub fn open(path: *const i8, flags: c_int, ...) -> c_int;
+            pub fn pread(fd: c_int, buf: *mut u8, n: usize, off: i64) -> isize;
+            pub fn pwrite(fd: c_int, buf: *const u8, n: usize, off: i64) -> isize;
         }
+    }
+
+    /// `open(path, O_RDWR | O_CLOEXEC)`: an fd, or `-errno`.
+    pub unsafe fn open_rdwr(path: *const i8) -> isize {
+        const FLAGS: c_int = 2 | 0o2000000;
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::OPENAT, -100isize as usize, path as usize, FLAGS as usize, 0, 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::open(path, FLAGS) as i64);
+    }
+
+    /// `pread(fd, buf, n, 0)`.
+    pub unsafe fn pread0(fd: c_int, buf: *mut u8, n: usize) -> isize {
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::PREAD64, fd as usize, buf as usize, n, 0, 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::pread(fd, buf, n, 0) as i64);
+    }
+
+    /// `pwrite(fd, buf, n, 0)`.
+    pub unsafe fn pwrite0(fd: c_int, buf: *const u8, n: usize) -> isize {
+        #[cfg(target_arch = "x86_64")]
+        return raw(nr::PWRITE64, fd as usize, buf as usize, n, 0, 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        return ret(libc::pwrite(fd, buf, n, 0) as i64);
     }
 
     pub unsafe fn write(fd: c_int, buf: *const u8, n: usize) -> isize {
@@ -1007,6 +1043,8 @@ extern "C" fn keeper_main(arg: *mut u8) -> c_int {
     // SAFETY: the job lives until this process is reaped; only `sys` calls.
     unsafe {
         sys::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        // Before the account switch: the file of a non-dumpable process is root's.
+        keeper_reset_oom_score_adj();
         become_keeper_account();
         let top = (*job).child_top;
         let pid = sys::clone((CLONE_VM | CLONE_VFORK | SIGCHLD) as usize, top, command_main, arg);
@@ -1047,6 +1085,147 @@ const KEEPER_ID: u32 = 0x7fff_fffe;
 /// PID 1 of its PID namespace, so the kernel does not shield it from its commands' signals):
 /// `2^31 - 3`, which no command runs as.
 const SUPERVISOR_ID: u32 = 0x7fff_fffd;
+
+/// The supervisor's own `/proc/self/oom_score_adj`, opened for writing at start (before it
+/// leaves root: the file of a non-dumpable process belongs to root), and the value it had
+/// then.
+///
+/// A root command can raise the supervisor's or a keeper's value (see
+/// [`sys::KEEPER_SHARES_MEMORY`]: the file is root's, and raising needs no capability),
+/// and every keeper and command started after would inherit it (the kernel copies the
+/// value at `fork`). So before each keeper starts, the supervisor puts its own value back
+/// ([`reset_oom_score_adj`]; lowering down to the start value needs no capability either,
+/// since no command had `CAP_SYS_RESOURCE` to move the floor): a raise never carries over
+/// to a later command, its keeper or the supervisor past the next command's start.
+struct OomScore {
+    fd: c_int,
+    start: [u8; 16],
+    len: usize,
+}
+
+static OOM_SCORE: std::sync::OnceLock<OomScore> = std::sync::OnceLock::new();
+
+/// Opens `/proc/self/oom_score_adj` and reads it (see [`OomScore`]); `None` where `/proc`
+/// has no such file or refuses it (nothing to reset then).
+///
+/// # Safety
+/// Plain system calls; call once at start.
+unsafe fn open_oom_score_adj() -> Option<OomScore> {
+    let fd = open(c"/proc/self/oom_score_adj".as_ptr(), O_RDWR | O_CLOEXEC);
+    if fd < 0 {
+        return None;
+    }
+    let mut start = [0u8; 16];
+    let n = pread(fd, start.as_mut_ptr(), start.len(), 0);
+    if n <= 0 || n as usize >= start.len() {
+        close(fd);
+        return None;
+    }
+    Some(OomScore { fd, start, len: n as usize })
+}
+
+/// Puts the supervisor's `oom_score_adj` back to its start value when a command changed it
+/// (see [`OomScore`]): one `pread`, and a `pwrite` only after a change. Where keepers share
+/// the supervisor's memory the kernel applies the write to every keeper too.
+fn reset_oom_score_adj() {
+    let Some(oom) = OOM_SCORE.get() else {
+        return;
+    };
+    let mut now = [0u8; 16];
+    // SAFETY: reads into and writes from local buffers on an fd this process owns.
+    unsafe {
+        let n = pread(oom.fd, now.as_mut_ptr(), now.len(), 0);
+        if n >= 0 && now[..n as usize] == oom.start[..oom.len] {
+            return;
+        }
+        pwrite(oom.fd, oom.start.as_ptr(), oom.len, 0);
+    }
+}
+
+/// The `oom_score_adj` the first keeper found (see [`keeper_reset_oom_score_adj`]), or
+/// `i32::MIN` before.
+static KEEPER_OOM_START: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(i32::MIN);
+
+/// Where the supervisor cannot open its own `/proc/self/oom_score_adj` (local: it is the
+/// PID 1 of its machine, whose `/proc/1` is masked) and keepers share its memory, a keeper
+/// puts the value back itself, before its command starts: the kernel applies a write to
+/// every process of the memory (the supervisor and every keeper), and the command inherits
+/// the keeper's. The start value is what the first keeper found: no command can have run
+/// before the first keeper records it (a keeper records before it starts its command, and
+/// a raise needs a command), so whichever keeper records first read the start value. Only
+/// calls of [`sys`] (it runs in the supervisor's memory); one `open`, one `pread` and one
+/// `close`, and a `pwrite` only after a change.
+///
+/// # Safety
+/// Called by a keeper before its account switch.
+unsafe fn keeper_reset_oom_score_adj() {
+    use std::sync::atomic::Ordering;
+    if !sys::KEEPER_SHARES_MEMORY || OOM_SCORE.get().is_some() {
+        return;
+    }
+    let fd = sys::open_rdwr(c"/proc/self/oom_score_adj".as_ptr());
+    if fd < 0 {
+        return;
+    }
+    let fd = fd as c_int;
+    let mut buf = [0u8; 16];
+    let n = sys::pread0(fd, buf.as_mut_ptr(), buf.len());
+    if let Some(now) = (n > 0).then(|| parse_oom_score(&buf[..n as usize])).flatten() {
+        match KEEPER_OOM_START.compare_exchange(i32::MIN, now, Ordering::AcqRel, Ordering::Acquire) {
+            Err(start) if start != now => {
+                let len = format_oom_score(start, &mut buf);
+                sys::pwrite0(fd, buf.as_ptr(), len);
+            }
+            _ => {}
+        }
+    }
+    sys::close(fd);
+}
+
+/// An `oom_score_adj` file's text (`-1000` to `1000`, then a newline).
+fn parse_oom_score(text: &[u8]) -> Option<i32> {
+    let text = text.strip_suffix(b"\n").unwrap_or(text);
+    let (neg, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    if digits.is_empty() || digits.len() > 4 {
+        return None;
+    }
+    let mut v = 0i32;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + i32::from(d - b'0');
+    }
+    Some(if neg { -v } else { v })
+}
+
+/// Writes `v` (within `-1000..=1000`) in decimal at the start of `buf`; its length.
+fn format_oom_score(v: i32, buf: &mut [u8; 16]) -> usize {
+    let mut digits = [0u8; 8];
+    let mut n = 0;
+    let mut u = v.unsigned_abs();
+    loop {
+        digits[n] = b'0' + (u % 10) as u8;
+        n += 1;
+        u /= 10;
+        if u == 0 {
+            break;
+        }
+    }
+    let mut len = 0;
+    if v < 0 {
+        buf[0] = b'-';
+        len = 1;
+    }
+    for i in (0..n).rev() {
+        buf[len] = digits[i];
+        len += 1;
+    }
+    len
+}
 
 /// What the program's arguments set, once at start.
 struct Settings {
@@ -1396,6 +1575,8 @@ fn launch(id: u32, start: &proto::Start, out: &Out, children: &Children) -> Opti
     let started = job.started.clone();
     let job_ptr: *mut KeeperJob = &mut *job;
     let flags = if sys::KEEPER_SHARES_MEMORY { CLONE_VM } else { 0 } | SIGCHLD;
+    // The keeper and its command inherit the supervisor's value: never a command's raise.
+    reset_oom_score_adj();
     // Held until the new keeper's pid is in the set (see `kill_strays`); the keeper never
     // touches it.
     let mut keepers = children.keepers.lock().unwrap_or_else(|e| e.into_inner());
@@ -1815,6 +1996,9 @@ fn main() {
             dup2(null, fd);
         }
         close(null);
+        if let Some(oom) = open_oom_score_adj() {
+            let _ = OOM_SCORE.set(oom);
+        }
         if own_account {
             become_supervisor_account();
         }
