@@ -597,6 +597,12 @@ where
                 Step::Reply(Some(Reply::Fail(fail))) if fail.kind == proto::FAIL_INVALID_INPUT => {
                     break Err(Error::invalid(format!("{label}: {}", fail.message)))
                 }
+                Step::Reply(Some(Reply::Fail(fail))) if fail.kind == proto::FAIL_PIDS_LIMIT => {
+                    break Err(Error::LimitReached(format!(
+                        "{label}: {} (the spec's pids_limit)",
+                        fail.message
+                    )))
+                }
                 Step::Reply(Some(Reply::Fail(fail))) => {
                     break Err(Error::backend(
                         format!("run {label} on the machine's supervisor"),

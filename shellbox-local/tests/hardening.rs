@@ -804,3 +804,59 @@ fn gc_leaves_other_users_directories_alone() {
     let report = shellbox_local::gc_in(base.path()).unwrap();
     assert_eq!(report.removed.len(), 2, "{report:?}");
 }
+
+/// Issue 14: a machine whose pids limit is held by a fork bomb its earlier command left in
+/// the background (the process model keeps it) cannot start another command: that run is
+/// `LimitReached` naming the pids limit (retryable: once processes end there is room), not
+/// a supervisor or keeper failure, whether the fork refused was its keeper's or its
+/// process's. Failed before: "the command's keeper was killed before it reported the
+/// command's exit status" (`Backend`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_pids_limit_is_limit_reached() {
+    let Some(factory) = common::factory("a_held_pids_limit_is_limit_reached") else {
+        return;
+    };
+    let m = factory
+        .create_local(MachineSpec::host().pids_limit(24))
+        .await
+        .unwrap();
+    let Some(cgroup) = m.cgroup_dir().map(Path::to_path_buf) else {
+        eprintln!("SKIP a_held_pids_limit_is_limit_reached: no pids cgroup here");
+        m.close().await.unwrap();
+        return;
+    };
+    // Until the bomb (which retries its forks) holds every slot again.
+    let full = || async {
+        for _ in 0..600 {
+            if read_trim(&cgroup.join("pids.current")) == read_trim(&cgroup.join("pids.max")) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the bomb never held the pids limit");
+    };
+    // Sleepers until no fork succeeds, then the loop retries: every slot stays held.
+    let r = run(
+        &m,
+        Command::shell(
+            "bash -c 'while :; do sleep 1000 & done' >/dev/null 2>&1 & sleep 1; echo held",
+        ),
+    )
+    .await;
+    assert_eq!(r.stdout_lossy(), "held\n", "{r:?}");
+    // Every next run is refused before anything of it runs, with the limit named.
+    for round in 0..5 {
+        full().await;
+        let e = m
+            .run(Command::shell("echo ran").timeout(Duration::from_secs(20)))
+            .await;
+        match e {
+            Err(e @ shellbox_core::Error::LimitReached(_)) => {
+                assert!(e.to_string().contains("pids_limit"), "{e}");
+                assert!(e.is_retryable(), "{e:?}");
+            }
+            other => panic!("round {round}: {other:?}"),
+        }
+    }
+    m.close().await.unwrap();
+}

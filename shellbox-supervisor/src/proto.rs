@@ -71,6 +71,10 @@ pub const FAIL_INVALID_INPUT: u8 = 1;
 /// [`Fail`] kind: the supervisor could not start or follow the command (fork, pipe, a
 /// killed keeper).
 pub const FAIL_SYSTEM: u8 = 2;
+/// [`Fail`] kind: the machine's process limit (its pids cgroup, or `RLIMIT_NPROC`) refused
+/// the fork of the command's keeper or of its process (`EAGAIN`): nothing of the command
+/// ran, and there is room again once some of the machine's processes end.
+pub const FAIL_PIDS_LIMIT: u8 = 3;
 
 /// `--pty-relay` frame, both ways: terminal bytes (what the terminal printed, on stdout; on
 /// stdin, unnumbered input for the terminal: the session's set-up line before the first
@@ -419,7 +423,7 @@ impl Exit {
 /// Why a command could not be run or followed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fail {
-    /// [`FAIL_INVALID_INPUT`] or [`FAIL_SYSTEM`].
+    /// [`FAIL_INVALID_INPUT`], [`FAIL_SYSTEM`] or [`FAIL_PIDS_LIMIT`].
     pub kind: u8,
     /// What went wrong, in words.
     pub message: String,

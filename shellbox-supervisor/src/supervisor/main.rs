@@ -1059,6 +1059,10 @@ extern "C" fn keeper_main(arg: *mut u8) -> c_int {
         }
         sys::close_range((status_w + 1) as u32, u32::MAX);
         if pid < 0 {
+            // The process limit refused the command's process: say so (see `run_command`).
+            if pid == -(EAGAIN as isize) {
+                raw_write_all(status_w, &KEEPER_FORK_REFUSED.to_ne_bytes());
+            }
             sys::exit(1);
         }
         let mut reported = false;
@@ -1075,6 +1079,10 @@ extern "C" fn keeper_main(arg: *mut u8) -> c_int {
         }
     }
 }
+
+/// What a keeper reports on its status pipe in place of a wait status (which is never
+/// negative) when the process limit refused its command's process (`EAGAIN`).
+const KEEPER_FORK_REFUSED: c_int = -EAGAIN;
 
 /// The account keepers run as, which no command runs as: a command cannot signal its
 /// keeper (it has neither the keeper's UID nor `CAP_KILL`), so it can neither kill it nor
@@ -1597,11 +1605,19 @@ fn launch(id: u32, start: &proto::Start, out: &Out, children: &Children) -> Opti
             close_fd(fd);
         }
         let e = clone_error.unwrap_or_else(|| std::io::Error::other("no pid"));
-        out.fail(id, proto::FAIL_SYSTEM, &format!("start its keeper (clone): {e}"));
+        if e.raw_os_error() == Some(EAGAIN) {
+            out.fail(id, proto::FAIL_PIDS_LIMIT, PIDS_LIMIT_MESSAGE);
+        } else {
+            out.fail(id, proto::FAIL_SYSTEM, &format!("start its keeper (clone): {e}"));
+        }
         return None;
     }
     Some(Launched { keeper_pid, started, in_w, out_r, err_r, st_r })
 }
+
+/// The [`proto::FAIL_PIDS_LIMIT`] message.
+const PIDS_LIMIT_MESSAGE: &str = "the machine's process limit is reached: the fork of the command's keeper or process \
+     was refused (EAGAIN), so nothing of the command ran; there is room again once some of the machine's processes end";
 
 /// Runs one started command ([`launch`]) to its end: pumps its pipes, applies its stdin,
 /// kill requests and output limit, and sends its EXIT (or FAIL).
@@ -1764,6 +1780,7 @@ fn run_command(id: u32, output_limit_bytes: u64, launched: Launched, cmd: Arc<Cm
     }
     close_fd(wake_r);
     match status {
+        Some(KEEPER_FORK_REFUSED) => out.fail(id, proto::FAIL_PIDS_LIMIT, PIDS_LIMIT_MESSAGE),
         Some(st) => {
             let (code, signal) = if st & 0x7f == 0 {
                 (Some((st >> 8) & 0xff), None)
