@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use bollard::models::{ContainerCreateBody, DeviceRequest, ExecConfig, HostConfig};
+use bytes::{Bytes, BytesMut};
 use shellbox_core::{Command, Error, MachineSpec, NetworkPolicy};
 
 use crate::labels;
@@ -135,47 +136,122 @@ pub(crate) fn container_config(
 
 /// The exec wrapper. Run as `/bin/sh -c WRAPPER sh <setsid> <command id> <argv...>`.
 ///
-/// The outer shell keeps stdin on fd 3, starts `setsid /bin/sh -c INNER` in the background
-/// (a background job of a non-interactive shell is never a group leader, so `setsid` makes
-/// a new session and process group without forking), waits for it, then kills whatever the
-/// command left in its group and exits with the command's status. The inner shell prints
-/// `SHELLBOX_PGID:<its pid>` and execs argv.
+/// The outer shell first takes an audit session of its own where the kernel lets it
+/// (writing `/proc/self/loginuid`, allowed once to a process whose login uid is unset; the
+/// new session id, `/proc/self/sessionid`, is inherited by every process started after and
+/// none can change it without `CAP_AUDIT_CONTROL`, which Docker's default capabilities
+/// lack). It keeps stdin on fd 3, starts `setsid /bin/sh -c INNER` in the background (a
+/// background job of a non-interactive shell is never a group leader, so `setsid` makes a
+/// new session and process group without forking), waits for it, then writes
+/// [`end_marker`] to stdout and to stderr and exits with the command's status. The inner
+/// shell prints `SHELLBOX_PGID:<its pid>` (`SHELLBOX_PGID:<its pid>:<audit session>` when
+/// the outer shell got one) and execs argv.
 ///
 /// The command runs with `SHELLBOX_COMMAND_ID=<command id>` in its environment (the outer
 /// shell itself does not have it), which its descendants inherit even when they leave the
-/// group with `setsid`. After the command, every process carrying it is killed too (a few
-/// rounds, until a round finds none), so nothing the command started outlives it and
-/// nothing holds the exec's output open.
+/// group with `setsid`. What the command leaves in the background keeps running after it
+/// ends (the process model); the end markers, behind everything the command wrote, tell the
+/// host that the command is over although a background process may hold its output open.
+/// A timeout or a cancellation kills by group, audit session and marker ([`KILL_GROUP`]).
 pub(crate) const WRAPPER: &str = r#"s=$1; m=$2; shift 2
+a=
+if echo "$(id -u 2>/dev/null || echo 0)" > /proc/self/loginuid 2>/dev/null; then
+  read -r a < /proc/self/sessionid 2>/dev/null
+  case "$a" in ''|*[!0-9]*|4294967295) a=;; esac
+fi
 exec 3<&0
-SHELLBOX_COMMAND_ID=$m "$s" /bin/sh -c 'echo "SHELLBOX_PGID:$$"; exec "$@"' sh "$@" <&3 3<&- &
+SHELLBOX_COMMAND_ID=$m "$s" /bin/sh -c 'echo "SHELLBOX_PGID:$$${1:+:$1}"; shift; exec "$@"' sh "$a" "$@" <&3 3<&- &
 p=$!
-exec 3<&- 2>/dev/null
+exec 3<&- 4>&2 2>/dev/null
 wait "$p"
 r=$?
-kill -KILL -"$p" 2>/dev/null
-n=0
-while [ "$n" -lt 5 ]; do
-  k=0
-  for d in /proc/[0-9]*; do
-    q=${d#/proc/}
-    [ "$q" = 1 ] || [ "$q" = $$ ] && continue
-    grep -zqsxF "SHELLBOX_COMMAND_ID=$m" "$d/environ" 2>/dev/null && kill -KILL "$q" 2>/dev/null && k=1
-  done
-  [ "$k" = 0 ] && break
-  n=$((n+1))
-done
+printf '\000SHELLBOX_END:%s\n' "$m"
+printf '\000SHELLBOX_END:%s\n' "$m" >&4
 exit "$r""#;
 
+/// What [`WRAPPER`] writes to stdout and to stderr once the command's main process has
+/// ended: `\0SHELLBOX_END:<command id>\n`.
+pub(crate) fn end_marker(command_id: &str) -> Vec<u8> {
+    let mut m = b"\0SHELLBOX_END:".to_vec();
+    m.extend_from_slice(command_id.as_bytes());
+    m.push(b'\n');
+    m
+}
+
+/// Finds [`end_marker`] in one output stream of an exec, chunk by chunk: what comes before
+/// it is the command's output; the marker and what follows (a background process's later
+/// writes) are not. A chunk's tail that could begin the marker is held until the next
+/// chunk tells (at most the marker's length less one byte).
+#[derive(Debug)]
+pub(crate) struct EndScanner {
+    marker: Vec<u8>,
+    held: BytesMut,
+    found: bool,
+}
+
+impl EndScanner {
+    /// A scanner for `marker` (non-empty, starting with a NUL byte).
+    pub(crate) fn new(marker: Vec<u8>) -> Self {
+        EndScanner {
+            marker,
+            held: BytesMut::new(),
+            found: false,
+        }
+    }
+
+    /// Whether the marker was seen.
+    pub(crate) fn found(&self) -> bool {
+        self.found
+    }
+
+    /// The part of `chunk` that is output (nothing once the marker was seen).
+    pub(crate) fn feed(&mut self, chunk: Bytes) -> Option<Bytes> {
+        if self.found {
+            return None;
+        }
+        let data = if self.held.is_empty() {
+            chunk
+        } else {
+            self.held.extend_from_slice(&chunk);
+            self.held.split().freeze()
+        };
+        let first = self.marker[0];
+        let mut at = 0;
+        while let Some(i) = data[at..].iter().position(|&b| b == first) {
+            let i = at + i;
+            let rest = &data[i..];
+            if rest.len() >= self.marker.len() {
+                if rest[..self.marker.len()] == self.marker[..] {
+                    self.found = true;
+                    return (i > 0).then(|| data.slice(..i));
+                }
+            } else if self.marker.starts_with(rest) {
+                self.held.extend_from_slice(rest);
+                return (i > 0).then(|| data.slice(..i));
+            }
+            at = i + 1;
+        }
+        (!data.is_empty()).then_some(data)
+    }
+
+    /// What is still held (the stream ended without the marker).
+    pub(crate) fn finish(&mut self) -> Option<Bytes> {
+        (!self.held.is_empty()).then(|| self.held.split().freeze())
+    }
+}
+
 /// Run as root after a timeout or a cancelled stream: `sh -c KILL_GROUP sh <pgid> <command
-/// id>`. Kills the group and every process whose environment carries
-/// `SHELLBOX_COMMAND_ID=<command id>`, then every 50 ms checks `/proc/*` until none of them
-/// is left alive (non-zombie; exit 0), 5 s pass (exit 1), or `/proc` cannot be read
-/// (exit 2).
-pub(crate) const KILL_GROUP: &str = r#"g=$1; m=$2
+/// id> [<audit session>]`. Kills the group and every process of the audit session
+/// (`/proc/PID/sessionid`; see [`WRAPPER`]) or, without one, every process whose
+/// environment carries `SHELLBOX_COMMAND_ID=<command id>`, then every 50 ms checks
+/// `/proc/*` until none of them is left alive (non-zombie; exit 0), 5 s pass (exit 1), or
+/// `/proc` cannot be read (exit 2). With an audit session a round forks nothing (built-ins
+/// only), so it works in a machine whose pids limit a fork bomb holds.
+pub(crate) const KILL_GROUP: &str = r#"g=$1; m=$2; a=${3-}
 case "$g" in ''|*[!0-9]*) exit 3;; esac
 [ "$g" -gt 1 ] || exit 3
 case "$m" in ''|*[!0-9a-f]*) exit 3;; esac
+case "$a" in *[!0-9]*|4294967295) exit 3;; esac
 n=0
 while :; do
   kill -KILL -"$g" 2>/dev/null
@@ -185,7 +261,8 @@ while :; do
     seen=1
     q=${d#/proc/}
     [ "$q" = 1 ] || [ "$q" = $$ ] && continue
-    l=$(cat "$d/stat" 2>/dev/null) || continue
+    l=
+    read -r l < "$d/stat" 2>/dev/null
     [ -n "$l" ] || continue
     r=${l##*) }
     set -- $r
@@ -193,7 +270,17 @@ while :; do
     [ "$1" = Z ] || [ "$1" = X ] && continue
     if [ "$3" = "$g" ]; then
       live=1
+      continue
+    fi
+    hit=0
+    if [ -n "$a" ]; then
+      as=
+      read -r as < "$d/sessionid" 2>/dev/null
+      [ "$as" = "$a" ] && hit=1
     elif grep -zqsxF "SHELLBOX_COMMAND_ID=$m" "$d/environ" 2>/dev/null; then
+      hit=1
+    fi
+    if [ "$hit" = 1 ]; then
       kill -KILL "$q" 2>/dev/null
       live=1
     fi
@@ -402,13 +489,23 @@ pub(crate) const HEADER_MAX: usize = 64;
 pub(crate) enum Header {
     /// More bytes are needed.
     Incomplete,
-    /// A header: the process group id and how many bytes it took.
-    Pgid(u32, usize),
+    /// A header: the process group id, the command's audit session (when the wrapper could
+    /// take one) and how many bytes it took.
+    Pgid(u32, Option<u32>, usize),
     /// No header: the bytes are ordinary output.
     Absent,
 }
 
-/// Parses `SHELLBOX_PGID:<digits>\n` (value > 1) at the start of `buf`.
+/// A decimal number of 1 to 10 digits that fits a `u32`.
+fn decimal(digits: &[u8]) -> Option<u32> {
+    if digits.is_empty() || digits.len() > 10 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// Parses `SHELLBOX_PGID:<digits>[:<digits>]\n` (group id > 1, then the audit session) at
+/// the start of `buf`.
 pub(crate) fn parse_header(buf: &[u8]) -> Header {
     const PREFIX: &[u8] = b"SHELLBOX_PGID:";
     let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
@@ -419,17 +516,18 @@ pub(crate) fn parse_header(buf: &[u8]) -> Header {
         return Header::Incomplete;
     };
     let line = &buf[..nl];
-    let Some(digits) = line.strip_prefix(PREFIX) else {
+    let Some(rest) = line.strip_prefix(PREFIX) else {
         return Header::Absent;
     };
-    if digits.is_empty() || digits.len() > 10 || !digits.iter().all(u8::is_ascii_digit) {
-        return Header::Absent;
-    }
-    match std::str::from_utf8(digits)
-        .ok()
-        .and_then(|d| d.parse::<u32>().ok())
-    {
-        Some(pgid) if pgid > 1 => Header::Pgid(pgid, nl + 1),
+    let (pgid, audit) = match rest.iter().position(|&b| b == b':') {
+        Some(i) => match decimal(&rest[i + 1..]) {
+            Some(a) => (&rest[..i], Some(a)),
+            None => return Header::Absent,
+        },
+        None => (rest, None),
+    };
+    match decimal(pgid) {
+        Some(pgid) if pgid > 1 => Header::Pgid(pgid, audit, nl + 1),
         _ => Header::Absent,
     }
 }
@@ -637,8 +735,14 @@ mod tests {
     fn header_parsing() {
         assert_eq!(
             parse_header(b"SHELLBOX_PGID:123\nrest"),
-            Header::Pgid(123, 18)
+            Header::Pgid(123, None, 18)
         );
+        assert_eq!(
+            parse_header(b"SHELLBOX_PGID:123:4567\nrest"),
+            Header::Pgid(123, Some(4567), 23)
+        );
+        assert_eq!(parse_header(b"SHELLBOX_PGID:123:\n"), Header::Absent);
+        assert_eq!(parse_header(b"SHELLBOX_PGID:123:x\n"), Header::Absent);
         assert_eq!(parse_header(b"SHELLBOX_PG"), Header::Incomplete);
         assert_eq!(parse_header(b"SHELLBOX_PGID:12"), Header::Incomplete);
         assert_eq!(parse_header(b"hello\n"), Header::Absent);
@@ -647,6 +751,49 @@ mod tests {
         assert_eq!(parse_header(b"SHELLBOX_PGID:x\n"), Header::Absent);
         assert_eq!(parse_header(b"SHELLBOX_PGID:\n"), Header::Absent);
         assert_eq!(parse_header(&[b'S'; 80]), Header::Absent);
+    }
+
+    /// Feeds `chunks` to a scanner of `M`; returns the output and whether the marker was seen.
+    fn scan(chunks: &[&[u8]]) -> (Vec<u8>, bool) {
+        let mut sc = EndScanner::new(end_marker("ab"));
+        let mut out = Vec::new();
+        for c in chunks {
+            if let Some(b) = sc.feed(Bytes::copy_from_slice(c)) {
+                out.extend_from_slice(&b);
+            }
+        }
+        let found = sc.found();
+        if let Some(b) = sc.finish() {
+            out.extend_from_slice(&b);
+        }
+        (out, found)
+    }
+
+    #[test]
+    fn end_marker_scanning() {
+        assert_eq!(end_marker("ab"), b"\0SHELLBOX_END:ab\n");
+        assert_eq!(
+            scan(&[b"hi\n\0SHELLBOX_END:ab\nlater"]),
+            (b"hi\n".to_vec(), true)
+        );
+        // Split anywhere, the marker is still found and nothing after it is output.
+        let whole = b"x\0y\0SHELLBOX_END:a\0SHELLBOX_END:ab\nlater".to_vec();
+        for cut in 0..whole.len() {
+            let (a, b) = whole.split_at(cut);
+            assert_eq!(
+                scan(&[a, b]),
+                (b"x\0y\0SHELLBOX_END:a".to_vec(), true),
+                "cut {cut}"
+            );
+        }
+        // A stream that ends with what could have begun the marker keeps those bytes.
+        assert_eq!(scan(&[b"abc\0SHELL"]), (b"abc\0SHELL".to_vec(), false));
+        assert_eq!(scan(&[b"\0", b"\0"]), (b"\0\0".to_vec(), false));
+        // Another command's marker is output.
+        assert_eq!(
+            scan(&[b"\0SHELLBOX_END:cd\n"]),
+            (b"\0SHELLBOX_END:cd\n".to_vec(), false)
+        );
     }
 
     #[test]

@@ -550,17 +550,14 @@ impl MachineFactory for DockerMachineFactory {
     }
 
     /// [`DOCKER_CAPABILITIES`](crate::DOCKER_CAPABILITIES), with
-    /// [`process_model`](shellbox_core::Capabilities::process_model) unless the factory's
-    /// [`CommandPath`] is `Exec` (one Engine exec per command kills what a command leaves
-    /// in the background when it ends, and finds escapees only by an environment marker).
+    /// [`process_model`](shellbox_core::Capabilities::process_model) on every
+    /// [`CommandPath`] (on `Exec`, a timeout finds what a command started by its audit
+    /// session where the kernel gives it one; see the crate docs for the limit).
     ///
     /// Without [`snapshots`](shellbox_core::Capabilities::snapshots) on Podman (known once
     /// the engine was asked, which [`connect`](Self::connect) does).
     fn capabilities(&self) -> shellbox_core::Capabilities {
-        let mut capabilities = match self.path {
-            CommandPath::Exec => crate::DOCKER_CAPABILITIES,
-            _ => crate::DOCKER_CAPABILITIES.with_process_model(),
-        };
+        let mut capabilities = crate::DOCKER_CAPABILITIES.with_process_model();
         if self.engine.get() == Some(&Engine::Podman) {
             capabilities.snapshots = false;
         }

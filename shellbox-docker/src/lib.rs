@@ -60,11 +60,23 @@
 //!   program runs in its own session and process group (`setsid`); the group's id comes
 //!   back as a first stdout line the host strips (the reference's `SHELLBOX_PGID` header).
 //!   Every process of a command carries `SHELLBOX_COMMAND_ID=<random hex>` in its
-//!   environment (inherited even by what leaves the group with `setsid`). When the command
-//!   ends, what it left in the background (its group, and every process carrying its id) is
-//!   killed; a command whose exec has ended is finished with its own status
-//!   even if something else still holds its output open. On timeout the group and the
-//!   marked processes are killed inside the container and the partial output kept.
+//!   environment (inherited even by what leaves the group with `setsid`), and, where the
+//!   kernel allows it (the engine's processes have no login uid, the usual case), the
+//!   command takes an audit session of its own (`/proc/self/loginuid`), which every process
+//!   it starts inherits and none can leave without `CAP_AUDIT_CONTROL` (not in Docker's
+//!   default capabilities). The process model is the fast path's: what a command leaves in
+//!   the background keeps running until the machine closes; the command ends when its main
+//!   process does (the wrapper writes an end marker behind its output on stdout and stderr,
+//!   so a background process holding the output open does not hold the result back). On
+//!   timeout or cancellation the group and the audit session (without one, the
+//!   marked processes) are killed inside the container and the partial output kept. Limits: where the audit
+//!   session cannot be taken (a login uid already set, as under a rootless engine started
+//!   from a login; a kernel without audit; a container given `CAP_AUDIT_CONTROL`), an
+//!   escapee that both left the session and dropped the marker (`env -u
+//!   SHELLBOX_COMMAND_ID setsid ...`) survives a timeout; and a background process that
+//!   writes to the stdout or stderr it inherited after its command ended gets `EPIPE`
+//!   (`SIGPIPE`) once the engine closes the exec's streams (Podman at once, Docker 2 s
+//!   later), as under `docker exec`.
 //!   Results are otherwise the same as on the fast path.
 //! - **A stopped container** (a command killed its keep-alive, e.g. `kill -9 -1`): the next
 //!   run, upload or download is

@@ -23,8 +23,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::{
-    exec_config, exec_setup_failure, parse_header, root_exec, validate_exec_size, Header,
-    KILL_GROUP,
+    end_marker, exec_config, exec_setup_failure, parse_header, root_exec, validate_exec_size,
+    EndScanner, Header, KILL_GROUP,
 };
 use crate::image::is_not_found;
 
@@ -231,11 +231,14 @@ impl DockerMachine {
         let driver = Driver {
             inner: self.inner.clone(),
             exec_id: exec.id,
+            stdout_end: EndScanner::new(end_marker(&command_id)),
+            stderr_end: EndScanner::new(end_marker(&command_id)),
             command_id,
             stdout: OutputLimiter::new(command.output_limit_bytes),
             stderr: OutputLimiter::new(command.output_limit_bytes),
             header: Some(BytesMut::new()),
             pgid: None,
+            audit: None,
             pending: VecDeque::new(),
             held: Vec::new(),
             user: command.user.clone(),
@@ -843,6 +846,9 @@ type Output = std::pin::Pin<Box<dyn Stream<Item = Result<LogOutput, BollardError
 
 enum End {
     Eof,
+    /// The wrapper's end markers came on both streams: the command's main process ended
+    /// (what it left in the background may still hold the output open).
+    Marked,
     /// The exec ended but something it left (outside its group, without its marker) still
     /// holds the output open.
     ExecEnded,
@@ -857,11 +863,17 @@ struct Driver {
     exec_id: String,
     /// The value of `SHELLBOX_COMMAND_ID` its processes carry.
     command_id: String,
+    /// Find the wrapper's end marker in stdout and stderr ([`end_marker`]).
+    stdout_end: EndScanner,
+    stderr_end: EndScanner,
     stdout: OutputLimiter,
     stderr: OutputLimiter,
     /// Some while the PGID header is still being read.
     header: Option<BytesMut>,
     pgid: Option<u32>,
+    /// The command's audit session, when the wrapper could take one (see
+    /// [`WRAPPER`](crate::config::WRAPPER)).
+    audit: Option<u32>,
     pending: VecDeque<Event>,
     /// Events read before the PGID header: sent once it comes (the wrapper prints it before
     /// the command can write anything), or, when the exec ends without one, the engine's
@@ -884,7 +896,15 @@ impl Driver {
         match item {
             // Unframed bytes come only from the engine itself when the exec cannot start
             // (unknown user, missing cwd): its message belongs on stderr.
-            LogOutput::StdErr { message } | LogOutput::Console { message } => {
+            LogOutput::StdErr { message } => {
+                let Some(message) = self.stderr_end.feed(message) else {
+                    return;
+                };
+                if let Some(kept) = self.stderr.admit(message) {
+                    self.emit(Event::Stderr(kept));
+                }
+            }
+            LogOutput::Console { message } => {
                 if let Some(kept) = self.stderr.admit(message) {
                     self.emit(Event::Stderr(kept));
                 }
@@ -897,8 +917,9 @@ impl Driver {
                 buf.extend_from_slice(&message);
                 match parse_header(buf) {
                     Header::Incomplete => {}
-                    Header::Pgid(pgid, used) => {
+                    Header::Pgid(pgid, audit, used) => {
                         self.pgid = Some(pgid);
+                        self.audit = audit;
                         self.pending.extend(self.held.drain(..));
                         let mut buf = self.header.take().unwrap_or_default();
                         let rest = buf.split_off(used).freeze();
@@ -920,6 +941,9 @@ impl Driver {
     }
 
     fn out(&mut self, chunk: Bytes) {
+        let Some(chunk) = self.stdout_end.feed(chunk) else {
+            return;
+        };
         if let Some(kept) = self.stdout.admit(chunk) {
             self.emit(Event::Stdout(kept));
         }
@@ -934,13 +958,19 @@ impl Driver {
         }
     }
 
-    /// At the end: bytes still held as a possible header were not one (see `take`), and
-    /// held events are released.
+    /// At the end: bytes still held as a possible header were not one (see `take`), bytes
+    /// held as a possible end marker were output, and held events are released.
     fn flush_header(&mut self) {
         if let Some(buf) = self.header.take() {
             if let Some(kept) = self.stderr.admit(buf.freeze()) {
                 self.held.push(Event::Stderr(kept));
             }
+        }
+        if let Some(kept) = self.stdout_end.finish().and_then(|b| self.stdout.admit(b)) {
+            self.held.push(Event::Stdout(kept));
+        }
+        if let Some(kept) = self.stderr_end.finish().and_then(|b| self.stderr.admit(b)) {
+            self.held.push(Event::Stderr(kept));
         }
         self.pending.extend(self.held.drain(..));
     }
@@ -992,7 +1022,12 @@ impl Driver {
                 item = output.next(), if self.pending.is_empty() => match item {
                     None => return End::Eof,
                     Some(Err(e)) => return End::Transport(e),
-                    Some(Ok(item)) => self.take(item),
+                    Some(Ok(item)) => {
+                        self.take(item);
+                        if self.stdout_end.found() && self.stderr_end.found() {
+                            return End::Marked;
+                        }
+                    }
                 },
             }
         }
@@ -1076,9 +1111,11 @@ impl Driver {
             return Err("the command never reported its process group".into());
         };
         let pgid = pgid.to_string();
+        let audit = self.audit.map(|a| a.to_string()).unwrap_or_default();
         let attempt = tokio::time::timeout(
             KILL_BOUND,
-            self.inner.root_exec(KILL_GROUP, &[&pgid, &self.command_id]),
+            self.inner
+                .root_exec(KILL_GROUP, &[&pgid, &self.command_id, &audit]),
         )
         .await;
         match attempt {
@@ -1104,6 +1141,13 @@ impl Driver {
         let end = self.pump(&mut output, deadline).await;
         match end {
             End::Eof => self.finish_exited().await,
+            End::Marked => {
+                self.finish_exited().await;
+                // What the command left running may still write to the exec's output:
+                // read and drop it while the engine keeps the stream, so a writer never
+                // blocks on a full pipe.
+                while let Some(Ok(_)) = output.next().await {}
+            }
             End::ExecEnded => {
                 // What is still in flight comes in now; the rest is not the command's.
                 self.read_quietly(&mut output, Instant::now() + DRAIN_AFTER_EXIT, false)

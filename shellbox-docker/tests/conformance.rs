@@ -76,7 +76,8 @@ mod bash {
 /// relay run by one Engine exec (the program copied in for the session), with the same
 /// rules as on the supervisor's path, so every session case is claimed. The snapshot cases again
 /// (above they run on the supervisor's path): a machine started from a snapshot is made
-/// as this factory makes one.
+/// as this factory makes one. The process-model cases and the command cases they touch
+/// (issue 14): the exec path follows the same process model.
 mod exec_path {
     use super::*;
 
@@ -109,7 +110,16 @@ mod exec_path {
         session_close,
         fork_sees_files_at_snapshot_time,
         forks_are_private,
-        deleted_snapshot_keeps_its_forks
+        deleted_snapshot_keeps_its_forks,
+        background_process_outlives_its_command,
+        timeout_kills_only_its_command,
+        timeout_before_the_command_starts_still_kills,
+        cancel_kills_only_its_command,
+        close_leaves_no_process_on_the_host,
+        timeout_kills_descendants,
+        timeout_keeps_partial_output,
+        run_stream_matches_run,
+        concurrent_commands
     );
 }
 

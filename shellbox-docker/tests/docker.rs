@@ -838,9 +838,8 @@ async fn drop_and_close_remove_the_container() {
     ));
 }
 
-/// What a command leaves in the background: on the supervisor path it keeps running (the
-/// process model); on the exec path it ends with its command. Dropping a stream kills its
-/// command on both.
+/// What a command leaves in the background keeps running (the process model) on both
+/// paths. Dropping a stream kills its command on both.
 #[tokio::test(flavor = "multi_thread")]
 async fn background_processes_per_command_path() {
     let Some(f) = common::setup("background_processes_per_command_path").await else {
@@ -860,9 +859,8 @@ async fn background_processes_per_command_path() {
         assert_eq!(r.exit_code, Some(0));
         assert!(started.elapsed() < Duration::from_secs(10));
         let r = sh(&m, "ps -o comm | grep -c '^sleep' || true").await;
-        // The container's keep-alive sleep, and on the supervisor path the background one.
-        let want = if m.uses_supervisor() { "2" } else { "1" };
-        assert_eq!(text(&r.stdout).trim(), want, "{path:?}: {r:?}");
+        // The container's keep-alive sleep, and the background one.
+        assert_eq!(text(&r.stdout).trim(), "2", "{path:?}: {r:?}");
         // Dropping a stream kills its command.
         let stream = m
             .run_stream(Command::shell("echo go; exec sleep 200"))
@@ -1274,17 +1272,124 @@ async fn a_stopped_container_terminates_the_machine() {
     }
 }
 
+/// Whether a command on the exec path gets an audit session of its own: the kernel lets a
+/// process whose login uid is unset take one (the engine's usual case), not one started
+/// from a login (a rootless engine), nor a kernel without audit. Prints a SKIP line when not.
+async fn exec_path_has_audit_sessions(m: &dyn Machine) -> bool {
+    let r = sh(m, "cat /proc/self/sessionid 2>/dev/null || echo none").await;
+    let id = text(&r.stdout);
+    let has = !matches!(id.trim(), "" | "none" | "4294967295");
+    if !has {
+        eprintln!(
+            "SKIP the exec path's audit-session kill: commands have no audit session of \
+             their own here (sessionid {:?})",
+            id.trim()
+        );
+    }
+    has
+}
+
+/// Issue 14 on the exec path (one Engine exec per command): the process model of the
+/// supervisor's path and of local. A background process outlives its command (the command
+/// still ends at once, though the process holds its output open, and writes it makes later
+/// are dropped without blocking it), and a timeout kills what the command started even when
+/// it dropped `SHELLBOX_COMMAND_ID` and left the session (`env -u SHELLBOX_COMMAND_ID setsid`,
+/// a double fork), while an earlier command's background process lives on. Failed before:
+/// the exec path killed `sleep 1000 &` when its command ended, and the marker-less escapee
+/// survived the timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_path_process_model() {
+    let Some(f) = common::setup("exec_path_process_model").await else {
+        return;
+    };
+    let m = f
+        .command_path(CommandPath::Exec)
+        .create_machine(common::spec())
+        .await
+        .unwrap();
+    assert!(!m.uses_supervisor());
+    let started = Instant::now();
+    let r = sh(&m, "sleep 1000 & echo $! > /tmp/bg; echo started").await;
+    assert_eq!(
+        (text(&r.stdout), r.exit_code),
+        ("started\n".into(), Some(0)),
+        "{r:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let r = sh(&m, "kill -0 \"$(cat /tmp/bg)\" && echo alive").await;
+    assert_eq!(text(&r.stdout), "alive\n", "{r:?}");
+    // A background writer on the command's stdout and stderr: its writes after the command
+    // ended are not the command's output, and never block it (they succeed while the
+    // engine keeps the exec's streams, then fail with EPIPE: the writer ignores SIGPIPE).
+    let r = sh(
+        &m,
+        "(trap '' PIPE; sleep 1; i=0; while [ $i -lt 300 ]; do printf '%1000s\\n' x || break; \
+           echo e >&2 || break; i=$((i+1)); done; echo done > /tmp/wrote) & echo out; echo err >&2",
+    )
+    .await;
+    assert_eq!(
+        (text(&r.stdout), text(&r.stderr)),
+        ("out\n".into(), "err\n".into()),
+        "{r:?}"
+    );
+    let r = sh(
+        &m,
+        "i=0; while [ ! -f /tmp/wrote ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; cat /tmp/wrote",
+    )
+    .await;
+    assert_eq!(
+        text(&r.stdout),
+        "done\n",
+        "the background writer was blocked: {r:?}"
+    );
+
+    if exec_path_has_audit_sessions(&m).await {
+        let r = m
+            .run(
+                Command::shell(
+                    "env -u SHELLBOX_COMMAND_ID setsid sh -c 'sleep 1004' >/dev/null 2>&1 & \
+                     (env -i setsid sleep 1005 >/dev/null 2>&1 &); echo ready; sleep 100",
+                )
+                .timeout(Duration::from_secs(2)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.reason, shellbox_core::ExitReason::TimedOut, "{r:?}");
+        assert_eq!(text(&r.stdout), "ready\n", "{r:?}");
+        assert_eq!(
+            count_procs(&m, "sleep 1004").await,
+            0,
+            "the escapee survived"
+        );
+        assert_eq!(
+            count_procs(&m, "sleep 1005").await,
+            0,
+            "the escapee survived"
+        );
+    }
+    let r = sh(&m, "kill -0 \"$(cat /tmp/bg)\" && echo alive").await;
+    assert_eq!(
+        text(&r.stdout),
+        "alive\n",
+        "an earlier command's process was killed: {r:?}"
+    );
+    m.close().await.unwrap();
+}
+
 /// How many processes in the machine have `pattern` in their `ps` args.
 async fn count_procs(m: &dyn Machine, pattern: &str) -> usize {
     let r = sh(m, &format!("ps -o args | grep -c '^{pattern}' || true")).await;
     text(&r.stdout).trim().parse().unwrap()
 }
 
-/// Processes that leave their command's group (`setsid`, `env -i setsid`): on the
-/// supervisor path they outlive a command that exits and die with one that times out,
-/// found by the command's keeper (a subreaper), not by a marker; on the exec path they end
-/// with their command when they still carry its marker. Another command's processes are
-/// never touched.
+/// Processes that leave their command's group (`setsid`, `env -i setsid`): on both paths
+/// they outlive a command that exits and die with one that times out, found by the
+/// command's keeper (a subreaper) on the supervisor path and by the command's audit session
+/// on the exec path, not by a marker. Another command's processes are never touched.
 #[tokio::test(flavor = "multi_thread")]
 async fn setsid_escapees_per_command_path() {
     let Some(f) = common::setup("setsid_escapees_per_command_path").await else {
@@ -1298,7 +1403,7 @@ async fn setsid_escapees_per_command_path() {
             .await
             .unwrap();
         let sup = m.uses_supervisor();
-        let survivors = usize::from(sup);
+        let survivors = 1;
         let mut other = m
             .run_stream(Command::shell("setsid sleep 1009 & echo go; wait"))
             .await
@@ -1341,8 +1446,9 @@ async fn setsid_escapees_per_command_path() {
         assert_eq!(r.reason, shellbox_core::ExitReason::TimedOut, "{r:?}");
         assert_eq!(count_procs(&m, "sleep 1001").await, 0, "{path:?}");
 
-        if sup {
-            // One that also cleared its environment is found by its keeper all the same.
+        if sup || exec_path_has_audit_sessions(&m).await {
+            // One that also cleared its environment is found by its keeper (or its audit
+            // session) all the same.
             let r = m
                 .run(
                     Command::shell("env -i setsid sleep 1002 >/dev/null 2>&1 & sleep 100")
