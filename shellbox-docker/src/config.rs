@@ -137,7 +137,10 @@ pub(crate) fn container_config(
 /// The exec wrapper. Run as `/bin/sh -c WRAPPER sh <setsid> <command id> <argv...>`.
 ///
 /// The outer shell first takes an audit session of its own where the kernel lets it
-/// (writing `/proc/self/loginuid`, allowed once to a process whose login uid is unset; the
+/// (writing `0` to `/proc/self/loginuid`, allowed once to a process whose login uid is
+/// unset: the value is only the handle of the session here, and writing a constant forks
+/// nothing, so a machine at its least pids limit still runs the wrapper; `$(id -u)` there
+/// made `limits_below_the_least_a_machine_runs_with_are_invalid_input` fail half the time; the
 /// new session id, `/proc/self/sessionid`, is inherited by every process started after and
 /// none can change it without `CAP_AUDIT_CONTROL`, which Docker's default capabilities
 /// lack). It keeps stdin on fd 3, starts `setsid /bin/sh -c INNER` in the background (a
@@ -155,7 +158,7 @@ pub(crate) fn container_config(
 /// A timeout or a cancellation kills by group, audit session and marker ([`KILL_GROUP`]).
 pub(crate) const WRAPPER: &str = r#"s=$1; m=$2; shift 2
 a=
-if echo "$(id -u 2>/dev/null || echo 0)" > /proc/self/loginuid 2>/dev/null; then
+if echo 0 > /proc/self/loginuid 2>/dev/null; then
   read -r a < /proc/self/sessionid 2>/dev/null
   case "$a" in ''|*[!0-9]*|4294967295) a=;; esac
 fi

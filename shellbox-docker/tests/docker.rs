@@ -602,7 +602,7 @@ async fn engine_refusals_are_unsupported_with_the_engines_reason() {
     assert_eq!(reason.contains("Podman"), podman, "{reason}");
 }
 
-/// The least `pids_limit` (10) and `memory_mb` (6) a docker machine runs with, on Docker and
+/// The least `pids_limit` (12) and `memory_mb` (6) a docker machine runs with, on Docker and
 /// Podman: below them `check_environment` and `create` both refuse with
 /// [`Error::InvalidInput`] naming the field (issue 12's break-it pass: `pids_limit` 1 was
 /// the engine's 409 at create and `memory_mb` 1 its "Minimum memory limit allowed is 6MB",
@@ -618,7 +618,7 @@ async fn limits_below_the_least_a_machine_runs_with_are_invalid_input() {
     let none = shellbox_core::ExecutionRequirements::default();
     for (field, spec) in [
         ("pids_limit", common::spec().pids_limit(1)),
-        ("pids_limit", common::spec().pids_limit(9)),
+        ("pids_limit", common::spec().pids_limit(11)),
         ("memory_mb", common::spec().memory_mb(1)),
         ("memory_mb", common::spec().memory_mb(5)),
     ] {
@@ -649,7 +649,7 @@ async fn limits_below_the_least_a_machine_runs_with_are_invalid_input() {
             shellbox_docker::MIN_PIDS_LIMIT,
             shellbox_docker::MIN_MEMORY_MB
         ),
-        (10, 6)
+        (12, 6)
     );
     f.check_environment(&none, &least).await.unwrap();
     let m = f.create_machine(least).await.unwrap();
