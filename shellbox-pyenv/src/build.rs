@@ -256,6 +256,10 @@ fn build_locked(
         return Err(PyenvError::NotSelfContained { path, target });
     }
 
+    // Writable by the owner only, whatever the umask of whoever made each file (second
+    // break-it pass of issue 12: under umask 000 the environment was 0777 through and
+    // another user planted a .pth file the next machine imported).
+    restrict_to_owner(root)?;
     let marker = Marker {
         python: source.marker_text(),
         lock_sha256: lock_sha256.to_string(),
@@ -264,6 +268,37 @@ fn build_locked(
     write_atomically(&root.join(MARKER_NAME), marker.render().as_bytes())?;
     info!(root = %root.display(), "pyenv: environment ready");
     Ok(PythonEnvironment::new(root.to_path_buf(), base_prefix))
+}
+
+/// Clears the group and others write bits of `dir` and of every file and directory below
+/// it (symlinks are left as they are: their own mode is never used).
+///
+/// # Errors
+/// [`PyenvError::Io`] when a directory cannot be read or a mode cannot be set.
+fn restrict_to_owner(dir: &Path) -> Result<(), PyenvError> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let meta =
+            std::fs::symlink_metadata(&path).map_err(|e| PyenvError::io("inspect", &path, e))?;
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let mode = meta.permissions().mode();
+        if mode & 0o022 != 0 {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & !0o022))
+                .map_err(|e| PyenvError::io("set the mode of", &path, e))?;
+        }
+        if meta.is_dir() {
+            for entry in
+                std::fs::read_dir(&path).map_err(|e| PyenvError::io("read directory", &path, e))?
+            {
+                let entry = entry.map_err(|e| PyenvError::io("read directory", &path, e))?;
+                pending.push(entry.path());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Makes `root` absolute with its parent resolved (created first when `create_parent`).
@@ -314,6 +349,7 @@ pub(crate) fn lock_exclusive(
         .create(true)
         .truncate(false)
         .custom_flags(nix::libc::O_NOFOLLOW)
+        .mode(0o644)
         .open(path)
         .map_err(|e| PyenvError::io("open lock file", path, e))?;
     let start = Instant::now();
@@ -435,7 +471,15 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), PyenvError> {
     let mut tmp_name = path.file_name().unwrap_or_default().to_owned();
     tmp_name.push(".tmp");
     let tmp = path.with_file_name(tmp_name);
-    let mut file = File::create(&tmp).map_err(|e| PyenvError::io("create", &tmp, e))?;
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(&tmp)
+        .map_err(|e| PyenvError::io("create", &tmp, e))?;
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .map_err(|e| PyenvError::io("create", &tmp, e))?;
     file.write_all(bytes)
         .and_then(|()| file.sync_all())
         .map_err(|e| PyenvError::io("write", &tmp, e))?;

@@ -382,16 +382,20 @@ pub fn resolve_python_environment_with<S: AsRef<str>>(
 ) -> Result<PythonEnvironment, PyenvError> {
     let (requirements, interpreter) = check_inputs(requirements, python_version, options)?;
     let cache = cache.as_ref();
-    std::fs::create_dir_all(cache).map_err(|e| PyenvError::io("create directory", cache, e))?;
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o755)
+        .create(cache)
+        .map_err(|e| PyenvError::io("create directory", cache, e))?;
     let cache = cache
         .canonicalize()
         .map_err(|e| PyenvError::io("resolve directory", cache, e))?;
+    refuse_shared_root(&cache)?;
     let directory = cache.join(cache_key(python_version, &requirements));
     refuse_symlink(&directory)?;
     let _guard = lock_directory(&directory, options)?;
     refuse_foreign_entry(&directory, true)?;
     info!(directory = %directory.display(), "pyenv: holding the resolve lock");
 
+    refuse_foreign_input(&directory, &requirements)?;
     let lock = directory.join(REQUIREMENTS_LOCK_NAME);
     if own_file(&lock)? {
         info!(lock = %lock.display(), "pyenv: reusing the lock");
@@ -454,8 +458,12 @@ pub fn check_resolve<S: AsRef<str>>(
         .canonicalize()
         .unwrap_or_else(|_| cache.to_path_buf())
         .join(cache_key(python_version, &requirements));
+    if let Ok(root) = cache.canonicalize() {
+        refuse_shared_root(&root)?;
+    }
     refuse_symlink(&directory)?;
     refuse_foreign_entry(&directory, true)?;
+    refuse_foreign_input(&directory, &requirements)?;
     refuse_foreign_entry(
         &directory.join(environment_name(interpreter.as_deref())),
         false,
@@ -623,6 +631,68 @@ fn refuse_foreign_entry(path: &Path, writable_check: bool) -> Result<(), PyenvEr
     }
 }
 
+/// Refuses a package cache root that users other than its owner may rename entries in:
+/// writable by group or others without the sticky bit (`/tmp`'s 1777 is fine: only an
+/// entry's owner may move it there). Second break-it pass of issue 12: in a 0777 cache root,
+/// another user swapped two key directories and `six==1.17.0` ran 1.16.0's environment.
+/// The resolve makes a new root 0755 whatever the umask.
+///
+/// # Errors
+/// [`PyenvError::Io`] (`PermissionDenied`) naming the mode.
+fn refuse_shared_root(root: &Path) -> Result<(), PyenvError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(root).map_err(|e| PyenvError::io("inspect cache", root, e))?;
+    if meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0 {
+        return Err(PyenvError::io(
+            "use package cache",
+            root,
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "its mode {:o} lets group or others rename its entries (make it 0755, or \
+                     sticky like /tmp)",
+                    meta.mode() & 0o7777
+                ),
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a key directory whose `requirements.in` (when there is one) is not the one this
+/// resolve would write for `requirements`: the entry was moved from another key.
+///
+/// # Errors
+/// [`PyenvError::Io`] (`InvalidData`) when it differs; those of [`refuse_symlink`].
+fn refuse_foreign_input(directory: &Path, requirements: &[String]) -> Result<(), PyenvError> {
+    let input = directory.join(REQUIREMENTS_IN_NAME);
+    if !own_file(&input)? {
+        return Ok(());
+    }
+    let found = std::fs::read(&input).map_err(|e| PyenvError::io("read", &input, e))?;
+    if found != requirements_text(requirements).as_bytes() {
+        return Err(PyenvError::io(
+            "use cache entry",
+            directory,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "its requirements.in names other requirements than its key: the entry was \
+                 moved from another key (remove it)",
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The text of `requirements.in` for sorted, deduplicated `requirements`: one a line.
+fn requirements_text(requirements: &[String]) -> String {
+    let mut text = requirements.join("\n");
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    text
+}
+
 /// Whether `path` is a regular file of the cache's own (not a symbolic link, which is
 /// refused: [`refuse_symlink`]).
 ///
@@ -696,22 +766,20 @@ fn compile_lock(
 ) -> Result<(), PyenvError> {
     let uv = locate_uv(options)?;
     let input = directory.join(REQUIREMENTS_IN_NAME);
-    let mut text = requirements.join("\n");
-    if !text.is_empty() {
-        text.push('\n');
-    }
+    let text = requirements_text(requirements);
     // A new file, never through a link left at its name (create_new does not follow one).
     match std::fs::remove_file(&input) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(PyenvError::io("remove", &input, e)),
     }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&input)
-        .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()))
-        .map_err(|e| PyenvError::io("write", &input, e))?;
+    std::os::unix::fs::OpenOptionsExt::mode(
+        std::fs::OpenOptions::new().write(true).create_new(true),
+        0o644,
+    )
+    .open(&input)
+    .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()))
+    .map_err(|e| PyenvError::io("write", &input, e))?;
     let pending = directory.join(REQUIREMENTS_PENDING_NAME);
     let step = compile_step(&uv, python_version);
     info!(

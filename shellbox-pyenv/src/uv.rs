@@ -495,7 +495,8 @@ pub(crate) fn run_step_in(
 /// no uv writing into the environment or its cache; the next build takes the lock, finds
 /// no marker and rebuilds. The death signal fires when the spawning *thread* exits; this
 /// one waits for uv, so it outlives it. Should the owner have died between the fork and
-/// the `prctl` (the parent pid is no longer the spawner's), the child exits at once.
+/// the `prctl` (the parent pid is no longer the spawner's), the child exits at once. The
+/// child's umask is 022 (its files are writable by their owner only).
 #[allow(unsafe_code)]
 fn die_with_owner(command: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
@@ -509,6 +510,11 @@ fn die_with_owner(command: &mut std::process::Command) {
             if nix::unistd::getppid() != owner {
                 return Err(std::io::Error::other("the build's owner exited"));
             }
+            // What uv makes in the cache (the environment, the lock) is never group- or
+            // world-writable, whatever the owner's umask (second break-it pass of issue 12:
+            // under umask 000 every file of the environment was 0666/0777, and another
+            // user planted a .pth file that the next machine imported).
+            nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
             Ok(())
         });
     }

@@ -442,7 +442,7 @@ fn concurrent_failed_resolves_fail_alike_and_leave_nothing() {
 /// Entries of the package cache linked elsewhere (by whoever else can write the cache) are
 /// refused, never followed (break-it of issue 12): a key directory linked to another
 /// directory gets no file there, a `requirements.lock` linked to a host file is neither read
-/// nor quoted, and a `requirements.in` link is replaced, not written through. Before the
+/// nor quoted, and a `requirements.in` link is refused, not written through. Before the
 /// fix the lock link reached uv (`pip sync` of the host file) and the key link got the
 /// resolve's lock file.
 #[test]
@@ -495,11 +495,10 @@ fn cache_entries_linked_elsewhere_are_refused() {
     assert!(refused(&e), "{e}");
     std::fs::remove_file(key.join(REQUIREMENTS_LOCK_NAME)).unwrap();
 
-    // requirements.in is a link to a host file: replaced, the host file unchanged (the
-    // offline compile then fails, as MISSING is nowhere).
+    // requirements.in is a link to a host file: refused too, the host file unchanged.
     std::os::unix::fs::symlink(&secret, key.join(REQUIREMENTS_IN_NAME)).unwrap();
     let e = resolve_python_environment_with(&cache, &[MISSING], &version, &options).unwrap_err();
-    assert!(matches!(e, PyenvError::UvFailed { .. }), "{e}");
+    assert!(refused(&e), "{e}");
     assert_eq!(
         std::fs::read_to_string(&secret).unwrap(),
         "shellbox-secret-line==1.0\n"
@@ -510,7 +509,9 @@ fn cache_entries_linked_elsewhere_are_refused() {
 /// A cache entry another user could have changed is refused, not mounted as found (second
 /// break-it pass of issue 12: a copied entry made `chown -R nobody` and `chmod -R a+rwX`,
 /// with a poisoned module, was imported): a key directory writable by group or others, or
-/// one owned by another user, is `PermissionDenied`, for the
+/// one owned by another user, or a cache root others may rename entries in, is
+/// `PermissionDenied`, and a key directory whose requirements.in names other requirements
+/// (moved from another key) is `InvalidData`, for the
 /// resolve and check_resolve alike, before uv runs.
 #[test]
 fn cache_entries_others_could_change_are_refused() {
@@ -543,6 +544,27 @@ fn cache_entries_others_could_change_are_refused() {
     let e = check_resolve(&cache, &[MISSING], &version, &options).unwrap_err();
     assert!(refused(&e), "{e}");
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A key directory moved from another key (its requirements.in names others).
+    std::fs::write(key.join(REQUIREMENTS_IN_NAME), "six==1.16.0\n").unwrap();
+    for e in [
+        resolve_python_environment_with(&cache, &[MISSING], &version, &options).unwrap_err(),
+        check_resolve(&cache, &[MISSING], &version, &options).unwrap_err(),
+    ] {
+        assert!(
+            matches!(&e, PyenvError::Io { source, .. } if source.kind() == std::io::ErrorKind::InvalidData),
+            "{e}"
+        );
+    }
+    std::fs::remove_file(key.join(REQUIREMENTS_IN_NAME)).unwrap();
+    // A cache root others may rename entries in (0777 without the sticky bit); 1777 is fine.
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let e = resolve_python_environment_with(&cache, &[MISSING], &version, &options).unwrap_err();
+    assert!(refused(&e), "{e}");
+    let e = check_resolve(&cache, &[MISSING], &version, &options).unwrap_err();
+    assert!(refused(&e), "{e}");
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    check_resolve(&cache, &[MISSING], &version, &options).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o755)).unwrap();
     if nix::unistd::geteuid().is_root() {
         std::os::unix::fs::chown(&key, Some(65534), Some(65534)).unwrap();
         let e =
