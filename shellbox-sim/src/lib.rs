@@ -769,6 +769,128 @@ impl SimMachine {
         staged.commit()
     }
 
+    /// Copies the regular file `source` out of the machine to the host file `target`,
+    /// refusing one larger than `max_bytes` (see [`Machine::download_file`]): read straight
+    /// from the machine's filesystem, in chunks, into a staging file beside `target` that is
+    /// renamed over it, so nothing is copied in memory and no command's output limit
+    /// applies (second break-it pass of issue 12: through a command, a file of 128 MiB or
+    /// more ended "output limit exceeded", and a 100 MB one doubled the peak memory).
+    /// `source` is judged by what it resolves to (links followed): a path that resolves into
+    /// `/proc`, `/sys` or `/dev` is refused, as is anything but a regular file.
+    ///
+    /// # Errors
+    /// As [`shellbox_core::download_file`]: [`Error::InvalidInput`], [`Error::NotFound`],
+    /// [`Error::Unsupported`] ("regular file"), [`Error::DownloadLimitExceeded`] (the old
+    /// target untouched), [`Error::Transfer`], [`Error::Io`], [`Error::Closed`].
+    pub fn download_file_sync(
+        &self,
+        source: &str,
+        target: &Path,
+        max_bytes: u64,
+    ) -> Result<(), Error> {
+        use std::io::Write;
+        validate_guest_path(source)?;
+        let not_regular = |why: &str| {
+            Error::unsupported(format!(
+                "{source} {why}; only a regular file can be downloaded with a byte limit"
+            ))
+        };
+        if shellbox_core::validate::is_kernel_path(source) {
+            return Err(not_regular(
+                "is inside a kernel-provided directory (/proc, /sys, /dev)",
+            ));
+        }
+        if target.file_name().is_none() {
+            return Err(Error::invalid(format!(
+                "download target {} has no file name",
+                target.display()
+            )));
+        }
+        let resolved = shellbox_core::transfer::resolve_host_target(target)?;
+        let target = resolved.as_path();
+        shellbox_core::refuse_special_download_target(target)?;
+        if self.inner.closing.load(Ordering::Relaxed) {
+            return Err(Error::Closed);
+        }
+        let mut guard = lock(&self.inner.world);
+        let Some(w) = guard.as_mut() else {
+            return Err(Error::Closed);
+        };
+        // Follow the links one at a time, to judge the path the file is really at.
+        let mut path = source.to_string();
+        let mut links = 0;
+        let ino = loop {
+            let (dir, name) = match w.vfs.resolve_parent("/", &path) {
+                Ok(found) => found,
+                Err(Errno::NoEnt | Errno::NotDir) => return Err(Error::not_found(source)),
+                Err(e) => return Err(Error::transfer(source, e.msg())),
+            };
+            let dir_path = w.vfs.path_of(dir);
+            let real = Vfs::absolute(&dir_path, &name);
+            if shellbox_core::validate::is_kernel_path(&real) {
+                return Err(not_regular(&format!(
+                    "resolves to {real} in the machine, inside a kernel-provided directory \
+                     (/proc, /sys, /dev)"
+                )));
+            }
+            let Some(ino) = w.vfs.child(dir, &name) else {
+                return if path == source {
+                    Err(Error::not_found(source))
+                } else {
+                    Err(not_regular("is a dangling link"))
+                };
+            };
+            match &w.vfs.get(ino).kind {
+                Kind::Symlink(link) => {
+                    links += 1;
+                    if links > 40 {
+                        return Err(Error::transfer(source, "too many levels of symbolic links"));
+                    }
+                    path = Vfs::absolute(&dir_path, link);
+                }
+                _ => break ino,
+            }
+        };
+        let node = w.vfs.get(ino);
+        let Kind::File(data) = &node.kind else {
+            return Err(not_regular("is not a regular file"));
+        };
+        if data.len() as u64 > max_bytes {
+            return Err(Error::DownloadLimitExceeded(format!(
+                "{source} holds more than {max_bytes} bytes"
+            )));
+        }
+        let parent = match target.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => std::env::current_dir().map_err(|e| Error::io("current directory", e))?,
+        };
+        let staging = shellbox_core::staging::StagingDir::create_in(&parent).map_err(|e| {
+            Error::io(
+                format!("create staging directory in {}", parent.display()),
+                e,
+            )
+        })?;
+        let staged = staging.path().join("item");
+        let mut file = std::fs::File::create(&staged)
+            .map_err(|e| Error::io(format!("create {}", staged.display()), e))?;
+        for chunk in data.chunks(1 << 20) {
+            file.write_all(chunk)
+                .map_err(|e| Error::io(format!("write {}", staged.display()), e))?;
+        }
+        shellbox_core::set_download_mode(&file, &staged, node.mode)?;
+        file.sync_all()
+            .map_err(|e| Error::io(format!("write {}", staged.display()), e))?;
+        drop(file);
+        drop(guard);
+        shellbox_core::refuse_special_download_target(target)?;
+        std::fs::rename(&staged, target).map_err(|e| {
+            Error::io(
+                format!("rename {} to {}", staged.display(), target.display()),
+                e,
+            )
+        })
+    }
+
     /// The machine's one persistent shell session (what [`Machine::open_shell`] returns):
     /// the first call starts it, later ones return the same session until it is closed
     /// (the next call then starts a new one). Non-interactive (REFERENCE.md section 2):
@@ -1341,6 +1463,17 @@ impl Machine for SimMachine {
 
     async fn download(&self, source: &str, target: &Path) -> Result<(), Error> {
         self.download_sync(source, target)
+    }
+
+    /// The bounded download, read from the machine's filesystem directly
+    /// ([`SimMachine::download_file_sync`]).
+    async fn download_file(
+        &self,
+        source: &str,
+        target: &Path,
+        max_bytes: u64,
+    ) -> Result<(), Error> {
+        self.download_file_sync(source, target, max_bytes)
     }
 
     /// Cancels the running command, waits up to 5 s for it to stop (REFERENCE.md section
