@@ -102,11 +102,12 @@ fn refuse_source(source: &ImageSource) -> Error {
 /// Why `reference` is not an image reference the Engine would parse, or `None`: the grammar
 /// of Docker's reference package (`distribution/reference`, which the Engine parses every
 /// `image` and `fromImage` with): `[host[:port]/]component[/component...][:tag][@digest]`,
-/// where a host is DNS labels (letters of either case, digits, inner `-`) joined by `.`, or
-/// `[IPv6]`; a path component is lowercase letters and digits joined by one `.` or `_`, two
+/// where a host is DNS labels (letters of either case, digits, inner `-`) joined by `.` (no
+/// `[IPv6]` literal: Docker 20.10's parser has none); a path component is lowercase letters and digits joined by one `.` or `_`, two
 /// `_`, or dashes; a tag is 1 to 128 of `[A-Za-z0-9_.-]` not starting with `.` or `-`; a
-/// digest is `algorithm:hex` (32 or more hex digits; exactly 64 for `sha256`, 128 for
-/// `sha512`); the name is at most 255 bytes. An image ID (`sha256:<64 hex>`, or a prefix of
+/// digest is `algorithm:hex` with a lowercase algorithm (32 or more hex digits; exactly 64
+/// lowercase ones for `sha256`, 128 for `sha512`); the name is at most 255 bytes; no
+/// leading or trailing white space (the engine would not trim it). An image ID (`sha256:<64 hex>`, or a prefix of
 /// its hex) also parses. Break-it of issue 12: `a b`, `UPPER`, `x@sha256:zz` reached the
 /// engine and came back as [`Error::Backend`]; they are the caller's mistake.
 pub(crate) fn reference_problem(reference: &str) -> Option<String> {
@@ -115,11 +116,11 @@ pub(crate) fn reference_problem(reference: &str) -> Option<String> {
         let separator = "(?:[._]|__|-+)";
         let component = format!("{alphanumeric}(?:{separator}{alphanumeric})*");
         let label = "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])";
-        let host = format!(r"(?:{label}(?:\.{label})*|\[[a-fA-F0-9:]+\])");
+        let host = format!(r"{label}(?:\.{label})*");
         let domain = format!("{host}(?::[0-9]+)?");
         let name = format!("(?:{domain}/)?{component}(?:/{component})*");
         let tag = "[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}";
-        let digest = "[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}";
+        let digest = "[a-z0-9]+(?:[-_+.][a-z0-9]+)*:[0-9a-fA-F]{32,}";
         regex::Regex::new(&format!("^({name})(?::({tag}))?(?:@({digest}))?$"))
             .expect("the reference grammar is a valid regex")
     });
@@ -129,8 +130,11 @@ pub(crate) fn reference_problem(reference: &str) -> Option<String> {
              img@sha256:<64 hex digits>)"
         ))
     };
-    if reference.is_empty() {
+    if reference.trim().is_empty() {
         return bad("it is empty");
+    }
+    if reference.trim() != reference {
+        return bad("it has leading or trailing white space");
     }
     let Some(parts) = GRAMMAR.captures(reference) else {
         return bad(
@@ -152,13 +156,15 @@ pub(crate) fn reference_problem(reference: &str) -> Option<String> {
         if wanted.is_some_and(|n| n != hex.len()) {
             return bad("the digest has the wrong number of hex digits for its algorithm");
         }
+        if wanted.is_some() && hex.bytes().any(|b| b.is_ascii_uppercase()) {
+            return bad("a sha256/sha384/sha512 digest is written in lowercase hex");
+        }
     }
     None
 }
 
 /// A Docker source's image, which the engine must have (it is never pulled).
 async fn find(docker: &Docker, reference: &str) -> Result<String, Error> {
-    let reference = reference.trim();
     if let Some(problem) = reference_problem(reference) {
         return Err(Error::invalid(problem));
     }
@@ -181,7 +187,7 @@ async fn find(docker: &Docker, reference: &str) -> Result<String, Error> {
 /// # Errors
 /// [`Error::InvalidInput`] for a reference that does not parse.
 pub(crate) fn normalize_reference(reference: &str) -> Result<String, Error> {
-    let r = reference.trim();
+    let r = reference;
     if let Some(problem) = reference_problem(r) {
         return Err(Error::invalid(problem));
     }
@@ -790,7 +796,6 @@ mod tests {
             "127.0.0.1:5000/a/b:1".to_string(),
             "localhost:5000/x_y__z-w.v".to_string(),
             "UPPER.example/x".to_string(),
-            "[::1]:5000/x:1".to_string(),
             format!("x:t@sha256:{hex}"),
             format!("sha256:{hex}"),
             format!("x:{}", "t".repeat(128)),
@@ -815,6 +820,12 @@ mod tests {
             format!("{}/x", "a".repeat(255)),
             "x\ny".to_string(),
             "x\0".to_string(),
+            // Second break-it pass: these came back from the engine as Backend.
+            format!("x@SHA256:{hex}"),
+            format!("x@sha256:{}", hex.to_uppercase()),
+            "[::1]:5000/x".to_string(),
+            " busybox".to_string(),
+            "busybox\n".to_string(),
         ] {
             assert!(reference_problem(&bad).is_some(), "{bad:?}");
             assert!(
