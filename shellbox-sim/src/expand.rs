@@ -23,14 +23,40 @@ thread_local! {
 /// Bash has no such bound; no hand-written expression comes near it.
 pub(crate) const MAX_ARITH_OPERATORS: usize = 1024;
 
+/// How deep array subscripts may nest inside one arithmetic expression (`a[a[a[a[0]]]]` is
+/// 4). brush-parser's arithmetic grammar backtracks over a subscript, about ten times the
+/// work per level: 5 levels took 0.24 s in a release build, 6 took 4 s and 7 more than 35 s,
+/// inside the parser, where no deadline or signal is looked at (break-it of issue 16: a 1 s
+/// timeout and SIGTERM went unheeded). Bash has no such bound; scripts nest two or three.
+pub(crate) const MAX_ARITH_SUBSCRIPT_NESTING: usize = 4;
+
+/// The deepest `[` nesting of `t`.
+fn subscript_nesting(t: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for b in t.bytes() {
+        match b {
+            b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// Parses an arithmetic expression once per text (per thread); `None` for a syntax error,
-/// nesting past [`crate::shell::MAX_NESTING`] or more than [`MAX_ARITH_OPERATORS`]
-/// operators.
+/// nesting past [`crate::shell::MAX_NESTING`], more than [`MAX_ARITH_OPERATORS`]
+/// operators or subscripts nested past [`MAX_ARITH_SUBSCRIPT_NESTING`].
 fn parse_arith(t: &str) -> Option<std::rc::Rc<ast::ArithmeticExpr>> {
     if let Some(hit) = ARITH_CACHE.with(|c| c.borrow().get(t).cloned()) {
         return hit;
     }
-    if !crate::shell::nesting_ok(t) || arith_operators(t) > MAX_ARITH_OPERATORS {
+    if !crate::shell::nesting_ok(t)
+        || arith_operators(t) > MAX_ARITH_OPERATORS
+        || subscript_nesting(t) > MAX_ARITH_SUBSCRIPT_NESTING
+    {
         return None;
     }
     let parsed = crate::shell::with_parser_stack(|| brush_parser::arithmetic::parse(t))

@@ -107,6 +107,10 @@ fn deep_nesting_is_refused_not_fatal() {
         // issue 16: 5,000 of either aborted the process)
         format!("[[ a{} ]]", " && a".repeat(5000)),
         format!("[[ {}a ]]", "! ".repeat(5000)),
+        // subscripts nested in arithmetic: brush-parser's grammar backtracks ~10x per level,
+        // inside the parser where no deadline is looked at (break-it of issue 16: 7 levels
+        // ran past 35 s under a 1 s timeout and SIGTERM)
+        format!("a=(0); echo $(({}0{}))", "a[".repeat(7), "]".repeat(7)),
     ];
     for script in &scripts {
         let m = f.create_sim(MachineSpec::sim()).unwrap();
@@ -117,6 +121,19 @@ fn deep_nesting_is_refused_not_fatal() {
         let r = m.run_sync(Command::shell("echo ok")).unwrap();
         assert_eq!(r.stdout, "ok\n");
     }
+}
+
+/// Subscripts nested up to the bound still compute as bash does.
+#[test]
+fn nested_subscripts_up_to_the_bound_compute() {
+    let f = SimMachineFactory::new();
+    let m = f.create_sim(MachineSpec::sim()).unwrap();
+    let r = m
+        .run_sync(Command::shell(
+            "a=(1 2 3 0); echo $((a[a[a[a[3]]]])) ${a[a[a[0]]]}; b=(1 1); echo ${b[b[b[b[b[b[b[0]]]]]]]}",
+        ))
+        .unwrap();
+    assert_eq!(r.stdout, "3 3\n1\n", "{:?}", r.stderr);
 }
 
 #[test]
