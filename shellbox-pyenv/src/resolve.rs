@@ -300,8 +300,27 @@ fn private_ip(ip: std::net::IpAddr) -> bool {
                 || (v6.segments()[0] & 0xfe00) == 0xfc00
                 || (v6.segments()[0] & 0xffc0) == 0xfe80
                 || v6.to_ipv4_mapped().is_some_and(private_v4)
+                // IPv4-compatible (::a.b.c.d, deprecated) and NAT64 (64:ff9b::/96, and
+                // 64:ff9b:1::/48 local-use) addresses carry an IPv4 address a translator
+                // or stack may reach (second break-it pass of issue 12: [::7f00:1] and
+                // [64:ff9b::7f00:1] reached uv)
+                || embedded_v4(v6).is_some_and(private_v4)
         }
     }
+}
+
+/// The IPv4 address an IPv4-compatible (`::a.b.c.d`, not `::` or `::1`), IPv4-translated
+/// (`::ffff:0:a.b.c.d`) or NAT64 (`64:ff9b::/96`, `64:ff9b:1::/48`) IPv6 address carries
+/// in its last 32 bits.
+fn embedded_v4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let s = v6.segments();
+    let last =
+        std::net::Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    let compatible = s[..6].iter().all(|&x| x == 0) && (s[6] != 0 || s[7] > 1);
+    let nat64 = s[0] == 0x64 && s[1] == 0xff9b && (s[2..6].iter().all(|&x| x == 0) || s[2] == 1);
+    // IPv4-translated (::ffff:0:a.b.c.d, SIIT)
+    let translated = s[..4].iter().all(|&x| x == 0) && s[4] == 0xffff && s[5] == 0;
+    (compatible || nat64 || translated).then_some(last)
 }
 
 fn private_v4(v4: std::net::Ipv4Addr) -> bool {
@@ -1003,6 +1022,10 @@ mod tests {
             "six @ http://127.0.0.1\t/six.whl",
             "pkg @ git+http://%31%32%37.0.0.1:18712/evil.git",
             "six @ http://[::1/six.whl",
+            "six @ http://[::7f00:1]/six.whl",
+            "six @ http://[64:ff9b::7f00:1]/six.whl",
+            "six @ http://[64:ff9b::a00:1]/six.whl",
+            "six @ http://[::ffff:0:7f00:1]/six.whl",
         ] {
             assert!(
                 matches!(
