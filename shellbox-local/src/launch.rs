@@ -595,6 +595,10 @@ pub(crate) fn start_machine(prepared: Prepared, label: &str) -> Result<MachinePr
 #[derive(Default)]
 pub(crate) struct Drivers {
     running: std::sync::atomic::AtomicUsize,
+    /// Set while the machine ends its processes (a snapshot's stop, or close): its pids
+    /// cgroup is at `pids.max` 0 then, so a fork refused meanwhile is the stop's doing, not
+    /// the spec's pids_limit.
+    pub(crate) stopping: std::sync::atomic::AtomicBool,
     /// Notified when the last running driver ends.
     idle: tokio::sync::Notify,
 }
@@ -658,7 +662,7 @@ pub(crate) fn drive(mut running: shellbox_supervisor::Running, params: DrivePara
             timeout,
             mut shutdown,
             label,
-            ..
+            drivers,
         } = params;
         let deadline = async {
             match timeout {
@@ -728,6 +732,19 @@ pub(crate) fn drive(mut running: shellbox_supervisor::Running, params: DrivePara
                 }
                 Step::Reply(Some(Reply::Fail(fail))) if fail.kind == proto::FAIL_INVALID_INPUT => {
                     break Err(Error::invalid(format!("{label}: {}", fail.message)))
+                }
+                Step::Reply(Some(Reply::Fail(fail)))
+                    if fail.kind == proto::FAIL_PIDS_LIMIT
+                        && drivers.stopping.load(Ordering::SeqCst) =>
+                {
+                    // CI of stop 28: during a snapshot's stop this was LimitReached.
+                    break Err(Error::backend(
+                        format!("run {label}"),
+                        std::io::Error::other(
+                            "the machine's processes were being ended (a snapshot or close) \
+                             when it started (its sandbox ended)",
+                        ),
+                    ));
                 }
                 Step::Reply(Some(Reply::Fail(fail))) if fail.kind == proto::FAIL_PIDS_LIMIT => {
                     break Err(Error::LimitReached(format!(

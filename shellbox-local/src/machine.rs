@@ -1668,6 +1668,7 @@ impl LocalMachine {
             let mut p = self.slot.lock();
             p.closed = true;
             p.stopping = true;
+            self.drivers.stopping.store(true, Ordering::SeqCst);
             (p.spawned.take(), p.task.take())
         };
         if let Some(c) = &self.cgroup {
@@ -1691,6 +1692,7 @@ impl LocalMachine {
         self.slot.ready.send_replace(Some(Started::Stopped));
         p.closed = false;
         p.stopping = false;
+        self.drivers.stopping.store(false, Ordering::SeqCst);
     }
 
     /// What [`Machine::snapshot`] does (see the `layer` module): ends the machine's
