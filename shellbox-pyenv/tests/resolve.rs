@@ -35,17 +35,29 @@ fn wrapped_uv(dir: &Path, name: &str, real: &Path, log: &Path, vars: &[(&str, &s
     wrapper
 }
 
-/// `X.Y.Z` of an interpreter.
-fn version_of(python: &Path) -> String {
-    let out = std::process::Command::new(python)
-        .args([
-            "-I",
-            "-c",
-            "import sys; print('%d.%d.%d' % sys.version_info[:3])",
-        ])
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+/// A new, empty cache under `dir` (canonical), the interpreter's version, and resolve
+/// options whose uv (real, behind a wrapper logging each call to the returned log) runs with
+/// `UV_OFFLINE=1`.
+fn offline_cache(
+    dir: &Path,
+    uv: &Path,
+    python: &Path,
+) -> (PathBuf, String, PathBuf, ResolveOptions) {
+    let cache = dir.join("cache");
+    std::fs::create_dir(&cache).unwrap();
+    let cache = cache.canonicalize().unwrap();
+    let log = dir.join("uv.log");
+    let options =
+        ResolveOptions::default()
+            .python_interpreter(python)
+            .build(BuildOptions::default().uv(wrapped_uv(
+                dir,
+                "uv-offline",
+                uv,
+                &log,
+                &[("UV_OFFLINE", "1")],
+            )));
+    (cache, version_of(python), log, options)
 }
 
 fn run(python: &Path, code: &str) -> (bool, String) {
@@ -452,21 +464,7 @@ fn cache_entries_linked_elsewhere_are_refused() {
         return;
     };
     let dir = scratch();
-    let cache = dir.path().join("cache");
-    std::fs::create_dir(&cache).unwrap();
-    let cache = cache.canonicalize().unwrap();
-    let version = version_of(&python);
-    let log = dir.path().join("uv.log");
-    let options =
-        ResolveOptions::default()
-            .python_interpreter(&python)
-            .build(BuildOptions::default().uv(wrapped_uv(
-                dir.path(),
-                "uv-offline",
-                &uv,
-                &log,
-                &[("UV_OFFLINE", "1")],
-            )));
+    let (cache, version, log, options) = offline_cache(dir.path(), &uv, &python);
     let refused = |e: &PyenvError| {
         matches!(e, PyenvError::Io { .. }) && e.to_string().contains("symbolic link")
     };
@@ -520,21 +518,7 @@ fn cache_entries_others_could_change_are_refused() {
         return;
     };
     let dir = scratch();
-    let cache = dir.path().join("cache");
-    std::fs::create_dir(&cache).unwrap();
-    let cache = cache.canonicalize().unwrap();
-    let version = version_of(&python);
-    let log = dir.path().join("uv.log");
-    let options =
-        ResolveOptions::default()
-            .python_interpreter(&python)
-            .build(BuildOptions::default().uv(wrapped_uv(
-                dir.path(),
-                "uv-offline",
-                &uv,
-                &log,
-                &[("UV_OFFLINE", "1")],
-            )));
+    let (cache, version, log, options) = offline_cache(dir.path(), &uv, &python);
     let refused = |e: &PyenvError| matches!(e, PyenvError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied);
     let key = cache.join(cache_key(&version, &[MISSING.to_string()]));
     std::fs::create_dir(&key).unwrap();

@@ -36,15 +36,7 @@ fn the_cache_is_writable_by_its_owner_only_under_umask_000() {
     };
     let dir = scratch();
     let cache = dir.path().join("cache");
-    let out = std::process::Command::new(&python)
-        .args([
-            "-I",
-            "-c",
-            "import sys; print('%d.%d.%d' % sys.version_info[:3])",
-        ])
-        .output()
-        .unwrap();
-    let version = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let version = version_of(&python);
     let options = ResolveOptions::default()
         .python_interpreter(&python)
         .build(shellbox_pyenv::BuildOptions::default().uv(&uv));

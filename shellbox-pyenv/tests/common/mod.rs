@@ -104,3 +104,16 @@ pub(crate) fn count_calls(log: &Path, prefix: &str) -> usize {
         .filter(|l| l.starts_with(prefix))
         .count()
 }
+
+/// `X.Y.Z` of an interpreter.
+pub(crate) fn version_of(python: &Path) -> String {
+    let out = std::process::Command::new(python)
+        .args([
+            "-I",
+            "-c",
+            "import sys; print('%d.%d.%d' % sys.version_info[:3])",
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
